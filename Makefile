@@ -1,0 +1,48 @@
+# kvfence: `make run` sets up and runs the stack; `make test` sets up and runs every check.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+HOST ?= 127.0.0.1
+PORT ?= 8000
+PYTEST_ARGS ?=
+
+.PHONY: setup system-deps run test lint typecheck pytest test-slow bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# Debian packages the test suite uses for real: PostgreSQL, Redis, headless Chromium.
+system-deps:
+	bash scripts/system-deps.sh
+
+run: setup
+	bash scripts/run-stack.sh $(HOST) $(PORT)
+
+lint: setup
+	$(VENV)/bin/ruff check src tests bench
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+pytest: setup system-deps
+	KVFENCE_REQUIRE_SERVICES=1 $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test: lint typecheck pytest
+
+test-slow: setup system-deps
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) bench/throughput.py
+	$(PY) bench/serving.py
+	$(PY) bench/gateway.py
+	$(PY) bench/protection.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
