@@ -1,0 +1,101 @@
+"""Sampling parameters of one request, validated once when they are built.
+
+Every field is checked in ``__post_init__``; a bad value raises
+:class:`~kvfence.errors.InvalidParameterError` whose ``param`` is the field name and whose message
+gives the value and the valid range, so the server can answer HTTP 400 without further checks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvfence.errors import InvalidParameterError
+
+__all__ = ["MAX_LOGPROBS", "SamplingParams"]
+
+MAX_LOGPROBS = 20
+
+
+def _is_int(value: Any) -> bool:
+    # bool is a subclass of int, but `max_tokens=True` is a client bug, not the number 1.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)) and math.isfinite(value)
+
+
+def _fail(name: str, value: Any, expected: str) -> InvalidParameterError:
+    return InvalidParameterError(f"{name} must be {expected}; got {value!r}", param=name)
+
+
+@dataclass
+class SamplingParams:
+    """How to sample the completion of one request.
+
+    ``temperature=0`` is greedy decoding. ``top_k=None`` and ``top_p=1.0`` disable those filters.
+    ``stop`` strings are matched by the engine on the decoded text (the stop string itself is not
+    returned); ``stop_token_ids`` and the model's EOS tokens (unless ``ignore_eos``) end the
+    completion once at least ``min_tokens`` tokens were generated. ``logprobs=n`` returns the
+    chosen token's log-probability and the ``n`` most likely alternatives per generated token.
+    """
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    logprobs: int | None = None
+    min_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.max_tokens) or self.max_tokens < 1:
+            raise _fail("max_tokens", self.max_tokens, "an integer >= 1")
+        if not _is_real(self.temperature) or self.temperature < 0:
+            raise _fail("temperature", self.temperature, "a finite number >= 0 (0 means greedy)")
+        self.temperature = float(self.temperature)
+        if self.top_k is not None and (not _is_int(self.top_k) or self.top_k < 1):
+            raise _fail("top_k", self.top_k, "an integer >= 1, or null to disable it")
+        if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
+            raise _fail("top_p", self.top_p, "a number in the interval (0, 1]")
+        self.top_p = float(self.top_p)
+        if self.seed is not None and not _is_int(self.seed):
+            raise _fail("seed", self.seed, "an integer or null")
+        self.stop = self._validate_stop(self.stop)
+        self.stop_token_ids = self._validate_stop_token_ids(self.stop_token_ids)
+        if not isinstance(self.ignore_eos, bool):
+            raise _fail("ignore_eos", self.ignore_eos, "a boolean")
+        if self.logprobs is not None and (
+            not _is_int(self.logprobs) or not 0 <= self.logprobs <= MAX_LOGPROBS
+        ):
+            raise _fail("logprobs", self.logprobs, f"an integer in [0, {MAX_LOGPROBS}] or null")
+        if not _is_int(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
+            raise _fail("min_tokens", self.min_tokens, f"an integer in [0, max_tokens={self.max_tokens}]")
+
+    @staticmethod
+    def _validate_stop(stop: Any) -> list[str]:
+        if stop is None:
+            return []
+        if isinstance(stop, str):
+            stop = [stop]
+        if not isinstance(stop, list | tuple) or not all(isinstance(s, str) and s for s in stop):
+            raise _fail("stop", stop, "a non-empty string or a list of non-empty strings")
+        return list(stop)
+
+    @staticmethod
+    def _validate_stop_token_ids(ids: Any) -> list[int]:
+        if ids is None:
+            return []
+        if not isinstance(ids, list | tuple) or not all(_is_int(t) and t >= 0 for t in ids):
+            raise _fail("stop_token_ids", ids, "a list of non-negative integer token ids")
+        return list(ids)
+
+    @property
+    def is_greedy(self) -> bool:
+        """True when sampling always picks the most likely token (temperature 0 or top_k 1)."""
+        return self.temperature == 0.0 or self.top_k == 1
