@@ -1,0 +1,144 @@
+"""The ASGI application: routes, authentication, and loading the model in the background.
+
+The server listens before the model has loaded, so health checks and clients get a clear 503
+("loading") instead of a refused connection; a load failure stops the server with the error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from kvfence.server.api_errors import APIError
+from kvfence.server.async_engine import AsyncEngine
+from kvfence.server.auth import AuthMiddleware
+from kvfence.server.config import ServerConfig
+from kvfence.server.keys import KeyRing
+from kvfence.server.metrics import ServerMetrics
+from kvfence.server.serving import LoadedModel, OpenAIServing
+
+__all__ = ["PUBLIC_PATHS", "create_app", "describe_startup"]
+
+log = logging.getLogger("kvfence.server")
+
+# Readable without an API key: they carry no tenant data.
+PUBLIC_PATHS = frozenset({"/health", "/metrics", "/v1/capacity"})
+
+
+def _is_protected(path: str) -> bool:
+    return path.startswith("/v1/") and path not in PUBLIC_PATHS
+
+
+def describe_startup(config: ServerConfig, model: LoadedModel, num_keys: int | None) -> str:
+    """The one start-up line an operator needs: model, pool, advertised context, scope, scrubbing."""
+    cap = model.capacity
+    weights = " (RANDOM WEIGHTS: output is gibberish by design)" if model.is_random_weights else ""
+    scrub = "on" if cap.scrub else "OFF (UNSAFE, benchmark only: freed KV pages are not zeroed)"
+    auth = f"{num_keys} API key(s) from {config.keys_path}" if num_keys is not None else "OFF (--no-auth: one local tenant)"
+    return (
+        f"kvfence serve: model={model.public_name}{weights}; KV pool={cap.pool_tokens} tokens "
+        f"({cap.num_pages} pages x {cap.page_size}); advertised max context={cap.max_model_len} tokens; "
+        f"cache scope={config.cache_scope.value}; scrubbing={scrub}; auth={auth}"
+    )
+
+
+def _loaded_model(engine: Any, config: ServerConfig) -> LoadedModel:
+    tokenizer = engine.tokenizer
+    names = config.served_model_names or (engine.model_name,)
+    vocab = getattr(tokenizer, "vocab_size", None)
+    return LoadedModel(
+        name=engine.model_name,
+        served_names=tuple(names),
+        tokenizer=tokenizer,
+        capacity=engine.capacity,
+        is_random_weights=bool(getattr(engine, "is_random_weights", False)),
+        vocab_size=int(vocab) if vocab is not None else None,
+    )
+
+
+def create_app(
+    config: ServerConfig,
+    engine_factory: Callable[[], Any],
+    *,
+    secret: bytes,
+    keyring: KeyRing | None,
+    on_fatal: Callable[[BaseException], None] | None = None,
+) -> Starlette:
+    """Build the app. ``engine_factory`` builds the ``LLMEngine`` (in a background thread);
+    ``keyring=None`` serves one local tenant without authentication (``--no-auth``)."""
+    metrics = ServerMetrics()
+    serving = OpenAIServing(config, metrics, secret)
+    holder: dict[str, AsyncEngine] = {}
+
+    def load() -> None:
+        try:
+            engine = engine_factory()
+            model = _loaded_model(engine, config)
+            max_num_seqs = int(getattr(getattr(engine, "config", None), "max_num_seqs", 0) or 0)
+            async_engine = AsyncEngine(engine, max_pending=max_num_seqs + config.max_queue_len)
+            async_engine.start()
+            holder["engine"] = async_engine
+            metrics.stats_source = async_engine.stats
+            cap = model.capacity
+            metrics.cache_config.labels(
+                str(cap.page_size), str(cap.num_pages), str(cap.pool_tokens), str(cap.max_model_len),
+                config.cache_scope.value, str(bool(cap.scrub)).lower(),
+            ).set(1)
+            serving.attach(async_engine, model)
+            log.info(describe_startup(config, model, len(keyring) if keyring is not None else None))
+        except BaseException as exc:
+            log.error("the model could not be loaded: %s", exc, exc_info=not hasattr(exc, "exit_code"))
+            if on_fatal is not None:
+                on_fatal(exc)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        loader = threading.Thread(target=load, name="kvfence-loader", daemon=True)
+        loader.start()
+        try:
+            yield
+        finally:
+            engine = holder.get("engine")
+            if engine is not None:
+                engine.stop()
+
+    def on_reject(exc: APIError) -> None:
+        metrics.rejections.labels(exc.reason).inc()
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return APIError.not_found(f"no route for {request.method} {request.url.path}").response()
+
+    async def method_not_allowed(request: Request, exc: Exception) -> Response:
+        return APIError(405, f"method {request.method} is not allowed on {request.url.path}",
+                        code="method_not_allowed").response()
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return APIError.internal().response()
+
+    routes = [
+        Route("/v1/completions", serving.completions, methods=["POST"]),
+        Route("/v1/chat/completions", serving.chat_completions, methods=["POST"]),
+        Route("/v1/models", serving.list_models, methods=["GET"]),
+        Route("/v1/capacity", serving.capacity, methods=["GET"]),
+        Route("/health", serving.health, methods=["GET"]),
+        Route("/metrics", serving.metrics_text, methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(AuthMiddleware, keyring=keyring, is_protected=_is_protected, on_reject=on_reject)],
+        lifespan=lifespan,
+        exception_handlers={404: not_found, 405: method_not_allowed, Exception: internal_error},
+    )
+    app.state.serving = serving
+    app.state.metrics = metrics
+    return app

@@ -1,0 +1,87 @@
+"""Authentication: ``Authorization: Bearer <key>`` to a tenant, as pure ASGI middleware.
+
+The tenant found here is the only source of a request's cache scope (I5): handlers read it from
+``scope["state"]["tenant"]`` and never from the body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from kvfence.engine.scope import TenantIdentity
+from kvfence.server.api_errors import APIError
+from kvfence.server.keys import ApiKey, KeyRing
+
+__all__ = ["LOCAL_TENANT", "AuthMiddleware", "Tenant"]
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """The authenticated caller: identity plus the key's limits (None with ``--no-auth``)."""
+
+    identity: TenantIdentity
+    key: ApiKey | None = None
+
+    @property
+    def key_id(self) -> str:
+        """A stable id of the API key for per-key limits."""
+        return self.key.sha256 if self.key is not None else "local"
+
+
+LOCAL_TENANT = Tenant(TenantIdentity("local", "default", "local"))
+
+
+def _bearer(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+            return None
+    return None
+
+
+class AuthMiddleware:
+    """Attaches a :class:`Tenant` to every request under a protected path, or answers 401."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        keyring: KeyRing | None,
+        is_protected: Callable[[str], bool],
+        on_reject: Callable[[APIError], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.keyring = keyring  # None means --no-auth: every caller is the one local tenant
+        self.is_protected = is_protected
+        self.on_reject = on_reject
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.is_protected(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        tenant = self._authenticate(scope)
+        if isinstance(tenant, APIError):
+            if self.on_reject is not None:
+                self.on_reject(tenant)
+            await tenant.response()(scope, receive, send)
+            return
+        scope.setdefault("state", {})["tenant"] = tenant
+        await self.app(scope, receive, send)
+
+    def _authenticate(self, scope: Scope) -> Tenant | APIError:
+        if self.keyring is None:
+            return LOCAL_TENANT
+        token = _bearer(scope)
+        if token is None:
+            return APIError.unauthorized(
+                "missing API key: send it as 'Authorization: Bearer <key>' (keys are added with `kvfence keys add`)"
+            )
+        key = self.keyring.lookup(token)
+        if key is None:
+            return APIError.unauthorized("incorrect API key provided")
+        return Tenant(key.identity, key)

@@ -1,0 +1,187 @@
+"""``kvfence serve`` and ``kvfence keys``: the server and its tenant keys from the command line."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kvfence.engine.scope import CacheScope
+from kvfence.errors import ConfigError
+from kvfence.server.config import ServerConfig
+from kvfence.server.keys import add_key, load_keys, write_keys
+
+__all__ = ["keys", "parse_size", "serve"]
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4,
+          "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
+          "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``"8GiB"``, ``"512MB"``, ``"2G"`` (binary) or a plain number of bytes."""
+    match = _SIZE.match(text)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS:
+        raise ConfigError(f"cannot read {text!r} as a size; use e.g. 8GiB, 512MiB, 2G or a number of bytes")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def _max_model_len(value: str | None) -> int | str | None:
+    if value is None or value == "auto":
+        return value
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    raise ConfigError(f"--max-model-len must be a positive integer or 'auto', got {value!r}")
+
+
+@click.command("serve")
+@click.option("--model", "model", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Local Hugging Face model directory (config.json, tokenizer.json, *.safetensors). "
+                   "Default: the built-in small random-weight model (gibberish output, for testing).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, type=int, help="TCP port to listen on.")
+@click.option("--keys", "keys_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="TOML file of API keys (SHA-256 hashes) mapping to organization/workspace/key name; "
+                   "create entries with `kvfence keys add`. Re-read when it changes.")
+@click.option("--no-auth", is_flag=True, help="Serve one local tenant without API keys (local use only).")
+@click.option("--cache-scope", type=click.Choice([s.value for s in CacheScope]), default="org", show_default=True,
+              help="Who may share prefix-cache pages: global (everybody: single-organization servers only), "
+                   "org, workspace, key, or request (no sharing). Derived from the authenticated key, "
+                   "never from the request body (I5); a client cache_salt can only narrow it.")
+@click.option("--secret-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="File holding the server secret that keys cache scopes (HMAC). Generated with mode 0600 "
+                   "if absent. $KVFENCE_SERVER_SECRET overrides it. "
+                   "Default: $KVFENCE_HOME/server-secret or ~/.config/kvfence/server-secret.")
+@click.option("--max-model-len", default=None, metavar="N|auto",
+              help="Advertised maximum context (prompt + completion). Refused at start-up if the KV pool "
+                   "cannot hold it (I3); 'auto' lowers it to fit. Default: the model's maximum.")
+@click.option("--kv-cache-tokens", type=int, default=None, help="Size the KV pool to hold this many tokens.")
+@click.option("--kv-cache-memory", default=None, metavar="SIZE",
+              help="Size the KV pool by memory instead, e.g. 4GiB or 512MiB.")
+@click.option("--page-size", type=int, default=16, show_default=True, help="Tokens per KV page.")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32",
+              show_default=True, help="Weight and KV-cache dtype.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
+@click.option("--max-num-seqs", type=int, default=64, show_default=True,
+              help="Most sequences decoded together in one batch.")
+@click.option("--max-num-batched-tokens", type=int, default=2048, show_default=True,
+              help="Token budget of one engine step (decode tokens plus prefill chunks).")
+@click.option("--max-queue-len", type=int, default=256, show_default=True,
+              help="Requests that may wait beyond --max-num-seqs; more are refused with 429.")
+@click.option("--served-model-name", multiple=True,
+              help="Name(s) clients use in the 'model' field. Default: the model's own name.")
+@click.option("--verify-isolation", is_flag=True,
+              help="Paranoid mode: re-check I1 on every step; a violation aborts the request and is "
+                   "counted as an isolation incident.")
+@click.option("--no-scrub", is_flag=True,
+              help="UNSAFE, benchmark only: do not zero freed KV pages (breaks I2).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the built-in model's weights "
+              "and of unseeded sampling.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True)
+def serve(**opts: Any) -> None:
+    """Run the OpenAI-compatible server (completions, chat, streaming) with per-tenant cache scopes.
+
+    Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /v1/capacity,
+    GET /health, GET /metrics.
+    """
+    logging.basicConfig(level=opts["log_level"].upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if opts["keys_file"] is None and not opts["no_auth"]:
+        raise ConfigError("give --keys FILE (tenants and their API keys) or --no-auth (one local tenant)")
+    if opts["keys_file"] is not None and opts["no_auth"]:
+        raise ConfigError("--keys and --no-auth exclude each other")
+    config = ServerConfig(
+        host=opts["host"],
+        port=opts["port"],
+        keys_path=opts["keys_file"],
+        cache_scope=CacheScope.parse(opts["cache_scope"]),
+        secret_path=opts["secret_file"],
+        served_model_names=tuple(opts["served_model_name"]),
+        max_queue_len=opts["max_queue_len"],
+    )
+    from kvfence.engine.config import EngineConfig
+
+    engine_config = EngineConfig(
+        model=str(opts["model"]) if opts["model"] is not None else None,
+        max_model_len=_max_model_len(opts["max_model_len"]),  # type: ignore[arg-type]
+        kv_cache_tokens=opts["kv_cache_tokens"],
+        kv_cache_memory=parse_size(opts["kv_cache_memory"]) if opts["kv_cache_memory"] else None,
+        page_size=opts["page_size"],
+        dtype=opts["dtype"],
+        device=opts["device"],
+        max_num_seqs=opts["max_num_seqs"],
+        max_num_batched_tokens=opts["max_num_batched_tokens"],
+        scrub=not opts["no_scrub"],
+        verify_isolation=opts["verify_isolation"],
+        seed=opts["seed"],
+    )
+    if opts["model"] is not None and not Path(opts["model"]).is_dir():
+        raise ConfigError(f"--model {opts['model']} is not a directory")
+    from kvfence.server.runner import run_server
+
+    run_server(config, engine_config, log_level=opts["log_level"])
+
+
+@click.group("keys")
+def keys() -> None:
+    """Manage the tenant API keys of `kvfence serve` (a TOML file of SHA-256 hashes)."""
+
+
+_file_option = click.option("--file", "path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+                            help="The keys file (created if missing).")
+
+
+@keys.command("add")
+@_file_option
+@click.option("--org", "organization", required=True, help="Organization the key belongs to.")
+@click.option("--workspace", default="default", show_default=True, help="Workspace inside the organization.")
+@click.option("--name", required=True, help="Name of the key (unique within org/workspace).")
+@click.option("--max-concurrent-requests", type=click.IntRange(min=1), default=None,
+              help="Most requests this key may have in flight (429 beyond).")
+@click.option("--max-prompt-tokens", type=click.IntRange(min=1), default=None,
+              help="Longest prompt this key may send, in tokens (400 beyond).")
+def keys_add(path: Path, organization: str, workspace: str, name: str,
+             max_concurrent_requests: int | None, max_prompt_tokens: int | None) -> None:
+    """Add a key and print its secret ONCE (only its SHA-256 hash is stored)."""
+    secret = add_key(path, organization=organization, workspace=workspace, name=name,
+                     max_concurrent_requests=max_concurrent_requests, max_prompt_tokens=max_prompt_tokens)
+    click.echo(f"added key {organization}/{workspace}/{name} to {path}", err=True)
+    click.echo("the secret is shown only now; store it safely:", err=True)
+    click.echo(secret)
+
+
+@keys.command("list")
+@_file_option
+def keys_list(path: Path) -> None:
+    """List keys (organization, workspace, name, limits); secrets are never stored."""
+    entries = load_keys(path)
+    if not entries:
+        click.echo(f"no keys in {path}", err=True)
+    for k in entries:
+        limits = []
+        if k.max_concurrent_requests is not None:
+            limits.append(f"max_concurrent_requests={k.max_concurrent_requests}")
+        if k.max_prompt_tokens is not None:
+            limits.append(f"max_prompt_tokens={k.max_prompt_tokens}")
+        click.echo(f"{k.organization}/{k.workspace}/{k.name}  sha256:{k.sha256[:12]}…  {' '.join(limits)}".rstrip())
+
+
+@keys.command("revoke")
+@_file_option
+@click.option("--org", "organization", required=True)
+@click.option("--workspace", default="default", show_default=True)
+@click.option("--name", required=True)
+def keys_revoke(path: Path, organization: str, workspace: str, name: str) -> None:
+    """Remove a key; a running server stops accepting it within a second."""
+    entries = load_keys(path)
+    kept = [k for k in entries if (k.organization, k.workspace, k.name) != (organization, workspace, name)]
+    if len(kept) == len(entries):
+        raise ConfigError(f"no key {organization}/{workspace}/{name} in {path}")
+    write_keys(path, kept)
+    click.echo(f"revoked {organization}/{workspace}/{name}", err=True)
+

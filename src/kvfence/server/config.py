@@ -1,0 +1,42 @@
+"""Typed server configuration, validated once when the server starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvfence.engine.scope import CacheScope
+from kvfence.errors import ConfigError
+
+__all__ = ["ServerConfig"]
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything about the HTTP side; the engine has its own ``EngineConfig``.
+
+    ``keys_path=None`` means ``--no-auth``: every caller is one local tenant.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    keys_path: Path | None = None
+    cache_scope: CacheScope = CacheScope.ORG
+    secret_path: Path | None = None
+    served_model_names: tuple[str, ...] = ()
+    max_queue_len: int = 256
+    max_body_bytes: int = 16 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"--port must be in 0..65535, got {self.port}")
+        if self.max_queue_len < 0:
+            raise ConfigError(f"--max-queue-len must be >= 0, got {self.max_queue_len}")
+        if self.max_body_bytes < 1024:
+            raise ConfigError(f"--max-body-bytes must be at least 1024, got {self.max_body_bytes}")
+        if any(not name.strip() for name in self.served_model_names):
+            raise ConfigError("--served-model-name must not be empty")
+
+    @property
+    def auth_enabled(self) -> bool:
+        return self.keys_path is not None

@@ -1,0 +1,249 @@
+"""Request bodies of the OpenAI API (completions and chat), validated once at the edge.
+
+Types are strict: ``"max_tokens": "5"`` or ``"temperature": true`` is a 400, not a silent
+coercion. Unknown fields are ignored, as OpenAI clients send fields this server has no use for;
+fields that would change the answer but are not implemented (``n > 1``, penalties, tools, ...) are
+refused with a message instead of being ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kvfence.server.api_errors import APIError
+
+__all__ = [
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "CompletionRequest",
+    "GenerationRequest",
+    "StreamOptions",
+    "parse_body",
+]
+
+MAX_LOGPROBS = 20
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class GenerationRequest(_Strict):
+    """Fields shared by ``/v1/completions`` and ``/v1/chat/completions``."""
+
+    model: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = None
+    min_tokens: int = Field(default=0, ge=0)
+    n: int = 1
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    seed: int | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=1024)
+    ignore_eos: bool = False
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    repetition_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+
+    def check_supported(self) -> None:
+        """Refuse fields that would change the answer but that this server does not implement."""
+        if self.n != 1:
+            raise APIError.bad_request(f"only n=1 is supported, got n={self.n}", param="n")
+        if self.stream_options is not None and not self.stream:
+            raise APIError.bad_request("'stream_options' is only allowed when 'stream' is true",
+                                       param="stream_options")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(self, name) not in (None, 0.0):
+                raise APIError.bad_request(f"{name} is not supported; send 0 or leave it out", param=name)
+        if self.repetition_penalty not in (None, 1.0):
+            raise APIError.bad_request("repetition_penalty is not supported; send 1 or leave it out",
+                                       param="repetition_penalty")
+        if self.logit_bias:
+            raise APIError.bad_request("logit_bias is not supported", param="logit_bias")
+        if self.top_k is not None and self.top_k < -1:
+            raise APIError.bad_request(f"top_k must be -1 or 0 (disabled) or >= 1, got {self.top_k}", param="top_k")
+        if any(not s for s in self.stop_list):
+            raise APIError.bad_request("stop strings must not be empty", param="stop")
+        if self.stop_token_ids and any(t < 0 for t in self.stop_token_ids):
+            raise APIError.bad_request("stop_token_ids must be non-negative token ids", param="stop_token_ids")
+
+    @property
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    @property
+    def effective_top_k(self) -> int | None:
+        # vLLM clients send -1 (and some send 0) for "no top-k".
+        return None if self.top_k is None or self.top_k <= 0 else self.top_k
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens
+
+
+class CompletionRequest(GenerationRequest):
+    """Body of ``POST /v1/completions``."""
+
+    prompt: Any = None
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.echo:
+            raise APIError.bad_request("echo is not supported", param="echo")
+        if self.suffix:
+            raise APIError.bad_request("suffix is not supported", param="suffix")
+        if self.best_of not in (None, 1):
+            raise APIError.bad_request("only best_of=1 is supported", param="best_of")
+
+    def prompts(self) -> list[str | list[int]]:
+        """The prompt as a list of prompts, each a string or a list of token ids."""
+        p = self.prompt
+        bad = APIError.bad_request(
+            "'prompt' must be a string, a list of strings, a list of token ids or a list of token-id lists",
+            param="prompt",
+        )
+        if isinstance(p, str):
+            return [p]
+        if not isinstance(p, list) or not p:
+            raise (APIError.bad_request("'prompt' is required and must not be empty", param="prompt")
+                   if p is None or p == [] else bad)
+        if all(isinstance(x, str) for x in p):
+            return list(p)
+        if all(_is_token_id(x) for x in p):
+            return [list(p)]
+        if all(isinstance(x, list) and x and all(_is_token_id(t) for t in x) for x in p):
+            return [list(x) for x in p]
+        raise bad
+
+
+def _is_token_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+class TextPart(_Strict):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Strict):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+
+    def text(self, index: int) -> str:
+        """The message content as one string; only text parts are accepted."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        texts: list[str] = []
+        for part in self.content:
+            if part.get("type") != "text":
+                raise APIError.bad_request(
+                    f"messages[{index}].content: only parts of type 'text' are supported, got {part.get('type')!r}",
+                    param=f"messages[{index}].content",
+                )
+            try:
+                texts.append(TextPart.model_validate(part).text)
+            except ValidationError:
+                raise APIError.bad_request(
+                    f"messages[{index}].content: a text part needs a string 'text'",
+                    param=f"messages[{index}].content",
+                ) from None
+        return "".join(texts)
+
+
+class ChatCompletionRequest(GenerationRequest):
+    """Body of ``POST /v1/chat/completions``."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    tools: list[Any] | None = None
+    response_format: dict[str, Any] | None = None
+    add_generation_prompt: bool = True
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.top_logprobs and not self.logprobs:
+            raise APIError.bad_request("'top_logprobs' requires 'logprobs': true", param="top_logprobs")
+        if self.tools:
+            raise APIError.bad_request("tool calling is not supported", param="tools")
+        if self.response_format and self.response_format.get("type", "text") != "text":
+            raise APIError.bad_request("only response_format {'type': 'text'} is supported", param="response_format")
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    def template_messages(self) -> list[dict[str, str]]:
+        """Messages as plain dicts for the chat template."""
+        out: list[dict[str, str]] = []
+        for i, m in enumerate(self.messages):
+            entry = {"role": m.role, "content": m.text(i)}
+            if m.name:
+                entry["name"] = m.name
+            out.append(entry)
+        return out
+
+
+_R = TypeVar("_R", bound=GenerationRequest)
+
+
+def _describe(exc: ValidationError) -> APIError:
+    err = exc.errors(include_url=False)[0]
+    loc = [str(x) for x in err["loc"]]
+    field = loc[0] if loc else "body"
+    path = field + "".join(f"[{x}]" if x.isdigit() else f".{x}" for x in loc[1:])
+    if err["type"] == "missing":
+        return APIError.bad_request(f"'{path}' is required", param=field)
+    value = err.get("input")
+    shown = json.dumps(value)[:80] if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__
+    return APIError.bad_request(f"invalid value for '{path}': {err['msg']} (got {shown})", param=field)
+
+
+def parse_body(body: bytes, model: type[_R]) -> _R:
+    """Decode (UTF-8), parse (JSON) and validate a request body; every failure is a 400."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise APIError.bad_request(f"request body is not valid UTF-8: {exc.reason} at byte {exc.start}",
+                                   code="invalid_encoding") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise APIError.bad_request(f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+                                   code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise APIError.bad_request("request body must be a JSON object", code="invalid_json")
+    try:
+        request = model.model_validate(data)
+    except ValidationError as exc:
+        raise _describe(exc) from None
+    request.check_supported()
+    return request

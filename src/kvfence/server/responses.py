@@ -1,0 +1,134 @@
+"""Response bodies and stream chunks in OpenAI's shapes (completions and chat)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ChoiceState",
+    "chat_chunk",
+    "chat_logprobs",
+    "completion_chunk",
+    "completion_logprobs",
+    "sse",
+    "usage_body",
+]
+
+TokenText = Callable[[int], str]
+
+
+@dataclass
+class ChoiceState:
+    """What one prompt (one choice) has produced so far."""
+
+    index: int
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[dict[int, float]] = field(default_factory=list)
+    finish_reason: str | None = None
+
+    def update(self, out: Any) -> None:
+        """Fold one ``RequestOutput`` into this choice."""
+        self.num_prompt_tokens = out.num_prompt_tokens
+        self.num_cached_tokens = out.num_cached_tokens
+        self.text = out.text
+        self.token_ids = list(out.token_ids)
+        if out.logprobs:
+            self.logprobs.extend(out.logprobs)
+        if out.finished:
+            self.finish_reason = out.finish_reason
+
+
+def usage_body(choices: list[ChoiceState]) -> dict[str, Any]:
+    prompt = sum(c.num_prompt_tokens for c in choices)
+    completion = sum(len(c.token_ids) for c in choices)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": sum(c.num_cached_tokens for c in choices)},
+    }
+
+
+def _finite(value: float) -> float:
+    # JSON has no -inf; a token the sampler could never pick gets the most negative finite float.
+    return value if math.isfinite(value) else -9999.0
+
+
+def _ranked(entry: dict[int, float], num_top: int) -> list[tuple[int, float]]:
+    return sorted(entry.items(), key=lambda kv: kv[1], reverse=True)[:num_top]
+
+
+def completion_logprobs(
+    token_ids: list[int], entries: list[dict[int, float]], num_top: int, token_text: TokenText, offset: int = 0
+) -> dict[str, Any]:
+    """The legacy completions ``logprobs`` object: tokens, token_logprobs, top_logprobs, text_offset."""
+    tokens: list[str] = []
+    token_logprobs: list[float] = []
+    top: list[dict[str, float]] = []
+    offsets: list[int] = []
+    for tid, entry in zip(token_ids, entries, strict=False):
+        text = token_text(tid)
+        tokens.append(text)
+        token_logprobs.append(_finite(entry.get(tid, -math.inf)))
+        top.append({token_text(t): _finite(lp) for t, lp in _ranked(entry, num_top)})
+        offsets.append(offset)
+        offset += len(text)
+    return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top, "text_offset": offsets}
+
+
+def chat_logprobs(
+    token_ids: list[int], entries: list[dict[int, float]], num_top: int, token_text: TokenText
+) -> dict[str, Any]:
+    """The chat ``logprobs`` object: ``{"content": [{token, logprob, bytes, top_logprobs}]}``."""
+    content = []
+    for tid, entry in zip(token_ids, entries, strict=False):
+        text = token_text(tid)
+        content.append({
+            "token": text,
+            "logprob": _finite(entry.get(tid, -math.inf)),
+            "bytes": list(text.encode("utf-8")),
+            "top_logprobs": [
+                {"token": token_text(t), "logprob": _finite(lp), "bytes": list(token_text(t).encode("utf-8"))}
+                for t, lp in _ranked(entry, num_top)
+            ],
+        })
+    return {"content": content}
+
+
+def completion_chunk(
+    request_id: str, created: int, model: str, index: int, text: str, finish_reason: str | None,
+    logprobs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "id": request_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}],
+    }
+
+
+def chat_chunk(
+    request_id: str, created: int, model: str, index: int, delta: dict[str, Any], finish_reason: str | None,
+    logprobs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "id": request_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}],
+    }
+
+
+def sse(payload: dict[str, Any] | str) -> bytes:
+    """One server-sent event line."""
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    return f"data: {data}\n\n".encode()

@@ -1,0 +1,54 @@
+"""Run the server with uvicorn: secret, keys, app, and the exit status of a failed start."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import uvicorn
+
+from kvfence.errors import KvfenceError
+from kvfence.server.app import create_app
+from kvfence.server.config import ServerConfig
+from kvfence.server.keys import KeyRing
+from kvfence.server.secret import load_server_secret
+
+__all__ = ["run_server"]
+
+log = logging.getLogger("kvfence.server")
+
+
+def run_server(config: ServerConfig, engine_config: Any, *, log_level: str = "info") -> None:
+    """Serve until Ctrl-C. A model that cannot load (e.g. I3: the advertised context does not fit
+    the KV pool) stops the server and re-raises the error, so the CLI exits with its code."""
+    secret = load_server_secret(config.secret_path)
+    keyring = KeyRing(config.keys_path) if config.keys_path is not None else None
+    if keyring is not None and len(keyring) == 0:
+        log.warning("keys file %s has no keys yet: every request gets 401 until `kvfence keys add`",
+                    config.keys_path)
+    fatal: list[BaseException] = []
+    server: uvicorn.Server | None = None
+
+    def on_fatal(exc: BaseException) -> None:
+        fatal.append(exc)
+        if server is not None:
+            server.should_exit = True
+
+    def factory() -> Any:
+        from kvfence.engine.llm_engine import LLMEngine
+
+        return LLMEngine(engine_config)
+
+    app = create_app(config, factory, secret=secret, keyring=keyring, on_fatal=on_fatal)
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=config.host, port=config.port, log_level=log_level, access_log=log_level == "debug",
+        timeout_graceful_shutdown=5,
+    ))
+    log.info("listening on http://%s:%d (the model loads in the background; requests get 503 until then)",
+             config.host, config.port)
+    server.run()
+    if fatal:
+        exc = fatal[0]
+        if isinstance(exc, KvfenceError):
+            raise exc
+        raise KvfenceError(f"the model could not be loaded: {type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,448 @@
+"""The OpenAI generation endpoints: validated request -> engine requests -> answer.
+
+Order of checks for every call, cheapest and most certain first: authentication (middleware),
+model loaded (503), body readable (400/413), fields valid (400), model name (400), prompt plus
+``max_tokens`` fits the advertised context (400 ``context_length_exceeded`` *before* anything is
+queued, I3), per-key concurrency (429), queue bound (429), engine admission. The cache scope comes
+from the authenticated tenant only (I5); ``cache_salt`` narrows it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+
+from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.scope import CacheScope, compute_scope_key
+from kvfence.errors import InvalidParameterError, RequestError
+from kvfence.server.api_errors import APIError, error_payload, from_request_error
+from kvfence.server.async_engine import AsyncEngine, EngineFault, QueueFullError, RequestGroup
+from kvfence.server.auth import Tenant
+from kvfence.server.config import ServerConfig
+from kvfence.server.limits import ConcurrencyLimiter
+from kvfence.server.metrics import ServerMetrics
+from kvfence.server.protocol import ChatCompletionRequest, CompletionRequest, GenerationRequest, parse_body
+from kvfence.server.responses import (
+    ChoiceState,
+    chat_chunk,
+    chat_logprobs,
+    completion_chunk,
+    completion_logprobs,
+    sse,
+    usage_body,
+)
+from kvfence.server.streaming import ClientDisconnected, EventStreamResponse, run_until_disconnect
+
+__all__ = ["LoadedModel", "OpenAIServing"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What the HTTP side needs to know about the loaded model."""
+
+    name: str
+    served_names: tuple[str, ...]
+    tokenizer: Any
+    capacity: Any
+    is_random_weights: bool
+    vocab_size: int | None
+
+    @property
+    def public_name(self) -> str:
+        return self.served_names[0]
+
+
+class _AbortedByEngine(Exception):
+    """The engine ended the request itself (e.g. paranoid mode caught an isolation violation)."""
+
+
+class _Lease:
+    """What one HTTP generation call holds; :meth:`close` releases it exactly once."""
+
+    def __init__(self, serving: OpenAIServing, tenant: Tenant, endpoint: str) -> None:
+        self.serving = serving
+        self.tenant = tenant
+        self.endpoint = endpoint
+        self.group: RequestGroup | None = None
+        self.choices: list[ChoiceState] = []
+        self.status = "error"
+        self.started = time.perf_counter()
+        self.first_token_at: float | None = None
+        self._closed = False
+        serving.metrics.in_flight.inc()
+
+    def saw_output(self, out: Any) -> None:
+        if self.first_token_at is None and out.new_token_ids:
+            self.first_token_at = time.perf_counter()
+            self.serving.metrics.ttft.observe(self.first_token_at - self.started)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.group is not None:
+            self.group.abort()  # no-op for finished requests; frees (and scrubs) the rest
+        m = self.serving.metrics
+        org = self.tenant.identity.organization
+        self.serving.limiter.release(self.tenant.key_id)
+        m.in_flight.dec()
+        m.requests.labels(org, self.endpoint, self.status).inc()
+        if self.choices:
+            m.prompt_tokens.labels(org).inc(sum(c.num_prompt_tokens for c in self.choices))
+            m.cached_prompt_tokens.labels(org).inc(sum(c.num_cached_tokens for c in self.choices))
+            m.generation_tokens.labels(org).inc(sum(len(c.token_ids) for c in self.choices))
+        if self.status == "ok":
+            m.latency.observe(time.perf_counter() - self.started)
+
+
+class OpenAIServing:
+    """Request handlers of the OpenAI API, bound to one engine once it has loaded."""
+
+    def __init__(self, config: ServerConfig, metrics: ServerMetrics, secret: bytes) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.secret = secret
+        self.limiter = ConcurrencyLimiter()
+        self.engine: AsyncEngine | None = None
+        self.model: LoadedModel | None = None
+        self.created = int(time.time())
+
+    def attach(self, engine: AsyncEngine, model: LoadedModel) -> None:
+        """Called once the model has loaded; from now on requests are served."""
+        self.model = model
+        self.engine = engine
+
+    # -- small endpoints -------------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        if self.engine is None:
+            return self.reject(APIError.unavailable("the model is still loading"), count=False)
+        if self.engine.fault is not None:
+            return self.reject(APIError.unavailable("the engine has failed", code="engine_failed"), count=False)
+        return JSONResponse({"status": "ok"})
+
+    async def list_models(self, request: Request) -> Response:
+        model = self.model
+        if model is None:
+            return self.reject(APIError.unavailable("the model is still loading"))
+        data = [
+            {"id": name, "object": "model", "created": self.created, "owned_by": "kvfence",
+             "root": model.name, "max_model_len": model.capacity.max_model_len}
+            for name in model.served_names
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def capacity(self, request: Request) -> Response:
+        """What a gateway needs to cap lengths below the real KV capacity (I3)."""
+        model = self.model
+        if model is None:
+            return self.reject(APIError.unavailable("the model is still loading"))
+        cap = model.capacity
+        return JSONResponse({
+            "model": model.public_name,
+            "max_model_len": cap.max_model_len,
+            "pool_tokens": cap.pool_tokens,
+            "num_pages": cap.num_pages,
+            "page_size": cap.page_size,
+            "cache_scope": self.config.cache_scope.value,
+            "scrub": bool(cap.scrub),
+            "random_weights": model.is_random_weights,
+        })
+
+    async def metrics_text(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    # -- generation ------------------------------------------------------------------------------
+
+    async def completions(self, request: Request) -> Response:
+        return await self._handle(request, "completions")
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._handle(request, "chat")
+
+    def reject(self, exc: APIError, *, count: bool = True) -> Response:
+        if count:
+            self.metrics.rejections.labels(exc.reason).inc()
+        return exc.response()
+
+    async def _handle(self, request: Request, endpoint: str) -> Response:
+        try:
+            return await self._generate(request, endpoint)
+        except APIError as exc:
+            return self.reject(exc)
+        except RequestError as exc:
+            return self.reject(from_request_error(exc))
+        except QueueFullError as exc:
+            return self.reject(APIError.too_many_requests(f"{exc}; retry later", code="queue_full"))
+        except _AbortedByEngine as exc:
+            log.error("request aborted by the engine: %s", exc)
+            return self.reject(APIError(500, str(exc), type="server_error", code="request_aborted"))
+        except EngineFault as exc:
+            return self.reject(APIError.internal(str(exc)))
+        except (ClientDisconnected, ClientDisconnect):
+            self.metrics.rejections.labels("client_disconnected").inc()
+            return Response(status_code=499)  # nobody is listening any more
+        except Exception:
+            log.exception("unexpected error while serving %s", request.url.path)
+            return self.reject(APIError.internal())
+
+    def _ready(self) -> tuple[AsyncEngine, LoadedModel]:
+        engine, model = self.engine, self.model
+        if engine is None or model is None:
+            raise APIError.unavailable("the model is still loading; retry shortly")
+        if engine.fault is not None:
+            raise APIError.unavailable("the engine has failed; see the server log", code="engine_failed")
+        return engine, model
+
+    async def _read_body(self, request: Request) -> bytes:
+        limit = self.config.max_body_bytes
+        too_large = APIError(413, f"request body is larger than {limit} bytes", code="request_too_large")
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise too_large
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _generate(self, request: Request, endpoint: str) -> Response:
+        tenant: Tenant = request.scope["state"]["tenant"]
+        engine, model = self._ready()
+        body = await self._read_body(request)
+        is_chat = endpoint == "chat"
+        req: GenerationRequest = parse_body(body, ChatCompletionRequest if is_chat else CompletionRequest)
+        public_name = self._check_model(req.model, model)
+        if isinstance(req, ChatCompletionRequest):
+            prompts, param = [self._chat_prompt(req, model)], "messages"
+        else:
+            assert isinstance(req, CompletionRequest)
+            prompts, param = [self._tokenize(p, model) for p in req.prompts()], "prompt"
+        params = [self._sampling_params(req, len(p), model, tenant, param) for p in prompts]
+
+        # I5: the scope comes from the authenticated tenant and the server secret; the client's
+        # cache_salt is mixed in after the identity, so it can only narrow the scope.
+        scope_key = compute_scope_key(tenant.identity, self.config.cache_scope, self.secret,
+                                      cache_salt=req.cache_salt)
+        if self.config.cache_scope is not CacheScope.REQUEST:
+            self.metrics.remember_scope(scope_key, tenant.identity.organization)
+
+        limit = tenant.key.max_concurrent_requests if tenant.key is not None else None
+        if not self.limiter.try_acquire(tenant.key_id, limit):
+            raise APIError.too_many_requests(
+                f"API key {tenant.identity.key_name!r} already has {limit} requests in flight (its limit); retry later",
+                code="concurrency_limit_exceeded",
+            )
+        lease = _Lease(self, tenant, endpoint)
+        prefix = "chatcmpl" if is_chat else "cmpl"
+        response_id = f"{prefix}-{uuid.uuid4().hex}"
+        lease.choices = [ChoiceState(i) for i in range(len(prompts))]
+        try:
+            lease.group = await engine.submit(
+                [(f"{response_id}-{i}", p, sp) for i, (p, sp) in enumerate(zip(prompts, params, strict=True))],
+                scope_key,
+            )
+        except BaseException:
+            lease.choices = []
+            lease.close()
+            raise
+        created = int(time.time())
+        if req.stream:
+            lease.status = "disconnected"  # until the stream ends one way or the other
+            chunks = (self._chat_chunks if is_chat else self._completion_chunks)(
+                req, lease, response_id, created, public_name, model)
+            return EventStreamResponse(chunks, on_close=lease.close)
+        try:
+            await run_until_disconnect(request.receive, lambda: self._collect(lease))
+            body_json = (self._chat_body if is_chat else self._completion_body)(
+                req, lease, response_id, created, public_name, model)
+            lease.status = "ok"
+            return JSONResponse(body_json)
+        except ClientDisconnected:
+            lease.status = "disconnected"
+            raise
+        finally:
+            lease.close()
+
+    # -- request preparation ---------------------------------------------------------------------
+
+    def _check_model(self, requested: str | None, model: LoadedModel) -> str:
+        if requested is None or requested in model.served_names or requested == model.name:
+            return requested or model.public_name
+        raise APIError.bad_request(
+            f"the model {requested!r} does not exist on this server; available: {', '.join(model.served_names)}",
+            param="model", code="model_not_found",
+        )
+
+    def _tokenize(self, prompt: str | list[int], model: LoadedModel) -> list[int]:
+        if isinstance(prompt, str):
+            ids: list[int] = model.tokenizer.encode(prompt, add_special_tokens=True)
+            return ids
+        vocab = model.vocab_size
+        if vocab is not None:
+            bad = next((t for t in prompt if t >= vocab), None)
+            if bad is not None:
+                raise APIError.bad_request(f"token id {bad} is out of range: the vocabulary has {vocab} tokens",
+                                           param="prompt")
+        return prompt
+
+    def _chat_prompt(self, req: ChatCompletionRequest, model: LoadedModel) -> list[int]:
+        tok = model.tokenizer
+        text = tok.apply_chat_template(req.template_messages(), add_generation_prompt=req.add_generation_prompt)
+        # A real template renders its own special tokens (BOS included); the plain fallback does not.
+        ids: list[int] = tok.encode(text, add_special_tokens=tok.chat_template is None)
+        return ids
+
+    def _sampling_params(
+        self, req: GenerationRequest, num_prompt: int, model: LoadedModel, tenant: Tenant, param: str
+    ) -> SamplingParams:
+        if num_prompt == 0:
+            raise APIError.bad_request(f"'{param}' must contain at least one token", param=param)
+        key = tenant.key
+        if key is not None and key.max_prompt_tokens is not None and num_prompt > key.max_prompt_tokens:
+            raise APIError.bad_request(
+                f"the prompt has {num_prompt} tokens but API key {key.name!r} allows at most "
+                f"{key.max_prompt_tokens}; shorten the {param}",
+                param=param, code="context_length_exceeded",
+            )
+        max_len = int(model.capacity.max_model_len)
+        requested = req.requested_max_tokens
+        if requested is None:
+            room = max_len - num_prompt
+            requested = room if isinstance(req, ChatCompletionRequest) else min(DEFAULT_COMPLETION_MAX_TOKENS, room)
+            requested = max(requested, 1)
+        if num_prompt + requested > max_len:
+            # I3: refused before anything is queued or allocated.
+            raise APIError.bad_request(
+                f"This model's maximum context length is {max_len} tokens. However, you requested "
+                f"{num_prompt + requested} tokens ({num_prompt} in the {param}, {requested} in the completion). "
+                f"Please reduce the length of the {param} or completion.",
+                param=param, code="context_length_exceeded",
+            )
+        if isinstance(req, ChatCompletionRequest):
+            logprobs = (req.top_logprobs or 0) if req.logprobs else None
+        else:
+            assert isinstance(req, CompletionRequest)
+            logprobs = req.logprobs
+        try:
+            return SamplingParams(
+                max_tokens=requested,
+                temperature=1.0 if req.temperature is None else req.temperature,
+                top_k=req.effective_top_k,
+                top_p=1.0 if req.top_p is None else req.top_p,
+                seed=req.seed,
+                stop=req.stop_list,
+                stop_token_ids=list(req.stop_token_ids or []),
+                ignore_eos=req.ignore_eos,
+                logprobs=logprobs,
+                min_tokens=req.min_tokens,
+            )
+        except InvalidParameterError as exc:
+            raise from_request_error(exc) from exc
+
+    # -- answers ---------------------------------------------------------------------------------
+
+    def _fold(self, lease: _Lease, out: Any) -> ChoiceState:
+        choice = lease.choices[int(out.request_id.rsplit("-", 1)[1])]
+        choice.update(out)
+        lease.saw_output(out)
+        if out.finished and out.finish_reason == "abort":
+            raise _AbortedByEngine("the engine aborted the request (isolation check or internal limit); "
+                                   "no answer is returned")
+        return choice
+
+    async def _collect(self, lease: _Lease) -> None:
+        assert lease.group is not None
+        async for out in lease.group:
+            self._fold(lease, out)
+
+    def _token_text(self, model: LoadedModel) -> Any:
+        tok = model.tokenizer
+        return lambda tid: tok.decode([tid], skip_special_tokens=False)
+
+    def _completion_body(self, req: Any, lease: _Lease, rid: str, created: int, name: str,
+                         model: LoadedModel) -> dict[str, Any]:
+        choices = []
+        for c in lease.choices:
+            logprobs = (completion_logprobs(c.token_ids, c.logprobs, req.logprobs, self._token_text(model))
+                        if req.logprobs is not None else None)
+            choices.append({"index": c.index, "text": c.text, "logprobs": logprobs, "finish_reason": c.finish_reason})
+        return {"id": rid, "object": "text_completion", "created": created, "model": name,
+                "choices": choices, "usage": usage_body(lease.choices)}
+
+    def _chat_body(self, req: Any, lease: _Lease, rid: str, created: int, name: str,
+                   model: LoadedModel) -> dict[str, Any]:
+        c = lease.choices[0]
+        logprobs = (chat_logprobs(c.token_ids, c.logprobs, req.top_logprobs or 0, self._token_text(model))
+                    if req.logprobs else None)
+        return {
+            "id": rid, "object": "chat.completion", "created": created, "model": name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": c.text},
+                         "logprobs": logprobs, "finish_reason": c.finish_reason}],
+            "usage": usage_body(lease.choices),
+        }
+
+    async def _completion_chunks(self, req: Any, lease: _Lease, rid: str, created: int, name: str,
+                                 model: LoadedModel) -> AsyncIterator[bytes]:
+        assert lease.group is not None
+        token_text = self._token_text(model)
+        try:
+            async for out in lease.group:
+                offset = len(lease.choices[int(out.request_id.rsplit("-", 1)[1])].text)
+                choice = self._fold(lease, out)
+                logprobs = None
+                if req.logprobs is not None and out.new_token_ids:
+                    logprobs = completion_logprobs(list(out.new_token_ids), list(out.logprobs or []),
+                                                   req.logprobs, token_text, offset)
+                if out.delta_text or out.finished or logprobs is not None:
+                    yield sse(completion_chunk(rid, created, name, choice.index, out.delta_text,
+                                               choice.finish_reason, logprobs))
+            if req.include_usage:
+                yield sse({"id": rid, "object": "text_completion", "created": created, "model": name,
+                           "choices": [], "usage": usage_body(lease.choices)})
+            lease.status = "ok"
+            yield sse("[DONE]")
+        except (EngineFault, _AbortedByEngine) as exc:
+            log.error("stream %s failed: %s", rid, exc)
+            lease.status = "error"
+            yield sse(error_payload(str(exc), type="server_error", code="request_aborted"))
+
+    async def _chat_chunks(self, req: Any, lease: _Lease, rid: str, created: int, name: str,
+                           model: LoadedModel) -> AsyncIterator[bytes]:
+        assert lease.group is not None
+        token_text = self._token_text(model)
+        try:
+            yield sse(chat_chunk(rid, created, name, 0, {"role": "assistant", "content": ""}, None))
+            async for out in lease.group:
+                choice = self._fold(lease, out)
+                logprobs = None
+                if req.logprobs and out.new_token_ids:
+                    logprobs = chat_logprobs(list(out.new_token_ids), list(out.logprobs or []),
+                                             req.top_logprobs or 0, token_text)
+                if out.delta_text or logprobs is not None:
+                    yield sse(chat_chunk(rid, created, name, 0, {"content": out.delta_text}, None, logprobs))
+                if out.finished:
+                    yield sse(chat_chunk(rid, created, name, 0, {}, choice.finish_reason))
+            if req.include_usage:
+                yield sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": name,
+                           "choices": [], "usage": usage_body(lease.choices)})
+            lease.status = "ok"
+            yield sse("[DONE]")
+        except (EngineFault, _AbortedByEngine) as exc:
+            log.error("stream %s failed: %s", rid, exc)
+            lease.status = "error"
+            yield sse(error_payload(str(exc), type="server_error", code="request_aborted"))

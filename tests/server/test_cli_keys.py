@@ -1,0 +1,40 @@
+"""`kvfence keys` through click's runner: the secret is printed once and works for lookup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from kvfence.server.cli import keys, parse_size
+from kvfence.server.keys import KeyRing
+
+
+def test_add_list_revoke(tmp_path: Path) -> None:
+    path = tmp_path / "keys.toml"
+    runner = CliRunner()
+    result = runner.invoke(keys, ["add", "--file", str(path), "--org", "acme", "--workspace", "lab",
+                                  "--name", "alice", "--max-concurrent-requests", "2"])
+    assert result.exit_code == 0, result.output
+    secret = result.stdout.strip().splitlines()[-1]
+    assert secret.startswith("kvf-") and secret not in path.read_text()
+    key = KeyRing(path).lookup(secret)
+    assert key is not None and key.workspace == "lab" and key.max_concurrent_requests == 2
+
+    listed = runner.invoke(keys, ["list", "--file", str(path)])
+    assert "acme/lab/alice" in listed.stdout and secret not in listed.stdout
+
+    again = runner.invoke(keys, ["add", "--file", str(path), "--org", "acme", "--workspace", "lab", "--name", "alice"])
+    assert again.exit_code != 0
+
+    revoked = runner.invoke(keys, ["revoke", "--file", str(path), "--org", "acme", "--workspace", "lab",
+                                   "--name", "alice"])
+    assert revoked.exit_code == 0
+    assert KeyRing(path).lookup(secret) is None
+
+
+def test_parse_size() -> None:
+    assert parse_size("4GiB") == 4 << 30
+    assert parse_size("512MB") == 512_000_000
+    assert parse_size("2G") == 2 << 30
+    assert parse_size("1024") == 1024

@@ -1,0 +1,103 @@
+"""Request validation at the edge: every malformed body is a 400 with OpenAI's error shape."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvfence.server.api_errors import APIError
+from kvfence.server.protocol import ChatCompletionRequest, CompletionRequest, parse_body
+
+
+def _err(body: bytes, model: type = CompletionRequest) -> APIError:
+    with pytest.raises(APIError) as info:
+        parse_body(body, model)
+    assert info.value.status_code == 400
+    payload = info.value.payload()["error"]
+    assert set(payload) == {"message", "type", "param", "code"}
+    return info.value
+
+
+def test_valid_completion_request() -> None:
+    req = parse_body(json.dumps({"model": "m", "prompt": "hi", "max_tokens": 5, "temperature": 0,
+                                 "stop": "x", "stream": True, "stream_options": {"include_usage": True},
+                                 "top_k": -1, "some_unknown_field": 1}).encode(), CompletionRequest)
+    assert req.prompts() == ["hi"] and req.stop_list == ["x"] and req.include_usage
+    assert req.effective_top_k is None
+
+
+@pytest.mark.parametrize(
+    ("prompt", "expected"),
+    [("a", ["a"]), (["a", "b"], ["a", "b"]), ([1, 2], [[1, 2]]), ([[1], [2, 3]], [[1], [2, 3]])],
+)
+def test_prompt_shapes(prompt: object, expected: list) -> None:
+    assert parse_body(json.dumps({"prompt": prompt}).encode(), CompletionRequest).prompts() == expected
+
+
+@pytest.mark.parametrize("prompt", [None, [], [1, "a"], [[1], []], [-1], [True], {"a": 1}, [[1.5]]])
+def test_bad_prompts(prompt: object) -> None:
+    req = parse_body(json.dumps({"prompt": prompt}).encode(), CompletionRequest)
+    with pytest.raises(APIError) as info:
+        req.prompts()
+    assert info.value.param == "prompt"
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "code"),
+    [
+        (b"{not json", None, "invalid_json"),
+        (b"\xff\xfe{}", None, "invalid_encoding"),
+        (b"[1, 2]", None, "invalid_json"),
+        (b'{"prompt": "x", "max_tokens": "5"}', "max_tokens", None),
+        (b'{"prompt": "x", "max_tokens": true}', "max_tokens", None),
+        (b'{"prompt": "x", "max_tokens": 0}', "max_tokens", None),
+        (b'{"prompt": "x", "temperature": -0.5}', "temperature", None),
+        (b'{"prompt": "x", "temperature": 2.5}', "temperature", None),
+        (b'{"prompt": "x", "top_p": 0}', "top_p", None),
+        (b'{"prompt": "x", "top_p": 1.5}', "top_p", None),
+        (b'{"prompt": "x", "n": 2}', "n", None),
+        (b'{"prompt": "x", "logprobs": 21}', "logprobs", None),
+        (b'{"prompt": "x", "stream": "yes"}', "stream", None),
+        (b'{"prompt": "x", "stream_options": {"include_usage": true}}', "stream_options", None),
+        (b'{"prompt": "x", "stop": ["a", ""]}', "stop", None),
+        (b'{"prompt": "x", "presence_penalty": 1}', "presence_penalty", None),
+        (b'{"prompt": "x", "echo": true}', "echo", None),
+        (b'{"prompt": "x", "top_k": -5}', "top_k", None),
+    ],
+)
+def test_bad_completion_bodies(body: bytes, param: str | None, code: str | None) -> None:
+    err = _err(body)
+    assert err.param == param
+    if code is not None:
+        assert err.code == code
+
+
+@pytest.mark.parametrize(
+    ("messages", "param"),
+    [
+        ([], "messages"),
+        ("hello", "messages"),
+        ([{"role": "wizard", "content": "x"}], "messages"),
+        ([{"content": "x"}], "messages"),
+    ],
+)
+def test_bad_chat_bodies(messages: object, param: str) -> None:
+    err = _err(json.dumps({"messages": messages}).encode(), ChatCompletionRequest)
+    assert err.param == param
+
+
+def test_chat_text_parts_and_refused_images() -> None:
+    req = parse_body(json.dumps({"messages": [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+    ], "max_completion_tokens": 3, "logprobs": True, "top_logprobs": 2}).encode(), ChatCompletionRequest)
+    assert req.template_messages() == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "ab"}]
+    assert req.requested_max_tokens == 3
+    req = parse_body(json.dumps({"messages": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}).encode(),
+        ChatCompletionRequest)
+    with pytest.raises(APIError, match="only parts of type 'text'"):
+        req.template_messages()
+    _err(json.dumps({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}).encode(),
+         ChatCompletionRequest)
