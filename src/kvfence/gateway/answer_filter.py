@@ -1,0 +1,167 @@
+"""Applying the hooks' response filters to answers, streamed (server-sent events) or not.
+
+Pure data transformation: bytes or JSON in, bytes or JSON out. Every text field of every choice
+(chat ``content`` / ``reasoning_content``, completions ``text``) gets its own chain of filters, so a
+placeholder split across chunks of one choice is still seen whole, and choices never mix.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from kvfence.gateway.hooks import ResponseFilter
+
+__all__ = ["AnswerFilter", "FilterChain", "SSEDecoder", "encode_event"]
+
+CHAT_FIELDS = ("content", "reasoning_content")
+
+
+class FilterChain:
+    """Filters applied one after the other to one text stream."""
+
+    def __init__(self, filters: Sequence[ResponseFilter]) -> None:
+        self._filters = list(filters)
+
+    def feed(self, text: str) -> str:
+        for f in self._filters:
+            text = f.feed(text)
+        return text
+
+    def finish(self) -> str:
+        # Each filter's tail still has to pass through the filters after it.
+        tail = ""
+        for f in self._filters:
+            tail = f.feed(tail) if tail else ""
+            tail += f.finish()
+        return tail
+
+
+class SSEDecoder:
+    """Splits a server-sent-event byte stream into events (each a list of raw lines)."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        self._buffer += data
+        while True:
+            end, sep_len = _event_end(self._buffer)
+            if end is None:
+                return
+            event, self._buffer = self._buffer[:end], self._buffer[end + sep_len:]
+            if event.strip():
+                yield event
+
+    def rest(self) -> bytes:
+        rest, self._buffer = self._buffer, b""
+        return rest
+
+
+def _event_end(buffer: bytes) -> tuple[int | None, int]:
+    best: tuple[int | None, int] = (None, 0)
+    for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
+        at = buffer.find(sep)
+        if at != -1 and (best[0] is None or at < best[0]):
+            best = (at, len(sep))
+    return best
+
+
+def event_data(event: bytes) -> str | None:
+    """The joined ``data:`` lines of one event, or None for comment/keep-alive events."""
+    lines = [line.rstrip(b"\r") for line in event.split(b"\n")]
+    data = [line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")]
+    return b"\n".join(data).decode("utf-8") if data else None
+
+
+def encode_event(payload: dict[str, Any] | str) -> bytes:
+    text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False,
+                                                               separators=(",", ":"))
+    return b"data: " + text.encode("utf-8") + b"\n\n"
+
+
+class AnswerFilter:
+    """Per-answer state: one :class:`FilterChain` per (choice index, text field)."""
+
+    def __init__(self, endpoint: str, make_chain: Callable[[], FilterChain]) -> None:
+        self._endpoint = endpoint
+        self._make_chain = make_chain
+        self._chains: dict[tuple[int, str], FilterChain] = {}
+        self._finished: set[tuple[int, str]] = set()
+        self._last_chunk: dict[str, Any] | None = None
+
+    def _chain(self, key: tuple[int, str]) -> FilterChain:
+        chain = self._chains.get(key)
+        if chain is None:
+            chain = self._chains[key] = self._make_chain()
+        return chain
+
+    def _text_slots(self, choice: dict[str, Any], *, stream: bool) -> list[tuple[dict[str, Any], str]]:
+        if self._endpoint == "completions":
+            return [(choice, "text")]
+        holder = choice.get("delta" if stream else "message")
+        if not isinstance(holder, dict):
+            return []
+        return [(holder, name) for name in CHAT_FIELDS if isinstance(holder.get(name), str)] or [(holder, "content")]
+
+    # -- streaming --------------------------------------------------------------------------------
+    def filter_chunk(self, chunk: dict[str, Any]) -> dict[str, Any]:
+        """Filter one streamed chunk in place; finishes a choice's chains on its ``finish_reason``."""
+        self._last_chunk = chunk
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict):
+                continue
+            index = int(choice.get("index") or 0)
+            for holder, name in self._text_slots(choice, stream=True):
+                key = (index, name)
+                if key in self._finished:
+                    continue
+                text = holder.get(name)
+                out = self._chain(key).feed(text) if isinstance(text, str) and text else ""
+                if choice.get("finish_reason") is not None:
+                    out += self._chain(key).finish()
+                    self._finished.add(key)
+                if isinstance(text, str) or out:
+                    holder[name] = out
+            if choice.get("finish_reason") is not None:
+                for key in [k for k in self._chains if k[0] == index and k not in self._finished]:
+                    tail = self._chains[key].finish()
+                    self._finished.add(key)
+                    holder = choice.setdefault("delta", {}) if self._endpoint == "chat" else choice
+                    holder[key[1]] = (holder.get(key[1]) or "") + tail
+        return chunk
+
+    def flush(self) -> list[dict[str, Any]]:
+        """Chunks carrying what is still held back for choices that never sent a finish_reason."""
+        out: list[dict[str, Any]] = []
+        for key, chain in self._chains.items():
+            if key in self._finished:
+                continue
+            self._finished.add(key)
+            tail = chain.finish()
+            if not tail:
+                continue
+            base = {k: v for k, v in (self._last_chunk or {}).items() if k in ("id", "object", "created", "model")}
+            if self._endpoint == "chat":
+                choice: dict[str, Any] = {"index": key[0], "delta": {key[1]: tail}, "finish_reason": None}
+            else:
+                choice = {"index": key[0], "text": tail, "finish_reason": None}
+            out.append({**base, "choices": [choice]})
+        return out
+
+    # -- whole answers ----------------------------------------------------------------------------
+    def filter_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Filter a non-streamed answer in place."""
+        for choice in body.get("choices") or []:
+            if not isinstance(choice, dict):
+                continue
+            index = int(choice.get("index") or 0)
+            for holder, name in self._text_slots(choice, stream=False):
+                text = holder.get(name)
+                if not isinstance(text, str):
+                    continue
+                chain = self._chain((index, name))
+                holder[name] = chain.feed(text) + chain.finish()
+                self._finished.add((index, name))
+        return body

@@ -1,0 +1,83 @@
+"""The gateway's ASGI application: the OpenAI-compatible surface plus ``/metrics`` and ``/health``."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from kvfence.gateway.errors import GatewayError
+from kvfence.gateway.proxy import handle_completion, json_error
+from kvfence.gateway.runtime import GatewayRuntime
+
+__all__ = ["build_app"]
+
+log = logging.getLogger("kvfence.gateway")
+
+
+def build_app(runtime: GatewayRuntime) -> Starlette:
+    """An app serving ``runtime``; its lifespan starts and closes the runtime."""
+
+    async def chat(request: Request) -> Response:
+        return await handle_completion(runtime, request, "chat")
+
+    async def completions(request: Request) -> Response:
+        return await handle_completion(runtime, request, "completions")
+
+    async def models(request: Request) -> Response:
+        try:
+            runtime.tenants.authenticate(request.headers.get("authorization"))
+        except GatewayError as exc:
+            return json_error(exc)
+        names: dict[str, str] = {}
+        for state in runtime.backends.values():
+            for name in [*state.config.models, *state.config.model_map]:
+                names.setdefault(name, state.config.name)
+        data = []
+        for name in sorted(names):
+            entry: dict[str, object] = {"id": name, "object": "model", "owned_by": "kvfence-gateway"}
+            limits = [s.capacity.max_context for s in runtime.backends.values()
+                      if s.config.serves(name) and s.capacity.max_context is not None]
+            if limits:
+                entry["max_model_len"] = max(limits)
+            data.append(entry)
+        return JSONResponse({"object": "list", "data": data})
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(runtime.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def health(request: Request) -> Response:
+        backends = {
+            name: {"up": state.last_error is None, "last_error": state.last_error,
+                   "advertised_context": state.capacity.advertised_context,
+                   "kv_capacity_tokens": state.capacity.kv_capacity_tokens,
+                   "advertises_more_than_it_holds": state.capacity.advertises_more_than_it_holds,
+                   "capacity_source": state.capacity.source,
+                   "token_count": getattr(state.counter, "description", "")}
+            for name, state in runtime.backends.items()
+        }
+        return JSONResponse({"status": "ok", "hooks": [type(h).__name__ for h in runtime.hooks],
+                             "backends": backends})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await runtime.start()
+        try:
+            yield
+        finally:
+            await runtime.close()
+
+    routes = [
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)

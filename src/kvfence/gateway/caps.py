@@ -1,0 +1,95 @@
+"""Length caps: a request must fit under both the policy's limit and the backend's real capacity.
+
+Two limits apply: the prompt alone against the tenant's and the class's ``max_prompt_tokens``, and
+prompt + ``max_tokens`` against what the chosen backend can hold (min of its advertised context and
+its KV capacity). Over either, the class's ``over_cap`` action decides: reject with a 400 (default),
+or trim retrieved context and report how many tokens were cut.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvfence.gateway.errors import GatewayRequestError, PromptTooLongError
+from kvfence.gateway.policy import OverCapAction, OverCapConfig
+from kvfence.gateway.tokens import TokenCounter
+from kvfence.gateway.trim import trim_to_fit
+
+__all__ = ["CapResult", "completion_budget", "count_prompt", "enforce_cap"]
+
+
+def count_prompt(counter: TokenCounter, endpoint: str, body: dict[str, Any]) -> int:
+    """Prompt tokens of a chat or completions body."""
+    if endpoint == "chat":
+        return counter.count_chat(body.get("messages") or [], body.get("tools"))
+    prompt = body.get("prompt", "")
+    if isinstance(prompt, str):
+        return counter.count_text(prompt)
+    if isinstance(prompt, list):
+        if all(isinstance(t, int) for t in prompt):
+            return len(prompt)
+        # a batch of prompts: each must fit on its own, so the largest one is what counts
+        sizes = [len(p) if isinstance(p, list) else counter.count_text(str(p)) for p in prompt]
+        return max(sizes, default=0)
+    raise GatewayRequestError("`prompt` must be a string, a list of strings or a list of token ids",
+                              param="prompt")
+
+
+def completion_budget(body: dict[str, Any]) -> int:
+    """Tokens the request may generate, as far as the body says (at least 1)."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise GatewayRequestError(f"`{key}` must be a positive integer", param=key)
+        return value
+    return 1
+
+
+@dataclass(frozen=True, slots=True)
+class CapResult:
+    prompt_tokens: int
+    prompt_limit: int | None      # policy / tenant cap on the prompt alone
+    context_limit: int | None     # backend's real maximum for prompt + max_tokens
+    tokens_cut: int = 0
+
+
+def enforce_cap(
+    body: dict[str, Any],
+    endpoint: str,
+    counter: TokenCounter,
+    *,
+    prompt_limit: int | None,
+    context_limit: int | None,
+    over_cap: OverCapConfig,
+) -> CapResult:
+    """Check ``body`` against both limits; trim it in place when the class allows, else raise 400."""
+    budget = completion_budget(body)
+    tokens = count_prompt(counter, endpoint, body)
+    limits = [v for v in (prompt_limit, None if context_limit is None else context_limit - budget)
+              if v is not None]
+    limit = min(limits) if limits else None
+    if limit is None or tokens <= limit:
+        return CapResult(tokens, prompt_limit, context_limit)
+    if context_limit is not None and budget >= context_limit:
+        raise PromptTooLongError(f"max_tokens={budget} leaves no room for a prompt: the backend holds "
+                                 f"{context_limit} tokens in all", param="max_tokens")
+    cut = 0
+    if over_cap.action is OverCapAction.TRIM and endpoint == "chat":
+        result = trim_to_fit(body.get("messages") or [], over_cap,
+                             lambda msgs: counter.count_chat(msgs, body.get("tools")), limit)
+        if result.tokens_after <= limit:
+            body["messages"] = result.messages
+            return CapResult(result.tokens_after, prompt_limit, context_limit, result.tokens_cut)
+        cut = result.tokens_cut
+    method = "" if counter.is_exact else " (approximate count, see tokens.py)"
+    parts = []
+    if prompt_limit is not None and tokens > prompt_limit:
+        parts.append(f"the policy allows {prompt_limit} prompt tokens")
+    if context_limit is not None and tokens + budget > context_limit:
+        parts.append(f"the backend can hold {context_limit} tokens for prompt + max_tokens ({budget})")
+    trimmed = f"; trimming retrieved context could cut only {cut} tokens" if cut else ""
+    raise PromptTooLongError(f"prompt is {tokens} tokens{method}, over the cap: {' and '.join(parts)}{trimmed}",
+                             param="messages" if endpoint == "chat" else "prompt")

@@ -1,0 +1,204 @@
+"""``kvfence gateway``: run the proxy (``--config FILE``), validate a policy, query the audit log.
+
+Other parts add sub-commands without editing this file: a module ``kvfence.gateway.protection.cli``
+that defines ``register(group: click.Group) -> None`` is imported the first time the group lists
+its commands.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kvfence.errors import ConfigError
+
+__all__ = ["gateway"]
+
+EXTENSION_MODULES = ("kvfence.gateway.protection.cli",)
+
+
+class _GatewayGroup(click.Group):
+    _extended = False
+
+    def _extend(self) -> None:
+        if self._extended:
+            return
+        self._extended = True
+        for name in EXTENSION_MODULES:
+            try:
+                module = importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if exc.name is not None and name.startswith(exc.name):
+                    continue  # that part is not installed: nothing to add
+                raise
+            register = getattr(module, "register", None)
+            if register is not None:
+                register(self)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self._extend()
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        self._extend()
+        return super().get_command(ctx, cmd_name)
+
+
+_config_option = click.option("--config", "config", type=click.Path(dir_okay=False, path_type=Path),
+                              help="Policy file (YAML).")
+
+
+def _serve(config: Path, host: str, port: int, audit_log: str | None, log_level: str) -> None:
+    import uvicorn
+
+    from kvfence.gateway.app import build_app
+    from kvfence.gateway.policy_loader import load_policy
+    from kvfence.gateway.runtime import GatewayRuntime
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    policy = load_policy(config)
+    runtime = GatewayRuntime.create(policy, base_dir=config.parent, audit_url=audit_log)
+    click.echo(f"kvfence gateway: {len(policy.backends)} backend(s), {len(policy.tenants)} tenant(s), "
+               f"{len(runtime.hooks)} hook(s); listening on http://{host}:{port}", err=True)
+    uvicorn.run(build_app(runtime), host=host, port=port, log_level=log_level, access_log=False,
+                lifespan="on")
+
+
+def _run_options(func: Any) -> Any:
+    func = click.option("--log-level", default="warning", show_default=True,
+                        type=click.Choice(["debug", "info", "warning", "error"]))(func)
+    func = click.option("--audit-log", default=None, help="Override gateway.audit_log (sqlite:///PATH or postgresql://...).")(func)
+    func = click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))(func)
+    func = click.option("--host", default="127.0.0.1", show_default=True)(func)
+    return _config_option(func)
+
+
+@click.group(cls=_GatewayGroup, invoke_without_command=True)
+@_run_options
+@click.pass_context
+def gateway(ctx: click.Context, config: Path | None, host: str, port: int, audit_log: str | None,
+            log_level: str) -> None:
+    """Tenant-aware proxy: `kvfence gateway --config gateway.yaml` runs it."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if config is None:
+        click.echo(ctx.get_help())
+        raise click.UsageError("give --config FILE to run the gateway, or a sub-command")
+    _serve(config, host, port, audit_log, log_level)
+
+
+@gateway.command("run")
+@_run_options
+def run(config: Path | None, host: str, port: int, audit_log: str | None, log_level: str) -> None:
+    """Run the gateway (same as `kvfence gateway --config FILE`)."""
+    if config is None:
+        raise click.UsageError("--config FILE is required")
+    _serve(config, host, port, audit_log, log_level)
+
+
+@gateway.command("check")
+@click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
+def check(config: Path) -> None:
+    """Validate a policy file and print what it routes where; exit 2 naming each problem."""
+    from kvfence.gateway.policy_loader import load_policy
+
+    policy = load_policy(config)
+    click.echo(f"{config}: OK — {len(policy.data_classes)} data classes, {len(policy.backends)} backends, "
+               f"{len(policy.tenants)} tenants")
+    for data_class in policy.data_classes:
+        tiers = ", ".join(t.value for t in data_class.allowed_tiers)
+        click.echo(f"  {data_class.name}: tiers {tiers}; over cap: {data_class.over_cap.action.value}")
+
+
+@gateway.command("new-key")
+def new_key() -> None:
+    """Print a fresh gateway API key and the key_sha256 to put in the policy."""
+    from kvfence.gateway.tenants import generate_api_key, hash_api_key
+
+    key = generate_api_key()
+    click.echo(f"api key:    {key}\nkey_sha256: {hash_api_key(key)}")
+
+
+@gateway.command("hash-key")
+@click.argument("key", envvar="KVFENCE_GATEWAY_KEY")
+def hash_key(key: str) -> None:
+    """Print the key_sha256 of an existing key (or $KVFENCE_GATEWAY_KEY)."""
+    from kvfence.gateway.tenants import hash_api_key
+
+    click.echo(hash_api_key(key))
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+
+
+def _since(value: str | None) -> float | None:
+    if value is None:
+        return None
+    match = _DURATION.match(value.strip())
+    if match is None:
+        raise click.BadParameter("use a duration like 30s, 15m, 2h or 7d", param_hint="--since")
+    return time.time() - float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+
+
+def _audit_url(config: Path | None, audit_log: str | None) -> str:
+    if audit_log:
+        return audit_log
+    if config is None:
+        raise click.UsageError("give --config FILE (its gateway.audit_log) or --audit-log URL")
+    from kvfence.gateway.policy_loader import load_policy
+    from kvfence.gateway.runtime import _resolve_sqlite
+
+    return _resolve_sqlite(load_policy(config).gateway.audit_log, config.parent)
+
+
+@gateway.command("log")
+@_config_option
+@click.option("--audit-log", default=None, help="sqlite:///PATH or postgresql://... (instead of --config).")
+@click.option("--tenant", default=None)
+@click.option("--org", "organization", default=None)
+@click.option("--class", "data_class", default=None)
+@click.option("--backend", default=None)
+@click.option("--outcome", type=click.Choice(["ok", "rejected", "upstream_error", "leak", "error"]), default=None)
+@click.option("--request-id", default=None)
+@click.option("--since", default=None, help="Only the last 30s / 15m / 2h / 7d.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100000))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def log_command(config: Path | None, audit_log: str | None, tenant: str | None, organization: str | None,
+                data_class: str | None, backend: str | None, outcome: str | None, request_id: str | None,
+                since: str | None, limit: int, as_json: bool) -> None:
+    """Query the audit log of decisions (newest first); it holds no prompt text."""
+    from kvfence.gateway.audit_log import open_audit_log
+
+    url = _audit_url(config, audit_log)
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        raise ConfigError(f"no audit log at {url.removeprefix('sqlite:///')} (has the gateway run yet?)")
+    audit = open_audit_log(url)
+    try:
+        rows = audit.query_decisions(since=_since(since), limit=limit, tenant=tenant, organization=organization,
+                                     data_class=data_class, backend=backend, outcome=outcome,
+                                     request_id=request_id)
+    finally:
+        audit.close()
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row, sort_keys=True, default=str))
+        return
+    if not rows:
+        click.echo("no matching decisions")
+        return
+    click.echo(f"{'time (UTC)':19}  {'status':>6}  {'outcome':14} {'tenant':16} {'class':14} {'backend':16} "
+               f"{'tokens':>7} {'cut':>5} {'ms':>8}  reason")
+    for row in rows:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(row["ts"]))
+        tokens = "" if row["prompt_tokens"] is None else str(row["prompt_tokens"])
+        latency = "" if row["latency_ms"] is None else f"{row['latency_ms']:.1f}"
+        click.echo(f"{stamp:19}  {row['status']:>6}  {row['outcome']:14} {row['tenant']:16} "
+                   f"{(row['data_class'] or '-'):14} {(row['backend'] or '-'):16} {tokens:>7} "
+                   f"{row['tokens_cut'] or 0:>5} {latency:>8}  {row['reason'] or ''}")

@@ -1,0 +1,46 @@
+"""Prometheus metrics of the gateway, on a registry of its own (one per app instance)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["GatewayMetrics"]
+
+_MS_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+class GatewayMetrics:
+    """Counters and gauges served at ``/metrics``."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("kvfence_gateway_requests", "Requests by outcome.",
+                                ["endpoint", "data_class", "backend", "status"], registry=r)
+        self.rejections = Counter("kvfence_gateway_rejections", "Requests refused by the gateway, by reason.",
+                                  ["reason"], registry=r)
+        self.fallbacks = Counter("kvfence_gateway_fallbacks", "Requests retried on another allowed backend.",
+                                 ["from_backend", "to_backend"], registry=r)
+        self.class_raised = Counter("kvfence_gateway_class_raised",
+                                    "Requests whose class was raised by a header or a hook.", ["to_class"],
+                                    registry=r)
+        self.tokens_cut = Counter("kvfence_gateway_tokens_trimmed", "Prompt tokens cut to fit the cap.",
+                                  registry=r)
+        self.salts_stripped = Counter("kvfence_gateway_client_salts_stripped",
+                                      "Client-sent cache salts removed (I5).", registry=r)
+        self.overhead = Histogram("kvfence_gateway_overhead_seconds",
+                                  "Time the gateway itself adds to a request.", buckets=_MS_BUCKETS, registry=r)
+        self.upstream_latency = Histogram("kvfence_gateway_upstream_seconds",
+                                          "Time to upstream response headers.", ["backend"], registry=r)
+        self.backend_up = Gauge("kvfence_gateway_backend_up", "1 if the backend answered recently.",
+                                ["backend"], registry=r)
+        self.advertised_context = Gauge("kvfence_gateway_backend_advertised_context_tokens",
+                                        "Context the backend advertises (0 = unknown).", ["backend"], registry=r)
+        self.kv_capacity = Gauge("kvfence_gateway_backend_kv_capacity_tokens",
+                                 "KV-cache capacity of the backend (0 = unknown).", ["backend"], registry=r)
+        self.over_advertised = Gauge("kvfence_gateway_backend_context_exceeds_capacity",
+                                     "1 if the backend advertises more context than its KV cache holds.",
+                                     ["backend"], registry=r)
+        self.in_flight = Gauge("kvfence_gateway_in_flight", "Requests being served.", registry=r)
+        self.leaks = Counter("kvfence_gateway_leak_suspected",
+                             "Answers withheld as suspected cross-tenant leaks.", registry=r)

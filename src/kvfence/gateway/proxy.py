@@ -1,0 +1,399 @@
+"""The request path: authenticate, limit, run hooks, route, cap, salt, forward, filter, log.
+
+Errors the caller or the policy causes are :class:`GatewayError` and become OpenAI-shaped error
+answers; anything else is an internal fault: logged with the request id, answered 500, never as
+success. Streams are passed through chunk by chunk; with no response filter configured the
+upstream bytes are forwarded untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from kvfence.gateway.answer_filter import AnswerFilter, FilterChain, SSEDecoder, encode_event, event_data
+from kvfence.gateway.audit_log import Decision
+from kvfence.gateway.cache_salt import apply_cache_salt, tenant_cache_salt
+from kvfence.gateway.caps import CapResult, enforce_cap
+from kvfence.gateway.errors import (
+    DetectorFailure,
+    GatewayError,
+    GatewayRequestError,
+    LeakSuspected,
+    PromptTooLongError,
+    UpstreamUnavailable,
+)
+from kvfence.gateway.hooks import RequestContext
+from kvfence.gateway.limits import LimitLease
+from kvfence.gateway.routing import choose_backends, salt_scope
+from kvfence.gateway.runtime import BackendState, GatewayRuntime
+
+__all__ = ["handle_completion", "json_error"]
+
+log = logging.getLogger("kvfence.gateway")
+
+DATA_CLASS_HEADER = "x-data-class"
+OVERHEAD_HEADER = "X-Kvfence-Overhead-Ms"
+_BIG_BODY = 64 * 1024  # count tokens off the event loop above this size
+_RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+class _UnreadableStream(Exception):
+    pass
+
+
+def json_error(error: GatewayError, extra_headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error.to_body(), status_code=error.status_code,
+                        headers={**error.headers(), **(extra_headers or {})})
+
+
+@dataclass
+class _Trace:
+    """What the audit log will say about this request (never its text)."""
+
+    request_id: str
+    endpoint: str
+    started: float
+    tenant: str = "-"
+    organization: str = "-"
+    workspace: str = "-"
+    model: str = ""
+    initial_class: str = ""
+    data_class: str = ""
+    backend: str | None = None
+    stream: bool = False
+    cap: CapResult | None = None
+    salt_injected: bool = False
+    salt_stripped: bool = False
+    fallbacks: int = 0
+    overhead_s: float = 0.0
+    annotations: dict[str, Any] = field(default_factory=dict)
+
+    def decision(self, status: int, outcome: str, reason: str | None) -> Decision:
+        cap = self.cap
+        return Decision(
+            request_id=self.request_id, tenant=self.tenant, organization=self.organization,
+            workspace=self.workspace, endpoint=self.endpoint, model=self.model,
+            initial_class=self.initial_class, data_class=self.data_class, backend=self.backend,
+            status=status, outcome=outcome, reason=reason,
+            prompt_tokens=cap.prompt_tokens if cap else None, prompt_limit=cap.prompt_limit if cap else None,
+            context_limit=cap.context_limit if cap else None, tokens_cut=cap.tokens_cut if cap else 0,
+            stream=self.stream, salt_injected=self.salt_injected, client_salt_stripped=self.salt_stripped,
+            fallbacks=self.fallbacks, latency_ms=(time.perf_counter() - self.started) * 1000,
+            overhead_ms=self.overhead_s * 1000, annotations=self.annotations,
+        )
+
+
+class _ClosingStream(StreamingResponse):
+    """A streaming response that runs ``on_close`` however the stream ends (even if never started)."""
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]], **kw: Any) -> None:
+        super().__init__(content, **kw)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._on_close()
+
+
+async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint: str) -> Response:
+    """Serve ``/v1/chat/completions`` (endpoint="chat") or ``/v1/completions``."""
+    trace = _Trace(request_id="gwreq-" + uuid.uuid4().hex[:20], endpoint=endpoint, started=time.perf_counter())
+    metrics = runtime.metrics
+    lease: LimitLease | None = None
+    handed_off = False
+    metrics.in_flight.inc()
+    try:
+        tenant = runtime.tenants.authenticate(request.headers.get("authorization"))
+        trace.tenant, trace.organization, trace.workspace = tenant.name, tenant.organization, tenant.workspace
+        lease = runtime.limiter.acquire(tenant)
+        body = await _read_body(request)
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise GatewayRequestError("`model` is required and must be a string", param="model")
+        trace.model, trace.stream = model, bool(body.get("stream"))
+        ctx = RequestContext(
+            request_id=trace.request_id, tenant=tenant, data_class=tenant.default_class, backend=None,
+            endpoint=endpoint, class_order=runtime.class_order, incidents=runtime.audit,
+            policy=runtime.policy, model=model, stream=trace.stream,
+        )
+        trace.initial_class = ctx.data_class
+        trace.annotations = ctx.annotations
+        asked = request.headers.get(DATA_CLASS_HEADER)
+        # The header can raise the class, never lower it below the tenant's default.
+        if asked is not None and not ctx.raise_class(asked.strip(), reason="header"):
+            ctx.annotations["header_class_ignored"] = asked.strip()
+        for hook in runtime.hooks:
+            try:
+                body = await hook.on_request(ctx, body)
+            except GatewayError:
+                raise
+            except Exception as exc:
+                # Fail closed: a hook that breaks means the body was not checked; never forward it.
+                log.exception("request %s: hook %s failed", trace.request_id, type(hook).__name__)
+                raise DetectorFailure(f"data-protection check failed ({type(exc).__name__}); the request "
+                                      "was not forwarded") from exc
+        trace.data_class = ctx.data_class
+        if ctx.data_class != ctx.initial_class:
+            metrics.class_raised.labels(ctx.data_class).inc()
+        response = await _route_and_forward(runtime, request, ctx, body, trace, lease)
+        handed_off = isinstance(response, _ClosingStream)
+        return response
+    except GatewayError as exc:
+        return _refuse(runtime, trace, exc)
+    except Exception:
+        log.exception("request %s: internal error", trace.request_id)
+        error = GatewayError(f"internal gateway error (request {trace.request_id})")
+        return _refuse(runtime, trace, error, outcome="error")
+    finally:
+        if not handed_off:
+            if lease is not None:
+                lease.release()
+            metrics.in_flight.dec()
+
+
+def _refuse(runtime: GatewayRuntime, trace: _Trace, exc: GatewayError, outcome: str | None = None) -> JSONResponse:
+    if outcome is None:
+        outcome = "leak" if isinstance(exc, LeakSuspected) else (
+            "upstream_error" if isinstance(exc, UpstreamUnavailable) else "rejected")
+    runtime.metrics.rejections.labels(exc.code).inc()
+    runtime.metrics.requests.labels(trace.endpoint, trace.data_class or "-", trace.backend or "-",
+                                    str(exc.status_code)).inc()
+    if isinstance(exc, LeakSuspected):
+        runtime.metrics.leaks.inc()
+    runtime.audit.record_decision(trace.decision(exc.status_code, outcome, f"{exc.code}: {exc.message}"))
+    return json_error(exc, {"X-Request-Id": trace.request_id})
+
+
+async def _read_body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise GatewayRequestError("the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise GatewayRequestError("the request body must be a JSON object")
+    return body
+
+
+def _prepare(runtime: GatewayRuntime, state: BackendState, ctx: RequestContext, body: dict[str, Any],
+             trace: _Trace) -> tuple[dict[str, Any], CapResult]:
+    """Per-backend copy of the body: upstream model name, cap (maybe trimmed), salt."""
+    backend = state.config
+    out = dict(body)
+    out["model"] = backend.upstream_model(ctx.model)
+    klass = runtime.policy.data_class(ctx.data_class)
+    limits = [v for v in (ctx.tenant.limits.max_prompt_tokens, klass.max_prompt_tokens) if v is not None]
+    cap = enforce_cap(out, ctx.endpoint, state.counter, prompt_limit=min(limits) if limits else None,
+                      context_limit=state.capacity.max_context, over_cap=klass.over_cap)
+    salt = None
+    if backend.accepts_cache_salt and runtime.secret is not None:
+        salt = tenant_cache_salt(ctx.tenant, salt_scope(runtime.policy, klass), runtime.secret)
+    trace.salt_stripped = apply_cache_salt(out, salt) or trace.salt_stripped
+    trace.salt_injected = salt is not None
+    return out, cap
+
+
+async def _route_and_forward(runtime: GatewayRuntime, request: Request, ctx: RequestContext,
+                             body: dict[str, Any], trace: _Trace, lease: LimitLease) -> Response:
+    decision = choose_backends(runtime.policy, ctx.tenant, ctx.data_class, ctx.model, runtime.views(ctx.tenant))
+    if decision.refused:
+        ctx.annotations["refused_backends"] = dict(decision.refused)
+    now = time.monotonic()
+    states = [runtime.backends[b.name] for b in decision.allowed]
+    # Backends that failed a moment ago go last, not away: if all are down, each still gets a try.
+    states.sort(key=lambda s: s.is_down(now))
+    failures: list[str] = []
+    cap_error: PromptTooLongError | None = None
+    big = len(json.dumps(body)) > _BIG_BODY if ctx.endpoint == "chat" else False
+    for attempt, state in enumerate(states):
+        try:
+            if big:
+                upstream_body, cap = await asyncio.to_thread(_prepare, runtime, state, ctx, body, trace)
+            else:
+                upstream_body, cap = _prepare(runtime, state, ctx, body, trace)
+        except PromptTooLongError as exc:
+            cap_error = cap_error or exc
+            failures.append(f"{state.config.name}: over its cap")
+            continue
+        trace.cap, trace.backend, ctx.backend = cap, state.config.name, state.config
+        if cap.tokens_cut:
+            runtime.metrics.tokens_cut.inc(cap.tokens_cut)
+        if trace.salt_stripped:
+            runtime.metrics.salts_stripped.inc()
+        account = runtime.accounts.for_tenant(state.config, ctx.tenant)
+        headers = {"content-type": "application/json", "accept-encoding": "identity",
+                   "x-request-id": trace.request_id, **account.headers}
+        if trace.stream:
+            headers["accept"] = "text/event-stream"
+        path = "/chat/completions" if ctx.endpoint == "chat" else "/completions"
+        sent_at = time.perf_counter()
+        trace.overhead_s = sent_at - trace.started
+        try:
+            upstream_request = state.client.build_request("POST", path, content=json.dumps(upstream_body),
+                                                          headers=headers)
+            upstream = await state.client.send(upstream_request, stream=True)
+        except httpx.HTTPError as exc:
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            runtime.mark_down(state, reason)
+            failures.append(f"{state.config.name}: {reason}")
+            _note_fallback(runtime, states, attempt, trace)
+            continue
+        runtime.metrics.upstream_latency.labels(state.config.name).observe(time.perf_counter() - sent_at)
+        if upstream.status_code in _RETRYABLE_STATUS and attempt + 1 < len(states):
+            await upstream.aread()
+            await upstream.aclose()
+            runtime.mark_down(state, f"HTTP {upstream.status_code}")
+            failures.append(f"{state.config.name}: HTTP {upstream.status_code}")
+            _note_fallback(runtime, states, attempt, trace)
+            continue
+        runtime.mark_up(state)
+        received_at = time.perf_counter()
+        if trace.stream and upstream.status_code == 200:
+            return _stream_response(runtime, ctx, upstream, trace, lease, received_at)
+        return await _whole_response(runtime, ctx, upstream, trace, received_at)
+    if cap_error is not None and all(f.endswith("over its cap") for f in failures):
+        raise cap_error  # every allowed backend is too small: a 400 the caller can act on
+    raise UpstreamUnavailable(f"no allowed backend for class {ctx.data_class!r} could take the request "
+                              f"(failing closed): {'; '.join(failures)}")
+
+
+def _note_fallback(runtime: GatewayRuntime, states: list[BackendState], attempt: int, trace: _Trace) -> None:
+    if attempt + 1 < len(states):
+        trace.fallbacks += 1
+        runtime.metrics.fallbacks.labels(states[attempt].config.name, states[attempt + 1].config.name).inc()
+
+
+def _response_headers(trace: _Trace, overhead_s: float) -> dict[str, str]:
+    headers = {
+        "X-Request-Id": trace.request_id,
+        OVERHEAD_HEADER: f"{overhead_s * 1000:.3f}",
+        "X-Kvfence-Data-Class": trace.data_class,
+        "X-Kvfence-Backend": trace.backend or "",
+    }
+    if trace.cap is not None:
+        headers["X-Kvfence-Prompt-Tokens"] = str(trace.cap.prompt_tokens)
+        headers["X-Kvfence-Tokens-Trimmed"] = str(trace.cap.tokens_cut)
+    return headers
+
+
+def _answer_filter(runtime: GatewayRuntime, ctx: RequestContext) -> AnswerFilter | None:
+    if not runtime.hooks:
+        return None
+    hooks = list(reversed(runtime.hooks))  # onion order, see hooks.py
+    return AnswerFilter(ctx.endpoint, lambda: FilterChain([h.response_filter(ctx) for h in hooks]))
+
+
+async def _whole_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: httpx.Response,
+                          trace: _Trace, received_at: float) -> Response:
+    try:
+        raw = await upstream.aread()
+    except httpx.HTTPError as exc:
+        raise UpstreamUnavailable(f"backend {trace.backend} broke off its answer: {type(exc).__name__}") from exc
+    finally:
+        await upstream.aclose()
+    after_upstream = time.perf_counter()
+    status = upstream.status_code
+    content_type = upstream.headers.get("content-type", "application/json")
+    filters = _answer_filter(runtime, ctx)
+    if status == 200 and filters is not None:
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            raise UpstreamUnavailable(f"backend {trace.backend} answered with invalid JSON") from None
+        filters.filter_completion(answer)  # may raise LeakSuspected: the answer is withheld
+        raw = json.dumps(answer, ensure_ascii=False).encode()
+        content_type = "application/json"
+    done = time.perf_counter()
+    trace.overhead_s += (done - after_upstream) + (after_upstream - received_at if filters is None else 0.0)
+    outcome = "ok" if status < 400 else "upstream_error"
+    runtime.metrics.overhead.observe(trace.overhead_s)
+    runtime.metrics.requests.labels(ctx.endpoint, ctx.data_class, trace.backend or "-", str(status)).inc()
+    runtime.audit.record_decision(trace.decision(status, outcome, None if status < 400 else f"upstream HTTP {status}"))
+    return Response(raw, status_code=status, media_type=None,
+                    headers={"content-type": content_type, **_response_headers(trace, trace.overhead_s)})
+
+
+def _stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: httpx.Response, trace: _Trace,
+                     lease: LimitLease, received_at: float) -> Response:
+    filters = _answer_filter(runtime, ctx)
+    state = {"status": 200, "outcome": "ok", "reason": None}
+
+    async def passthrough() -> AsyncIterator[bytes]:
+        async for chunk in upstream.aiter_raw():
+            yield chunk
+
+    async def filtered() -> AsyncIterator[bytes]:
+        assert filters is not None
+        decoder = SSEDecoder()
+        async for chunk in upstream.aiter_raw():
+            started = time.perf_counter()
+            out: list[bytes] = []
+            for event in decoder.feed(chunk):
+                out.extend(_filter_event(event, filters))
+            trace.overhead_s += time.perf_counter() - started
+            if out:
+                yield b"".join(out)
+        tail = decoder.rest()
+        out = list(_filter_event(tail, filters)) if tail.strip() else []
+        out.extend(encode_event(c) for c in filters.flush())
+        if out:
+            yield b"".join(out)
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for piece in (filtered() if filters is not None else passthrough()):
+                yield piece
+        except LeakSuspected as exc:
+            state.update(status=exc.status_code, outcome="leak", reason=f"{exc.code}: {exc.message}")
+            runtime.metrics.leaks.inc()
+            yield encode_event(exc.to_body())
+        except (httpx.HTTPError, _UnreadableStream) as exc:
+            state.update(status=502, outcome="upstream_error", reason=f"stream broke: {type(exc).__name__}")
+            error = GatewayError(f"backend {trace.backend} broke off the stream ({exc})", code="upstream_stream_error")
+            yield encode_event(error.to_body())
+
+    async def on_close() -> None:
+        await upstream.aclose()
+        lease.release()
+        runtime.metrics.in_flight.dec()
+        runtime.metrics.overhead.observe(trace.overhead_s)
+        runtime.metrics.requests.labels(ctx.endpoint, ctx.data_class, trace.backend or "-",
+                                        str(state["status"])).inc()
+        reason = state["reason"]
+        runtime.audit.record_decision(trace.decision(int(str(state["status"])), str(state["outcome"]),
+                                                     None if reason is None else str(reason)))
+
+    overhead = trace.overhead_s + (time.perf_counter() - received_at)
+    trace.overhead_s = overhead
+    return _ClosingStream(body(), on_close, status_code=200, media_type="text/event-stream",
+                          headers={"cache-control": "no-cache", **_response_headers(trace, overhead)})
+
+
+def _filter_event(event: bytes, filters: AnswerFilter) -> list[bytes]:
+    data = event_data(event)
+    if data is None:
+        return [event + b"\n\n"]  # comments / keep-alives pass through
+    if data.strip() == "[DONE]":
+        return [*(encode_event(c) for c in filters.flush()), encode_event("[DONE]")]
+    try:
+        chunk = json.loads(data)
+    except ValueError:
+        # An event we cannot read is an event we cannot filter: end the stream rather than pass it on.
+        raise _UnreadableStream("the backend sent a stream event that is not JSON") from None
+    if isinstance(chunk, dict) and "choices" in chunk:
+        filters.filter_chunk(chunk)
+    return [encode_event(chunk)]

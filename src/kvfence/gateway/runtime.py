@@ -1,0 +1,234 @@
+"""Everything a running gateway holds: policy, tenants, backends' live state, hooks, log, metrics.
+
+Built once from a validated policy (``GatewayRuntime.create``); ``start()`` opens connection pools
+and discovers capacity, ``close()`` releases them. The request path is in ``proxy.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from kvfence.errors import ConfigError
+from kvfence.gateway.accounts import UpstreamAccounts
+from kvfence.gateway.audit_log import AuditLog
+from kvfence.gateway.capacity import CapacityInfo, discover_capacity
+from kvfence.gateway.hooks import RequestHook
+from kvfence.gateway.limits import TenantLimiter
+from kvfence.gateway.metrics import GatewayMetrics
+from kvfence.gateway.policy import BackendConfig, Policy
+from kvfence.gateway.routing import BackendView
+from kvfence.gateway.tenants import GatewayTenant, TenantRegistry
+from kvfence.gateway.tokens import TokenCounter, load_counter
+
+__all__ = ["BackendState", "GatewayRuntime", "load_hooks"]
+
+log = logging.getLogger("kvfence.gateway")
+
+
+@dataclass
+class BackendState:
+    """Live knowledge about one backend."""
+
+    config: BackendConfig
+    client: httpx.AsyncClient
+    counter: TokenCounter
+    capacity: CapacityInfo
+    down_until: float = 0.0
+    last_error: str | None = None
+    discovered_models: list[str] = field(default_factory=list)
+
+    def is_down(self, now: float) -> bool:
+        return now < self.down_until
+
+
+def load_hooks(policy: Policy, audit: AuditLog, metrics: GatewayMetrics) -> list[RequestHook]:
+    """Hooks from ``kvfence.gateway.protection.build_hooks`` (when installed) and ``gateway.hooks``."""
+    hooks: list[RequestHook] = []
+    factories: list[tuple[str, Any]] = []
+    try:
+        protection = importlib.import_module("kvfence.gateway.protection")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("kvfence.gateway.protection",):
+            raise
+        protection = None
+    if protection is not None and hasattr(protection, "build_hooks"):
+        factories.append(("kvfence.gateway.protection:build_hooks", protection.build_hooks))
+    for spec in policy.gateway.hooks:
+        module_name, _, attr = spec.partition(":")
+        try:
+            factories.append((spec, getattr(importlib.import_module(module_name), attr)))
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"gateway.hooks: cannot load {spec!r}: {exc}") from exc
+    for spec, factory in factories:
+        built = factory(policy, incidents=audit, registry=metrics.registry)
+        hooks.extend(built or [])
+        log.info("loaded %d hook(s) from %s", len(built or []), spec)
+    return hooks
+
+
+class GatewayRuntime:
+    """Shared state of one gateway process."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        secret: bytes | None,
+        audit: AuditLog,
+        hooks: list[RequestHook],
+        metrics: GatewayMetrics,
+        accounts: UpstreamAccounts,
+        counters: Mapping[str, TokenCounter],
+    ) -> None:
+        self.policy = policy
+        self.secret = secret
+        self.audit = audit
+        self.hooks = hooks
+        self.metrics = metrics
+        self.accounts = accounts
+        self.tenants = TenantRegistry(policy.tenants)
+        self.limiter = TenantLimiter()
+        self.class_order = policy.class_names()
+        self._counters = counters
+        self.backends: dict[str, BackendState] = {}
+        self._refresh_task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def create(
+        cls,
+        policy: Policy,
+        *,
+        base_dir: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        audit_url: str | None = None,
+        hooks: list[RequestHook] | None = None,
+    ) -> GatewayRuntime:
+        """Resolve secrets and credentials, load tokenizers and hooks; raise ConfigError on problems."""
+        env = os.environ if env is None else env
+        secret_text = env.get(policy.gateway.secret_env)
+        if not secret_text and any(b.accepts_cache_salt for b in policy.backends):
+            raise ConfigError(
+                f"gateway.secret_env: environment variable {policy.gateway.secret_env} is not set; the "
+                "gateway needs a secret to derive cache salts (e.g. `export "
+                f"{policy.gateway.secret_env}=$(openssl rand -hex 32)`)")
+        if secret_text and len(secret_text) < 16:
+            raise ConfigError(f"{policy.gateway.secret_env} is too short: use at least 16 random characters")
+        tenants = [GatewayTenant.from_config(t) for t in policy.tenants]
+        accounts = UpstreamAccounts(policy.backends, tenants, env)
+        counters = {b.name: load_counter(b.tokenizer, base_dir) for b in policy.backends}
+        audit = AuditLog(audit_url or _resolve_sqlite(policy.gateway.audit_log, base_dir))
+        metrics = GatewayMetrics()
+        try:
+            built = load_hooks(policy, audit, metrics) if hooks is None else hooks
+        except Exception:
+            audit.close()
+            raise
+        return cls(policy, secret=secret_text.encode() if secret_text else None, audit=audit, hooks=built,
+                   metrics=metrics, accounts=accounts, counters=counters)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    async def start(self) -> None:
+        for backend in self.policy.backends:
+            timeout = httpx.Timeout(backend.read_timeout_s, connect=backend.connect_timeout_s, pool=10.0)
+            limits = httpx.Limits(max_connections=backend.max_connections,
+                                  max_keepalive_connections=backend.max_connections, keepalive_expiry=30.0)
+            client = httpx.AsyncClient(base_url=backend.base_url, timeout=timeout, limits=limits,
+                                       trust_env=False, follow_redirects=False)
+            facts = backend.facts
+            self.backends[backend.name] = BackendState(
+                backend, client, self._counters[backend.name],
+                CapacityInfo(facts.advertised_context, facts.kv_capacity_tokens, "policy"))
+        await self.refresh_capacity()
+        if self.policy.gateway.capacity_refresh_s > 0:
+            self._refresh_task = asyncio.create_task(self._refresh_loop())
+
+    async def close(self) -> None:
+        if self._refresh_task is not None:
+            self._refresh_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresh_task
+        for hook in self.hooks:
+            closer = getattr(hook, "aclose", None)
+            if closer is not None:
+                await closer()
+        for state in self.backends.values():
+            await state.client.aclose()
+        self.audit.close()
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.policy.gateway.capacity_refresh_s)
+            try:
+                await self.refresh_capacity()
+            except Exception:
+                log.exception("capacity refresh failed")
+
+    async def refresh_capacity(self) -> None:
+        """Discover every backend's capacity; flag those that advertise more than they hold."""
+        async def one(state: BackendState) -> None:
+            probe = httpx.AsyncClient(timeout=httpx.Timeout(3.0), trust_env=False)
+            try:
+                info = await discover_capacity(probe, state.config, self._probe_headers(state.config))
+            finally:
+                await probe.aclose()
+            state.capacity = info
+            self._publish_capacity(state)
+
+        await asyncio.gather(*(one(s) for s in self.backends.values()))
+
+    def _probe_headers(self, backend: BackendConfig) -> dict[str, str]:
+        # Capacity probes carry no tenant's data; use the shared credential when there is one.
+        for tenant in self.tenants:
+            return dict(self.accounts.for_tenant(backend, tenant).headers)
+        return {}
+
+    def _publish_capacity(self, state: BackendState) -> None:
+        name, info = state.config.name, state.capacity
+        self.metrics.advertised_context.labels(name).set(info.advertised_context or 0)
+        self.metrics.kv_capacity.labels(name).set(info.kv_capacity_tokens or 0)
+        self.metrics.over_advertised.labels(name).set(1 if info.advertises_more_than_it_holds else 0)
+        if info.advertises_more_than_it_holds:
+            log.warning("backend %s advertises %s tokens of context but its KV cache holds %s (source: %s); "
+                        "requests to it are capped to %s", name, info.advertised_context,
+                        info.kv_capacity_tokens, info.source, info.max_context)
+
+    # -- request-path helpers ---------------------------------------------------------------------
+    def views(self, tenant: GatewayTenant) -> list[BackendView]:
+        out = []
+        for state in self.backends.values():
+            account = self.accounts.for_tenant(state.config, tenant)
+            out.append(BackendView(state.config, account.kind, account.merged,
+                                   state.capacity.advertised_context, state.capacity.kv_capacity_tokens))
+        return out
+
+    def mark_down(self, state: BackendState, reason: str) -> None:
+        state.down_until = time.monotonic() + self.policy.gateway.backend_retry_after_s
+        state.last_error = reason
+        self.metrics.backend_up.labels(state.config.name).set(0)
+
+    def mark_up(self, state: BackendState) -> None:
+        if state.down_until:
+            state.down_until = 0.0
+            state.last_error = None
+        self.metrics.backend_up.labels(state.config.name).set(1)
+
+
+def _resolve_sqlite(url: str, base_dir: Path | None) -> str:
+    """Relative SQLite paths are relative to the policy file, not to wherever the gateway was started."""
+    if not url.startswith("sqlite:///") or base_dir is None:
+        return url
+    path = url.removeprefix("sqlite:///")
+    if path == ":memory:" or Path(path).is_absolute():
+        return url
+    return "sqlite:///" + str(base_dir / path)
