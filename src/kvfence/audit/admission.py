@@ -1,0 +1,225 @@
+"""``kvfence audit admission``: are prompts that cannot fit rejected with a clear 4xx (I3 from outside)?
+
+Prompts are sized against the endpoint's advertised context (``/v1/models`` or ``--max-context``)
+and, when known, its KV capacity: just below, at, just above and well above the limit, each sent
+plain and streaming. A prompt that cannot fit must get a 4xx with a message; a 200 (truncation, a
+placeholder, someone else's KV) is a finding. Every answer is also scanned for canaries of the
+earlier requests, the incident's symptom.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kvfence.audit.client import EndpointClient, Reply
+from kvfence.audit.discovery import advertised_context, calibrate, kv_capacity
+from kvfence.audit.errors import AuditCannotRun
+from kvfence.audit.prompts import TokenModel, make_canary, random_units, spaced
+from kvfence.audit.scan import SecretIndex
+from kvfence.audit.verdict import CheckResult, Evidence, Verdict
+from kvfence.errors import ConfigError
+
+__all__ = ["AdmissionConfig", "Probe", "plan_probes", "run_admission"]
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionConfig:
+    """Knobs of the admission check."""
+
+    max_tokens: int = 16
+    seed: int | None = None
+
+    def validate(self) -> None:
+        if self.max_tokens < 1:
+            raise ConfigError(f"--max-tokens must be at least 1, got {self.max_tokens}")
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One prompt size to try and what a correct endpoint does with it."""
+
+    name: str
+    prompt_tokens: int
+    max_tokens: int
+    expect_admit: bool | None  # None: either answer is acceptable (size not exact)
+    why: str
+
+
+def plan_probes(max_context: int, capacity: int | None, max_tokens: int, exact: bool) -> list[Probe]:
+    """The prompt sizes to send (pure): around the advertised context and above the KV capacity."""
+    margin = max(8, max_context // 50)
+    fit = max_context - max_tokens
+    if fit < 2:
+        raise ConfigError(f"--max-tokens {max_tokens} leaves no room for a prompt in a {max_context}-token context")
+    probes = [
+        Probe("below context", max(1, fit - margin), max_tokens, True,
+              f"prompt + max_tokens = {max(1, fit - margin) + max_tokens} <= context {max_context}"),
+        Probe("at context", fit, max_tokens, True if exact else None,
+              f"prompt + max_tokens = context {max_context} exactly" + ("" if exact else " (size approximate)")),
+        Probe("just above context", fit + (1 if exact else margin), max_tokens, False,
+              f"prompt + max_tokens exceeds context {max_context}"),
+        Probe("prompt alone over context", max_context + margin, 1, False,
+              f"the prompt alone exceeds context {max_context}"),
+        Probe("far above context", max_context + max(64, max_context // 4), max_tokens, False,
+              f"prompt well beyond context {max_context}"),
+    ]
+    if capacity is not None:
+        over = capacity + margin
+        probes.append(Probe("above KV capacity", over, max_tokens, False,
+                            f"prompt larger than the KV pool of {capacity} tokens"))
+    return probes
+
+
+async def run_admission(client: EndpointClient, config: AdmissionConfig) -> CheckResult:
+    """Send the planned probes plain and streaming; judge each answer; scan all for canaries."""
+    config.validate()
+    started = time.perf_counter()
+    rng = random.Random(config.seed)
+    target = client.target
+    model = await client.resolve_model()
+    api = await client.resolve_api()
+    max_context, context_source = await advertised_context(client, target.max_context)
+    if max_context is None:
+        raise AuditCannotRun("the endpoint does not advertise its context in /v1/models; pass --max-context N")
+    capacity = await kv_capacity(client, target.kv_capacity)
+    token_model, calibration = await calibrate(client, target.tenant_a, rng, max_context)
+    result = CheckResult(
+        check="admission", verdict=Verdict.PASS, summary="", endpoint=target.base_url, model=model,
+        parameters={"max_tokens": config.max_tokens, "api": api.value, "seed": config.seed,
+                    "token_calibration": calibration, "tokens_per_letter": round(token_model.tokens_per_unit, 4)},
+    )
+    index = SecretIndex()
+    prober = target.tenant_b or target.tenant_a
+    # Earlier requests whose text must never show up in anyone else's answer.
+    for tenant in filter(None, (target.tenant_a, target.tenant_b)):
+        for i in range(2):
+            request_id = f"{tenant.label} seed {i + 1}"
+            prompt, canary = _prompt(rng, token_model, max(8, max_context // 4))
+            reply = await client.generate(tenant, prompt, max_tokens=config.max_tokens)
+            client.raise_for_auth(reply, tenant)
+            if not reply.ok:
+                raise AuditCannotRun(f"a {max_context // 4}-token request failed ({reply.status}): {reply.error}")
+            index.add(request_id, prompt, [canary])
+    exact = token_model.exact
+    probes = plan_probes(max_context, capacity.tokens if capacity else None, config.max_tokens, exact)
+    rows: list[dict[str, Any]] = []
+    for probe in probes:
+        for stream in (False, True):
+            request_id = f"{probe.name} ({'stream' if stream else 'plain'})"
+            prompt, canary = _prompt(rng, token_model, probe.prompt_tokens)
+            reply = await client.generate(prober, prompt, max_tokens=probe.max_tokens, stream=stream)
+            client.raise_for_auth(reply, prober)
+            index.add(request_id, prompt, [canary])
+            row = _judge(probe, reply, token_model, prompt, stream, result)
+            for hit in index.scan(reply.scannable_text, exclude=[request_id]):
+                row["leak"] = True
+                result.evidence.append(Evidence(
+                    title=f"answer to '{request_id}' carries text of an earlier request",
+                    detail=f"{hit.kind} {hit.matched!r} from request '{hit.source_request}'",
+                    data={"status": reply.status, "answer_excerpt": reply.text[:300]},
+                ))
+            rows.append(row)
+            # The incident's exact order: right after an over-length request, an ordinary request.
+            if probe.expect_admit is False:
+                follow_id = f"follow-up after {request_id}"
+                follow_prompt, follow_canary = _prompt(rng, token_model, max(8, max_context // 8))
+                follow = await client.generate(prober, follow_prompt, max_tokens=config.max_tokens)
+                index.add(follow_id, follow_prompt, [follow_canary])
+                for hit in index.scan(follow.scannable_text, exclude=[follow_id]):
+                    result.evidence.append(Evidence(
+                        title=f"answer to '{follow_id}' carries text of an earlier request",
+                        detail=f"{hit.kind} {hit.matched!r} from request '{hit.source_request}'",
+                        data={"status": follow.status, "answer_excerpt": follow.text[:300]},
+                    ))
+    if capacity is not None and capacity.tokens < max_context:
+        result.notes.append(
+            f"the advertised context ({max_context}) is larger than the KV capacity ({capacity.tokens} tokens, "
+            f"from {capacity.source}): the incident's first fault; prompts between the two must be rejected"
+        )
+    result.measurements = {
+        "max_context": max_context,
+        "max_context_source": context_source,
+        "kv_capacity": capacity.tokens if capacity else None,
+        "kv_capacity_source": capacity.source if capacity else "not exposed",
+        "exact_sizes": exact,
+        "probes": [asdict(p) for p in probes],
+        "answers": rows,
+    }
+    findings = len(result.evidence)
+    if findings:
+        result.verdict = Verdict.FINDING
+        result.summary = f"{findings} admission finding(s): see evidence"
+    else:
+        result.summary = (f"every prompt that cannot fit the {max_context}-token context"
+                          + (f" or the {capacity.tokens}-token KV pool" if capacity else "")
+                          + " was rejected with a 4xx; no answer carried another request's text")
+    result.duration_s = round(time.perf_counter() - started, 3)
+    return result
+
+
+def _prompt(rng: random.Random, token_model: TokenModel, tokens: int) -> tuple[str, str]:
+    canary = make_canary(rng)
+    head = spaced(canary)
+    letters = max(1, token_model.units_for(tokens) - len(head))
+    return " ".join([*head, *random_units(rng, letters)]), canary
+
+
+def _judge(probe: Probe, reply: Reply, token_model: TokenModel, prompt: str, stream: bool,
+           result: CheckResult) -> dict[str, Any]:
+    """Compare one answer to the probe's expectation; record findings and notes on ``result``."""
+    sent_tokens = token_model.tokens(len(prompt.split()))
+    row: dict[str, Any] = {
+        "probe": probe.name, "stream": stream, "prompt_tokens_sent": sent_tokens,
+        "max_tokens": probe.max_tokens, "expect": {True: "admit", False: "reject", None: "either"}[probe.expect_admit],
+        "status": reply.status, "error": reply.error, "transport_error": reply.transport_error,
+        "prompt_tokens_reported": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+        "answer_chars": len(reply.text), "leak": False, "outcome": "ok",
+    }
+    label = f"{probe.name} ({'stream' if stream else 'plain'}, ~{sent_tokens} prompt tokens)"
+    answered = reply.status == 200 and (bool(reply.text) or reply.finish_reason is not None)
+    if probe.expect_admit is False:
+        if answered:
+            row["outcome"] = "finding: answered 200"
+            truncated = reply.prompt_tokens is not None and reply.prompt_tokens < sent_tokens
+            result.evidence.append(Evidence(
+                title=f"{label}: answered with 200 instead of a 4xx",
+                detail=(f"{probe.why}, yet the endpoint answered 200"
+                        + (f" and reported {reply.prompt_tokens} prompt tokens (silently truncated)" if truncated
+                           else "")),
+                data={"status": reply.status, "prompt_tokens_reported": reply.prompt_tokens,
+                      "answer_excerpt": reply.text[:300]},
+            ))
+        elif 400 <= reply.status < 500:
+            if not reply.error or reply.error == "no message":
+                row["outcome"] = "rejected without a message"
+                result.notes.append(f"{label}: rejected with {reply.status} but without an error message")
+            else:
+                row["outcome"] = "rejected"
+        elif reply.status == 200:
+            row["outcome"] = "rejected late (200, then an error event, no text)"
+            result.notes.append(f"{label}: HTTP 200 then an error event; a CI client may read it as success")
+        else:
+            row["outcome"] = "finding: no clear 4xx"
+            result.evidence.append(Evidence(
+                title=f"{label}: no clear 4xx",
+                detail=f"{probe.why}; got status {reply.status} {reply.error or reply.transport_error or ''}".strip(),
+                data={"status": reply.status},
+            ))
+    else:
+        if reply.ok:
+            if reply.prompt_tokens is not None and reply.prompt_tokens < 0.9 * sent_tokens - 2:
+                row["outcome"] = "finding: prompt truncated"
+                result.evidence.append(Evidence(
+                    title=f"{label}: prompt silently shortened",
+                    detail=f"sent ~{sent_tokens} tokens, the endpoint reports {reply.prompt_tokens}",
+                    data={"prompt_tokens_reported": reply.prompt_tokens},
+                ))
+        elif probe.expect_admit:
+            row["outcome"] = "rejected a prompt that fits"
+            result.notes.append(f"{label}: a prompt that fits was refused ({reply.status}: {reply.error})")
+        else:
+            row["outcome"] = "rejected (size approximate)"
+    return row

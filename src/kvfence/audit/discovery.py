@@ -1,0 +1,137 @@
+"""What the endpoint says about itself: advertised context, KV capacity, and its tokenizer's rate.
+
+Every value here is read from the endpoint (or given by the user); nothing is assumed about a
+particular engine beyond the public field names listed below.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from kvfence.audit.client import EndpointClient
+from kvfence.audit.errors import AuditCannotRun
+from kvfence.audit.prompts import TokenModel, random_units
+from kvfence.audit.target import Tenant
+
+__all__ = ["Capacity", "advertised_context", "calibrate", "kv_capacity"]
+
+log = logging.getLogger(__name__)
+
+# /v1/models fields that carry the maximum context in the engines and gateways we know of.
+_CONTEXT_FIELDS = ("max_model_len", "context_length", "context_window", "max_context_length",
+                   "max_input_tokens", "max_position_embeddings")
+# JSON fields that carry a KV capacity in tokens (kvfence capacity endpoint, SGLang server info).
+_CAPACITY_FIELDS = ("kv_capacity_tokens", "capacity_tokens", "max_kv_tokens", "max_total_num_tokens",
+                    "kv_cache_tokens", "total_kv_tokens")
+_CAPACITY_PATHS = ("/v1/capacity", "/capacity", "/kvfence/capacity", "/get_server_info", "/server_info")
+_VLLM_CACHE_INFO = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.MULTILINE)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """The KV pool size in tokens and where the number came from."""
+
+    tokens: int
+    source: str
+
+
+async def advertised_context(client: EndpointClient, override: int | None) -> tuple[int | None, str]:
+    """The maximum context the endpoint advertises for the audited model, and its source."""
+    if override is not None:
+        return override, "--max-context"
+    model = await client.resolve_model()
+    for entry in await client.models():
+        if str(entry.get("id")) != model:
+            continue
+        for holder in (entry, entry.get("metadata"), entry.get("meta")):
+            if not isinstance(holder, dict):
+                continue
+            for name in _CONTEXT_FIELDS:
+                value = _positive_int(holder.get(name))
+                if value is not None:
+                    return value, f"/v1/models {name}"
+    return None, "not advertised"
+
+
+async def kv_capacity(client: EndpointClient, override: int | None) -> Capacity | None:
+    """The KV pool size in tokens, when the endpoint exposes it (or ``--kv-capacity`` says)."""
+    if override is not None:
+        return Capacity(override, "--kv-capacity")
+    tenant = client.target.tenant_a
+    for path in _CAPACITY_PATHS:
+        response = await client.get(path, tenant)
+        if response is None or response.status_code != 200:
+            continue
+        try:
+            data = response.json()
+        except ValueError:
+            continue
+        found = _find_capacity(data)
+        if found is not None:
+            return Capacity(found[0], f"{path} {found[1]}")
+    response = await client.get("/metrics", tenant)
+    if response is not None and response.status_code == 200:
+        match = _VLLM_CACHE_INFO.search(response.text)
+        if match:
+            labels = dict(_LABEL.findall(match.group("labels")))
+            blocks, block_size = _positive_int(labels.get("num_gpu_blocks")), _positive_int(labels.get("block_size"))
+            if blocks and block_size:
+                return Capacity(blocks * block_size, "/metrics vllm:cache_config_info num_gpu_blocks*block_size")
+    return None
+
+
+def _find_capacity(data: Any, depth: int = 0) -> tuple[int, str] | None:
+    if not isinstance(data, dict) or depth > 3:
+        return None
+    for name in _CAPACITY_FIELDS:
+        value = _positive_int(data.get(name))
+        if value is not None:
+            return value, name
+    blocks = _positive_int(data.get("num_blocks", data.get("num_gpu_blocks", data.get("total_blocks"))))
+    block_size = _positive_int(data.get("block_size", data.get("page_size")))
+    if blocks and block_size:
+        return blocks * block_size, "num_blocks*block_size"
+    for value in data.values():
+        found = _find_capacity(value, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and value > 0:
+        return value
+    if isinstance(value, float) and value.is_integer() and value > 0:
+        return int(value)
+    if isinstance(value, str) and value.isdigit() and int(value) > 0:
+        return int(value)
+    return None
+
+
+async def calibrate(
+    client: EndpointClient, tenant: Tenant, rng: random.Random, max_context: int | None
+) -> tuple[TokenModel, str]:
+    """Fit prompt tokens per random letter from ``usage.prompt_tokens`` of three short probes."""
+    top = 96 if max_context is None else max(8, min(96, max_context // 8))
+    samples: list[tuple[int, int]] = []
+    for units in sorted({max(2, top // 12), max(4, top // 3), top}):
+        reply = await client.generate(tenant, " ".join(random_units(rng, units)), max_tokens=1)
+        client.raise_for_auth(reply, tenant)
+        if not reply.ok:
+            raise AuditCannotRun(
+                f"a {units}-letter probe prompt failed ({reply.status}): {reply.error or reply.transport_error}"
+            )
+        if reply.prompt_tokens is not None:
+            samples.append((units, reply.prompt_tokens))
+    try:
+        return TokenModel.fit(samples), "fitted from usage.prompt_tokens"
+    except ValueError as exc:
+        log.warning("token calibration failed (%s); assuming one token per letter", exc)
+        return TokenModel(overhead=0.0, tokens_per_unit=1.0), f"assumed 1 token per letter ({exc})"

@@ -1,0 +1,170 @@
+"""``kvfence audit leak``: does tenant A's text ever reach tenant B's answers?
+
+Tenant A sends long prompts carrying unique canaries, some completed and some dropped mid-stream.
+Tenant B then sends the requests that broke real engines: over-length prompts, streams it abandons
+after the first chunk, and bursts concurrent with A's traffic, then ordinary follow-ups. Every
+answer B receives, error bodies included, is scanned for A's canaries and prompt n-grams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kvfence.audit.client import EndpointClient, Reply
+from kvfence.audit.discovery import advertised_context, calibrate
+from kvfence.audit.errors import AuditCannotRun
+from kvfence.audit.prompts import TokenModel, make_canary, random_units, spaced
+from kvfence.audit.scan import SecretIndex
+from kvfence.audit.verdict import CheckResult, Evidence, Verdict
+from kvfence.errors import ConfigError
+
+__all__ = ["LeakConfig", "run_leak"]
+
+_DEFAULT_LONG_PROMPT_TOKENS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class LeakConfig:
+    """Knobs of the leak check."""
+
+    victim_requests: int = 8
+    concurrency: int = 8
+    max_tokens: int = 32
+    prompt_tokens: int | None = None
+    seed: int | None = None
+
+    def validate(self) -> None:
+        for name, value in (("--victim-requests", self.victim_requests), ("--concurrency", self.concurrency),
+                            ("--max-tokens", self.max_tokens)):
+            if value < 1:
+                raise ConfigError(f"{name} must be at least 1, got {value}")
+        if self.prompt_tokens is not None and self.prompt_tokens < 16:
+            raise ConfigError(f"--prompt-tokens must be at least 16, got {self.prompt_tokens}")
+
+
+@dataclass(slots=True)
+class _Exchange:
+    phase: str
+    request_id: str
+    reply: Reply
+
+
+async def run_leak(client: EndpointClient, config: LeakConfig) -> CheckResult:
+    """Run A's canary traffic and B's adversarial traffic; any canary in B's answers is a finding."""
+    config.validate()
+    target = client.target
+    if target.tenant_b is None:
+        raise AuditCannotRun("the leak check needs two tenants: pass --key-b with a key of another organisation")
+    tenant_a, tenant_b = target.tenant_a, target.tenant_b
+    started = time.perf_counter()
+    rng = random.Random(config.seed)
+    model = await client.resolve_model()
+    api = await client.resolve_api()
+    max_context, context_source = await advertised_context(client, target.max_context)
+    token_model, calibration = await calibrate(client, tenant_a, rng, max_context)
+    long_tokens = config.prompt_tokens or (
+        max(16, min(max_context // 2, 4096)) if max_context else _DEFAULT_LONG_PROMPT_TOKENS
+    )
+    if max_context is not None and long_tokens + config.max_tokens > max_context:
+        raise ConfigError(f"--prompt-tokens {long_tokens} + --max-tokens does not fit the context {max_context}")
+    index = SecretIndex()
+    victim_log: list[_Exchange] = []
+
+    async def victim(request_id: str, *, abort: bool) -> None:
+        prompt = _canary_prompt(rng, token_model, long_tokens)
+        index.add(request_id, prompt[0], [prompt[1]])
+        reply = await client.generate(tenant_a, prompt[0], max_tokens=config.max_tokens, stream=abort,
+                                      abort_after_chunks=1 if abort else None)
+        client.raise_for_auth(reply, tenant_a)
+        victim_log.append(_Exchange("victim", request_id, reply))
+
+    b_log: list[_Exchange] = []
+
+    async def attacker(phase: str, request_id: str, tokens: int, *, stream: bool = False,
+                       abort: bool = False) -> None:
+        prompt = " ".join(random_units(rng, token_model.units_for(tokens)))
+        reply = await client.generate(tenant_b, prompt, max_tokens=config.max_tokens, stream=stream or abort,
+                                      abort_after_chunks=1 if abort else None)
+        client.raise_for_auth(reply, tenant_b)
+        b_log.append(_Exchange(phase, request_id, reply))
+
+    # Phase 1: A's canaries, half completed, half dropped after the first chunk (pages freed mid-use).
+    for i in range(config.victim_requests):
+        await victim(f"A-{i + 1}", abort=i % 2 == 1)
+    if not any(e.reply.ok for e in victim_log):
+        first = victim_log[0].reply
+        raise AuditCannotRun(f"tenant A's requests all failed ({first.status}): {first.error or first.transport_error}")
+    # Phase 2: B's over-length requests, right after A's.
+    if max_context is not None:
+        over = max_context + max(8, max_context // 50)
+        await attacker("over-length", "B-over-plain", over)
+        await attacker("over-length", "B-over-stream", over, stream=True)
+    # Phase 3: B abandons streams mid-answer, then asks again.
+    short = max(16, long_tokens // 4)
+    for i in range(max(2, config.concurrency // 2)):
+        await attacker("aborted", f"B-abort-{i + 1}", long_tokens, abort=True)
+        await attacker("after-abort", f"B-after-abort-{i + 1}", short)
+    # Phase 4: bursts where A's canary requests and B's requests (some over-length) run together.
+    burst: list[Any] = []
+    for i in range(config.concurrency):
+        burst.append(victim(f"A-burst-{i + 1}", abort=i % 3 == 2))
+        if max_context is not None and i % 4 == 3:
+            burst.append(attacker("concurrent", f"B-burst-over-{i + 1}", max_context + 32, stream=True))
+        else:
+            burst.append(attacker("concurrent", f"B-burst-{i + 1}", short, stream=i % 2 == 0))
+    await asyncio.gather(*burst)
+    # Phase 5: ordinary follow-ups, longer answers, after everything above.
+    for i in range(max(2, config.concurrency // 2)):
+        await attacker("follow-up", f"B-follow-{i + 1}", short)
+
+    result = CheckResult(
+        check="leak", verdict=Verdict.PASS, summary="", endpoint=target.base_url, model=model,
+        parameters={"victim_requests": config.victim_requests, "concurrency": config.concurrency,
+                    "max_tokens": config.max_tokens, "victim_prompt_tokens": long_tokens, "api": api.value,
+                    "seed": config.seed, "token_calibration": calibration, "max_context": max_context,
+                    "max_context_source": context_source},
+    )
+    phases: dict[str, dict[str, int]] = {}
+    for exchange in b_log:
+        counts = phases.setdefault(exchange.phase, {"sent": 0, "answered_200": 0, "rejected_4xx": 0, "other": 0})
+        counts["sent"] += 1
+        status = exchange.reply.status
+        key = "answered_200" if status == 200 else "rejected_4xx" if 400 <= status < 500 else "other"
+        counts[key] += 1
+        for hit in index.scan(exchange.reply.scannable_text):
+            result.evidence.append(Evidence(
+                title=f"tenant B's {exchange.phase} request {exchange.request_id} received tenant A's text",
+                detail=f"{hit.kind} {hit.matched!r} from A's request {hit.source_request}",
+                data={"status": status, "answer_excerpt": exchange.reply.scannable_text[:400]},
+            ))
+    ordinary = [e for e in b_log if e.phase in ("after-abort", "follow-up")]
+    if ordinary and not any(e.reply.ok for e in ordinary):
+        first = ordinary[0].reply
+        raise AuditCannotRun(f"tenant B's ordinary requests all failed ({first.status}): "
+                             f"{first.error or first.transport_error}")
+    result.measurements = {
+        "victim_requests_sent": len(victim_log),
+        "victim_canaries": len(index),
+        "attacker_requests": phases,
+        "attacker_answers_scanned": len(b_log),
+    }
+    if result.evidence:
+        result.verdict = Verdict.FINDING
+        result.summary = f"{len(result.evidence)} answer(s) to tenant B carried tenant A's text"
+    else:
+        result.summary = (f"none of {len(b_log)} answers to tenant B carried any of tenant A's "
+                          f"{len(index)} canaries or prompt text")
+    result.duration_s = round(time.perf_counter() - started, 3)
+    return result
+
+
+def _canary_prompt(rng: random.Random, token_model: TokenModel, tokens: int) -> tuple[str, str]:
+    canary = make_canary(rng)
+    head = spaced(canary)
+    # The canary opens and closes the prompt, so a leak of either end carries it.
+    body = random_units(rng, max(1, token_model.units_for(tokens) - 2 * len(head)))
+    return " ".join([*head, *body, *head]), canary

@@ -1,0 +1,154 @@
+"""Write the audit report: ``results.json``, ``report.md`` and a self-contained ``report.html``.
+
+The report covers every check result saved in the output directory, so running checks one at a
+time into the same ``--out`` builds one report. Plots are PNG files next to the Markdown and are
+embedded in the HTML as base64, so the HTML file can be mailed on its own.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from kvfence.audit.plots import plot_result
+from kvfence.audit.verdict import CheckResult, combined_exit_code
+
+__all__ = ["Table", "result_tables", "write_report"]
+
+
+class Table:
+    """A titled table for both renderers."""
+
+    def __init__(self, title: str, header: list[str], rows: list[list[Any]]) -> None:
+        self.title, self.header, self.rows = title, header, rows
+
+
+def write_report(results: list[CheckResult], out_dir: Path, exit_code: int | None = None) -> dict[str, Path]:
+    """Render all three files into ``out_dir``; returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if exit_code is None:
+        exit_code = combined_exit_code([r.verdict for r in results])
+    generated_at = datetime.now(UTC).isoformat(timespec="seconds")
+    plots = {r.check: plot_result(r, out_dir) for r in results}
+    tables = {r.check: result_tables(r) for r in results}
+    summary = {
+        "generated_at": generated_at,
+        "exit_code": exit_code,
+        "checks": [r.to_json() for r in results],
+    }
+    paths = {"json": out_dir / "results.json", "markdown": out_dir / "report.md", "html": out_dir / "report.html"}
+    paths["json"].write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+    paths["markdown"].write_text(_markdown(results, plots, tables, generated_at, exit_code), encoding="utf-8")
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("kvfence.audit", "templates"),
+        autoescape=jinja2.select_autoescape(["html.j2"]),
+        undefined=jinja2.StrictUndefined,
+    )
+    images = {
+        check: [(title, base64.b64encode((out_dir / name).read_bytes()).decode("ascii")) for title, name in p.items()]
+        for check, p in plots.items()
+    }
+    raw = {r.check: json.dumps(_trim(r.to_json()), indent=2, default=str) for r in results}
+    html = env.get_template("report.html.j2").render(
+        results=results, tables=tables, images=images, raw=raw, generated_at=generated_at,
+        exit_code=exit_code, version=_version(),
+    )
+    paths["html"].write_text(html, encoding="utf-8")
+    return paths
+
+
+def result_tables(result: CheckResult) -> list[Table]:
+    """The tables that summarise a check's measurements (pure)."""
+    m = result.measurements
+    if result.check == "cache-sharing":
+        rows = []
+        for name, data in m.get("levels", {}).items():
+            if not data.get("measured"):
+                rows.append([name, "not measured", data.get("reason", ""), "", "", "", "", ""])
+                continue
+            s = data["stats"]
+            rows.append([name, "yes" if data["shares_cache"] else "no", f"{s['p_value']:.3g}",
+                         f"{s['ks_statistic']:.3f}", f"{s['median_hit_ms']:.2f}", f"{s['median_miss_ms']:.2f}",
+                         f"{s['median_diff_ms']:.2f}", f"{s['prob_hit_faster']:.3f}"])
+        return [Table("Sharing levels", ["level", "shares cache", "p-value (KS, one-sided)", "KS D",
+                                          "median hit ms", "median miss ms", "median diff ms",
+                                          "P(hit faster)"], rows)]
+    if result.check == "admission":
+        rows = [[a["probe"], "stream" if a["stream"] else "plain", a["prompt_tokens_sent"], a["max_tokens"],
+                 a["expect"], a["status"], a["prompt_tokens_reported"], a["outcome"], (a["error"] or "")[:120]]
+                for a in m.get("answers", [])]
+        limits = Table("Limits", ["advertised context", "source", "KV capacity", "source", "exact sizes"],
+                       [[m.get("max_context"), m.get("max_context_source"), m.get("kv_capacity"),
+                         m.get("kv_capacity_source"), m.get("exact_sizes")]])
+        return [limits, Table("Answers", ["probe", "mode", "prompt tokens", "max_tokens", "expected", "status",
+                                          "usage.prompt_tokens", "outcome", "error message"], rows)]
+    if result.check == "leak":
+        rows = [[phase, c["sent"], c["answered_200"], c["rejected_4xx"], c["other"]]
+                for phase, c in m.get("attacker_requests", {}).items()]
+        return [Table("Tenant B's requests", ["phase", "sent", "200", "4xx", "other"], rows)]
+    if result.check == "engine":
+        tables = [Table("Fingerprint", ["engine", "version", "features"],
+                        [[m.get("engine"), m.get("version"), ", ".join(m.get("features", []))]]),
+                  Table("Clues", ["source", "value"], [[c["source"], c["value"]] for c in m.get("clues", [])][:30])]
+        advisories = m.get("advisories", [])
+        if advisories:
+            tables.append(Table("Matching advisories", ["id", "severity", "state", "why", "sources"],
+                                [[a["id"], a["severity"], a["state"], a["reason"], " ".join(a["sources"])]
+                                 for a in advisories]))
+        return tables
+    return []
+
+
+def _markdown(results: list[CheckResult], plots: dict[str, dict[str, str]], tables: dict[str, list[Table]],
+              generated_at: str, exit_code: int) -> str:
+    lines = ["# kvfence audit report", "",
+             f"Generated {generated_at} by kvfence {_version()}. Exit code: `{exit_code}` "
+             "(0 pass, 1 finding, 2 could not run / inconclusive).", "",
+             "| check | verdict | endpoint | summary |", "|---|---|---|---|"]
+    lines += [f"| {r.check} | **{r.verdict.value}** | {r.endpoint} | {_cell(r.summary)} |" for r in results]
+    for r in results:
+        lines += ["", f"## {r.check}: {r.verdict.value}", "", r.summary, ""]
+        if r.evidence:
+            lines += ["### Evidence", ""] + [f"{i}. **{e.title}**: {e.detail}" for i, e in enumerate(r.evidence, 1)]
+            lines.append("")
+        if r.notes:
+            lines += ["### Notes", ""] + [f"- {n}" for n in r.notes] + [""]
+        for table in tables[r.check]:
+            lines += [f"### {table.title}", "", "| " + " | ".join(table.header) + " |",
+                      "|" + "---|" * len(table.header)]
+            lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in table.rows]
+            lines.append("")
+        for title, name in plots[r.check].items():
+            lines += [f"![{title}]({name})", ""]
+        lines += ["### Parameters", ""] + [f"- `{k}`: {v}" for k, v in r.parameters.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _trim(data: dict[str, Any]) -> dict[str, Any]:
+    """The raw JSON shown in the HTML, without the long sample lists (they are in results.json)."""
+    levels = data.get("measurements", {}).get("levels")
+    if isinstance(levels, dict):
+        data = json.loads(json.dumps(data, default=str))
+        for level in data["measurements"]["levels"].values():
+            for key in ("hit_ttft_ms", "miss_ttft_ms"):
+                if key in level:
+                    level[key] = f"{len(level[key])} samples (see results.json)"
+    return data
+
+
+def _version() -> str:
+    try:
+        return package_version("kvfence")
+    except PackageNotFoundError:
+        return "unknown"
