@@ -39,8 +39,8 @@ class ChoiceState:
         self.num_cached_tokens = out.num_cached_tokens
         self.text = out.text
         self.token_ids = list(out.token_ids)
-        if out.logprobs:
-            self.logprobs.extend(out.logprobs)
+        if out.logprobs is not None:
+            self.logprobs = list(out.logprobs)  # cumulative: one entry per generated token
         if out.finished:
             self.finish_reason = out.finish_reason
 

@@ -63,6 +63,14 @@ class LoadedModel:
         return self.served_names[0]
 
 
+def _new_logprobs(out: Any) -> list[dict[int, float]]:
+    """This step's logprob entries: ``new_logprobs``, or the tail of the cumulative list."""
+    new = getattr(out, "new_logprobs", None)
+    if new is not None:
+        return list(new)
+    return list(out.logprobs or [])[-len(out.new_token_ids):] if out.new_token_ids else []
+
+
 class _AbortedByEngine(Exception):
     """The engine ended the request itself (e.g. paranoid mode caught an isolation violation)."""
 
@@ -406,7 +414,7 @@ class OpenAIServing:
                 choice = self._fold(lease, out)
                 logprobs = None
                 if req.logprobs is not None and out.new_token_ids:
-                    logprobs = completion_logprobs(list(out.new_token_ids), list(out.logprobs or []),
+                    logprobs = completion_logprobs(list(out.new_token_ids), _new_logprobs(out),
                                                    req.logprobs, token_text, offset)
                 if out.delta_text or out.finished or logprobs is not None:
                     yield sse(completion_chunk(rid, created, name, choice.index, out.delta_text,
@@ -431,7 +439,7 @@ class OpenAIServing:
                 choice = self._fold(lease, out)
                 logprobs = None
                 if req.logprobs and out.new_token_ids:
-                    logprobs = chat_logprobs(list(out.new_token_ids), list(out.logprobs or []),
+                    logprobs = chat_logprobs(list(out.new_token_ids), _new_logprobs(out),
                                              req.top_logprobs or 0, token_text)
                 if out.delta_text or logprobs is not None:
                     yield sse(chat_chunk(rid, created, name, 0, {"content": out.delta_text}, None, logprobs))
