@@ -1,0 +1,232 @@
+"""Typed configuration: the engine's options (validated once) and a model's ``config.json``."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from kvfence.errors import ConfigError, ModelLoadError
+
+__all__ = [
+    "SUPPORTED_ARCHITECTURES",
+    "SUPPORTED_DTYPES",
+    "EngineConfig",
+    "ModelConfig",
+    "kvfence_home",
+]
+
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
+SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
+_SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
+
+DType = Literal["float32", "bfloat16", "float16"]
+
+
+@dataclass
+class EngineConfig:
+    """Everything the engine needs to start; :meth:`__post_init__` rejects bad values with a clear message.
+
+    ``model=None`` selects the built-in random-weight model. ``max_model_len=None`` takes the model's
+    ``max_position_embeddings``; ``"auto"`` lowers it to what the KV pool holds (invariant I3).
+    The pool is sized by ``kv_cache_tokens`` or ``kv_cache_memory`` (bytes); with neither, a default
+    share of memory is used. ``scrub=False`` is UNSAFE and exists only to measure the cost of I2.
+    """
+
+    model: str | None = None
+    max_model_len: int | Literal["auto"] | None = None
+    kv_cache_tokens: int | None = None
+    kv_cache_memory: int | None = None
+    page_size: int = 16
+    dtype: DType = "float32"
+    device: str = "auto"
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    max_prefill_chunk: int = 512
+    scrub: bool = True
+    verify_isolation: bool = False
+    seed: int = 0
+    num_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.model is not None and not str(self.model).strip():
+            raise ConfigError("model must be a local directory path or None for the built-in model")
+        mml = self.max_model_len
+        if isinstance(mml, str):
+            if mml != "auto":
+                raise ConfigError(f"max_model_len must be a positive integer or 'auto', got {mml!r}")
+        elif mml is not None and (isinstance(mml, bool) or not isinstance(mml, int) or mml < 1):
+            raise ConfigError(f"max_model_len must be a positive integer or 'auto', got {mml!r}")
+        _positive_or_none("kv_cache_tokens", self.kv_cache_tokens)
+        _positive_or_none("kv_cache_memory", self.kv_cache_memory)
+        if self.kv_cache_tokens is not None and self.kv_cache_memory is not None:
+            raise ConfigError("give either kv_cache_tokens or kv_cache_memory, not both")
+        _positive("page_size", self.page_size)
+        _positive("max_num_seqs", self.max_num_seqs)
+        _positive("max_num_batched_tokens", self.max_num_batched_tokens)
+        _positive("max_prefill_chunk", self.max_prefill_chunk)
+        _positive_or_none("num_threads", self.num_threads)
+        if self.dtype not in SUPPORTED_DTYPES:
+            raise ConfigError(f"dtype must be one of {', '.join(SUPPORTED_DTYPES)}, got {self.dtype!r}")
+        if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
+
+
+def _positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _positive_or_none(name: str, value: object) -> None:
+    if value is not None:
+        _positive(name, value)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The fields of a Hugging Face ``config.json`` that the Llama-family runner uses."""
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: dict[str, Any] | None
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    attention_bias: bool
+    mlp_bias: bool
+    sliding_window: int | None
+    hidden_act: str
+    bos_token_id: int | None
+    eos_token_ids: list[int] = field(default_factory=list)
+    checkpoint_dtype: str | None = None
+    is_random_weights: bool = False
+    name: str = ""
+
+    @classmethod
+    def from_dir(cls, model_dir: Path) -> ModelConfig:
+        """Read ``model_dir/config.json``; :class:`ModelLoadError` names what is missing or unsupported."""
+        path = model_dir / "config.json"
+        if not model_dir.is_dir():
+            raise ModelLoadError(f"model directory {str(model_dir)!r} does not exist")
+        if not path.is_file():
+            raise ModelLoadError(f"model directory {str(model_dir)!r} has no config.json")
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ModelLoadError(f"cannot read {path}: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ModelLoadError(f"{path} is not a JSON object")
+        return cls.from_dict(raw, name=raw.get("kvfence_model_name") or model_dir.name)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], *, name: str = "") -> ModelConfig:
+        archs = raw.get("architectures") or []
+        arch = next((a for a in archs if a in SUPPORTED_ARCHITECTURES), None)
+        if arch is None:
+            shown = ", ".join(archs) if archs else f"model_type {raw.get('model_type')!r}"
+            raise ModelLoadError(
+                f"unsupported architecture {shown}; kvfence runs {', '.join(SUPPORTED_ARCHITECTURES)}"
+            )
+        try:
+            hidden = int(raw["hidden_size"])
+            heads = int(raw["num_attention_heads"])
+            cfg = cls(
+                architecture=arch,
+                vocab_size=int(raw["vocab_size"]),
+                hidden_size=hidden,
+                intermediate_size=int(raw["intermediate_size"]),
+                num_hidden_layers=int(raw["num_hidden_layers"]),
+                num_attention_heads=heads,
+                num_key_value_heads=int(raw.get("num_key_value_heads") or heads),
+                head_dim=int(raw.get("head_dim") or hidden // heads),
+                rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+                rope_theta=_rope_theta(raw),
+                rope_scaling=_rope_scaling(raw),
+                max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+                tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+                # Qwen2 always has q/k/v biases; its config.json does not say so.
+                attention_bias=arch == "Qwen2ForCausalLM" or bool(raw.get("attention_bias", False)),
+                mlp_bias=bool(raw.get("mlp_bias", False)),
+                sliding_window=_sliding_window(raw, arch),
+                hidden_act=str(raw.get("hidden_act", "silu")),
+                bos_token_id=_optional_int(raw.get("bos_token_id")),
+                eos_token_ids=_int_list(raw.get("eos_token_id")),
+                checkpoint_dtype=raw.get("torch_dtype") or raw.get("dtype"),
+                is_random_weights=bool(raw.get("kvfence_random_weights", False)),
+                name=name,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelLoadError(f"config.json is missing or has a bad value for {exc}") from exc
+        if cfg.hidden_act not in ("silu", "swish"):
+            raise ModelLoadError(f"unsupported hidden_act {cfg.hidden_act!r}; kvfence runs 'silu'")
+        if cfg.num_attention_heads % cfg.num_key_value_heads:
+            raise ModelLoadError(
+                f"num_attention_heads={cfg.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads={cfg.num_key_value_heads}"
+            )
+        return cfg
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of K and V per token across all layers, for an element size of 1 (multiply by it)."""
+        return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim
+
+
+def _rope_theta(raw: dict[str, Any]) -> float:
+    params = raw.get("rope_parameters")
+    if isinstance(params, dict) and "rope_theta" in params:
+        return float(params["rope_theta"])
+    return float(raw.get("rope_theta", 10000.0))
+
+
+def _rope_scaling(raw: dict[str, Any]) -> dict[str, Any] | None:
+    # transformers 5 writes `rope_parameters`; older checkpoints write `rope_scaling`.
+    params = raw.get("rope_parameters") or raw.get("rope_scaling")
+    if not isinstance(params, dict):
+        return None
+    rope_type = params.get("rope_type") or params.get("type") or "default"
+    if rope_type not in _SUPPORTED_ROPE_TYPES:
+        raise ModelLoadError(
+            f"unsupported rope scaling type {rope_type!r}; supported: {', '.join(_SUPPORTED_ROPE_TYPES)}"
+        )
+    if rope_type == "default":
+        return None
+    return {**params, "rope_type": rope_type}
+
+
+def _sliding_window(raw: dict[str, Any], arch: str) -> int | None:
+    window = raw.get("sliding_window")
+    if window is None:
+        return None
+    if arch == "Qwen2ForCausalLM" and not raw.get("use_sliding_window", False):
+        return None
+    return int(window)
+
+
+def _optional_int(value: Any) -> int | None:
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return None if value is None else int(value)
+
+
+def _int_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [int(v) for v in value]
+    return [int(value)]
+
+
+def kvfence_home() -> Path:
+    """Where kvfence keeps built artefacts: ``$KVFENCE_HOME`` or ``~/.cache/kvfence``."""
+    env = os.environ.get("KVFENCE_HOME")
+    return Path(env) if env else Path.home() / ".cache" / "kvfence"

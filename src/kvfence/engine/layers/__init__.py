@@ -1,0 +1,1 @@
+"""Building blocks of the model runner: rotary embedding, paged attention, sampling."""

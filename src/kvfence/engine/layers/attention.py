@@ -1,0 +1,92 @@
+"""Attention over the paged KV pool: one mixed batch of decode tokens and prefill chunks.
+
+Token layout of a step (built by the model runner): all decode tokens first (one per sequence),
+then each prefill chunk as a contiguous run. New K/V are written into the pool through
+``slot_mapping``; attention then reads K/V only through the sequence's own block table (I1).
+Padding in the decode gather points at the pool's reserved null slot, which is always zero, so a
+sequence never reads even a masked-out byte of a page that is not in its block table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["AttentionMetadata", "PrefillChunk", "paged_attention"]
+
+
+@dataclass
+class PrefillChunk:
+    """One sequence's prefill tokens ``[token_start, token_end)`` in the step's token batch.
+
+    ``context_slots`` lists the pool slots of every position up to the chunk's end when the chunk
+    sits on top of earlier KV (cached prefix or earlier chunk); ``None`` means the chunk starts at
+    position 0 and attends to its own fresh K/V only. ``mask`` is ``None`` for plain causal attention.
+    """
+
+    token_start: int
+    token_end: int
+    context_slots: torch.Tensor | None
+    mask: torch.Tensor | None
+
+
+@dataclass
+class AttentionMetadata:
+    """Per-step tensors shared by every layer."""
+
+    slot_mapping: torch.Tensor  # [T] pool slot written by each token
+    num_decode_tokens: int
+    decode_slots: torch.Tensor | None = None  # [B, L] slots read by each decoding sequence (padded)
+    decode_mask: torch.Tensor | None = None  # [B, 1, 1, L] bool; None when nothing is padded
+    prefills: list[PrefillChunk] = field(default_factory=list)
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+) -> torch.Tensor:
+    """Write ``k``/``v`` into the pool, then attend. Shapes: q [T, H, D]; k, v [T, KV, D];
+    caches [num_slots, KV, D]. Returns [T, H, D]."""
+    k_cache.index_copy_(0, meta.slot_mapping, k)
+    v_cache.index_copy_(0, meta.slot_mapping, v)
+    num_decode = meta.num_decode_tokens
+    if num_decode and not meta.prefills:
+        return _decode(q, k_cache, v_cache, meta)
+    out = torch.empty_like(q)
+    if num_decode:
+        out[:num_decode] = _decode(q[:num_decode], k_cache, v_cache, meta)
+    for chunk in meta.prefills:
+        s, e = chunk.token_start, chunk.token_end
+        qs = q[s:e].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
+        if chunk.context_slots is None:
+            ks, vs = k[s:e], v[s:e]
+        else:
+            ks, vs = k_cache[chunk.context_slots], v_cache[chunk.context_slots]
+        o = F.scaled_dot_product_attention(
+            qs,
+            ks.transpose(0, 1).unsqueeze(0),
+            vs.transpose(0, 1).unsqueeze(0),
+            attn_mask=chunk.mask,
+            is_causal=chunk.mask is None and chunk.context_slots is None,
+            enable_gqa=True,
+        )
+        out[s:e] = o[0].transpose(0, 1)
+    return out
+
+
+def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    slots = meta.decode_slots
+    if slots is None:
+        raise RuntimeError("decode tokens scheduled without decode_slots")
+    kd = k_cache[slots].transpose(1, 2)  # [B, KV, L, D]
+    vd = v_cache[slots].transpose(1, 2)
+    o = F.scaled_dot_product_attention(
+        q[: slots.shape[0]].unsqueeze(2), kd, vd, attn_mask=meta.decode_mask, enable_gqa=True
+    )  # [B, H, 1, D]
+    return o.squeeze(2)

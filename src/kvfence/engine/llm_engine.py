@@ -1,0 +1,265 @@
+"""The engine loop: requests in, one mixed batch per step, incremental outputs back.
+
+Each :meth:`LLMEngine.step` schedules a batch, zero-fills the pages released since the last step
+(I2) before the forward pass, optionally re-checks I1 for every scheduled request (paranoid mode),
+runs the model, samples, detokenizes and applies stop strings.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from kvfence.engine.block_manager import BlockManager, PageState
+from kvfence.engine.capacity import Capacity, plan_capacity
+from kvfence.engine.config import EngineConfig, ModelConfig
+from kvfence.engine.default_model import ensure_default_model
+from kvfence.engine.detokenizer import IncrementalDetokenizer
+from kvfence.engine.layers.sampler import SampleRow, sample
+from kvfence.engine.loader import checkpoint_files
+from kvfence.engine.model_runner import ModelRunner, resolve_device, torch_dtype
+from kvfence.engine.outputs import EngineStats, RequestOutput
+from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from kvfence.engine.sequence import FinishReason, Sequence
+from kvfence.engine.tokenizer import Tokenizer
+from kvfence.errors import InvalidParameterError, IsolationViolation
+
+__all__ = ["LLMEngine"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Request:
+    seq: Sequence
+    detokenizer: IncrementalDetokenizer
+    generator: torch.Generator | None
+    logprobs: list[dict[int, float]] | None = None
+    banned_until_min_tokens: list[int] = field(default_factory=list)
+
+
+class LLMEngine:
+    """A paged-KV engine for one model. Not thread-safe: drive it from one thread (or one asyncio task)."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        if config.num_threads is not None:
+            torch.set_num_threads(config.num_threads)
+        model_dir = Path(config.model).expanduser() if config.model is not None else ensure_default_model()
+        self.model_dir = model_dir
+        self.model_config = ModelConfig.from_dir(model_dir)
+        self.model_name = self.model_config.name or model_dir.name
+        self.is_random_weights = self.model_config.is_random_weights
+        self.tokenizer = Tokenizer.from_dir(model_dir, extra_eos_token_ids=self.model_config.eos_token_ids)
+        device = resolve_device(config.device)
+        dtype = torch_dtype(config.dtype)
+        element_size = torch.empty(0, dtype=dtype).element_size()
+        self.capacity: Capacity = plan_capacity(
+            max_position_embeddings=self.model_config.max_position_embeddings,
+            kv_bytes_per_token=self.model_config.kv_bytes_per_token * element_size,
+            page_size=config.page_size,
+            max_model_len=config.max_model_len,
+            kv_cache_tokens=config.kv_cache_tokens,
+            kv_cache_memory=config.kv_cache_memory,
+            available_memory=_default_pool_memory(device, model_dir),
+            max_num_seqs=config.max_num_seqs,
+            scrub=config.scrub,
+        )
+        self.runner = ModelRunner(
+            model_dir,
+            self.model_config,
+            max_len=self.capacity.max_model_len,
+            num_pages=self.capacity.num_pages,
+            page_size=config.page_size,
+            dtype=dtype,
+            device=device,
+        )
+        self.block_manager = BlockManager(self.capacity.num_pages, config.page_size, scrub=config.scrub)
+        self.scheduler = Scheduler(
+            SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, config.max_prefill_chunk),
+            self.block_manager,
+            max_model_len=self.capacity.max_model_len,
+            eos_token_ids=self.tokenizer.eos_token_ids,
+        )
+        self._generator = torch.Generator(device=device).manual_seed(config.seed)
+        self._requests: dict[str, _Request] = {}
+        self.isolation_incidents = 0
+        if self.is_random_weights:
+            log.warning("model %s has RANDOM WEIGHTS (built-in test model): its output is gibberish", self.model_name)
+        log.info(
+            "engine ready: model=%s device=%s dtype=%s max_model_len=%d pool=%d tokens (%d pages of %d) scrub=%s",
+            self.model_name, device, config.dtype, self.capacity.max_model_len, self.capacity.pool_tokens,
+            self.capacity.num_pages, config.page_size, "on" if config.scrub else "OFF (UNSAFE)",
+        )
+
+    # ---- requests ----------------------------------------------------------------------------
+
+    def add_request(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, scope_key: bytes
+    ) -> None:
+        """Queue a request. Raises before anything is allocated when it can never run (I3)."""
+        if request_id in self._requests:
+            raise InvalidParameterError(f"request id {request_id!r} is already in use", param="request_id")
+        if not prompt_token_ids:
+            raise InvalidParameterError("the prompt must contain at least one token", param="prompt")
+        vocab = self.model_config.vocab_size
+        bad = next((t for t in prompt_token_ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab), None)
+        if bad is not None:
+            raise InvalidParameterError(f"prompt token id {bad!r} is outside the vocabulary [0, {vocab})", param="prompt")
+        if not scope_key:
+            raise InvalidParameterError("scope_key must not be empty", param="scope_key")
+        seq = Sequence(request_id, prompt_token_ids, scope_key, params)
+        self.scheduler.add(seq)
+        generator = None
+        if params.seed is not None:
+            generator = torch.Generator(device=self.runner.device).manual_seed(params.seed)
+        banned = [] if params.min_tokens == 0 else sorted(set(params.stop_token_ids) | set(
+            [] if params.ignore_eos else self.tokenizer.eos_token_ids))
+        self._requests[request_id] = _Request(
+            seq=seq,
+            detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.stop),
+            generator=generator,
+            logprobs=[] if params.logprobs is not None else None,
+            banned_until_min_tokens=banned,
+        )
+
+    def abort_request(self, request_id: str) -> None:
+        """Abort a request; its pages are released and zero-filled now (I2). Unknown id: no-op."""
+        if self.scheduler.abort(request_id) is not None:
+            self.runner.scrub(self.block_manager.take_scrub_list())
+        self._requests.pop(request_id, None)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # ---- one iteration -----------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """Run one batch; return outputs of requests that made progress or finished."""
+        batch = self.scheduler.schedule()
+        self.runner.scrub(batch.scrub_pages)  # I2: before any request can read these pages
+        outputs: list[RequestOutput] = []
+        if self.config.verify_isolation:
+            outputs.extend(self._verify(batch))
+        sampled: dict[str, int] = {}
+        if batch.items:
+            try:
+                sample_items, logits = self.runner.execute(batch.items)
+                rows = [self._sample_row(it.seq) for it in sample_items]
+                tokens = sample(logits, rows, self._generator)
+            except Exception:
+                log.exception("forward pass failed; aborting the %d requests of the batch", len(batch.items))
+                for it in batch.items:
+                    self.abort_request(it.seq.request_id)
+                raise
+            for it, tok in zip(sample_items, tokens, strict=True):
+                sampled[it.seq.request_id] = tok.token_id
+                req = self._requests[it.seq.request_id]
+                if req.logprobs is not None and tok.logprobs is not None:
+                    req.logprobs.append(tok.logprobs)
+        self.scheduler.postprocess(batch, sampled)
+        for request_id, token_id in sampled.items():
+            outputs.append(self._progress(request_id, token_id))
+        # Pages released in this step (finished requests) are zeroed now rather than next step,
+        # so stale KV does not sit in the pool while the engine idles (I2, defence in depth).
+        self.runner.scrub(self.block_manager.take_scrub_list())
+        return outputs
+
+    def _verify(self, batch: SchedulerOutput) -> list[RequestOutput]:
+        """Paranoid mode: re-check I1 for every scheduled request; a violation aborts it."""
+        kept, outputs = [], []
+        for it in batch.items:
+            try:
+                self.block_manager.verify(it.seq)
+            except IsolationViolation as exc:
+                self.isolation_incidents += 1
+                log.error("ISOLATION INCIDENT: %s; request %s aborted", exc, it.seq.request_id)
+                req = self._requests.get(it.seq.request_id)
+                self.scheduler.abort(it.seq.request_id)
+                if req is not None:
+                    outputs.append(self._output(req, [], "", finished=True))
+                    self._requests.pop(it.seq.request_id, None)
+                continue
+            kept.append(it)
+        batch.items = kept
+        return outputs
+
+    def _sample_row(self, seq: Sequence) -> SampleRow:
+        req = self._requests[seq.request_id]
+        return SampleRow(seq.params, req.generator, seq.num_completion_tokens, req.banned_until_min_tokens)
+
+    def _progress(self, request_id: str, token_id: int) -> RequestOutput:
+        req = self._requests[request_id]
+        seq = req.seq
+        req.detokenizer.add(token_id)
+        if req.detokenizer.stopped_on is not None:
+            if seq.is_finished:
+                seq.finish_reason = FinishReason.STOP
+            else:
+                self.scheduler.finish(seq, FinishReason.STOP)
+        if seq.is_finished:
+            delta = req.detokenizer.take_final_delta()
+            self._requests.pop(request_id, None)
+        else:
+            delta = req.detokenizer.take_delta()
+        return self._output(req, [token_id], delta, finished=seq.is_finished)
+
+    def _output(self, req: _Request, new_ids: list[int], delta: str, *, finished: bool) -> RequestOutput:
+        seq = req.seq
+        reason = seq.finish_reason.value if seq.finish_reason is not None else None
+        logprobs = None if req.logprobs is None else list(req.logprobs)
+        return RequestOutput(
+            request_id=seq.request_id,
+            prompt_token_ids=seq.prompt_token_ids,
+            token_ids=seq.completion_token_ids,
+            new_token_ids=new_ids,
+            text=req.detokenizer.text,
+            delta_text=delta,
+            finished=finished,
+            finish_reason=reason if finished else None,
+            num_prompt_tokens=seq.num_prompt_tokens,
+            num_cached_tokens=seq.num_cached_tokens,
+            logprobs=logprobs,
+            new_logprobs=None if logprobs is None else logprobs[len(logprobs) - len(new_ids) :],
+        )
+
+    # ---- introspection -----------------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        bm = self.block_manager
+        return EngineStats(
+            num_pages=bm.num_pages,
+            num_free_pages=bm.num_free_pages,
+            num_used_pages=bm.num_used_pages,
+            num_waiting=self.scheduler.num_waiting,
+            num_running=self.scheduler.num_running,
+            num_preemptions=self.scheduler.num_preemptions,
+            prefix_hit_tokens_by_scope=dict(bm.prefix_hit_tokens_by_scope),
+            isolation_incidents=self.isolation_incidents,
+        )
+
+    def free_pages(self) -> list[int]:
+        """Pages in the FREE state (not cached prefix pages, not mapped)."""
+        return [p for p in range(self.block_manager.num_pages) if self.block_manager.page_info(p).state is PageState.FREE]
+
+    def pool_is_zero(self, pages: list[int] | None = None) -> bool:
+        """Debug/test helper: True when ``pages`` (default: every free page) are all zero in the pool."""
+        return self.runner.pages_are_zero(self.free_pages() if pages is None else list(pages))
+
+
+def _default_pool_memory(device: torch.device, model_dir: Path) -> int:
+    """Bytes the default KV pool may take: a quarter of RAM on CPU, half of what the weights leave on GPU."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        weights = sum(f.stat().st_size for f in checkpoint_files(model_dir))
+        return max(0, (free - weights) // 2)
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        total = 8 << 30
+    return total // 4

@@ -1,0 +1,167 @@
+"""Runs the model over the paged KV pool: batch preparation, scrubbing (I2) and the forward pass."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from kvfence.engine.config import ModelConfig
+from kvfence.engine.layers.attention import AttentionMetadata, PrefillChunk
+from kvfence.engine.loader import load_model
+from kvfence.engine.scheduler import ScheduledSeq
+
+__all__ = ["ModelRunner", "resolve_device", "torch_dtype"]
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return _DTYPES[name]
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class ModelRunner:
+    """Owns the weights and the KV pool: ``[layers, K|V, num_pages + 1, page_size, kv_heads, head_dim]``.
+
+    The extra last page is the *null page*: never handed out, never written, always zero. Padding
+    of a batch reads it instead of anybody's page.
+    """
+
+    def __init__(
+        self,
+        model_dir: Path,
+        cfg: ModelConfig,
+        *,
+        max_len: int,
+        num_pages: int,
+        page_size: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        self.cfg = cfg
+        self.device = device
+        self.dtype = dtype
+        self.page_size = page_size
+        self.num_pages = num_pages
+        self.model = load_model(model_dir, cfg, max_len=max_len, dtype=dtype, device=device)
+        self.kv_pool = torch.zeros(
+            cfg.num_hidden_layers, 2, num_pages + 1, page_size, cfg.num_key_value_heads, cfg.head_dim,
+            dtype=dtype, device=device,
+        )
+        flat = self.kv_pool.view(cfg.num_hidden_layers, 2, -1, cfg.num_key_value_heads, cfg.head_dim)
+        self.kv_caches = [(flat[i, 0], flat[i, 1]) for i in range(cfg.num_hidden_layers)]
+        self.null_page = num_pages
+        self.null_slot = num_pages * page_size
+
+    @property
+    def pool_bytes(self) -> int:
+        return self.kv_pool.numel() * self.kv_pool.element_size()
+
+    # ---- I2 ----------------------------------------------------------------------------------
+
+    def scrub(self, pages: list[int]) -> None:
+        """Zero-fill ``pages`` in every layer, K and V (invariant I2). Runs before the next forward."""
+        if pages:
+            index = torch.tensor(pages, dtype=torch.long, device=self.device)
+            self.kv_pool.index_fill_(2, index, 0)
+
+    def pages_are_zero(self, pages: list[int]) -> bool:
+        if not pages:
+            return True
+        index = torch.tensor(pages, dtype=torch.long, device=self.device)
+        return not bool(self.kv_pool.index_select(2, index).any())
+
+    # ---- forward -----------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def execute(self, items: list[ScheduledSeq]) -> tuple[list[ScheduledSeq], torch.Tensor]:
+        """Run one mixed batch; return the items that sample and their float32 logits [N, vocab]."""
+        decodes = [it for it in items if it.num_new_tokens == 1]
+        prefills = [it for it in items if it.num_new_tokens != 1]
+        ordered = decodes + prefills
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slot_mapping: list[int] = []
+        sample_index: list[int] = []
+        sampled: list[ScheduledSeq] = []
+        ps = self.page_size
+        for it in ordered:
+            table = it.seq.block_table
+            end = it.start + it.num_new_tokens
+            input_ids.extend(it.seq.token_ids[it.start : end])
+            positions.extend(range(it.start, end))
+            slot_mapping.extend(table[p // ps] * ps + p % ps for p in range(it.start, end))
+            if it.samples:
+                sample_index.append(len(input_ids) - 1)
+                sampled.append(it)
+        dev = self.device
+        meta = AttentionMetadata(
+            slot_mapping=torch.tensor(slot_mapping, dtype=torch.long, device=dev),
+            num_decode_tokens=len(decodes),
+        )
+        if decodes:
+            meta.decode_slots, meta.decode_mask = self._decode_slots(decodes)
+        offset = len(decodes)
+        for it in prefills:
+            meta.prefills.append(self._prefill_chunk(it, offset))
+            offset += it.num_new_tokens
+        hidden = self.model(
+            torch.tensor(input_ids, dtype=torch.long, device=dev),
+            torch.tensor(positions, dtype=torch.long, device=dev),
+            self.kv_caches,
+            meta,
+        )
+        if not sampled:
+            return sampled, torch.empty(0, self.cfg.vocab_size, device=dev)
+        if len(sample_index) != hidden.shape[0]:
+            hidden = hidden[torch.tensor(sample_index, dtype=torch.long, device=dev)]
+        return sampled, self.model.compute_logits(hidden)
+
+    def _decode_slots(self, decodes: list[ScheduledSeq]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ps, dev = self.page_size, self.device
+        lengths = [it.start + 1 for it in decodes]
+        max_len = max(lengths)
+        num_pages = -(-max_len // ps)
+        tables = [it.seq.block_table[:num_pages] for it in decodes]
+        padded = [t + [self.null_page] * (num_pages - len(t)) for t in tables]
+        pos = torch.arange(max_len, device=dev)
+        slots = torch.tensor(padded, dtype=torch.long, device=dev)[:, pos // ps] * ps + pos % ps  # [B, L]
+        lens = torch.tensor(lengths, dtype=torch.long, device=dev)
+        visible = pos[None, :] < lens[:, None]
+        window = self.cfg.sliding_window
+        if window is not None and max_len > window:
+            visible &= pos[None, :] > (lens[:, None] - 1 - window)
+        if min(lengths) == max_len and bool(visible.all()):
+            return slots, None
+        slots = torch.where(visible, slots, self.null_slot)
+        return slots, visible[:, None, None, :]
+
+    def _prefill_chunk(self, it: ScheduledSeq, token_start: int) -> PrefillChunk:
+        ps, dev = self.page_size, self.device
+        n, start = it.num_new_tokens, it.start
+        context = start + n
+        window = self.cfg.sliding_window
+        windowed = window is not None and context > window
+        context_slots = None
+        if start > 0:
+            table = torch.tensor(it.seq.block_table[: -(-context // ps)], dtype=torch.long, device=dev)
+            pos = torch.arange(context, device=dev)
+            context_slots = table[pos // ps] * ps + pos % ps
+        mask = None
+        if start > 0 or windowed:
+            q_pos = torch.arange(start, context, device=dev)[:, None]
+            k_pos = torch.arange(context, device=dev)[None, :]
+            allowed = k_pos <= q_pos
+            if windowed and window is not None:
+                allowed &= k_pos > q_pos - window
+            mask = allowed[None, None]
+        return PrefillChunk(token_start, token_start + n, context_slots, mask)

@@ -1,0 +1,174 @@
+"""Llama-family decoder (Llama, Qwen2, Mistral) over the paged KV pool.
+
+Checkpoint tensors keep their Hugging Face names; q/k/v and gate/up projections are stored fused
+(``qkv_proj``, ``gate_up_proj``) so a decode step runs two matmuls where transformers runs five.
+Parameters are allocated uninitialised: every one of them is overwritten by the loader.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kvfence.engine.config import ModelConfig
+from kvfence.engine.layers.attention import AttentionMetadata, paged_attention
+from kvfence.engine.layers.rotary import RotaryEmbedding
+
+__all__ = ["FusedLinear", "LlamaForCausalLM", "RMSNorm"]
+
+
+def _empty(*shape: int, dtype: torch.dtype, device: torch.device) -> nn.Parameter:
+    return nn.Parameter(torch.empty(*shape, dtype=dtype, device=device), requires_grad=False)
+
+
+class FusedLinear(nn.Module):
+    """A linear layer whose output rows may stack several checkpoint tensors (``shards``)."""
+
+    def __init__(
+        self,
+        in_features: int,
+        shards: dict[str, int],
+        *,
+        bias: bool,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        super().__init__()
+        self.shard_rows: dict[str, tuple[int, int]] = {}
+        offset = 0
+        for name, rows in shards.items():
+            self.shard_rows[name] = (offset, rows)
+            offset += rows
+        self.weight = _empty(offset, in_features, dtype=dtype, device=device)
+        self.bias = _empty(offset, dtype=dtype, device=device) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class Embedding(nn.Module):
+    def __init__(self, num_embeddings: int, dim: int, *, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        self.weight = _empty(num_embeddings, dim, dtype=dtype, device=device)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.weight)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float, *, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = _empty(dim, dtype=dtype, device=device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        # Half precision: normalise in float32, round, then scale, in transformers' order.
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        q_rows, kv_rows = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.qkv_proj = FusedLinear(
+            cfg.hidden_size, {"q": q_rows, "k": kv_rows, "v": kv_rows}, bias=cfg.attention_bias, dtype=dtype, device=device
+        )
+        self.o_proj = FusedLinear(q_rows, {"": cfg.hidden_size}, bias=cfg.attention_bias and cfg.architecture != "Qwen2ForCausalLM", dtype=dtype, device=device)
+        self.rotary = rotary
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        x: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        # x: [T, hidden]
+        num_tokens = x.shape[0]
+        qkv = self.qkv_proj(x).view(num_tokens, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
+        qk = self.rotary(positions, qkv[:, : self.num_heads + self.num_kv_heads])
+        q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
+        v = qkv[:, self.num_heads + self.num_kv_heads :]
+        out = paged_attention(q, k, v, k_cache, v_cache, meta)  # [T, H, D]
+        return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        inter = cfg.intermediate_size
+        self.intermediate_size = inter
+        self.gate_up_proj = FusedLinear(cfg.hidden_size, {"gate": inter, "up": inter}, bias=cfg.mlp_bias, dtype=dtype, device=device)
+        self.down_proj = FusedLinear(inter, {"": cfg.hidden_size}, bias=cfg.mlp_bias, dtype=dtype, device=device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate_up = self.gate_up_proj(x)
+        gate, up = gate_up.split(self.intermediate_size, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        self.self_attn = LlamaAttention(cfg, rotary, dtype, device)
+        self.mlp = LlamaMLP(cfg, dtype, device)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, device=device)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, device=device)
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        x: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        x = x + self.self_attn(positions, self.input_layernorm(x), k_cache, v_cache, meta)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, cfg: ModelConfig, max_len: int, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype, device=device)
+        rotary = RotaryEmbedding(
+            cfg.head_dim, max_len, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings, dtype, device
+        )
+        self.layers = nn.ModuleList(LlamaDecoderLayer(cfg, rotary, dtype, device) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, device=device)
+
+
+class LlamaForCausalLM(nn.Module):
+    """The decoder plus LM head. ``forward`` returns hidden states; ``compute_logits`` the float32 logits."""
+
+    def __init__(self, cfg: ModelConfig, max_len: int, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        self.config = cfg
+        self.model = LlamaModel(cfg, max_len, dtype, device)
+        self.lm_head: FusedLinear | None = None
+        if not cfg.tie_word_embeddings:
+            self.lm_head = FusedLinear(cfg.hidden_size, {"": cfg.vocab_size}, bias=False, dtype=dtype, device=device)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        # input_ids, positions: [T] -> hidden: [T, hidden]
+        x = self.model.embed_tokens(input_ids)
+        for layer, (k_cache, v_cache) in zip(self.model.layers, kv_caches, strict=True):
+            x = layer(positions, x, k_cache, v_cache, meta)
+        return self.model.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, weight).float()

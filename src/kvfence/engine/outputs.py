@@ -1,0 +1,45 @@
+"""What the engine hands back: per-request progress and engine-wide statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["EngineStats", "RequestOutput"]
+
+
+@dataclass
+class RequestOutput:
+    """One request's progress after a step.
+
+    ``token_ids`` and ``text`` are everything generated so far (a stop string is not included);
+    ``new_token_ids`` and ``delta_text`` are this step's part. ``num_cached_tokens`` counts the
+    prompt tokens served from the request's own cache scope. ``logprobs`` has one dict per
+    generated token (chosen token first, then the top alternatives) when they were asked for.
+    """
+
+    request_id: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    new_token_ids: list[int]
+    text: str
+    delta_text: str
+    finished: bool
+    finish_reason: str | None
+    num_prompt_tokens: int
+    num_cached_tokens: int
+    logprobs: list[dict[int, float]] | None = None
+    new_logprobs: list[dict[int, float]] | None = None
+
+
+@dataclass
+class EngineStats:
+    """A snapshot of the pool and queues; ``isolation_incidents`` counts paranoid-mode aborts."""
+
+    num_pages: int
+    num_free_pages: int
+    num_used_pages: int
+    num_waiting: int
+    num_running: int
+    num_preemptions: int
+    prefix_hit_tokens_by_scope: dict[bytes, int] = field(default_factory=dict)
+    isolation_incidents: int = 0

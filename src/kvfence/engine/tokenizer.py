@@ -1,0 +1,176 @@
+"""The tokenizer of a local model directory: ``tokenizer.json`` plus its chat template, no hub access."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer as _HFTokenizer
+
+from kvfence.errors import InvalidParameterError, ModelLoadError
+
+__all__ = ["Tokenizer"]
+
+log = logging.getLogger(__name__)
+
+
+class Tokenizer:
+    """Encode, decode and render chat prompts for one model.
+
+    ``eos_token_ids`` merges every end-of-sequence id the directory declares (``generation_config.json``,
+    ``config.json`` and the tokenizer's own ``eos_token``), since chat models often stop on more than one.
+    """
+
+    def __init__(
+        self,
+        backend: _HFTokenizer,
+        *,
+        bos_token: str | None = None,
+        eos_token: str | None = None,
+        chat_template: str | None = None,
+        add_bos_token: bool = False,
+        extra_eos_token_ids: list[int] | None = None,
+    ) -> None:
+        self._backend = backend
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        self.bos_token_id = backend.token_to_id(bos_token) if bos_token else None
+        eos_ids: list[int] = []
+        if eos_token and (tid := backend.token_to_id(eos_token)) is not None:
+            eos_ids.append(tid)
+        for tid in extra_eos_token_ids or []:
+            if tid not in eos_ids:
+                eos_ids.append(tid)
+        self.eos_token_ids = eos_ids
+        self.chat_template = chat_template
+        self._add_bos_token = add_bos_token and self.bos_token_id is not None
+        self._compiled_template: jinja2.Template | None = None
+
+    @classmethod
+    def from_dir(cls, model_dir: Path, *, extra_eos_token_ids: list[int] | None = None) -> Tokenizer:
+        """Load ``tokenizer.json`` (required) and ``tokenizer_config.json`` / ``chat_template.jinja``."""
+        path = model_dir / "tokenizer.json"
+        if not path.is_file():
+            raise ModelLoadError(
+                f"model directory {str(model_dir)!r} has no tokenizer.json "
+                "(kvfence needs the fast-tokenizer file; convert the tokenizer with transformers first)"
+            )
+        try:
+            backend = _HFTokenizer.from_file(str(path))
+        except Exception as exc:  # the tokenizers library raises plain Exception subclasses
+            raise ModelLoadError(f"cannot load {path}: {exc}") from exc
+        tok_cfg = _read_json(model_dir / "tokenizer_config.json")
+        gen_cfg = _read_json(model_dir / "generation_config.json")
+        template = _chat_template(model_dir, tok_cfg)
+        eos = list(extra_eos_token_ids or [])
+        gen_eos = gen_cfg.get("eos_token_id")
+        for tid in gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else []:
+            if int(tid) not in eos:
+                eos.append(int(tid))
+        return cls(
+            backend,
+            bos_token=_token_text(tok_cfg.get("bos_token")),
+            eos_token=_token_text(tok_cfg.get("eos_token")),
+            chat_template=template,
+            add_bos_token=bool(tok_cfg.get("add_bos_token", False)),
+            extra_eos_token_ids=eos,
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._backend.get_vocab_size(with_added_tokens=True))
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of ``text``; with ``add_special_tokens`` the model's BOS is prepended if it uses one."""
+        ids: list[int] = self._backend.encode(text, add_special_tokens=add_special_tokens).ids
+        bos = self.bos_token_id
+        if add_special_tokens and self._add_bos_token and bos is not None and (not ids or ids[0] != bos):
+            ids = [bos, *ids]
+        return ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return str(self._backend.decode(ids, skip_special_tokens=skip_special_tokens))
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+        """Render ``messages`` with the model's Jinja2 chat template, in a sandbox.
+
+        The result already holds the template's special tokens: encode it with
+        ``add_special_tokens=False``. Without a template a plain ``role: content`` format is used.
+        A template that rejects the messages raises :class:`InvalidParameterError`.
+        """
+        if self.chat_template is None:
+            lines = [f"{m.get('role', 'user')}: {_content_text(m.get('content'))}" for m in messages]
+            if add_generation_prompt:
+                lines.append("assistant:")
+            return "\n".join(lines)
+        if self._compiled_template is None:
+            self._compiled_template = _compile_template(self.chat_template)
+        try:
+            return self._compiled_template.render(
+                messages=messages,
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token or "",
+                eos_token=self.eos_token or "",
+                tools=None,
+            )
+        except _TemplateRejected as exc:
+            raise InvalidParameterError(f"chat template rejected the messages: {exc}", param="messages") from exc
+        except jinja2.TemplateError as exc:
+            raise InvalidParameterError(f"cannot render the chat template: {exc}", param="messages") from exc
+
+
+class _TemplateRejected(Exception):
+    pass
+
+
+def _raise_exception(message: str) -> None:
+    raise _TemplateRejected(message)
+
+
+def _compile_template(source: str) -> jinja2.Template:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False)
+    env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    try:
+        return env.from_string(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ModelLoadError(f"the model's chat template does not parse: {exc}") from exc
+
+
+def _chat_template(model_dir: Path, tok_cfg: dict[str, Any]) -> str | None:
+    jinja_file = model_dir / "chat_template.jinja"
+    if jinja_file.is_file():
+        return jinja_file.read_text(encoding="utf-8")
+    template = tok_cfg.get("chat_template")
+    if isinstance(template, list):  # named templates: take "default"
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default") or next(iter(named.values()), None)
+    return template if isinstance(template, str) else None
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, list):  # OpenAI content parts
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc}") from exc
+    return data if isinstance(data, dict) else {}
