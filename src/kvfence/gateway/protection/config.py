@@ -1,0 +1,123 @@
+"""Typed configuration of data protection and leak detection, validated once at start-up.
+
+Two places of the gateway policy feed it: ``gateway.protection`` (process-wide: detectors, leak
+index) and each data class's ``protection`` (what to do with each kind of finding in that class)::
+
+    gateway:
+      protection:
+        detector_timeout_s: 2.0
+        ner_model: /models/en_core_web_sm      # optional spaCy pipeline on disk, for PERSON
+        raise_class: {US_SSN: restricted}      # entity -> class a finding raises the request to
+        leak: {ngram: 5, min_run: 4, window_s: 900, index: redis, redis_url: redis://127.0.0.1:6379/0}
+    data_classes:
+      - name: internal
+        protection: {pii: pseudonymise, secrets: pseudonymise, entities: {CREDIT_CARD: block}}
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kvfence.errors import ConfigError
+from kvfence.gateway.protection.findings import Category
+
+__all__ = ["Action", "ClassProtection", "LeakConfig", "ProtectionConfig", "parse_class_protection",
+           "parse_protection_config"]
+
+
+class Action(enum.StrEnum):
+    """What happens to a finding before the request leaves the gateway."""
+
+    PASS = "pass"                  # forwarded as is
+    PSEUDONYMISE = "pseudonymise"  # replaced by a stable placeholder; personal data restored in the answer
+    BLOCK = "block"                # the whole request is refused (400 request_blocked)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClassProtection(_Strict):
+    """Actions of one data class: per category, overridden per entity type."""
+
+    pii: Action = Action.PSEUDONYMISE
+    secrets: Action = Action.PSEUDONYMISE
+    entities: dict[str, Action] = Field(default_factory=dict)
+
+    def action_for(self, entity: str, category: Category) -> Action:
+        if entity in self.entities:
+            return self.entities[entity]
+        return self.secrets if category is Category.SECRET else self.pii
+
+
+class LeakConfig(_Strict):
+    """Cross-tenant leak detection over keyed n-gram fingerprints of recent prompts."""
+
+    enabled: bool = True
+    ngram: int = Field(default=5, ge=3, le=16, description="words per fingerprint")
+    min_run: int = Field(default=4, ge=1, le=64,
+                         description="consecutive foreign n-grams that make a suspicion (5+4-1 = 8 words)")
+    window_s: float = Field(default=900.0, gt=0, description="how long a prompt's fingerprints are kept")
+    max_owners: int = Field(default=1, ge=1,
+                            description="an n-gram in more tenants' prompts than this is common: no evidence")
+    tenant_unit: Literal["organization", "workspace", "key"] = "organization"
+    index: Literal["memory", "redis"] = "memory"
+    redis_url: str | None = None
+    redis_prefix: str = "kvfence:fp:"
+    canaries: bool = True
+    max_index_entries: int = Field(default=5_000_000, ge=1000, description="in-memory index bound")
+
+    @model_validator(mode="after")
+    def _redis_needs_url(self) -> LeakConfig:
+        if self.index == "redis" and not self.redis_url:
+            raise ValueError("leak.index is 'redis' but leak.redis_url is not set")
+        return self
+
+
+class ProtectionConfig(_Strict):
+    """Process-wide protection settings (``gateway.protection`` in the policy)."""
+
+    enabled: bool = True
+    detector_timeout_s: float = Field(default=2.0, gt=0)
+    ner_model: Path | None = None
+    spacy_cache_dir: Path | None = None
+    disabled_rules: list[str] = Field(default_factory=list)
+    score_threshold: float = Field(default=0.5, ge=0, le=1)
+    raise_class: dict[str, str] | None = Field(
+        default=None, description="entity -> data class; default: national IDs to the most sensitive class")
+    leak: LeakConfig = Field(default_factory=LeakConfig)
+
+    @model_validator(mode="after")
+    def _ner_exists(self) -> ProtectionConfig:
+        if self.ner_model is not None and not self.ner_model.exists():
+            raise ValueError(f"ner_model {str(self.ner_model)!r} does not exist")
+        return self
+
+
+def _format(exc: ValidationError, where: str) -> str:
+    problems = []
+    for error in exc.errors():
+        location = ".".join(str(part) for part in error["loc"])
+        problems.append(f"{where}.{location}: {error['msg']}" if location else f"{where}: {error['msg']}")
+    return "; ".join(problems)
+
+
+def parse_protection_config(raw: Mapping[str, Any] | None) -> ProtectionConfig:
+    """Validate ``gateway.protection``; raises :class:`ConfigError` naming each bad field."""
+    try:
+        return ProtectionConfig.model_validate(dict(raw or {}))
+    except ValidationError as exc:
+        raise ConfigError(_format(exc, "gateway.protection")) from None
+
+
+def parse_class_protection(class_name: str, raw: Mapping[str, Any] | None) -> ClassProtection:
+    """Validate a data class's ``protection`` block."""
+    try:
+        return ClassProtection.model_validate(dict(raw or {}))
+    except ValidationError as exc:
+        raise ConfigError(_format(exc, f"data_classes[{class_name}].protection")) from None

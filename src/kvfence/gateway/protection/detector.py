@@ -1,0 +1,92 @@
+"""The detector the gateway runs on every message: personal data (Presidio) plus secrets.
+
+``Detector.scan`` is synchronous and pure CPU; :meth:`Detector.scan_texts` runs it off the event
+loop with a deadline, and turns any failure or timeout into :class:`DetectorFailure`, so that a
+request is never forwarded unscanned (fail closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Protocol
+
+from kvfence.gateway.errors import DetectorFailure
+from kvfence.gateway.protection.findings import Finding, resolve_overlaps
+from kvfence.gateway.protection.pii_rules import PII_RULES
+from kvfence.gateway.protection.rules import RuleSet
+from kvfence.gateway.protection.secret_rules import SECRET_RULES
+
+__all__ = ["Detector", "PiiEngine", "build_detector"]
+
+log = logging.getLogger("kvfence.gateway.protection")
+
+
+class PiiEngine(Protocol):
+    def detect(self, text: str) -> list[Finding]: ...
+
+
+class _RulesOnly:
+    """Personal data straight from the rule set, without Presidio (for benchmarks and comparisons)."""
+
+    def __init__(self, rules: RuleSet) -> None:
+        self._rules = rules
+
+    def detect(self, text: str) -> list[Finding]:
+        return self._rules.raw_findings(text)
+
+
+class Detector:
+    """Finds personal data and secrets in a text; findings do not overlap and are sorted."""
+
+    def __init__(self, pii: PiiEngine, secrets: RuleSet, *, timeout_s: float = 2.0, workers: int = 2) -> None:
+        self._pii = pii
+        self._secrets = secrets
+        self.timeout_s = timeout_s
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvfence-detect")
+
+    def scan(self, text: str) -> list[Finding]:
+        if not text:
+            return []
+        return resolve_overlaps(self._pii.detect(text) + self._secrets.raw_findings(text))
+
+    def scan_all(self, texts: Sequence[str]) -> list[list[Finding]]:
+        return [self.scan(text) for text in texts]
+
+    async def scan_texts(self, texts: Sequence[str]) -> list[list[Finding]]:
+        """Scan off the event loop; an error or a timeout raises :class:`DetectorFailure` (fail closed)."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.wait_for(loop.run_in_executor(self._pool, self.scan_all, list(texts)),
+                                          timeout=self.timeout_s)
+        except TimeoutError:
+            log.error("data-protection detectors timed out after %.2fs; request refused", self.timeout_s)
+            raise DetectorFailure(
+                f"data-protection scan did not finish within {self.timeout_s:g}s; the request was not "
+                "forwarded (fail closed). Retry, or send a shorter prompt.") from None
+        except Exception as exc:
+            log.exception("data-protection detector failed; request refused")
+            raise DetectorFailure(
+                "data-protection scan failed; the request was not forwarded (fail closed)") from exc
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def build_detector(*, use_presidio: bool = True, ner_model: Path | None = None, cache_dir: Path | None = None,
+                   disabled: Sequence[str] = (), timeout_s: float = 2.0, score_threshold: float = 0.5) -> Detector:
+    """The default detector: Presidio with kvfence's PII rules, plus kvfence's secret rules."""
+    off = frozenset(disabled)
+    pii_rules = [r for r in PII_RULES if r.name not in off and r.entity not in off]
+    pii: PiiEngine
+    if use_presidio:
+        from kvfence.gateway.protection.presidio_engine import PresidioPiiDetector
+
+        pii = PresidioPiiDetector(pii_rules, ner_model=ner_model, cache_dir=cache_dir,
+                                  score_threshold=score_threshold)
+    else:
+        pii = _RulesOnly(RuleSet(pii_rules))
+    return Detector(pii, RuleSet(SECRET_RULES, off), timeout_s=timeout_s)

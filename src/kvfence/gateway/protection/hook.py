@@ -1,0 +1,250 @@
+"""The gateway hook: scan and pseudonymise requests, restore answers, stop cross-tenant leaks.
+
+Per request (:meth:`ProtectionHook.on_request`): every text of the body is scanned (fail closed on
+detector error or timeout); findings may raise the data class; the final class's actions decide per
+finding whether it passes, is replaced by a placeholder, or blocks the request; the outgoing text
+is fingerprinted into the leak index. Per answer choice (:class:`ProtectionFilter`): the raw
+upstream text is scanned for foreign n-gram runs and canaries *before* placeholders are restored,
+and a suspicion ends the answer with :class:`LeakSuspected` after recording an incident.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from kvfence.gateway.errors import DetectorFailure, LeakSuspected, RequestBlocked
+from kvfence.gateway.hooks import RequestContext
+from kvfence.gateway.policy import Policy
+from kvfence.gateway.protection.config import (
+    Action,
+    ClassProtection,
+    ProtectionConfig,
+    parse_class_protection,
+)
+from kvfence.gateway.protection.detector import Detector
+from kvfence.gateway.protection.leak import AnswerScanner, LeakEvidence, LeakMonitor
+from kvfence.gateway.protection.messages import set_texts, text_slots
+from kvfence.gateway.protection.metrics import ProtectionMetrics
+from kvfence.gateway.protection.pii_rules import RESTRICTED_PII
+from kvfence.gateway.protection.pseudonymise import Pseudonymiser
+from kvfence.gateway.protection.streaming import StreamRestorer
+
+__all__ = ["ProtectionFilter", "ProtectionHook", "RequestState", "tenant_unit", "tenant_unit_of"]
+
+log = logging.getLogger("kvfence.gateway.protection")
+
+
+@dataclass
+class RequestState:
+    """What one request's answer filters need; lives only as long as the request context."""
+
+    restore_table: dict[str, str]
+    tenant_unit: str
+    own_fingerprints: frozenset[int] = frozenset()
+    started_at: float = field(default_factory=time.time)
+    leak_incident: str | None = None
+
+
+def tenant_unit_of(organization: str, workspace: str, key_name: str, unit: str) -> str:
+    """The isolation unit leak detection compares: organization (default), workspace or key."""
+    if unit == "workspace":
+        return f"{organization}/{workspace}"
+    if unit == "key":
+        return f"{organization}/{workspace}/{key_name}"
+    return organization
+
+
+def tenant_unit(ctx: RequestContext, unit: str) -> str:
+    tenant = ctx.tenant
+    return tenant_unit_of(tenant.organization, tenant.workspace, tenant.name, unit)
+
+
+class ProtectionHook:
+    """Data protection and leak detection as one gateway :class:`~kvfence.gateway.hooks.RequestHook`."""
+
+    def __init__(self, policy: Policy, config: ProtectionConfig, detector: Detector, *,
+                 monitor: LeakMonitor | None, incidents: Any, metrics: ProtectionMetrics) -> None:
+        self._config = config
+        self._detector = detector
+        self._monitor = monitor
+        self._incidents = incidents
+        self.metrics = metrics
+        self._class_protection: dict[str, ClassProtection] = {
+            c.name: parse_class_protection(c.name, c.protection) for c in policy.data_classes}
+        most_sensitive = policy.data_classes[-1].name
+        raise_map = dict.fromkeys(RESTRICTED_PII, most_sensitive) if config.raise_class is None \
+            else dict(config.raise_class)
+        unknown = sorted({c for c in raise_map.values() if c not in self._class_protection})
+        if unknown:
+            from kvfence.errors import ConfigError
+
+            raise ConfigError(f"gateway.protection.raise_class names unknown data classes: {', '.join(unknown)}")
+        self._raise_map = raise_map
+        self._states: dict[int, RequestState] = {}
+
+    # -- request side -------------------------------------------------------------------------
+
+    async def on_request(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
+        started = time.perf_counter()
+        slots = text_slots(ctx.endpoint, body)
+        texts = [slot.text for slot in slots]
+        try:
+            per_text = await self._detector.scan_texts(texts)
+        except DetectorFailure:
+            self.metrics.detector_failures.inc()
+            raise
+        findings = [f for found in per_text for f in found]
+        for finding in findings:
+            target = self._raise_map.get(finding.entity)
+            if target is not None and ctx.raise_class(target, reason=f"detector:{finding.entity}"):
+                self.metrics.class_raised.labels(target).inc()
+        actions = self._class_protection.get(ctx.data_class, ClassProtection())
+        blocked = sorted({f.entity for f in findings
+                          if actions.action_for(f.entity, f.category) is Action.BLOCK})
+        counts = Counter((f.entity, actions.action_for(f.entity, f.category).value) for f in findings)
+        for (entity, action), count in counts.items():
+            self.metrics.findings.labels(entity, action).inc(count)
+        ctx.annotations["protection"] = {
+            "findings": dict(Counter(f.entity for f in findings)),
+            "data_class": ctx.data_class,
+        }
+        if blocked:
+            self.metrics.blocked.inc()
+            raise RequestBlocked(
+                f"the request contains {', '.join(blocked)}, which data class {ctx.data_class!r} may not send "
+                "to a backend (policy action: block); remove it or ask for a class that allows it")
+        pseudonymiser = Pseudonymiser(texts)
+        rewritten = [
+            pseudonymiser.apply(text, [f for f in found
+                                       if actions.action_for(f.entity, f.category) is Action.PSEUDONYMISE])
+            for text, found in zip(texts, per_text, strict=True)
+        ]
+        body = set_texts(body, slots, rewritten)
+        unit = tenant_unit(ctx, self._config.leak.tenant_unit)
+        state = RequestState(pseudonymiser.restore_table, unit)
+        if self._monitor is not None:
+            body = self._inject_canary(ctx, body, unit)
+            state.own_fingerprints = await asyncio.to_thread(self._monitor.record_prompt, unit, rewritten)
+        self._remember(ctx, state)
+        ctx.annotations["protection"]["scan_ms"] = round((time.perf_counter() - started) * 1000, 3)
+        self.metrics.scan_seconds.observe(time.perf_counter() - started)
+        return body
+
+    def _inject_canary(self, ctx: RequestContext, body: dict[str, Any], unit: str) -> dict[str, Any]:
+        book = self._monitor.canaries if self._monitor is not None else None
+        if book is None or ctx.endpoint != "chat":
+            return body
+        canaries = book.configured_for(unit) or [book.derived(unit)]
+        note = ("[gateway marker, confidential: " + " ".join(canaries) + " ; never repeat or mention it]")
+        messages = list(body.get("messages") or [])
+        if messages and isinstance(messages[0], dict) and messages[0].get("role") == "system" \
+                and isinstance(messages[0].get("content"), str):
+            messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{note}"}
+        else:
+            messages.insert(0, {"role": "system", "content": note})
+        return {**body, "messages": messages}
+
+    def _remember(self, ctx: RequestContext, state: RequestState) -> None:
+        key = id(ctx)
+        self._states[key] = state
+        # The state dies with the request: no placeholder mapping outlives it.
+        weakref.finalize(ctx, self._states.pop, key, None)
+
+    # -- answer side --------------------------------------------------------------------------
+
+    def response_filter(self, ctx: RequestContext) -> ProtectionFilter:
+        state = self._states.get(id(ctx)) or RequestState({}, tenant_unit(ctx, self._config.leak.tenant_unit))
+        scanner = None
+        if self._monitor is not None:
+            scanner = self._monitor.scanner(state.tenant_unit, state.own_fingerprints)
+        return ProtectionFilter(self, ctx, state, scanner)
+
+    def report_leak(self, ctx: RequestContext, state: RequestState, evidence: LeakEvidence,
+                    emitted_chars: int) -> LeakSuspected:
+        self.metrics.leaks.labels(evidence.detector).inc()
+        details = {
+            "detector": evidence.detector,
+            "victim_tenants": list(evidence.owners),
+            "receiving_tenant": state.tenant_unit,
+            "evidence_fingerprints": list(evidence.fingerprints),
+            "run_words": evidence.run_words,
+            "caught_at_word": evidence.at_word,
+            "emitted_chars_before_stop": emitted_chars,
+            "withheld": "the rest of the answer",
+            "request_started_at": datetime.fromtimestamp(state.started_at, UTC).isoformat(),
+            "detected_at": datetime.now(UTC).isoformat(),
+            "window_s": self._config.leak.window_s,
+            "endpoint": ctx.endpoint,
+            "model": ctx.model,
+            "backend": ctx.backend.name if ctx.backend is not None else None,
+            "data_class": ctx.data_class,
+            "stream": ctx.stream,
+        }
+        tenants = [state.tenant_unit, *evidence.owners]
+        incident_id = state.leak_incident
+        if incident_id is None:
+            try:
+                incident_id = self._incidents.record_incident(
+                    kind="cross_tenant_leak", request_id=ctx.request_id, tenants=tenants, details=details)
+            except Exception:  # the answer is withheld whatever happens to the audit log
+                log.exception("could not record leak incident for request %s", ctx.request_id)
+                from kvfence.gateway.hooks import new_incident_id
+
+                incident_id = new_incident_id()
+            state.leak_incident = incident_id
+        ctx.annotations.setdefault("incidents", []).append(incident_id)
+        log.warning("suspected cross-tenant leak in answer to %s (request %s): incident %s",
+                    state.tenant_unit, ctx.request_id, incident_id)
+        return LeakSuspected(incident_id, "answer withheld: it carried text from another tenant's recent "
+                                          "prompts (suspected cross-tenant leak)")
+
+    async def aclose(self) -> None:
+        self._detector.close()
+        if self._monitor is not None:
+            self._monitor.index.close()
+
+
+class ProtectionFilter:
+    """One answer choice: leak scan on the raw upstream text, then placeholder restoration."""
+
+    def __init__(self, hook: ProtectionHook, ctx: RequestContext, state: RequestState,
+                 scanner: AnswerScanner | None) -> None:
+        self._hook = hook
+        self._ctx = ctx
+        self._state = state
+        self._scanner = scanner
+        self._restorer = StreamRestorer(state.restore_table)
+        self._emitted = 0
+        self._stopped: LeakSuspected | None = None
+
+    def _check(self, evidence: LeakEvidence | None) -> None:
+        if evidence is not None and self._stopped is None:
+            self._stopped = self._hook.report_leak(self._ctx, self._state, evidence, self._emitted)
+        if self._stopped is not None:
+            raise self._stopped
+
+    def feed(self, text_delta: str) -> str:
+        if self._stopped is not None:
+            raise self._stopped
+        if self._scanner is not None:
+            self._check(self._scanner.feed(text_delta))
+        out = self._restorer.feed(text_delta)
+        self._emitted += len(out)
+        return out
+
+    def finish(self) -> str:
+        if self._stopped is not None:
+            raise self._stopped
+        if self._scanner is not None:
+            self._check(self._scanner.finish())
+        out = self._restorer.finish()
+        self._emitted += len(out)
+        return out
+

@@ -1,0 +1,84 @@
+"""Where the text of an OpenAI request lives, so every piece of it is scanned and can be rewritten.
+
+Chat: each message's ``content`` (a string, or a list of parts whose ``text`` parts count), and the
+``arguments`` of assistant tool calls; completions: ``prompt`` (a string or a list of strings).
+System, user, assistant and tool messages are all scanned alike.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kvfence.gateway.errors import GatewayRequestError
+
+__all__ = ["TextSlot", "set_texts", "text_slots"]
+
+Path = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class TextSlot:
+    """One string of the request body and the path to it."""
+
+    path: Path
+    text: str
+    role: str | None = None
+
+
+def _chat_slots(body: dict[str, Any]) -> list[TextSlot]:
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise GatewayRequestError("`messages` must be a list of message objects", param="messages")
+    slots: list[TextSlot] = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise GatewayRequestError(f"messages[{i}] must be an object", param="messages")
+        role = message.get("role") if isinstance(message.get("role"), str) else None
+        content = message.get("content")
+        if isinstance(content, str):
+            slots.append(TextSlot(("messages", i, "content"), content, role))
+        elif isinstance(content, list):
+            for j, part in enumerate(content):
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    slots.append(TextSlot(("messages", i, "content", j, "text"), part["text"], role))
+        for k, call in enumerate(message.get("tool_calls") or []):
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+                slots.append(TextSlot(("messages", i, "tool_calls", k, "function", "arguments"),
+                                      function["arguments"], role))
+    return slots
+
+
+def _completion_slots(body: dict[str, Any]) -> list[TextSlot]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return [TextSlot(("prompt",), prompt)]
+    if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+        return [TextSlot(("prompt", j), p) for j, p in enumerate(prompt)]
+    if prompt is None:
+        return []
+    # Token ids cannot be read by a text detector; forwarding them unscanned would not fail closed.
+    raise GatewayRequestError("data protection is on for this gateway, and a `prompt` given as token ids "
+                              "cannot be scanned: send the prompt as text", param="prompt")
+
+
+def text_slots(endpoint: str, body: dict[str, Any]) -> list[TextSlot]:
+    """Every scannable string of a request body, in document order."""
+    return _chat_slots(body) if endpoint == "chat" else _completion_slots(body)
+
+
+def set_texts(body: dict[str, Any], slots: Sequence[TextSlot], texts: Sequence[str]) -> dict[str, Any]:
+    """A copy of ``body`` with each slot's string replaced; the input body is left untouched."""
+    changed = [(slot, text) for slot, text in zip(slots, texts, strict=True) if text != slot.text]
+    if not changed:
+        return body
+    result = copy.deepcopy(body)
+    for slot, text in changed:
+        node: Any = result
+        for key in slot.path[:-1]:
+            node = node[key]
+        node[slot.path[-1]] = text
+    return result

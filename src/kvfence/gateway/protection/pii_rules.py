@@ -1,0 +1,150 @@
+"""Pattern rules for personal data: contact details, payment data, network identifiers, national IDs.
+
+Every rule pairs a regex with a checksum or structural validator wherever the format has one (Luhn,
+ISO 7064 mod 97, Verhoeff, mod 11, base58check, bech32), because a bare regex over digits fires on
+order numbers, timestamps and hashes. Formats without a checksum that also look like ordinary
+numbers (a nine-digit BSN or SIN) require a context word just before them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import phonenumbers
+
+from kvfence.gateway.protection import validators as v
+from kvfence.gateway.protection.findings import Category
+from kvfence.gateway.protection.rules import Anchor, Rule
+
+__all__ = ["PII_ENTITIES", "PII_RULES", "RESTRICTED_PII"]
+
+_PII = Category.PII
+
+_PHONE_CONTEXT = ("phone", "tel", "call", "mobile", "cell", "ring", "whatsapp", "sms", "text me", "fax",
+                  "contact", "reach", "number", "dial", "handy", "telefon", "portable", "landline")
+_VERSION_BEFORE = re.compile(r"(?:\bv|version|ver\.?|release|build|firmware|rev\.?|oid)\s*[:=]?\s*$")
+
+# Every digit-shaped identifier (phones, cards, SSNs, IPs ...) lies in or next to a run of digits
+# and separators; that run is found once per text and the rules only run around it.
+_DIGITS = Anchor(re.compile(r"\d[\d ().-]{5,}\d"), before=5, after=3)
+_AT = Anchor(re.compile(r"@"), before=64, after=256)
+_COUNTRY_CODE = Anchor(re.compile(r"[A-Z]{2} ?\d{2}"), before=1, after=48)
+_HEX_COLON = Anchor(re.compile(r"[0-9A-Fa-f]{0,4}::?[0-9A-Fa-f]{1,4}:"), before=40, after=48)
+
+_CARD_PREFIX = re.compile(r"^(?:4|5[1-5]|2[2-7]|3[47]|3[068]|35|6011|64[4-9]|65|62|8[0-9])")
+
+
+def _card_ok(value: str) -> bool:
+    digits = v.digits_of(value)
+    if not _CARD_PREFIX.match(digits) or not v.luhn_ok(digits):
+        return False
+    groups = re.split(r"[ -]", value)
+    # Either one unbroken run or the groupings cards are printed in (4-4-4-4[-3], 4-6-5, 4-6-4).
+    lengths = [len(g) for g in groups]
+    return len(groups) == 1 or (lengths[0] == 4 and all(3 <= n <= 6 for n in lengths[1:]))
+
+
+def _phone_possible(value: str) -> bool:
+    try:
+        number = phonenumbers.parse(value, None if value.startswith("+") else "US")
+    except phonenumbers.NumberParseException:
+        return False
+    return bool(phonenumbers.is_possible_number(number))
+
+
+def _international_phone_ok(value: str) -> bool:
+    digits = v.digits_of(value)
+    return 8 <= len(digits) <= 15 and _phone_possible(value)
+
+
+def _national_phone_ok(value: str) -> bool:
+    digits = v.digits_of(value)
+    return 9 <= len(digits) <= 11 and len(set(digits)) > 2
+
+
+def _iban_length(value: str) -> int | None:
+    """Accept the shortest prefix of the candidate that is a valid IBAN of its country's length."""
+    compact = 0
+    for i, ch in enumerate(value):
+        if ch.isalnum():
+            compact += 1
+            if compact >= 15 and v.iban_ok(value[: i + 1]):
+                return i + 1
+    return None
+
+
+def _is_placeholder_email(value: str) -> bool:
+    local, _, domain = value.lower().rpartition("@")
+    return domain in ("example.invalid",) or local in ("noreply-placeholder",)
+
+
+PII_RULES: list[Rule] = [
+    Rule("email", "EMAIL_ADDRESS", _PII,
+         re.compile(r"(?<![\w.+%-])[A-Za-z0-9](?:[A-Za-z0-9._%+-]{0,62}[A-Za-z0-9_%+-])?"
+                    r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"),
+         score=1.0, hints=("@",), reject_value=_is_placeholder_email, anchor=_AT),
+    Rule("phone_nanp", "PHONE_NUMBER", _PII,
+         re.compile(r"(?<![\w+-])(?:\+?1[ .-]?)?(?:\([2-9]\d{2}\)[ .-]?|[2-9]\d{2}[ .-])[2-9]\d{2}[ .-]\d{4}(?![\w-])"),
+         score=0.85, validate=_phone_possible, anchor=_DIGITS),
+    Rule("phone_international", "PHONE_NUMBER", _PII,
+         re.compile(r"(?<![\w+])\+[1-9]\d{0,2}(?:[ .-]?\(?\d{1,5}\)?){2,6}(?![\w])"),
+         score=0.85, hints=("+",), validate=_international_phone_ok, anchor=_DIGITS),
+    Rule("phone_national_context", "PHONE_NUMBER", _PII,
+         re.compile(r"(?<![\w+.-])(?:0\d{1,4}|\(0\d{1,4}\))(?:[ .-]?\d{2,4}){2,4}(?![\w.-]|\.\d)"),
+         score=0.7, validate=_national_phone_ok, context=_PHONE_CONTEXT, needs_context=True, anchor=_DIGITS),
+    Rule("credit_card", "CREDIT_CARD", _PII,
+         re.compile(r"(?<![\w.-])\d{4}(?:[ -]?\d{3,6}){2,4}(?![\w.-]|\.\d)"),
+         score=1.0, validate=_card_ok, anchor=_DIGITS),
+    Rule("iban", "IBAN_CODE", _PII,
+         re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?:[ -]?[A-Z0-9]){11,32}"),
+         score=1.0, accept=_iban_length, anchor=_COUNTRY_CODE),
+    Rule("ipv4", "IP_ADDRESS", _PII,
+         re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)"),
+         score=0.8, validate=v.ipv4_ok, reject_before=_VERSION_BEFORE, anchor=_DIGITS),
+    Rule("ipv6", "IP_ADDRESS", _PII,
+         re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){1,7}(?::|(?::[0-9A-Fa-f]{1,4}){1,6}|[0-9A-Fa-f]{1,4})(?![\w:])"),
+         score=0.8, hints=(":",), validate=v.ipv6_ok, anchor=_HEX_COLON),
+    Rule("us_ssn", "US_SSN", _PII,
+         re.compile(r"(?<![\w-])\d{3}([- ])\d{2}\1\d{4}(?![\w-])"),
+         score=0.85, validate=v.us_ssn_ok, anchor=_DIGITS),
+    Rule("us_ssn_context", "US_SSN", _PII,
+         re.compile(r"(?<![\w-])\d{9}(?![\w-])"),
+         score=0.7, validate=v.us_ssn_ok, context=("ssn", "social security", "ss#", "ss #"), needs_context=True, anchor=_DIGITS),
+    Rule("uk_nino", "UK_NINO", _PII,
+         re.compile(r"(?<![\w])[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D](?![\w])"),
+         score=0.9, validate=v.uk_nino_ok, anchor=_COUNTRY_CODE),
+    Rule("uk_nhs", "UK_NHS", _PII,
+         re.compile(r"(?<![\w-])\d{3}([ -]?)\d{3}\1\d{4}(?![\w-])"),
+         score=0.9, validate=v.uk_nhs_ok, context=("nhs", "health service", "patient"), needs_context=True, anchor=_DIGITS),
+    Rule("ca_sin", "CA_SIN", _PII,
+         re.compile(r"(?<![\w-])\d{3}([ -]?)\d{3}\1\d{3}(?![\w-])"),
+         score=0.9, validate=v.ca_sin_ok, context=("sin", "social insurance", "nas"), needs_context=True, anchor=_DIGITS),
+    Rule("es_dni", "ES_DNI", _PII,
+         re.compile(r"(?<![\w-])(?:\d{8}|[XYZ]\d{7})-?[A-Z](?![\w-])"),
+         score=0.9, validate=v.es_dni_ok, anchor=_DIGITS),
+    Rule("in_aadhaar", "IN_AADHAAR", _PII,
+         re.compile(r"(?<![\w-])[2-9]\d{3}([ -]?)\d{4}\1\d{4}(?![\w-])"),
+         score=0.9, validate=v.in_aadhaar_ok, context=("aadhaar", "aadhar", "uidai", "uid"), needs_context=True, anchor=_DIGITS),
+    Rule("nl_bsn", "NL_BSN", _PII,
+         re.compile(r"(?<![\w-])\d{4}\.?\d{2}\.?\d{3}(?![\w-])"),
+         score=0.9, validate=v.nl_bsn_ok, context=("bsn", "burgerservicenummer", "sofinummer"), needs_context=True, anchor=_DIGITS),
+    Rule("it_fiscal_code", "IT_FISCAL_CODE", _PII,
+         re.compile(r"\b[A-Za-z]{6}[0-9LMNPQRSTUV]{2}[A-Za-z][0-9LMNPQRSTUV]{2}[A-Za-z][0-9LMNPQRSTUV]{3}[A-Za-z](?![\w])"),
+         score=0.9, validate=v.it_fiscal_code_ok),
+    Rule("btc_base58", "CRYPTO_WALLET", _PII,
+         re.compile(r"\b[13][1-9A-HJ-NP-Za-km-z]{25,34}(?![\w])"),
+         score=1.0, validate=v.base58check_ok),
+    Rule("btc_bech32", "CRYPTO_WALLET", _PII,
+         re.compile(r"\b(?:bc|tb|ltc|BC|TB|LTC)1[02-9ac-hj-np-zAC-HJ-NP-Z]{8,87}(?![\w])"),
+         score=1.0, validate=v.bech32_ok),
+    Rule("eth_address", "CRYPTO_WALLET", _PII,
+         re.compile(r"\b0x[0-9a-fA-F]{40}(?![\w])"),
+         score=0.9, hints=("0x",), validate=v.eth_address_ok),
+]
+
+PII_ENTITIES: frozenset[str] = frozenset(rule.entity for rule in PII_RULES)
+
+# National identifiers: a finding raises the request's data class to the policy's most restricted
+# class by default (DESIGN.md: "a detector finding can raise a request's class, never lower it").
+RESTRICTED_PII: frozenset[str] = frozenset(
+    {"US_SSN", "UK_NINO", "UK_NHS", "CA_SIN", "ES_DNI", "IN_AADHAAR", "NL_BSN", "IT_FISCAL_CODE"})

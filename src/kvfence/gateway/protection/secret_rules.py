@@ -1,0 +1,139 @@
+"""Rules for credentials: provider keys and tokens, private keys, passwords in URLs and assignments.
+
+Written for kvfence after studying the public detect-secrets plugins and the gitleaks rule set for
+which token formats exist; patterns and tests are our own. Provider tokens with a fixed, documented
+prefix are matched on the prefix; values without one (an AWS secret key, a password) only inside an
+assignment whose name says what they are, and generic values only when their entropy is high.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kvfence.gateway.protection import validators as v
+from kvfence.gateway.protection.findings import Category
+from kvfence.gateway.protection.rules import Rule
+
+__all__ = ["SECRET_ENTITIES", "SECRET_RULES", "is_placeholder_value"]
+
+_SECRET = Category.SECRET
+
+_PLACEHOLDER = re.compile(
+    r"""^(?:
+        [<{\[(].*[>}\])]                 # <your-key>, {{ token }}, [REDACTED]
+      | \$\{?[A-Za-z_][\w.]*\}?          # $TOKEN, ${SECRET}
+      | %\(?[\w]+\)?s?%?                 # %(password)s
+      | (?:x+|\*+|\.+|-+|_+|0+|\#+)       # xxxx, ****, ...
+      | (?:process\.env|os\.environ|os\.getenv|env|getenv|config|settings|secrets|vault)\b.*
+      | (?:none|null|nil|true|false|undefined|empty|string|str|bytes|int|required|optional)
+      | .*example.*                      # AKIAIOSFODNN7EXAMPLE and friends from vendor docs
+      | (?:your|my|the|some|example|sample|dummy|fake|test|placeholder|insert|enter|replace|redacted
+          |changeme|change_me|secret|password|passwd|token|api[_-]?key|todo|tbd|xxx)[\w.-]*
+    )$""",
+    re.IGNORECASE | re.VERBOSE,
+)
+
+
+def is_placeholder_value(value: str) -> bool:
+    """True for values that only stand for a secret: templates, env lookups, masks, keywords."""
+    stripped = value.strip().strip("'\"`")
+    return not stripped or bool(_PLACEHOLDER.match(stripped))
+
+
+def _real_password(value: str) -> bool:
+    return len(value) >= 6 and not is_placeholder_value(value) and len(set(value)) >= 4
+
+
+def _high_entropy(value: str) -> bool:
+    if is_placeholder_value(value) or len(value) < 16:
+        return False
+    has_digit = any(ch.isdigit() for ch in value)
+    has_alpha = any(ch.isalpha() for ch in value)
+    if not (has_digit and has_alpha):
+        return False
+    # Hex digests of 32/40/64 characters are usually checksums and ids, not credentials, unless an
+    # assignment names them a secret; the assignment rule below already required such a name.
+    return v.shannon_entropy(value) >= (3.0 if re.fullmatch(r"[0-9a-fA-F]+", value) else 3.5)
+
+
+def _aws_secret_ok(value: str) -> bool:
+    return len(value) == 40 and v.shannon_entropy(value) >= 4.0 and any(c.isdigit() for c in value)
+
+
+# Names under which a credential is assigned in code, config, env files, JSON, YAML and logs. These
+# rules run on the lowercased text (``on_lowered``), so the literals are lowercase.
+_SECRET_NAME = (
+    r"(?:secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|auth[_-]?key|credential"
+    r"|signing[_-]?key|encryption[_-]?key|bearer|session[_-]?key)[a-z0-9_]*"
+)
+_PASSWORD_NAME = r"(?<![a-z])(?:password|passwd|passphrase|pwd|pass)(?:_[a-z0-9]+)*"
+_ASSIGN = r"""["']?\s*(?:=|:=|:|=>|\s+is\s+)\s*(?:[a-z]*["'`])?"""
+_VALUE = r"""(?P<value>[^\s"'`,;<>(){}\[\]]{%d,200})"""
+
+
+SECRET_RULES: list[Rule] = [
+    Rule("private_key_block", "PRIVATE_KEY", _SECRET,
+         re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|$)"),
+         score=1.0, hints=("private key",)),
+    Rule("anthropic_key", "ANTHROPIC_API_KEY", _SECRET,
+         re.compile(r"(?<![\w-])sk-ant-(?:api|admin|sid|oat)\d{2}-[A-Za-z0-9_-]{32,}(?![\w-])"),
+         score=1.0, hints=("sk-ant-",)),
+    Rule("openai_key", "OPENAI_API_KEY", _SECRET,
+         re.compile(r"(?<![\w-])sk-(?!ant-)(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,}(?![\w-])"),
+         score=1.0, hints=("sk-",), validate=lambda s: v.shannon_entropy(s) >= 3.5 and any(c.isdigit() for c in s)),
+    Rule("aws_access_key_id", "AWS_ACCESS_KEY", _SECRET,
+         re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z2-7]{16}(?![A-Za-z0-9])"),
+         score=1.0, validate=lambda s: "EXAMPLE" not in s),
+    Rule("aws_secret_key", "AWS_SECRET_KEY", _SECRET,
+         re.compile(r"aws[\w.-]{0,24}?(?:secret|sk)[\w.-]{0,24}?" + _ASSIGN + r"(?P<value>[a-z0-9/+]{40})(?![a-z0-9/+=])"),
+         score=1.0, group="value", hints=("aws",), validate=_aws_secret_ok, on_lowered=True),
+    Rule("github_token", "GITHUB_TOKEN", _SECRET,
+         re.compile(r"(?<![\w])(?:gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59})(?![\w])"),
+         score=1.0, hints=("gh", "github_pat_")),
+    Rule("gitlab_token", "GITLAB_TOKEN", _SECRET,
+         re.compile(r"(?<![\w-])gl(?:pat|ptt|dt|rt|cbt|soat|ffct|imt|agent)-[A-Za-z0-9_-]{20,}(?![\w-])"),
+         score=1.0, hints=("gl",)),
+    Rule("slack_token", "SLACK_TOKEN", _SECRET,
+         re.compile(r"(?<![\w-])xox[abposre]-(?:\d+-)+[A-Za-z0-9-]{8,}(?![\w-])|(?<![\w-])xapp-\d-[A-Z0-9]+-\d+-[a-f0-9]{32,}"),
+         score=1.0, hints=("xox", "xapp-")),
+    Rule("slack_webhook", "SLACK_TOKEN", _SECRET,
+         re.compile(r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+-]{20,}"),
+         score=1.0, hints=("hooks.slack.com",)),
+    Rule("stripe_key", "STRIPE_KEY", _SECRET,
+         re.compile(r"(?<![\w])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{20,247}(?![\w])"),
+         score=1.0, hints=("_live_", "_test_")),
+    Rule("google_api_key", "GOOGLE_API_KEY", _SECRET,
+         re.compile(r"(?<![\w-])AIza[0-9A-Za-z_-]{35}(?![\w-])"),
+         score=1.0, hints=("aiza",)),
+    Rule("huggingface_token", "HUGGINGFACE_TOKEN", _SECRET,
+         re.compile(r"(?<![\w])hf_[A-Za-z]{34}(?![\w])"),
+         score=1.0, hints=("hf_",), validate=lambda s: v.shannon_entropy(s) >= 3.5),
+    Rule("sendgrid_key", "SENDGRID_KEY", _SECRET,
+         re.compile(r"(?<![\w])SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![\w-])"),
+         score=1.0, hints=("sg.",)),
+    Rule("npm_token", "NPM_TOKEN", _SECRET,
+         re.compile(r"(?<![\w])npm_[A-Za-z0-9]{36}(?![\w])"),
+         score=1.0, hints=("npm_",)),
+    Rule("jwt", "JWT", _SECRET,
+         re.compile(r"(?<![\w-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}(?![\w-])"),
+         score=1.0, hints=("eyj",), validate=v.jwt_ok),
+    Rule("url_password", "CONNECTION_PASSWORD", _SECRET,
+         re.compile(r"\b[a-z][a-z0-9+.-]{1,20}://[^\s:/@'\"]{1,64}:(?P<value>[^\s@/'\"]{1,128})@[\w.-]+"),
+         score=1.0, group="value", hints=("://",), validate=lambda s: not is_placeholder_value(s) and len(s) >= 3),
+    Rule("dsn_password", "CONNECTION_PASSWORD", _SECRET,
+         re.compile(r"(?:^|[;\s\"'])(?:password|pwd)\s*=\s*(?P<value>[^;\"'\n]{3,128}?)\s*(?=;|\"|'|\n|$)"),
+         score=1.0, group="value", hints=("password", "pwd"), validate=lambda s: not is_placeholder_value(s),
+         on_lowered=True),
+    Rule("password_assignment", "PASSWORD", _SECRET,
+         re.compile(_PASSWORD_NAME + _ASSIGN + (_VALUE % 6)),
+         score=0.9, group="value", hints=("pass", "pwd"), validate=_real_password, on_lowered=True),
+    Rule("secret_assignment", "GENERIC_SECRET", _SECRET,
+         re.compile(_SECRET_NAME + _ASSIGN + (_VALUE % 16)),
+         score=0.8, group="value", hints=("secret", "token", "key", "credential", "bearer"),
+         validate=_high_entropy, on_lowered=True),
+    Rule("bearer_header", "GENERIC_SECRET", _SECRET,
+         re.compile(r"authorization\s*[:=]\s*[\"']?(?:bearer|token|basic)\s+(?P<value>[a-z0-9._~+/=-]{16,})"),
+         score=0.9, group="value", hints=("authorization",), validate=_high_entropy, on_lowered=True),
+]
+
+SECRET_ENTITIES: frozenset[str] = frozenset(rule.entity for rule in SECRET_RULES)

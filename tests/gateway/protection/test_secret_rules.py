@@ -1,0 +1,117 @@
+"""Every secret rule: a true positive it must catch and a look-alike it must leave alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvfence.gateway.protection.findings import Category
+from kvfence.gateway.protection.rules import RuleSet
+from kvfence.gateway.protection.secret_rules import SECRET_RULES, is_placeholder_value
+
+RULES = {rule.name: rule for rule in SECRET_RULES}
+
+# rule name -> (text with the secret, the secret itself, look-alike text that is no secret)
+CASES: dict[str, tuple[str, str, str]] = {
+    "private_key_block": (
+        "key:\n-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM\n-----END RSA PRIVATE KEY-----\n",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM\n-----END RSA PRIVATE KEY-----",
+        "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA\n-----END PUBLIC KEY-----"),
+    "anthropic_key": (
+        "ANTHROPIC_API_KEY=sk-ant-api03-Zq8Xr2LmT4vNp7Kd9Wb3Yc6Hf1Js5Ga0Ue8Ri2Ox4Pw7Mn-QtAA",
+        "sk-ant-api03-Zq8Xr2LmT4vNp7Kd9Wb3Yc6Hf1Js5Ga0Ue8Ri2Ox4Pw7Mn-QtAA",
+        "the prefix is sk-ant-api03-... followed by your key"),
+    "openai_key": (
+        'client = OpenAI(api_key="sk-proj-4fT9xQ2mZ7LbR1cV8nW3kJ6hY0pD5sGa")',
+        "sk-proj-4fT9xQ2mZ7LbR1cV8nW3kJ6hY0pD5sGa",
+        "the css class sk-button-primary-large-rounded-corners is styled"),
+    "aws_access_key_id": (
+        "aws_access_key_id = AKIA4QZ7XWJ2LTRN5KDM", "AKIA4QZ7XWJ2LTRN5KDM",
+        "docs use aws_access_key_id = AKIAIOSFODNN7EXAMPLE as the sample"),
+    "aws_secret_key": (
+        "aws_secret_access_key = Wk3pR8vT2nQ9xZ5mL7bC4yH1dF6gJ0sA2eU8iO3t",
+        "Wk3pR8vT2nQ9xZ5mL7bC4yH1dF6gJ0sA2eU8iO3t",
+        "aws_secret_access_key = ${AWS_SECRET_ACCESS_KEY}"),
+    "github_token": (
+        "git clone https://ghp_R2d7Kq9LmX4vT8bN1cZ6wY3pH5sJ0gF2aE7u@github.com/acme/app",
+        "ghp_R2d7Kq9LmX4vT8bN1cZ6wY3pH5sJ0gF2aE7u",
+        "the branch ghp_fix_login was merged"),
+    "gitlab_token": (
+        "CI_TOKEN: glpat-Hx7Q2kLm9RvT4bNw1ZcY", "glpat-Hx7Q2kLm9RvT4bNw1ZcY",
+        "see glpat-token docs for scopes"),
+    "slack_token": (
+        "SLACK_BOT_TOKEN=xoxb-2419736580-5867312094-Qm7Rt2Xv9Lk4Np8Wb1Zc6Hd3",
+        "xoxb-2419736580-5867312094-Qm7Rt2Xv9Lk4Np8Wb1Zc6Hd3",
+        "install the xoxb- bot scope first"),
+    "slack_webhook": (
+        "POST https://hooks.slack.com/services/T04ABCD12/B05EFGH34/Xk8Lm2Qp9Rv4Tw7Zb1Nc5Hy",
+        "https://hooks.slack.com/services/T04ABCD12/B05EFGH34/Xk8Lm2Qp9Rv4Tw7Zb1Nc5Hy",
+        "see https://hooks.slack.com/ for setup"),
+    "stripe_key": (
+        "STRIPE_SECRET_KEY=sk_live_51Hq8Zr2LmXv4Tb9Nc1Wy6Kd3Pf", "sk_live_51Hq8Zr2LmXv4Tb9Nc1Wy6Kd3Pf",
+        "publishable key pk_live_51Hq8Zr2LmXv4Tb9Nc1Wy6Kd3Pf is public"),
+    "google_api_key": (
+        "maps?key=AIzaSyD4x9Q2mZ7LbR1cV8nW3kJ6hY0pD5sGaQe", "AIzaSyD4x9Q2mZ7LbR1cV8nW3kJ6hY0pD5sGaQe",
+        "AIza is the prefix of Google keys"),
+    "huggingface_token": (
+        "HF_TOKEN=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", "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",
+        "the hf_transfer package speeds downloads"),
+    "sendgrid_key": (
+        "SENDGRID_API_KEY=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",
+        "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",
+        "SG.firewall.rule allows port 443"),
+    "npm_token": (
+        "//registry.npmjs.org/:_authToken=npm_Qm7Rt2Xv9Lk4Np8Wb1Zc6Hd3Fj5Gs0Ae2Ui4",
+        "npm_Qm7Rt2Xv9Lk4Np8Wb1Zc6Hd3Fj5Gs0Ae2Ui4", "run npm_config_cache cleanup"),
+    "jwt": (
+        "Cookie: session=eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NSIsIm5hbWUiOiJKYW5lIn0."
+        "Qm7Rt2Xv9Lk4Np8Wb1Zc6Hd3Fj5Gs0Ae",
+        "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NSIsIm5hbWUiOiJKYW5lIn0.Qm7Rt2Xv9Lk4Np8Wb1Zc6Hd3Fj5Gs0Ae",
+        "eyJzb21lIjoianNvbiJ9.eyJub3QiOiJhIGp3dCJ9.abcdefghijk is base64 json, no header"),
+    "url_password": (
+        "DATABASE_URL=postgres://app_user:Tr0ub4dor&3x@db.internal:5432/orders", "Tr0ub4dor&3x",
+        "DATABASE_URL=postgres://app_user:${DB_PASSWORD}@db.internal:5432/orders"),
+    "dsn_password": (
+        "Server=sql01;Database=crm;User Id=svc_crm;Password=Wint3r-Is-C0ming;", "Wint3r-Is-C0ming",
+        "Server=sql01;Database=crm;User Id=svc_crm;Password=<your password>;"),
+    "password_assignment": (
+        "smtp:\n  user: alerts\n  password: p4ss-W0rd-2024\n", "p4ss-W0rd-2024",
+        "password: ********\npassword_policy: min 12 chars"),
+    "secret_assignment": (
+        'WEBHOOK_SECRET = "a8Fj3kLq9Zx2Wm7Rt4Vb6Nc1Hd5Gs0Pe"', "a8Fj3kLq9Zx2Wm7Rt4Vb6Nc1Hd5Gs0Pe",
+        'max_tokens = 4096\ntoken_type = "bearer"\nsecret_name = "prod-db-creds"'),
+    "bearer_header": (
+        "curl -H 'Authorization: Bearer x7Kq2LmZ9vT4bNw1RcY8pH3sJ6gF0aE5'", "x7Kq2LmZ9vT4bNw1RcY8pH3sJ6gF0aE5",
+        "Authorization: Bearer <token>"),
+}
+
+
+def test_every_rule_has_cases() -> None:
+    assert set(CASES) == set(RULES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_true_positive(name: str) -> None:
+    text, secret, _ = CASES[name]
+    findings = RuleSet(SECRET_RULES).scan(text)
+    spans = {text[f.start:f.end] for f in findings if f.category is Category.SECRET}
+    assert secret in spans, f"{name} missed {secret!r}; found {spans}"
+    own = RuleSet([RULES[name]]).scan(text)
+    assert any(text[f.start:f.end] == secret for f in own), f"rule {name} itself did not fire"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_false_positive(name: str) -> None:
+    _, _, lookalike = CASES[name]
+    findings = RuleSet(SECRET_RULES).scan(lookalike)
+    assert not findings, f"{name}: look-alike flagged: {[lookalike[f.start:f.end] for f in findings]}"
+
+
+@pytest.mark.parametrize("value", ["<your-key>", "${TOKEN}", "xxxxxxxx", "********", "changeme", "None",
+                                   "os.environ['X']", "YOUR_API_KEY", "AKIAIOSFODNN7EXAMPLE"])
+def test_placeholders_are_not_secrets(value: str) -> None:
+    assert is_placeholder_value(value)
+
+
+@pytest.mark.parametrize("value", ["Tr0ub4dor&3x", "a8Fj3kLq9Zx2Wm7Rt4Vb6Nc1Hd5Gs0Pe", "hunter22"])
+def test_real_values_are_not_placeholders(value: str) -> None:
+    assert not is_placeholder_value(value)
