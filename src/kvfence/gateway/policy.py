@@ -210,6 +210,7 @@ class GatewaySettings(_Strict):
     capacity_refresh_s: float = Field(default=60.0, ge=0)
     backend_retry_after_s: float = Field(default=5.0, ge=0, description="how long a failed backend is skipped")
     hooks: list[str] = Field(default_factory=list, description="extra hooks as module:factory")
+    load_protection: bool = Field(default=True, description="build kvfence.gateway.protection hooks when installed")
     protection: dict[str, Any] = Field(default_factory=dict, description="read by the protection hooks")
 
 

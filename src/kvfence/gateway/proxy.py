@@ -265,10 +265,11 @@ async def _route_and_forward(runtime: GatewayRuntime, request: Request, ctx: Req
         if trace.stream and upstream.status_code == 200:
             return _stream_response(runtime, ctx, upstream, trace, lease, received_at)
         return await _whole_response(runtime, ctx, upstream, trace, received_at)
-    if cap_error is not None and all(f.endswith("over its cap") for f in failures):
-        raise cap_error  # every allowed backend is too small: a 400 the caller can act on
+    if cap_error is not None:
+        raise cap_error  # no allowed backend that is up can hold it: a 400 the caller can act on
+    refused = "".join(f"; {name}: not allowed ({why})" for name, why in decision.refused.items())
     raise UpstreamUnavailable(f"no allowed backend for class {ctx.data_class!r} could take the request "
-                              f"(failing closed): {'; '.join(failures)}")
+                              f"(failing closed): {'; '.join(failures)}{refused}")
 
 
 def _note_fallback(runtime: GatewayRuntime, states: list[BackendState], attempt: int, trace: _Trace) -> None:

@@ -56,12 +56,13 @@ def load_hooks(policy: Policy, audit: AuditLog, metrics: GatewayMetrics) -> list
     """Hooks from ``kvfence.gateway.protection.build_hooks`` (when installed) and ``gateway.hooks``."""
     hooks: list[RequestHook] = []
     factories: list[tuple[str, Any]] = []
-    try:
-        protection = importlib.import_module("kvfence.gateway.protection")
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("kvfence.gateway.protection",):
-            raise
-        protection = None
+    protection = None
+    if policy.gateway.load_protection:
+        try:
+            protection = importlib.import_module("kvfence.gateway.protection")
+        except ModuleNotFoundError as exc:
+            if exc.name != "kvfence.gateway.protection":
+                raise
     if protection is not None and hasattr(protection, "build_hooks"):
         factories.append(("kvfence.gateway.protection:build_hooks", protection.build_hooks))
     for spec in policy.gateway.hooks:

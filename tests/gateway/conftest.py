@@ -1,0 +1,110 @@
+"""Real processes on loopback for the gateway's end-to-end tests: fake backends and the gateway."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.netutil import free_port, wait_for_port
+
+REPO = Path(__file__).resolve().parents[2]
+KVFENCE = str(Path(sys.executable).parent / "kvfence")
+
+
+class Process:
+    def __init__(self, argv: list[str], port: int, env: dict[str, str] | None = None,
+                 log_path: Path | None = None) -> None:
+        self.port = port
+        self.log_path = log_path
+        if log_path is not None:
+            with open(log_path, "wb") as out:  # the child keeps its own copy of the descriptor
+                self.proc = subprocess.Popen(argv, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+                                             stdout=out, stderr=out)
+        else:
+            self.proc = subprocess.Popen(argv, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            self._wait(port, timeout=60)
+        except TimeoutError:
+            self.stop()
+            log = log_path.read_text() if log_path else ""
+            raise RuntimeError(f"{argv} did not start:\n{log}") from None
+
+    def _wait(self, port: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise TimeoutError("process exited")
+            try:
+                wait_for_port(port, timeout=0.5)
+                return
+            except TimeoutError:
+                continue
+        raise TimeoutError(f"nothing listened on port {port}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class FakeBackend(Process):
+    """A recording OpenAI-compatible test backend (tests/gateway/fake_backend.py)."""
+
+    def __init__(self, name: str, *extra: str) -> None:
+        port = free_port()
+        super().__init__([sys.executable, "-m", "tests.gateway.fake_backend", "--port", str(port),
+                          "--name", name, *extra], port)
+        self.name = name
+        self.url = f"http://127.0.0.1:{port}/v1"
+        self.root = f"http://127.0.0.1:{port}"
+
+    def received(self) -> list[dict[str, Any]]:
+        return list(httpx.get(self.root + "/_received").json())
+
+    def clear(self) -> None:
+        httpx.delete(self.root + "/_received")
+
+    def control(self, **settings: Any) -> None:
+        httpx.post(self.root + "/_control", json=settings)
+
+
+class Gateway(Process):
+    def __init__(self, policy: dict[str, Any], tmp: Path, env: dict[str, str] | None = None,
+                 extra: list[str] | None = None) -> None:
+        port = free_port()
+        self.config = tmp / "gateway.yaml"
+        self.config.write_text(yaml.safe_dump(policy, sort_keys=False))
+        super().__init__([KVFENCE, "gateway", "--config", str(self.config), "--port", str(port),
+                          "--log-level", "info", *(extra or [])],
+                         port, env=env, log_path=tmp / "gateway.log")
+        self.url = f"http://127.0.0.1:{port}/v1"
+        self.root = f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="session")
+def backend_a() -> Iterator[FakeBackend]:
+    # Advertises 4096 tokens of context but its KV cache holds 64 x 16 = 1024 (the incident's shape).
+    backend = FakeBackend("shared-a", "--max-model-len", "4096", "--vllm-blocks", "64", "--block-size", "16")
+    yield backend
+    backend.stop()
+
+
+@pytest.fixture(scope="session")
+def backend_b() -> Iterator[FakeBackend]:
+    backend = FakeBackend("dedicated-b", "--max-model-len", "8192")
+    yield backend
+    backend.stop()
