@@ -53,7 +53,7 @@ def build_tiny_model(
     with torch.no_grad():  # larger-than-default weights, so logits are far from ties
         for name, p in model.named_parameters():
             if p.dim() == 2:
-                p.normal_(0.0, 0.5 / p.shape[1] ** 0.5 if "embed" not in name else 1.0)
+                p.normal_(0.0, (1.5 if config.tie_word_embeddings else 0.5) / p.shape[1] ** 0.5 if "embed" not in name else (0.1 if config.tie_word_embeddings else 1.0))
             elif "bias" in name:
                 p.normal_(0.0, 0.1)
     out.mkdir(parents=True, exist_ok=True)
