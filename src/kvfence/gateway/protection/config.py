@@ -69,7 +69,7 @@ class LeakConfig(_Strict):
     index: Literal["memory", "redis"] = "memory"
     redis_url: str | None = None
     redis_prefix: str = "kvfence:fp:"
-    canaries: bool = True
+    canaries: bool = False
     max_index_entries: int = Field(default=5_000_000, ge=1000, description="in-memory index bound")
 
     @model_validator(mode="after")

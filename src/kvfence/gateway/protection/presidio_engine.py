@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from kvfence.gateway.protection.rules import Rule, RuleSet
 
 __all__ = ["PresidioPiiDetector", "blank_pipeline", "build_analyzer", "default_cache_dir"]
 
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()
 
 
 def default_cache_dir() -> Path:
@@ -31,6 +33,7 @@ def default_cache_dir() -> Path:
 
 def blank_pipeline(cache_dir: Path | None = None) -> Path:
     """Path of a blank English spaCy pipeline on disk, building it on first use (no download)."""
+    _import_presidio()  # spaCy comes with it, without torch
     import spacy
 
     target = (cache_dir or default_cache_dir()) / "blank_en"
@@ -45,7 +48,41 @@ def blank_pipeline(cache_dir: Path | None = None) -> Path:
     return target
 
 
+_HEAVY_OPTIONAL = ("torch", "transformers")
+
+
+@contextlib.contextmanager
+def _without_ml_frameworks() -> Iterator[None]:
+    """Import Presidio without its optional torch/transformers NLP engines.
+
+    Presidio (and thinc under spaCy) import transformers and torch at import time when they are
+    installed, only to offer NLP engines we never use: 15-30 s and ~1 GB for a gateway that runs
+    regexes. Marking them absent while Presidio is first imported makes those imports fail softly,
+    as Presidio intends when they are not installed; the marks are removed afterwards, so later
+    imports elsewhere in the process work normally. A module already imported is left alone.
+    """
+    blocked = [name for name in _HEAVY_OPTIONAL if name not in sys.modules]
+    if "presidio_analyzer" in sys.modules or not blocked:
+        yield
+        return
+    for name in blocked:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for name in blocked:
+            if sys.modules.get(name) is None:
+                del sys.modules[name]
+
+
+def _import_presidio() -> None:
+    with _LOCK, _without_ml_frameworks():
+        import presidio_analyzer
+        import presidio_analyzer.nlp_engine  # noqa: F401
+
+
 def _recognizer_class() -> type:
+    _import_presidio()
     from presidio_analyzer import LocalRecognizer, RecognizerResult
 
     class RuleRecognizer(LocalRecognizer):  # type: ignore[misc]
@@ -92,6 +129,7 @@ def _NoContextEnhancer() -> Any:
 
 def build_analyzer(rules: list[Rule], *, ner_model: Path | None = None, cache_dir: Path | None = None) -> Any:
     """An AnalyzerEngine whose registry holds ``rules`` (and spaCy NER for PERSON with ``ner_model``)."""
+    _import_presidio()
     from presidio_analyzer import AnalyzerEngine
     from presidio_analyzer.nlp_engine import SpacyNlpEngine
     from presidio_analyzer.predefined_recognizers import SpacyRecognizer

@@ -1,0 +1,197 @@
+"""The protection hook on its own: rewrite, raise the class, block, fail closed, restore, stop leaks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from kvfence.errors import ConfigError
+from kvfence.gateway.errors import DetectorFailure, GatewayRequestError, LeakSuspected, RequestBlocked
+from kvfence.gateway.hooks import RequestContext
+from kvfence.gateway.policy import Policy
+from kvfence.gateway.protection import build_hooks
+from kvfence.gateway.protection.hook import ProtectionHook
+from kvfence.gateway.tenants import GatewayTenant
+
+CLASSES = ("public", "internal", "restricted")
+
+
+class Incidents:
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def record_incident(self, *, kind: str, request_id: str, tenants: Sequence[str],
+                        details: Mapping[str, Any], incident_id: str | None = None) -> str:
+        self.rows.append({"kind": kind, "request_id": request_id, "tenants": list(tenants), "details": dict(details)})
+        return incident_id or f"inc_test{len(self.rows)}"
+
+
+def make_policy(protection: dict[str, Any] | None = None, **class_protection: dict[str, Any]) -> Policy:
+    return Policy.model_validate({
+        "gateway": {"protection": protection or {}},
+        "data_classes": [
+            {"name": "public", "allowed_tiers": ["shared", "dedicated", "on_prem"],
+             "protection": class_protection.get("public", {})},
+            {"name": "internal", "allowed_tiers": ["dedicated", "on_prem"],
+             "protection": class_protection.get("internal", {})},
+            {"name": "restricted", "allowed_tiers": ["on_prem"],
+             "protection": class_protection.get("restricted", {"pii": "pass"})},
+        ],
+        "backends": [{"name": "b", "url": "http://127.0.0.1:9/v1", "tier": "shared"}],
+    })
+
+
+def make_hook(policy: Policy) -> tuple[ProtectionHook, Incidents]:
+    incidents = Incidents()
+    hooks = build_hooks(policy, incidents=incidents, registry=None)
+    assert len(hooks) == 1 and isinstance(hooks[0], ProtectionHook)
+    return hooks[0], incidents
+
+
+def ctx(org: str = "acme", data_class: str = "public", endpoint: str = "chat", stream: bool = False) -> RequestContext:
+    tenant = GatewayTenant(name=f"{org}-key", organization=org, workspace="default", default_class=data_class)
+    return RequestContext(request_id=f"req-{org}-{time.monotonic_ns()}", tenant=tenant, data_class=data_class,
+                          backend=None, endpoint=endpoint, class_order=CLASSES, stream=stream)
+
+
+def chat(*contents: str) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": c} for c in contents]}
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def answer_through(hook: ProtectionHook, c: RequestContext, text: str, chunk: int = 3) -> str:
+    f = hook.response_filter(c)
+    return "".join(f.feed(text[i:i + chunk]) for i in range(0, len(text), chunk)) + f.finish()
+
+
+def test_pseudonymises_every_message_and_restores_the_answer() -> None:
+    hook, _ = make_hook(make_policy())
+    c = ctx()
+    body = {"model": "m", "messages": [
+        {"role": "system", "content": "Support desk for ann@acme.io"},
+        {"role": "user", "content": [{"type": "text", "text": "Call me at (415) 555-0132, I am ann@acme.io"}]},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "crm", "arguments": '{"email": "bo@acme.io"}'}}]},
+        {"role": "tool", "tool_call_id": "1", "content": "card 4539 1488 0343 6467 on file"},
+    ]}
+    out = run(hook.on_request(c, body))
+    sent = str(out["messages"])
+    assert "ann@acme.io" not in sent and "555-0132" not in sent and "4539" not in sent and "bo@acme.io" not in sent
+    assert out["messages"][0]["content"] == "Support desk for <EMAIL_1>"
+    assert "<EMAIL_1>" in out["messages"][1]["content"][0]["text"]
+    assert body["messages"][0]["content"] == "Support desk for ann@acme.io"  # caller's body untouched
+    assert answer_through(hook, c, "I will email <EMAIL_1> and call <PHONE_1>.") == \
+        "I will email ann@acme.io and call (415) 555-0132."
+    assert c.annotations["protection"]["findings"]["EMAIL_ADDRESS"] == 3
+
+
+def test_completions_prompt_is_scanned_and_token_ids_are_refused() -> None:
+    hook, _ = make_hook(make_policy())
+    out = run(hook.on_request(ctx(endpoint="completions"), {"model": "m", "prompt": ["mail x@y.io", "ok"]}))
+    assert out["prompt"] == ["mail <EMAIL_1>", "ok"]
+    with pytest.raises(GatewayRequestError, match="token ids"):
+        run(hook.on_request(ctx(endpoint="completions"), {"model": "m", "prompt": [1, 2, 3]}))
+
+
+def test_secrets_are_stripped_and_stay_stripped_in_the_answer() -> None:
+    hook, _ = make_hook(make_policy())
+    c = ctx()
+    out = run(hook.on_request(c, chat("why does AKIA4QZ7XWJ2LTRN5KDM fail?")))
+    assert out["messages"][0]["content"] == "why does <AWS_ACCESS_KEY_1> fail?"
+    assert answer_through(hook, c, "Rotate <AWS_ACCESS_KEY_1> now.") == "Rotate <AWS_ACCESS_KEY_1> now."
+
+
+def test_national_id_raises_the_class_and_its_actions_apply() -> None:
+    hook, _ = make_hook(make_policy())
+    c = ctx()
+    out = run(hook.on_request(c, chat("Employee SSN 536-22-1234, email ann@acme.io")))
+    assert c.data_class == "restricted"
+    assert c.annotations["class_raised_by"] == ["detector:US_SSN"]
+    # restricted goes on-prem only and its policy passes personal data through
+    assert out["messages"][0]["content"] == "Employee SSN 536-22-1234, email ann@acme.io"
+
+
+def test_block_action_refuses_the_request() -> None:
+    hook, _ = make_hook(make_policy(public={"entities": {"CREDIT_CARD": "block"}}))
+    with pytest.raises(RequestBlocked, match="CREDIT_CARD"):
+        run(hook.on_request(ctx(), chat("my card is 4539 1488 0343 6467")))
+    hook, _ = make_hook(make_policy(public={"secrets": "block"}))
+    with pytest.raises(RequestBlocked, match="GITHUB_TOKEN"):
+        run(hook.on_request(ctx(), chat("token ghp_R2d7Kq9LmX4vT8bN1cZ6wY3pH5sJ0gF2aE7u")))
+
+
+def test_detector_error_and_timeout_fail_closed() -> None:
+    hook, _ = make_hook(make_policy({"detector_timeout_s": 0.05}))
+
+    def slow(text: str) -> list[Any]:
+        time.sleep(0.5)
+        return []
+
+    hook._detector.scan = slow  # type: ignore[method-assign]
+    with pytest.raises(DetectorFailure, match="did not finish"):
+        run(hook.on_request(ctx(), chat("hello")))
+
+    def broken(text: str) -> list[Any]:
+        raise RuntimeError("regex engine exploded")
+
+    hook._detector.scan = broken  # type: ignore[method-assign]
+    with pytest.raises(DetectorFailure, match="fail closed"):
+        run(hook.on_request(ctx(), chat("hello")))
+
+
+def test_leak_of_another_tenants_prompt_is_withheld_with_an_incident() -> None:
+    hook, incidents = make_hook(make_policy())
+    secret = ("Board minutes: we will lay off the entire Rotterdam warehouse team of forty people "
+              "in the second week of January and announce it after the holidays.")
+    run(hook.on_request(ctx("acme"), chat(secret)))
+    c = ctx("globex", stream=True)
+    run(hook.on_request(c, chat("Write a haiku about autumn")))
+    f = hook.response_filter(c)
+    emitted = []
+    with pytest.raises(LeakSuspected) as caught:
+        for word in ("Leaves fall. " + secret).split(" "):
+            emitted.append(f.feed(word + " "))
+    assert caught.value.incident_id == "inc_test1"
+    assert "Rotterdam" not in "".join(emitted) or "January" not in "".join(emitted)
+    row = incidents.rows[0]
+    assert row["kind"] == "cross_tenant_leak" and row["tenants"] == ["globex", "acme"]
+    assert row["details"]["evidence_fingerprints"] and "Rotterdam" not in str(row)
+    with pytest.raises(LeakSuspected):
+        f.finish()
+
+
+def test_canaries_are_injected_and_a_foreign_one_is_caught() -> None:
+    hook, incidents = make_hook(make_policy({"leak": {"canaries": True}}))
+    a = ctx("acme")
+    out = run(hook.on_request(a, {"model": "m", "messages": [{"role": "system", "content": "Be brief."},
+                                                             {"role": "user", "content": "hi"}]}))
+    system = out["messages"][0]["content"]
+    assert system.startswith("Be brief.") and "kvfc-" in system
+    canary = next(w for w in system.split() if w.startswith("kvfc-"))
+    b = ctx("globex")
+    run(hook.on_request(b, chat("hello")))
+    with pytest.raises(LeakSuspected):
+        answer_through(hook, b, f"ok {canary} done")
+    assert incidents.rows[-1]["details"]["detector"] == "canary"
+
+
+def test_bad_configuration_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"gateway\.protection\.leak\.ngram"):
+        make_hook(make_policy({"leak": {"ngram": 1}}))
+    with pytest.raises(ConfigError, match=r"data_classes\[public\].protection.pii"):
+        make_hook(make_policy(public={"pii": "encrypt"}))
+    with pytest.raises(ConfigError, match="unknown data classes"):
+        make_hook(make_policy({"raise_class": {"US_SSN": "top-secret"}}))
+    with pytest.raises(ConfigError, match="redis_url"):
+        make_hook(make_policy({"leak": {"index": "redis"}}))
+
+
+def test_disabled_protection_builds_no_hook() -> None:
+    assert build_hooks(make_policy({"enabled": False}), incidents=Incidents()) == []

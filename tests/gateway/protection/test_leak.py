@@ -1,0 +1,135 @@
+"""Leak detection at the detector level: foreign n-gram runs, common phrases, own text, canaries, Redis."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kvfence.gateway.protection.fingerprint import Fingerprinter, words
+from kvfence.gateway.protection.leak import CanaryBook, LeakMonitor
+from kvfence.gateway.protection.leak_index import InMemoryIndex, RedisIndex
+
+KEY = b"test-key-0123456789abcdef"
+
+SECRET_PROMPT = ("Draft the acquisition memo for Project Bluefin: Halvorsen Maritime agrees to buy Tideline "
+                 "Logistics for 412 million euros, closing on the third of March, board vote stays confidential.")
+
+
+def monitor(index: InMemoryIndex | RedisIndex | None = None, **kw: int) -> LeakMonitor:
+    return LeakMonitor(index if index is not None else InMemoryIndex(900), Fingerprinter(KEY, 5), min_run=kw.get("min_run", 4),
+                       max_owners=kw.get("max_owners", 1), canaries=CanaryBook(KEY, {"acme": ["ACME-CANARY-7731"]}))
+
+
+def stream(m: LeakMonitor, tenant: str, own_texts: list[str], answer: str, chunk: int = 7) -> object:
+    scanner = m.scanner(tenant, m.record_prompt(tenant, own_texts))
+    for i in range(0, len(answer), chunk):
+        evidence = scanner.feed(answer[i:i + chunk])
+        if evidence is not None:
+            return evidence
+    return scanner.finish()
+
+
+def test_words_and_fingerprints_hold_no_text() -> None:
+    assert words("Hello, World! ça-va") == ["hello", "world", "ça", "va"]
+    fp = Fingerprinter(KEY, 3)
+    other = Fingerprinter(b"another-key-0123456789", 3)
+    assert fp.of_text("a b c d") != other.of_text("a b c d")
+    assert len(fp.of_text("a b c d")) == 2
+
+
+def test_another_tenants_prompt_in_an_answer_is_caught() -> None:
+    m = monitor()
+    m.record_prompt("acme", [SECRET_PROMPT])
+    leaked = " ".join(SECRET_PROMPT.split()[5:21])  # 16 words of acme's prompt
+    evidence = stream(m, "globex", ["Summarise our Q3 newsletter"], f"Here is the summary: {leaked}. Done.")
+    assert evidence is not None
+    assert evidence.detector == "ngram" and evidence.owners == ("acme",)
+    assert all(len(h) == 16 for h in evidence.fingerprints)
+
+
+def test_own_prompt_echoed_back_is_no_leak() -> None:
+    m = monitor()
+    m.record_prompt("acme", [SECRET_PROMPT])
+    assert stream(m, "acme", ["Repeat my earlier memo"], SECRET_PROMPT) is None
+    assert stream(m, "globex", [SECRET_PROMPT], SECRET_PROMPT) is None  # globex sent it itself too
+
+
+def test_phrases_many_tenants_send_are_no_evidence() -> None:
+    m = monitor()
+    common = "please summarise the following document in three bullet points for an executive audience"
+    m.record_prompt("t1", [common + " about shipping"])
+    m.record_prompt("t2", [common + " about payroll"])
+    assert stream(m, "t3", ["hello"], "Sure, " + common) is None
+
+
+def test_short_overlaps_do_not_trigger() -> None:
+    m = monitor()
+    m.record_prompt("acme", [SECRET_PROMPT])
+    seven = " ".join(SECRET_PROMPT.split()[:7])  # 7 words < 5 + 4 - 1
+    assert stream(m, "globex", ["hi"], f"unrelated text {seven} and more unrelated words here") is None
+
+
+def test_window_expiry_forgets_old_prompts() -> None:
+    now = [1000.0]
+    index = InMemoryIndex(60, clock=lambda: now[0])
+    m = monitor(index)
+    m.record_prompt("acme", [SECRET_PROMPT])
+    now[0] += 61
+    m.record_prompt("other", ["something else entirely different here today"])
+    assert stream(m, "globex", ["hi"], SECRET_PROMPT) is None
+    assert all(len(o) == 0 for o in index.owners(list(Fingerprinter(KEY, 5).of_text(SECRET_PROMPT))))
+
+
+def test_foreign_canary_is_caught_even_split_across_chunks() -> None:
+    m = monitor()
+    evidence = stream(m, "globex", ["hi"], "the marker was ACME-CANARY-7731 in the text", chunk=3)
+    assert evidence is not None and evidence.detector == "canary" and evidence.owners == ("acme",)
+    derived = m.canaries.derived("initech") if m.canaries else ""
+    evidence = stream(m, "globex", ["hi"], f"x {derived} y", chunk=4)
+    assert evidence is not None and evidence.owners == ("initech",)
+    assert stream(m, "acme", ["hi"], "our own ACME-CANARY-7731 is fine") is None
+
+
+@pytest.mark.parametrize("span_words", [8, 16, 32])
+def test_detection_of_leaked_spans(span_words: int) -> None:
+    rng = random.Random(span_words)
+    m = monitor()
+    vocab = [f"w{i}" for i in range(3000)]
+    prompts = {f"t{i}": " ".join(rng.choice(vocab) for _ in range(80)) for i in range(20)}
+    for tenant, prompt in prompts.items():
+        m.record_prompt(tenant, [prompt])
+    caught = 0
+    for trial in range(40):
+        victim = f"t{trial % 20}"
+        tokens = prompts[victim].split()
+        start = rng.randrange(0, len(tokens) - span_words)
+        leak = " ".join(tokens[start:start + span_words])
+        answer = f"Well, here is something: {leak}. Anything else?"
+        if stream(m, "receiver", ["question"], answer) is not None:
+            caught += 1
+    assert caught == 40
+
+
+@pytest.mark.redis
+def test_redis_index_shared_by_two_replicas(redis_url: str) -> None:
+    prefix = f"kvfence-test:{random.random()}:"
+    replica1 = monitor(RedisIndex(redis_url, window_s=60, prefix=prefix))
+    replica2 = monitor(RedisIndex(redis_url, window_s=60, prefix=prefix))
+    replica1.record_prompt("acme", [SECRET_PROMPT])
+    evidence = stream(replica2, "globex", ["hi"], SECRET_PROMPT)
+    assert evidence is not None and evidence.owners == ("acme",)
+    assert stream(replica2, "acme", ["hi"], SECRET_PROMPT) is None
+    replica1.index.close()
+    replica2.index.close()
+
+
+@pytest.mark.redis
+def test_redis_index_expires(redis_url: str) -> None:
+    now = [5000.0]
+    index = RedisIndex(redis_url, window_s=30, prefix=f"kvfence-test:{random.random()}:", clock=lambda: now[0])
+    index.add("acme", [1, 2, 3])
+    assert index.owners([1, 4]) == [frozenset({"acme"}), frozenset()]
+    now[0] += 31
+    assert index.owners([1]) == [frozenset()]
+    index.close()
