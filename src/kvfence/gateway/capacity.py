@@ -105,7 +105,8 @@ def parse_kvfence_capacity(payload: Any) -> tuple[int | None, int | None]:
 
     capacity = pick("kv_capacity_tokens", "capacity_tokens", "kv_tokens", "pool_tokens")
     if capacity is None:
-        blocks, size = pick("num_blocks", "num_gpu_blocks", "num_kv_blocks"), pick("block_size")
+        blocks = pick("num_blocks", "num_gpu_blocks", "num_kv_blocks", "num_pages")
+        size = pick("block_size", "page_size")
         if blocks is not None and size is not None:
             capacity = blocks * size
     advertised = pick("max_model_len", "advertised_context", "max_context", "context_length")

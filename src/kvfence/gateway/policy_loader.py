@@ -103,12 +103,13 @@ def _pydantic_message(error: Any) -> str:
 def _line_of(root: yaml.Node, loc: Loc) -> int | None:
     """1-based line of the deepest YAML node the location reaches."""
     node = root
-    for part in loc:
+    for depth, part in enumerate(loc):
         child = None
         if isinstance(node, yaml.MappingNode) and isinstance(part, str):
             for key, value in node.value:
                 if getattr(key, "value", None) == part:
-                    child = value if not isinstance(value, yaml.ScalarNode) or value.value != "" else key
+                    # the field itself is named on its key's line
+                    child = key if depth == len(loc) - 1 else value
                     break
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
             child = node.value[part]

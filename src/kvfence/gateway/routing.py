@@ -141,8 +141,10 @@ def refusal_reason(
         if scope_width(scope) > scope_width(req.max_cache_scope):
             return (f"prompt cache shared at {scope.value} scope; class {data_class.name} "
                     f"allows at most {req.max_cache_scope.value}")
-    if req.distinct_upstream_account and (view.account_kind not in ("tenant", "organization")
-                                          or view.account_merged):
+    # On our own hardware there is no provider account to merge tenants into; the cache scope
+    # requirement above still applies there.
+    if req.distinct_upstream_account and backend.tier is not TrustTier.ON_PREM and (
+            view.account_kind not in ("tenant", "organization") or view.account_merged):
         return ("would merge tenants under one upstream account; class "
                 f"{data_class.name} needs a credential per organisation or tenant")
     if req.max_retention_days is not None:

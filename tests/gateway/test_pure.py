@@ -1,0 +1,199 @@
+"""Pure parts of the gateway: caps and trimming, token counting, answer filtering, limits, capacity parsing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvfence.gateway.answer_filter import AnswerFilter, FilterChain, SSEDecoder, encode_event, event_data
+from kvfence.gateway.cache_salt import apply_cache_salt
+from kvfence.gateway.capacity import parse_kvfence_capacity, parse_models_max_len, parse_vllm_cache_config
+from kvfence.gateway.caps import completion_budget, enforce_cap
+from kvfence.gateway.errors import GatewayRequestError, PromptTooLongError, RateLimited
+from kvfence.gateway.limits import TenantLimiter
+from kvfence.gateway.policy import OverCapConfig, TenantLimits
+from kvfence.gateway.tenants import GatewayTenant
+from kvfence.gateway.tokens import ApproximateCounter, TokenizerCounter
+from kvfence.gateway.trim import REMOVED_MARKER, rank_retrieved
+from tests.gateway.sample_hooks import EMAIL, PLACEHOLDER, _RestoreFilter
+
+APPROX = ApproximateCounter()
+
+
+# -- caps and trimming ---------------------------------------------------------------------------
+def test_cap_rejects_over_the_smaller_limit() -> None:
+    body = {"messages": [{"role": "user", "content": "x" * 3000}], "max_tokens": 10}
+    with pytest.raises(PromptTooLongError, match="policy allows 500"):
+        enforce_cap(body, "chat", APPROX, prompt_limit=500, context_limit=4096, over_cap=OverCapConfig())
+    with pytest.raises(PromptTooLongError, match="backend can hold 900"):
+        enforce_cap(body, "chat", APPROX, prompt_limit=None, context_limit=900, over_cap=OverCapConfig())
+    ok = enforce_cap(body, "chat", APPROX, prompt_limit=2000, context_limit=2000, over_cap=OverCapConfig())
+    assert ok.prompt_tokens == 1000 + 4 + 3 and ok.tokens_cut == 0
+
+
+def test_max_tokens_counts_against_the_context() -> None:
+    body = {"prompt": "y" * 300, "max_tokens": 950}  # 100 prompt tokens + 950 > 1024
+    with pytest.raises(PromptTooLongError):
+        enforce_cap(body, "completions", APPROX, prompt_limit=None, context_limit=1024, over_cap=OverCapConfig())
+    with pytest.raises(PromptTooLongError, match="leaves no room"):
+        enforce_cap({"prompt": "a", "max_tokens": 2000}, "completions", APPROX, prompt_limit=None,
+                    context_limit=1024, over_cap=OverCapConfig())
+    with pytest.raises(GatewayRequestError, match="positive integer"):
+        completion_budget({"max_tokens": -3})
+
+
+def test_token_id_prompts_count_exactly() -> None:
+    with pytest.raises(PromptTooLongError):
+        enforce_cap({"prompt": list(range(600))}, "completions", APPROX, prompt_limit=500, context_limit=None,
+                    over_cap=OverCapConfig())
+
+
+def _rag(n_docs: int) -> list[dict[str, Any]]:
+    docs = [{"role": "tool", "tool_call_id": f"c{i}", "content": f"gardening tips number {i} about tomatoes " * 20}
+            for i in range(n_docs)]
+    docs.insert(2, {"role": "tool", "tool_call_id": "hit", "content": "the invoice total for order 7781 is 310 euro " * 5})
+    return [{"role": "system", "content": "be brief"}, *docs,
+            {"role": "user", "content": "what is the invoice total for order 7781?"}]
+
+
+def test_trim_keeps_the_relevant_block_and_reports_tokens_cut() -> None:
+    body = {"messages": _rag(8)}
+    before = APPROX.count_chat(body["messages"])
+    result = enforce_cap(body, "chat", APPROX, prompt_limit=before // 3, context_limit=None,
+                         over_cap=OverCapConfig(action="trim"))  # type: ignore[arg-type]
+    assert result.tokens_cut > 0 and result.prompt_tokens <= before // 3
+    contents = [m["content"] for m in body["messages"]]
+    assert any("invoice total" in c for c in contents)
+    assert contents.count(REMOVED_MARKER) >= 1
+    assert body["messages"][-1]["content"].startswith("what is")  # the question is never touched
+
+
+def test_trim_that_cannot_fit_is_still_rejected() -> None:
+    body = {"messages": [{"role": "user", "content": "q " * 3000}]}
+    with pytest.raises(PromptTooLongError):
+        enforce_cap(body, "chat", APPROX, prompt_limit=100, context_limit=None,
+                    over_cap=OverCapConfig(action="trim"))  # type: ignore[arg-type]
+
+
+def test_bm25_ranking_least_relevant_first() -> None:
+    messages = _rag(3)
+    order = rank_retrieved(messages, [1, 2, 3, 4])
+    assert order[-1] == 3  # the invoice block is the most relevant
+
+
+# -- token counting ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(["hello world the quick brown fox", "<|user|> <|assistant|>"],
+                            trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+    path = tmp_path_factory.mktemp("tok")
+    tok.save(str(path / "tokenizer.json"))
+    template = "{% for m in messages %}<|{{ m.role }}|> {{ m.content }} {% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    (path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, "bos_token": "<s>"}))
+    return path
+
+
+def test_exact_counts_with_a_local_tokenizer_and_chat_template(tokenizer_dir: Path) -> None:
+    counter = TokenizerCounter(tokenizer_dir)
+    assert counter.is_exact and counter.count_text("hello world") == 2
+    # "<|user|> hello world <|assistant|>": whitespace pre-tokenizer splits the markers into pieces
+    rendered = counter.count_chat([{"role": "user", "content": "hello world"}])
+    assert rendered == counter.count_text("<|user|> hello world <|assistant|>")
+
+
+def test_approximation_over_counts_english() -> None:
+    text = "The quick brown fox jumps over the lazy dog. " * 50
+    assert APPROX.count_text(text) >= len(text.split())  # never fewer tokens than words
+
+
+# -- answer filtering ----------------------------------------------------------------------------
+def _restore_chain() -> FilterChain:
+    return FilterChain([_RestoreFilter()])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=60), max_size=8))
+def test_placeholder_split_anywhere_is_restored(cuts: list[int]) -> None:
+    answer = f"Dear {PLACEHOLDER}, see {PLACEHOLDER}."
+    points = sorted({min(c, len(answer)) for c in cuts})
+    pieces = [answer[a:b] for a, b in zip([0, *points], [*points, len(answer)], strict=True)]
+    f = AnswerFilter("chat", _restore_chain)
+    out = ""
+    for piece in pieces:
+        chunk = f.filter_chunk({"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
+        out += chunk["choices"][0]["delta"].get("content", "")
+    out += f.filter_chunk({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})["choices"][0][
+        "delta"].get("content", "")
+    assert out == f"Dear {EMAIL}, see {EMAIL}."
+
+
+def test_choices_are_filtered_separately_and_flushed() -> None:
+    f = AnswerFilter("completions", _restore_chain)
+    f.filter_chunk({"choices": [{"index": 0, "text": "<EMA", "finish_reason": None},
+                                {"index": 1, "text": "<EMAIL_", "finish_reason": None}]})
+    c0 = f.filter_chunk({"choices": [{"index": 0, "text": "IL_1>", "finish_reason": "stop"}]})
+    assert c0["choices"][0]["text"] == EMAIL
+    tail = f.flush()  # choice 1 never finished: its held text comes out at the end
+    assert tail[0]["choices"][0] == {"index": 1, "text": "<EMAIL_", "finish_reason": None}
+
+
+def test_whole_answer_filter() -> None:
+    f = AnswerFilter("chat", _restore_chain)
+    body = f.filter_completion({"choices": [{"index": 0, "message": {"role": "assistant",
+                                                                      "content": f"hi {PLACEHOLDER}"}}]})
+    assert body["choices"][0]["message"]["content"] == f"hi {EMAIL}"
+
+
+def test_sse_decoder_handles_split_events_and_crlf() -> None:
+    d = SSEDecoder()
+    stream = encode_event({"a": 1}) + b": keep-alive\r\n\r\n" + encode_event("[DONE]")
+    events = []
+    for i in range(0, len(stream), 5):
+        events += list(d.feed(stream[i:i + 5]))
+    assert [event_data(e) for e in events] == ['{"a":1}', None, "[DONE]"]
+
+
+# -- salts, limits, capacity ---------------------------------------------------------------------
+def test_client_salt_fields_are_stripped() -> None:
+    body = {"cache_salt": "mine", "prompt_cache_key": "k", "model": "m"}
+    assert apply_cache_salt(body, "gw") is True and body == {"model": "m", "cache_salt": "gw"}
+    body = {"model": "m", "cache_salt": "mine"}
+    apply_cache_salt(body, None)
+    assert "cache_salt" not in body
+
+
+def test_rate_and_concurrency_limits() -> None:
+    now = [0.0]
+    limiter = TenantLimiter(clock=lambda: now[0])
+    t = GatewayTenant("t", "o", "w", "public", TenantLimits(requests_per_minute=2, max_concurrent=1))
+    lease = limiter.acquire(t)
+    with pytest.raises(RateLimited, match="in flight"):
+        limiter.acquire(t)
+    lease.release()
+    lease.release()  # idempotent
+    limiter.acquire(t).release()
+    with pytest.raises(RateLimited, match="per minute") as err:
+        limiter.acquire(t)
+    assert err.value.headers()["Retry-After"] == "60"
+    now[0] = 60.5
+    limiter.acquire(t).release()
+
+
+def test_capacity_parsers() -> None:
+    metrics = ('vllm:cache_config_info{block_size="16",cache_dtype="auto",num_gpu_blocks="42580",'
+               'num_cpu_blocks="0"} 1.0\n')
+    assert parse_vllm_cache_config(metrics) == 42580 * 16
+    assert parse_vllm_cache_config("# nothing\n") is None
+    assert parse_models_max_len({"data": [{"id": "m", "max_model_len": 1048576}]}, "m") == 1048576
+    assert parse_kvfence_capacity({"max_model_len": 2048, "pool_tokens": 4096}) == (2048, 4096)
+    assert parse_kvfence_capacity({"num_pages": 10, "page_size": 16}) == (None, 160)
+    assert parse_kvfence_capacity({"num_blocks": 10, "block_size": 16}) == (None, 160)
