@@ -26,7 +26,7 @@ __all__ = ["DEFAULT_MODEL_NAME", "ensure_default_model"]
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL_NAME = "kvfence-builtin-random-llama"
-_VERSION = 1  # bump when the recipe changes, so old builds are not reused
+_VERSION = 2  # bump when the recipe changes, so old builds are not reused
 _SEED = 20260829
 
 BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
@@ -125,22 +125,23 @@ def _random_weights(vocab_size: int) -> dict[str, torch.Tensor]:
     head_dim = hidden // _SHAPE["num_attention_heads"]
     kv_dim = _SHAPE["num_key_value_heads"] * head_dim
 
-    def normal(*shape: int, std: float = 0.02) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen) * std
+    def normal(rows: int, cols: int, scale: float = 1.5) -> torch.Tensor:
+        # Larger than a trained model's init, so greedy decoding wanders instead of repeating.
+        return torch.randn(rows, cols, generator=gen) * (scale / cols**0.5)
 
-    weights = {"model.embed_tokens.weight": normal(vocab_size, hidden, std=1.0 / hidden**0.5)}
+    weights = {"model.embed_tokens.weight": torch.randn(vocab_size, hidden, generator=gen) * 0.1}
     for i in range(_SHAPE["num_hidden_layers"]):
         p = f"model.layers.{i}."
         weights |= {
             p + "input_layernorm.weight": torch.ones(hidden),
             p + "post_attention_layernorm.weight": torch.ones(hidden),
-            p + "self_attn.q_proj.weight": normal(hidden, hidden, std=hidden**-0.5),
-            p + "self_attn.k_proj.weight": normal(kv_dim, hidden, std=hidden**-0.5),
-            p + "self_attn.v_proj.weight": normal(kv_dim, hidden, std=hidden**-0.5),
-            p + "self_attn.o_proj.weight": normal(hidden, hidden, std=hidden**-0.5),
-            p + "mlp.gate_proj.weight": normal(inter, hidden, std=hidden**-0.5),
-            p + "mlp.up_proj.weight": normal(inter, hidden, std=hidden**-0.5),
-            p + "mlp.down_proj.weight": normal(hidden, inter, std=inter**-0.5),
+            p + "self_attn.q_proj.weight": normal(hidden, hidden),
+            p + "self_attn.k_proj.weight": normal(kv_dim, hidden),
+            p + "self_attn.v_proj.weight": normal(kv_dim, hidden),
+            p + "self_attn.o_proj.weight": normal(hidden, hidden),
+            p + "mlp.gate_proj.weight": normal(inter, hidden),
+            p + "mlp.up_proj.weight": normal(inter, hidden),
+            p + "mlp.down_proj.weight": normal(hidden, inter),
         }
     weights["model.norm.weight"] = torch.ones(hidden)
     return {name: t.contiguous() for name, t in weights.items()}

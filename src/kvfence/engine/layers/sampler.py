@@ -27,6 +27,7 @@ class SampledToken:
     logprobs: dict[int, float] | None  # chosen token first, then the top-n alternatives
 
 
+@torch.inference_mode()
 def sample(logits: torch.Tensor, rows: list[SampleRow], default_generator: torch.Generator) -> list[SampledToken]:
     """Sample one token per row of ``logits`` [N, V] (float32)."""
     for i, row in enumerate(rows):
