@@ -97,6 +97,9 @@ class TokenizerCounter:
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot read {config_file}: {exc}") from exc
         template = config.get("chat_template")
+        jinja_file = config_file.parent / "chat_template.jinja"  # newer Hugging Face layout
+        if jinja_file.is_file():
+            template = jinja_file.read_text(encoding="utf-8")
         if isinstance(template, list):  # named templates: take the default one
             template = next((t.get("template") for t in template if t.get("name") == "default"), None)
         for key in ("bos_token", "eos_token"):
