@@ -1,0 +1,107 @@
+"""Loading local checkpoints: sharded safetensors, clear errors naming what is wrong."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from kvfence.engine.config import ModelConfig
+from kvfence.engine.llm import LLM
+from kvfence.engine.loader import load_model
+from kvfence.engine.sampling_params import SamplingParams
+from kvfence.errors import ModelLoadError
+from tests.engine.tiny_models import build_tiny_model
+
+GREEDY = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("llama"), "llama")
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_sharded_checkpoint_loads_the_same_weights(llama_dir: Path, tmp_path: Path) -> None:
+    import transformers
+
+    sharded = tmp_path / "sharded"
+    model = transformers.AutoModelForCausalLM.from_pretrained(llama_dir)
+    model.save_pretrained(sharded, max_shard_size="40KB")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(llama_dir / name, sharded / name)
+    assert (sharded / "model.safetensors.index.json").is_file()
+    assert len(list(sharded.glob("*.safetensors"))) > 2
+    single = LLM(model=str(llama_dir), kv_cache_tokens=2048, device="cpu").generate("abc", GREEDY)
+    multi = LLM(model=str(sharded), kv_cache_tokens=2048, device="cpu").generate("abc", GREEDY)
+    assert single[0].token_ids == multi[0].token_ids
+
+
+def test_bf16_weights_load(llama_dir: Path) -> None:
+    cfg = ModelConfig.from_dir(llama_dir)
+    model = load_model(llama_dir, cfg, max_len=64, dtype=torch.bfloat16, device=torch.device("cpu"))
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+
+
+def test_missing_directory_and_files(llama_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        LLM(model=str(tmp_path / "nope"), device="cpu")
+    no_weights = _copy(llama_dir, tmp_path / "no-weights")
+    (no_weights / "model.safetensors").unlink()
+    with pytest.raises(ModelLoadError, match="no model.safetensors"):
+        LLM(model=str(no_weights), kv_cache_tokens=2048, device="cpu")
+    no_tokenizer = _copy(llama_dir, tmp_path / "no-tokenizer")
+    (no_tokenizer / "tokenizer.json").unlink()
+    with pytest.raises(ModelLoadError, match="no tokenizer.json"):
+        LLM(model=str(no_tokenizer), kv_cache_tokens=2048, device="cpu")
+    no_config = _copy(llama_dir, tmp_path / "no-config")
+    (no_config / "config.json").unlink()
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        LLM(model=str(no_config), device="cpu")
+
+
+def test_missing_shard_is_named(llama_dir: Path, tmp_path: Path) -> None:
+    d = _copy(llama_dir, tmp_path / "index")
+    weights = load_file(str(d / "model.safetensors"))
+    (d / "model.safetensors").unlink()
+    names = sorted(weights)
+    save_file({n: weights[n] for n in names[:5]}, str(d / "part-1.safetensors"))
+    index = {"weight_map": {n: "part-1.safetensors" if i < 5 else "part-2.safetensors" for i, n in enumerate(names)}}
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ModelLoadError, match=r"lists part-2\.safetensors, which is missing"):
+        LLM(model=str(d), kv_cache_tokens=2048, device="cpu")
+
+
+def test_missing_and_misshapen_tensors_are_named(llama_dir: Path, tmp_path: Path) -> None:
+    d = _copy(llama_dir, tmp_path / "missing")
+    weights = load_file(str(d / "model.safetensors"))
+    del weights["model.layers.1.self_attn.k_proj.weight"]
+    save_file(weights, str(d / "model.safetensors"))
+    with pytest.raises(ModelLoadError, match=r"missing tensors: model\.layers\.1\.self_attn\.k_proj\.weight"):
+        LLM(model=str(d), kv_cache_tokens=2048, device="cpu")
+    weights["model.layers.1.self_attn.k_proj.weight"] = torch.zeros(3, 3)
+    save_file(weights, str(d / "model.safetensors"))
+    with pytest.raises(ModelLoadError, match=r"k_proj\.weight has shape \(3, 3\)"):
+        LLM(model=str(d), kv_cache_tokens=2048, device="cpu")
+
+
+def test_unsupported_architecture_is_named(llama_dir: Path, tmp_path: Path) -> None:
+    d = _copy(llama_dir, tmp_path / "gpt2")
+    config = json.loads((d / "config.json").read_text())
+    config["architectures"] = ["GPT2LMHeadModel"]
+    (d / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="unsupported architecture GPT2LMHeadModel"):
+        LLM(model=str(d), device="cpu")
+    config["architectures"] = ["LlamaForCausalLM"]
+    config["rope_parameters"] = {"rope_type": "longrope", "rope_theta": 10000.0}
+    (d / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="longrope"):
+        LLM(model=str(d), device="cpu")

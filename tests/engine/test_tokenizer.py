@@ -1,0 +1,95 @@
+"""Tokenizer wrapper, chat templates, incremental UTF-8-safe detokenization, the built-in model files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvfence.engine.default_model import DEFAULT_MODEL_NAME, ensure_default_model
+from kvfence.engine.detokenizer import IncrementalDetokenizer
+from kvfence.engine.tokenizer import Tokenizer
+from kvfence.errors import InvalidParameterError
+
+TEXT = "Grüße, 世界! 🎉 ok"
+
+
+@pytest.fixture(scope="module")
+def tokenizer(default_model_dir: Path) -> Tokenizer:
+    return Tokenizer.from_dir(default_model_dir)
+
+
+def test_byte_level_round_trip(tokenizer: Tokenizer) -> None:
+    ids = tokenizer.encode(TEXT)
+    assert ids[0] == tokenizer.bos_token_id
+    assert tokenizer.encode(TEXT, add_special_tokens=False) == list(TEXT.encode())
+    assert tokenizer.decode(ids) == TEXT
+    assert len(tokenizer.eos_token_ids) == 2
+
+
+def test_chat_template_and_fallback(tokenizer: Tokenizer, default_model_dir: Path) -> None:
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    rendered = tokenizer.apply_chat_template(messages)
+    assert rendered.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>")
+    assert rendered.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
+    ids = tokenizer.encode(rendered, add_special_tokens=False)
+    assert ids.count(tokenizer.bos_token_id) == 1
+    plain = Tokenizer.from_dir(default_model_dir)
+    plain.chat_template = None
+    assert plain.apply_chat_template(messages) == "system: Be brief.\nuser: Hi\nassistant:"
+
+
+def test_template_errors_are_request_errors(default_model_dir: Path) -> None:
+    strict = Tokenizer.from_dir(default_model_dir)
+    strict.chat_template = "{% if messages[0]['role'] != 'user' %}{{ raise_exception('first must be user') }}{% endif %}ok"
+    strict._compiled_template = None
+    with pytest.raises(InvalidParameterError, match="first must be user"):
+        strict.apply_chat_template([{"role": "assistant", "content": "x"}])
+    strict.chat_template = "{{ ''.__class__.__mro__ }}"  # the sandbox refuses attribute escapes
+    strict._compiled_template = None
+    with pytest.raises(InvalidParameterError):
+        strict.apply_chat_template([{"role": "user", "content": "x"}])
+
+
+def test_incremental_detokenizer_never_splits_a_character(tokenizer: Tokenizer) -> None:
+    detok = IncrementalDetokenizer(tokenizer, tokenizer.encode("prompt"), stop=[])
+    deltas = []
+    for byte in TEXT.encode():
+        detok.add(byte)
+        deltas.append(detok.take_delta())
+    deltas.append(detok.take_final_delta())
+    assert "".join(deltas) == TEXT
+    assert all("\ufffd" not in d for d in deltas)
+
+
+def test_stop_string_is_cut_and_never_streamed(tokenizer: Tokenizer) -> None:
+    detok = IncrementalDetokenizer(tokenizer, [], stop=["世界", "never"])
+    streamed = ""
+    for byte in TEXT.encode():
+        detok.add(byte)
+        streamed += detok.take_delta()
+        if detok.stopped_on:
+            break
+    streamed += detok.take_final_delta()
+    assert detok.stopped_on == "世界"
+    assert streamed == detok.text == "Grüße, "
+
+
+def test_incomplete_bytes_at_the_end_become_replacement(tokenizer: Tokenizer) -> None:
+    detok = IncrementalDetokenizer(tokenizer, [], stop=[])
+    for byte in "a€".encode()[:-1]:
+        detok.add(byte)
+    assert detok.take_delta() == "a"
+    assert detok.take_final_delta() == "\ufffd"
+
+
+def test_default_model_is_deterministic_and_labelled(tmp_path: Path, default_model_dir: Path) -> None:
+    again = ensure_default_model(tmp_path / "again")
+    for name in ("model.safetensors", "tokenizer.json", "config.json"):
+        assert (again / name).read_bytes() == (default_model_dir / name).read_bytes()
+    config = json.loads((again / "config.json").read_text())
+    assert config["kvfence_random_weights"] is True
+    assert config["kvfence_model_name"] == DEFAULT_MODEL_NAME
+    assert "random" in DEFAULT_MODEL_NAME
+    assert ensure_default_model(again) == again  # reused, not rebuilt
