@@ -77,7 +77,12 @@ def completion_logprobs(
         text = token_text(tid)
         tokens.append(text)
         token_logprobs.append(_finite(entry.get(tid, -math.inf)))
-        top.append({token_text(t): _finite(lp) for t, lp in _ranked(entry, num_top)})
+        alternatives: dict[str, float] = {}
+        for t, lp in _ranked(entry, num_top):
+            # Distinct ids can decode to the same text (e.g. partial UTF-8 bytes -> U+FFFD); in this
+            # legacy text-keyed format the most likely one keeps the key.
+            alternatives.setdefault(token_text(t), _finite(lp))
+        top.append(alternatives)
         offsets.append(offset)
         offset += len(text)
     return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top, "text_offset": offsets}
