@@ -73,6 +73,12 @@ CASES: dict[str, tuple[str, str, str]] = {
     "dsn_password": (
         "Server=sql01;Database=crm;User Id=svc_crm;Password=Wint3r-Is-C0ming;", "Wint3r-Is-C0ming",
         "Server=sql01;Database=crm;User Id=svc_crm;Password=<your password>;"),
+    "dsn_password_first": (
+        "Password=Wint3r-Is-C0ming;Server=sql01;Database=crm", "Wint3r-Is-C0ming",
+        "Password=;Server=sql01 (empty in the template)"),
+    "cli_password": (
+        "mysqldump -u backup -pN0tSoS3cret! shop > shop.sql", "N0tSoS3cret!",
+        "mysql -u root -p shop  # prompts for the password"),
     "password_assignment": (
         "smtp:\n  user: alerts\n  password: p4ss-W0rd-2024\n", "p4ss-W0rd-2024",
         "password: ********\npassword_policy: min 12 chars"),

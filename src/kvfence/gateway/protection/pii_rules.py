@@ -22,7 +22,9 @@ _PII = Category.PII
 
 _PHONE_CONTEXT = ("phone", "tel", "call", "mobile", "cell", "ring", "whatsapp", "sms", "text me", "fax",
                   "contact", "reach", "number", "dial", "handy", "telefon", "portable", "landline")
-_VERSION_BEFORE = re.compile(r"(?:\bv|version|ver\.?|release|build|firmware|rev\.?|oid)\s*[:=]?\s*$")
+# Dotted numbers after these words are versions or section numbers, not IPv4 addresses.
+_VERSION_BEFORE = re.compile(r"(?:\bv|version|ver\.?|release|build|firmware|rev\.?|oid|section|chapter|step|clause"
+                             r"|item|§|/)\s*[:=]?\s*$")
 
 # Every digit-shaped identifier (phones, cards, SSNs, IPs ...) lies in or next to a run of digits
 # and separators; that run is found once per text and the rules only run around it.
@@ -30,6 +32,9 @@ _DIGITS = Anchor(re.compile(r"\d[\d ().-]{5,}\d"), before=5, after=3)
 _AT = Anchor(re.compile(r"@"), before=64, after=256)
 _COUNTRY_CODE = Anchor(re.compile(r"[A-Z]{2} ?\d{2}"), before=1, after=48)
 _HEX_COLON = Anchor(re.compile(r"[0-9A-Fa-f]{0,4}::?[0-9A-Fa-f]{1,4}:"), before=40, after=48)
+
+# Message-IDs look like addresses (<id@host>) but name a message, not a person.
+_MESSAGE_ID_BEFORE = re.compile(r"(?:message-id|in-reply-to|references|content-id)\s*:\s*<?$")
 
 _CARD_PREFIX = re.compile(r"^(?:4|5[1-5]|2[2-7]|3[47]|3[068]|35|6011|64[4-9]|65|62|8[0-9])")
 
@@ -82,18 +87,22 @@ PII_RULES: list[Rule] = [
     Rule("email", "EMAIL_ADDRESS", _PII,
          re.compile(r"(?<![\w.+%-])[A-Za-z0-9](?:[A-Za-z0-9._%+-]{0,62}[A-Za-z0-9_%+-])?"
                     r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"),
-         score=1.0, hints=("@",), reject_value=_is_placeholder_email, anchor=_AT),
+         score=1.0, hints=("@",), reject_value=_is_placeholder_email, anchor=_AT,
+         reject_before=_MESSAGE_ID_BEFORE),
     Rule("phone_nanp", "PHONE_NUMBER", _PII,
          re.compile(r"(?<![\w+-])(?:\+?1[ .-]?)?(?:\([2-9]\d{2}\)[ .-]?|[2-9]\d{2}[ .-])[2-9]\d{2}[ .-]\d{4}(?![\w-])"),
          score=0.85, validate=_phone_possible, anchor=_DIGITS),
+    Rule("phone_nanp_context", "PHONE_NUMBER", _PII,
+         re.compile(r"(?<![\w+-])1?[2-9]\d{2}[2-9]\d{6}(?![\w-])"),
+         score=0.7, validate=_phone_possible, context=_PHONE_CONTEXT, needs_context=True, anchor=_DIGITS),
     Rule("phone_international", "PHONE_NUMBER", _PII,
          re.compile(r"(?<![\w+])\+[1-9]\d{0,2}(?:[ .-]?\(?\d{1,5}\)?){2,6}(?![\w])"),
          score=0.85, hints=("+",), validate=_international_phone_ok, anchor=_DIGITS),
     Rule("phone_national_context", "PHONE_NUMBER", _PII,
-         re.compile(r"(?<![\w+.-])(?:0\d{1,4}|\(0\d{1,4}\))(?:[ .-]?\d{2,4}){2,4}(?![\w.-]|\.\d)"),
+         re.compile(r"(?<![\w+.-])(?:0\d{1,4}|\(0\d{1,4}\))(?:[ .-]?\d{2,4}){2,4}(?![\w-]|\.\d)"),
          score=0.7, validate=_national_phone_ok, context=_PHONE_CONTEXT, needs_context=True, anchor=_DIGITS),
     Rule("credit_card", "CREDIT_CARD", _PII,
-         re.compile(r"(?<![\w.-])\d{4}(?:[ -]?\d{3,6}){2,4}(?![\w.-]|\.\d)"),
+         re.compile(r"(?<![\w.-])\d{4}(?:[ -]?\d{3,6}){2,4}(?![\w-]|\.\d)"),
          score=1.0, validate=_card_ok, anchor=_DIGITS),
     Rule("iban", "IBAN_CODE", _PII,
          re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?:[ -]?[A-Z0-9]){11,32}"),

@@ -121,9 +121,19 @@ SECRET_RULES: list[Rule] = [
          re.compile(r"\b[a-z][a-z0-9+.-]{1,20}://[^\s:/@'\"]{1,64}:(?P<value>[^\s@/'\"]{1,128})@[\w.-]+"),
          score=1.0, group="value", hints=("://",), validate=lambda s: not is_placeholder_value(s) and len(s) >= 3),
     Rule("dsn_password", "CONNECTION_PASSWORD", _SECRET,
-         re.compile(r"(?:^|[;\s\"'])(?:password|pwd)\s*=\s*(?P<value>[^;\"'\n]{3,128}?)\s*(?=;|\"|'|\n|$)"),
+         # ADO/ODBC/JDBC key=value strings: "...;Password=xyz;" - a ';' before or after marks the style.
+         re.compile(r";\s*(?:password|pwd)\s*=\s*(?P<value>[^;\"'\n]{1,128}?)\s*(?=;|\"|'|\n|$)"
+),
          score=1.0, group="value", hints=("password", "pwd"), validate=lambda s: not is_placeholder_value(s),
          on_lowered=True),
+    Rule("dsn_password_first", "CONNECTION_PASSWORD", _SECRET,
+         re.compile(r"(?<![a-z_])(?:password|pwd)\s*=\s*(?P<value>[^;\"'\n]{1,128}?)\s*;"),
+         score=1.0, group="value", hints=("password", "pwd"), validate=lambda s: not is_placeholder_value(s),
+         on_lowered=True),
+    Rule("cli_password", "PASSWORD", _SECRET,
+         # mysql / mysqldump / mysqladmin take the password glued to -p
+         re.compile(r"\bmysql(?:dump|admin|sh)?\b[^\n]*?\s-p(?P<value>[^\s'\"]{4,128})"),
+         score=0.9, group="value", hints=("mysql",), validate=lambda s: not is_placeholder_value(s)),
     Rule("password_assignment", "PASSWORD", _SECRET,
          re.compile(_PASSWORD_NAME + _ASSIGN + (_VALUE % 6)),
          score=0.9, group="value", hints=("pass", "pwd"), validate=_real_password, on_lowered=True),

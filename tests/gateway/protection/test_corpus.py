@@ -1,0 +1,43 @@
+"""The labelled corpus (tests/data/pii_corpus.jsonl) and the detector-quality targets on it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[3]
+CORPUS = REPO / "tests" / "data" / "pii_corpus.jsonl"
+
+
+def _quality_module() -> Any:
+    spec = importlib.util.spec_from_file_location("detector_quality", REPO / "bench" / "detector_quality.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["detector_quality"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_corpus_is_large_varied_and_well_formed() -> None:
+    rows = [json.loads(line) for line in CORPUS.read_text().splitlines()]
+    assert len(rows) >= 300
+    assert {r["kind"] for r in rows} >= {"email", "chat", "ticket", "code", "log"}
+    assert sum(1 for r in rows if not r["spans"]) >= 50  # texts with look-alikes only
+    for row in rows:
+        for start, end, label in row["spans"]:
+            assert 0 <= start < end <= len(row["text"]) and label.isupper()
+
+
+def test_recall_and_precision_targets_on_the_corpus() -> None:
+    quality = _quality_module()
+    rows = quality.load(CORPUS)
+    report = quality.score(rows, quality.kvfence_predictor(), {"pii", "secret"})
+    for category in ("pii", "secret"):
+        metrics = report["per_category"][category]
+        assert metrics["recall"] >= 0.95, (category, metrics, report["missed"])
+        assert metrics["precision"] >= 0.9, (category, metrics, report["false_positives"])
+    for entity, metrics in report["per_type"].items():
+        assert metrics["recall"] >= 0.9, (entity, metrics)
