@@ -23,6 +23,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "keys": ("kvfence.server.cli", "keys", "Manage the server's tenant API keys."),
     "gateway": ("kvfence.gateway.cli", "gateway", "Run or query the tenant-aware gateway."),
     "audit": ("kvfence.audit.cli", "audit", "Black-box isolation tests of an endpoint."),
+    "disagg": ("kvfence.disagg.cli", "disagg", "Disaggregated prefill/decode with a verified KV handoff."),
 }
 
 

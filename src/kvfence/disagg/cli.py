@@ -1,0 +1,166 @@
+"""``kvfence disagg``: run a prefill worker, or a demo of disaggregated prefill/decode."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kvfence.errors import ConfigError
+
+__all__ = ["disagg"]
+
+
+def _max_model_len(value: str | None) -> int | str | None:
+    if value is None or value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"--max-model-len must be a positive integer or 'auto', got {value!r}") from None
+
+
+def _engine_options(fn: Any) -> Any:
+    options = [
+        click.option("--model", default=None, help="Local Hugging Face model directory (default: built-in random model)."),
+        click.option("--max-model-len", default=None, help="Maximum context, or 'auto' to fit the KV pool."),
+        click.option("--kv-cache-tokens", type=int, default=None, help="KV pool size in tokens."),
+        click.option("--kv-cache-memory", type=int, default=None, help="KV pool size in bytes."),
+        click.option("--page-size", type=int, default=16, show_default=True),
+        click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True),
+        click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N]."),
+        click.option("--max-num-seqs", type=int, default=64, show_default=True),
+        click.option("--max-num-batched-tokens", type=int, default=2048, show_default=True),
+        click.option("--max-prefill-chunk", type=int, default=512, show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--num-threads", type=int, default=None, help="torch CPU threads."),
+        click.option("--unsafe-no-scrub", is_flag=True, help="UNSAFE, benchmarks only: do not zero freed KV pages."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _engine_config(opts: dict[str, Any]) -> Any:
+    from kvfence.engine.config import EngineConfig
+
+    return EngineConfig(
+        model=opts["model"], max_model_len=_max_model_len(opts["max_model_len"]),  # type: ignore[arg-type]
+        kv_cache_tokens=opts["kv_cache_tokens"], kv_cache_memory=opts["kv_cache_memory"],
+        page_size=opts["page_size"], dtype=opts["dtype"], device=opts["device"],
+        max_num_seqs=opts["max_num_seqs"], max_num_batched_tokens=opts["max_num_batched_tokens"],
+        max_prefill_chunk=opts["max_prefill_chunk"], seed=opts["seed"], num_threads=opts["num_threads"],
+        scrub=not opts["unsafe_no_scrub"],
+    )
+
+
+def _read_key(key_file: Path | None) -> bytes:
+    from kvfence.disagg.spawn import KEY_ENV
+
+    text = key_file.read_text(encoding="utf-8").strip() if key_file is not None else os.environ.get(KEY_ENV, "")
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        raise ConfigError("the handoff key must be hex (e.g. from `openssl rand -hex 32`)") from None
+    if len(key) > 64:
+        raise ConfigError(f"the handoff key is {len(key)} bytes; at most 64")
+    return key
+
+
+def _check_loopback(listen: str, allow_remote: bool) -> None:
+    if not listen.startswith("tcp://") or allow_remote:
+        return
+    host = listen[len("tcp://") :].rsplit(":", 1)[0].strip("[]")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ConfigError(
+            f"--listen {listen} is not a loopback address; prompts and KV travel unencrypted. "
+            "Use 127.0.0.1, ipc://PATH, or pass --allow-remote on a private network"
+        )
+
+
+@click.group("disagg")
+def disagg() -> None:
+    """Disaggregated prefill/decode with a verified KV handoff (invariant I4)."""
+
+
+@disagg.command("prefill-worker")
+@_engine_options
+@click.option("--listen", default="tcp://127.0.0.1:5600", show_default=True,
+              help="ZeroMQ endpoint to bind: tcp://127.0.0.1:PORT (PORT may be *) or ipc://PATH.")
+@click.option("--allow-remote", is_flag=True, help="Allow a non-loopback tcp address.")
+@click.option("--ready-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the bound endpoint to this file once listening.")
+@click.option("--handoff-key-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Hex key for page checksums and manifest MACs (default: $KVFENCE_HANDOFF_KEY, else unkeyed).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
+def prefill_worker(listen: str, allow_remote: bool, ready_file: Path | None, handoff_key_file: Path | None,
+                   log_level: str, **opts: Any) -> None:
+    """Run the prefill side: take prompts from decode workers and hand their KV over."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _check_loopback(listen, allow_remote)
+    key = _read_key(handoff_key_file)
+    config = _engine_config(opts)
+    from kvfence.disagg.prefill_worker import PrefillWorker
+
+    worker = PrefillWorker(config, listen=listen, key=key)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if ready_file is not None:
+        tmp = ready_file.with_suffix(".tmp")
+        tmp.write_text(worker.endpoint, encoding="utf-8")
+        tmp.replace(ready_file)
+    click.echo(f"prefill worker {worker.instance_id} listening on {worker.endpoint}", err=True)
+    try:
+        worker.serve(stop)
+    finally:
+        worker.close()
+
+
+@disagg.command("demo")
+@_engine_options
+@click.option("--prompt", "prompts", multiple=True, required=True, help="Prompt text (repeat for a batch).")
+@click.option("--max-tokens", type=int, default=32, show_default=True)
+@click.option("--compare/--no-compare", default=True, show_default=True,
+              help="Also run the colocated engine and report whether the greedy outputs are equal.")
+def demo(prompts: tuple[str, ...], max_tokens: int, compare: bool, **opts: Any) -> None:
+    """Spawn a prefill worker, decode here, and print each answer with the handoff statistics."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from kvfence.disagg.config import DisaggConfig
+    from kvfence.disagg.engine import DisaggregatedEngine, run_to_completion
+    from kvfence.engine.sampling_params import SamplingParams
+
+    config = _engine_config(opts)
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+    scope = b"demo-scope"
+    with DisaggregatedEngine(DisaggConfig(engine=config)) as engine:
+        token_prompts = [engine.tokenizer.encode(p) for p in prompts]
+        outputs = run_to_completion(engine, token_prompts, params, scope)
+        stats = engine.stats()
+    for text, out in zip(prompts, outputs, strict=True):
+        click.echo(f"--- {text!r}\n{out.text}")
+        click.echo(f"[{len(out.token_ids)} tokens, finish_reason={out.finish_reason}]", err=True)
+    click.echo(f"handoffs verified: {stats.num_handoffs_verified}, failed: {dict(stats.handoff_failures)}", err=True)
+    if compare:
+        from kvfence.engine.llm_engine import LLMEngine
+
+        colocated = run_to_completion(LLMEngine(config), token_prompts, params, scope)
+        same = [a.token_ids == b.token_ids for a, b in zip(outputs, colocated, strict=True)]
+        click.echo(f"greedy output equal to the colocated engine: {all(same)} {same}", err=True)
+
+
+if __name__ == "__main__":  # the spawned worker runs `python -m kvfence.disagg.cli prefill-worker ...`
+    from kvfence.cli import main as _main
+
+    _main(["disagg", *sys.argv[1:]])

@@ -1,0 +1,48 @@
+"""Typed configuration of disaggregated serving, validated once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvfence.disagg.protocol import MAX_KEY_SIZE
+from kvfence.engine.config import EngineConfig
+from kvfence.errors import ConfigError
+
+__all__ = ["DisaggConfig"]
+
+
+@dataclass
+class DisaggConfig:
+    """A decode worker (this process) and the prefill worker it gets its KV from.
+
+    ``engine`` configures the decode side. ``prefill`` configures the prefill worker this engine
+    spawns (default: the same as ``engine``); with ``prefill_address`` set, the engine connects to a
+    running ``kvfence disagg prefill-worker`` instead (``tcp://127.0.0.1:PORT`` or ``ipc://PATH``).
+    ``handoff_key`` keys the page checksums and manifest MAC; a spawned worker gets a fresh random
+    key when none is given. ``handoff_timeout_s`` bounds the time from submission to a verified
+    handoff: timeout means abort (I4).
+    """
+
+    engine: EngineConfig
+    prefill: EngineConfig | None = None
+    prefill_address: str | None = None
+    handoff_key: bytes | None = None
+    handoff_timeout_s: float = 60.0
+    connect_timeout_s: float = 180.0
+
+    def __post_init__(self) -> None:
+        if self.prefill is not None and self.prefill_address is not None:
+            raise ConfigError("give either a prefill config (spawn a worker) or prefill_address (connect), not both")
+        if self.prefill_address is not None and not self.prefill_address.startswith(("tcp://", "ipc://")):
+            raise ConfigError(f"prefill_address must be tcp://HOST:PORT or ipc://PATH, got {self.prefill_address!r}")
+        if self.handoff_key is not None and len(self.handoff_key) > MAX_KEY_SIZE:
+            raise ConfigError(f"handoff_key is {len(self.handoff_key)} bytes; at most {MAX_KEY_SIZE}")
+        for name in ("handoff_timeout_s", "connect_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+        prefill = self.prefill or self.engine
+        if prefill.page_size != self.engine.page_size or prefill.dtype != self.engine.dtype:
+            raise ConfigError("the prefill and decode workers need the same page_size and dtype")
+        if prefill.model != self.engine.model:
+            raise ConfigError("the prefill and decode workers must run the same model")

@@ -1,0 +1,582 @@
+"""``DisaggregatedEngine``: the decode worker, with the same interface as ``LLMEngine``.
+
+Prompts are prefilled by a separate prefill worker process (spawned, or reached over ZeroMQ);
+this process owns its own KV pool, receives each request's pages, and decodes. Invariant I4 is
+enforced here: a request's pages are allocated only after its manifest checked out, and the
+request is decoded (or answered at all, even its first token) only after every page's checksum
+was recomputed from the bytes really in this pool. Anything else — a REJECT, an ABORT, a wrong
+count, a stale generation, a replayed manifest, a corrupted byte, a timeout, a lost worker —
+retires the request: its pages are released and zero-filled (I2) at once, and it finishes with
+``finish_reason="abort"`` and an error, never with an answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import zmq
+
+from kvfence.disagg.config import DisaggConfig
+from kvfence.disagg.decode_scheduler import DecodeScheduler
+from kvfence.disagg.handoff import Expectation, HandoffPhase, HandoffReceiver, SenderLedgerView
+from kvfence.disagg.kv_pages import kv_layout, model_identity, page_nbytes, read_pages, write_page
+from kvfence.disagg.protocol import PROTOCOL_VERSION, HandoffError, HandoffFailure, Manifest, key_proof
+from kvfence.disagg.spawn import WorkerProcess
+from kvfence.disagg.wire import Message, MessageKind, WireError, decode, encode
+from kvfence.engine.block_manager import PageState
+from kvfence.engine.capacity import Capacity
+from kvfence.engine.config import EngineConfig
+from kvfence.engine.detokenizer import IncrementalDetokenizer
+from kvfence.engine.layers.sampler import SampleRow, sample
+from kvfence.engine.llm_engine import LLMEngine
+from kvfence.engine.outputs import EngineStats, RequestOutput
+from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.scheduler import SchedulerConfig
+from kvfence.engine.sequence import FinishReason, Sequence
+from kvfence.errors import (
+    CapacityError,
+    ConfigError,
+    ContextLengthExceededError,
+    InvalidParameterError,
+    IsolationViolation,
+)
+
+__all__ = ["DisaggRequestOutput", "DisaggStats", "DisaggregatedEngine", "run_to_completion"]
+
+log = logging.getLogger(__name__)
+
+_IDLE_POLL_S = 0.02  # longest a step() blocks on the socket when there is nothing to decode
+
+
+@dataclass
+class DisaggRequestOutput(RequestOutput):
+    """A ``RequestOutput`` that also says why a request failed (``finish_reason="abort"``)."""
+
+    error: str | None = None
+    error_reason: str | None = None
+
+
+@dataclass
+class DisaggStats(EngineStats):
+    """``EngineStats`` of the decode pool plus the handoff counters (I4)."""
+
+    num_handoffs_pending: int = 0
+    num_handoffs_verified: int = 0
+    num_prefill_rejections: int = 0
+    handoff_failures: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Request:
+    seq: Sequence
+    detokenizer: IncrementalDetokenizer
+    generator: torch.Generator | None
+    logprobs: list[dict[int, float]] | None
+    banned: list[int]
+    scope_key: bytes
+    # handoff state, until decoding starts
+    receiver: HandoffReceiver | None = None
+    deadline: float = 0.0
+    buffered: dict[int, bytes] = field(default_factory=dict)
+    allocated: bool = False
+
+
+class DisaggregatedEngine:
+    """Decode worker with a verified KV handoff from a prefill worker (I4). Drive from one thread."""
+
+    def __init__(self, config: DisaggConfig | EngineConfig) -> None:
+        if isinstance(config, EngineConfig):
+            config = DisaggConfig(engine=config)
+        self.config = config
+        # The local engine is a bag of parts: model runner, ledger, tokenizer. Its step() is unused.
+        self.local = LLMEngine(config.engine)
+        self.runner = self.local.runner
+        self.block_manager = self.local.block_manager
+        self.tokenizer = self.local.tokenizer
+        self.model_name = self.local.model_name
+        self.is_random_weights = self.local.is_random_weights
+        self.model_config = self.local.model_config
+        self.page_nbytes = page_nbytes(self.runner)
+        self._generator = torch.Generator(device=self.runner.device).manual_seed(config.engine.seed)
+        self._requests: dict[str, _Request] = {}
+        self._ready: list[RequestOutput] = []
+        self._ledger = SenderLedgerView()
+        self.num_handoffs_verified = 0
+        self.num_prefill_rejections = 0
+        self.handoff_failures: dict[str, int] = {}
+        self.isolation_incidents = 0
+        self.worker: WorkerProcess | None = None
+        self._context = zmq.Context()
+        self.socket = self._context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.SNDHWM, 0)
+        self.socket.setsockopt(zmq.RCVHWM, 0)
+        try:
+            self._connect()
+        except BaseException:
+            self.close()
+            raise
+        self.scheduler = DecodeScheduler(
+            SchedulerConfig(config.engine.max_num_seqs, config.engine.max_num_batched_tokens,
+                            config.engine.max_prefill_chunk),
+            self.block_manager,
+            max_model_len=self.capacity.max_model_len,
+            eos_token_ids=self.tokenizer.eos_token_ids,
+        )
+
+    # ---- connection ----------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        cfg = self.config
+        if cfg.prefill_address is None:
+            self.key = cfg.handoff_key if cfg.handoff_key is not None else secrets.token_bytes(32)
+            self.worker = WorkerProcess(cfg.prefill or cfg.engine, key=self.key, startup_timeout_s=cfg.connect_timeout_s)
+            address = self.worker.endpoint
+        else:
+            self.key = cfg.handoff_key or b""
+            address = cfg.prefill_address
+        self.prefill_address = address
+        self.socket.connect(address)
+        self.socket.send_multipart(encode(MessageKind.HELLO, {"protocol": PROTOCOL_VERSION}))
+        deadline = time.monotonic() + cfg.connect_timeout_s
+        while True:
+            if self.worker is not None and self.worker.exit_code() is not None:
+                raise ConfigError(f"the prefill worker exited while connecting:\n{self.worker.log_tail()}")
+            if time.monotonic() > deadline:
+                raise ConfigError(f"no answer from the prefill worker at {address} within {cfg.connect_timeout_s:.0f} s")
+            if not self.socket.poll(100):
+                continue
+            try:
+                message = decode(self.socket.recv_multipart())
+            except WireError as exc:
+                raise ConfigError(f"the prefill worker at {address} speaks another protocol: {exc}") from exc
+            if message.kind is MessageKind.WELCOME:
+                self._accept_welcome(message.fields)
+                return
+
+    def _accept_welcome(self, w: dict[str, Any]) -> None:
+        """Refuse a prefill worker whose pages would not mean the same thing here (or cannot hold I3)."""
+        self.welcome = w
+        mine = model_identity(self.local.model_dir)
+        if w.get("model_identity") != mine:
+            raise ConfigError(f"the prefill worker runs another model ({w.get('model_name')!r}); both sides need the same checkpoint")
+        if w.get("layout") != kv_layout(self.runner) or w.get("page_nbytes") != self.page_nbytes:
+            raise ConfigError(f"KV page layout differs: prefill {w.get('layout')}, decode {kv_layout(self.runner)}")
+        if w.get("key_proof") != key_proof(self.key, str(w.get("instance_id"))).hex():
+            raise ConfigError("the prefill worker uses a different handoff key")
+        self.sender_id = str(w["instance_id"])
+        local = self.local.capacity
+        prefill_len = int(w["max_model_len"])
+        prefill_pool = int(w["num_pages"]) * int(w["page_size"])
+        # I3 across both pools: the advertised context is what BOTH sides can hold.
+        limit = min(local.max_model_len, prefill_len, prefill_pool)
+        if limit < local.max_model_len and self.config.engine.max_model_len != "auto":
+            raise CapacityError(
+                f"the decode side advertises max_model_len={local.max_model_len} but the prefill worker "
+                f"holds only {min(prefill_len, prefill_pool)} tokens (its max_model_len {prefill_len}, pool "
+                f"{prefill_pool}); lower --max-model-len, use --max-model-len auto, or enlarge the prefill pool"
+            )
+        self.prefill_num_pages = int(w["num_pages"])
+        self.capacity = Capacity(
+            max_model_len=limit, pool_tokens=local.pool_tokens, num_pages=local.num_pages,
+            page_size=local.page_size, scrub=local.scrub and bool(w.get("scrub")),
+        )
+        log.info("connected to prefill worker %s at %s (max_model_len %d)", self.sender_id, self.prefill_address, limit)
+
+    def close(self) -> None:
+        """Stop the spawned prefill worker (if any) and close the socket."""
+        if self.worker is not None:
+            self.worker.close()
+        self.socket.close(0)
+        self._context.term()
+
+    def __enter__(self) -> DisaggregatedEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- requests ------------------------------------------------------------------------------
+
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, scope_key: bytes) -> None:
+        """Submit a request to the prefill worker. Raises before anything is allocated anywhere (I3)."""
+        if request_id in self._requests or self.scheduler.get(request_id) is not None:
+            raise InvalidParameterError(f"request id {request_id!r} is already in use", param="request_id")
+        if not prompt_token_ids:
+            raise InvalidParameterError("the prompt must contain at least one token", param="prompt")
+        vocab = self.model_config.vocab_size
+        bad = next((t for t in prompt_token_ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab), None)
+        if bad is not None:
+            raise InvalidParameterError(f"prompt token id {bad!r} is outside the vocabulary [0, {vocab})", param="prompt")
+        if not scope_key:
+            raise InvalidParameterError("scope_key must not be empty", param="scope_key")
+        self.scheduler.check_admissible(len(prompt_token_ids), params.max_tokens)  # I3, decode pool
+        total = len(prompt_token_ids) + params.max_tokens
+        if self.block_manager.pages_needed(total) > self.prefill_num_pages:
+            raise ContextLengthExceededError(
+                f"the request needs {total} tokens of KV cache but the prefill worker's pool holds "
+                f"{self.prefill_num_pages * self.block_manager.page_size}; shorten the prompt or lower max_tokens",
+                param="max_tokens",
+            )
+        if self.worker is not None and self.worker.exit_code() is not None:
+            raise HandoffError(HandoffFailure.WORKER_LOST, f"the prefill worker exited with code {self.worker.exit_code()}")
+        # Pages are allocated under a one-off staging scope, so the fresh pages can never be a
+        # prefix-cache hit that other requests share: the payload is written into them.
+        seq = Sequence(request_id, prompt_token_ids, secrets.token_bytes(16), params)
+        generator = None if params.seed is None else torch.Generator(device=self.runner.device).manual_seed(params.seed)
+        banned = [] if params.min_tokens == 0 else sorted(
+            set(params.stop_token_ids) | set([] if params.ignore_eos else self.tokenizer.eos_token_ids))
+        receiver = HandoffReceiver(
+            Expectation(request_id, self.sender_id, tuple(prompt_token_ids), scope_key, self.block_manager.page_size,
+                        self.page_nbytes, vocab, self.key),
+            self._ledger,
+        )
+        self._requests[request_id] = _Request(
+            seq=seq,
+            detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.stop),
+            generator=generator,
+            logprobs=[] if params.logprobs is not None else None,
+            banned=banned,
+            scope_key=scope_key,
+            receiver=receiver,
+            deadline=time.monotonic() + self.config.handoff_timeout_s,
+        )
+        self._send(MessageKind.SUBMIT, {
+            "request_id": request_id, "prompt_token_ids": list(prompt_token_ids),
+            "params": _params_to_wire(params), "scope_key": scope_key.hex(),
+        })
+
+    def abort_request(self, request_id: str) -> None:
+        """Abort wherever the request is; its pages are released and zero-filled now (I2)."""
+        req = self._requests.pop(request_id, None)
+        if req is not None and req.receiver is not None:
+            self._send(MessageKind.ABORT, {"request_id": request_id, "reason": "aborted by the client"})
+            self._release_handoff(req)
+            return
+        if self.scheduler.abort(request_id) is not None:
+            self.runner.scrub(self.block_manager.take_scrub_list())
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self._ready) or bool(self._pending()) or self.scheduler.has_unfinished()
+
+    def _pending(self) -> list[_Request]:
+        return [r for r in self._requests.values() if r.receiver is not None]
+
+    # ---- one iteration -------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """Receive handoff traffic, start verified requests, run one decode batch."""
+        busy = self.scheduler.has_unfinished() or bool(self._ready)
+        timeout = 0.0 if busy else self._idle_timeout()
+        if self.socket.poll(int(timeout * 1000)):
+            self._drain()
+        self._expire()
+        self._place_waiting()
+        outputs, self._ready = self._ready, []
+        if self.scheduler.has_unfinished():
+            outputs.extend(self._decode_step())
+        return outputs
+
+    def _idle_timeout(self) -> float:
+        pending = self._pending()
+        if not pending:
+            return _IDLE_POLL_S
+        return max(0.0, min(_IDLE_POLL_S, min(r.deadline for r in pending) - time.monotonic()))
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                message = decode(frames)
+            except WireError as exc:
+                log.error("malformed message from the prefill worker dropped: %s", exc)
+                continue
+            self._handle(message)
+
+    def _handle(self, message: Message) -> None:
+        rid = message.request_id
+        req = self._requests.get(rid) if rid is not None else None
+        if req is None or req.receiver is None:
+            if message.kind is not MessageKind.WELCOME:
+                # Late traffic of a retired request, or a replay: never attached to anything.
+                log.warning("%s for unknown or already-started request %r ignored", message.kind.name, rid)
+            return
+        try:
+            self._advance(req, req.receiver, message)
+        except HandoffError as exc:
+            self._fail(req, exc)
+        except IsolationViolation as exc:
+            self.isolation_incidents += 1
+            self._fail(req, HandoffError(HandoffFailure.BAD_PAGE, str(exc)))
+
+    def _advance(self, req: _Request, receiver: HandoffReceiver, message: Message) -> None:
+        """One protocol message for one request (I4). Raises HandoffError on any mismatch."""
+        f = message.fields
+        if message.kind is MessageKind.REJECT:
+            raw_error = f.get("error")
+            error: dict[str, Any] = raw_error if isinstance(raw_error, dict) else {}
+            self.num_prefill_rejections += 1
+            raise receiver.fail(HandoffFailure.REJECTED, str(error.get("message", "rejected by the prefill worker")))
+        if message.kind is MessageKind.ABORT:
+            raise receiver.fail(HandoffFailure.SENDER_ABORT, str(f.get("reason", "aborted by the prefill worker")))
+        if message.kind is MessageKind.MANIFEST:
+            receiver.on_manifest(Manifest.from_wire(f))
+            self._try_allocate(req)
+        elif message.kind is MessageKind.PAGE:
+            if len(message.payloads) != 1:
+                raise receiver.fail(HandoffFailure.BAD_PAGE, f"a page message has {len(message.payloads)} payloads")
+            payload = message.payloads[0]
+            entry = receiver.on_page(
+                str(f.get("request_id")), _int(f.get("index")), _int(f.get("page_id")), _int(f.get("generation")), len(payload)
+            )
+            if req.allocated:
+                write_page(self.runner, req.seq.block_table[entry.index], payload)
+            else:
+                req.buffered[entry.index] = payload
+        elif message.kind is MessageKind.COMMIT:
+            receiver.on_commit(str(f.get("request_id")), _int(f.get("page_count")))
+            if req.allocated:
+                self._verify_and_start(req, receiver)
+        else:
+            raise receiver.fail(HandoffFailure.OUT_OF_ORDER, f"unexpected {message.kind.name} message")
+
+    def _try_allocate(self, req: _Request) -> None:
+        """Give a request whose manifest checked out fresh, scrubbed pages of this pool (I1, I2)."""
+        if req.allocated or not self.block_manager.can_allocate(req.seq):
+            return
+        self.block_manager.allocate(req.seq)
+        req.allocated = True
+        self.runner.scrub(self.block_manager.take_scrub_list())  # zeroed BEFORE payloads land (I2)
+        table = req.seq.block_table
+        if req.seq.num_cached_tokens or any(self.block_manager.page_info(p).owner != req.seq.request_id for p in table):
+            raise IsolationViolation(f"handoff pages of {req.seq.request_id!r} are not fresh pages of its own")
+        if not self.runner.pages_are_zero(table):
+            raise IsolationViolation(f"fresh pages {table} of {req.seq.request_id!r} are not zero")
+        for index, payload in sorted(req.buffered.items()):
+            write_page(self.runner, table[index], payload)
+        req.buffered.clear()
+
+    def _place_waiting(self) -> None:
+        """Requests whose manifest verified but found no room: allocate when pages free up (FCFS)."""
+        for req in self._pending():
+            receiver = req.receiver
+            if receiver is None or receiver.phase not in (HandoffPhase.RECEIVING, HandoffPhase.COMMITTED):
+                continue
+            if req.allocated:
+                continue
+            try:
+                self._try_allocate(req)
+                if req.allocated and receiver.phase is HandoffPhase.COMMITTED:
+                    self._verify_and_start(req, receiver)
+            except HandoffError as exc:
+                self._fail(req, exc)
+            except IsolationViolation as exc:
+                self.isolation_incidents += 1
+                self._fail(req, HandoffError(HandoffFailure.BAD_PAGE, str(exc)))
+            if not req.allocated:
+                return  # first come, first served
+
+    def _verify_and_start(self, req: _Request, receiver: HandoffReceiver) -> None:
+        """Recompute every checksum from this pool's bytes; only then may anything be answered (I4)."""
+        seq = req.seq
+        pool_bytes = dict(enumerate(read_pages(self.runner, seq.block_table)))
+        receiver.verify(pool_bytes)
+        manifest = receiver.manifest
+        if manifest is None:  # verify() succeeded, so this cannot happen; keep the types exact
+            raise receiver.fail(HandoffFailure.OUT_OF_ORDER, "verified without a manifest")
+        self.num_handoffs_verified += 1
+        req.receiver = None
+        seq.scope_key = req.scope_key  # from now on the request's own scope (I5) for sealing/recompute
+        seq.num_computed_tokens = seq.num_prompt_tokens
+        seq.append_token(manifest.first_token)
+        if req.generator is not None and manifest.generator_state is not None:
+            state = torch.frombuffer(bytearray(manifest.generator_state), dtype=torch.uint8)
+            try:
+                req.generator.set_state(state)
+            except RuntimeError:
+                log.warning("seeded sampler state of %s not transferable; reseeded", seq.request_id)
+        if req.logprobs is not None and manifest.first_logprobs is not None:
+            req.logprobs.append(manifest.first_logprobs)
+        self.scheduler.add_prefilled(seq)
+        self._ready.append(self._progress(req, manifest.first_token))
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        lost = self.worker is not None and self.worker.exit_code() is not None
+        for req in self._pending():
+            receiver = req.receiver
+            if receiver is None:
+                continue
+            if receiver.phase is HandoffPhase.COMMITTED:
+                continue  # every byte is here; it only waits for free pages in this pool
+            if lost and self.worker is not None:
+                self._fail(req, receiver.fail(HandoffFailure.WORKER_LOST, f"the prefill worker exited with code {self.worker.exit_code()}"))
+            elif now > req.deadline:
+                self._fail(req, receiver.fail(
+                    HandoffFailure.TIMEOUT, f"no verified handoff within {self.config.handoff_timeout_s:g} s"))
+
+    def _fail(self, req: _Request, error: HandoffError) -> None:
+        """Retire a request whose handoff failed: tell the worker, scrub its pages, finish with an error."""
+        rid = req.seq.request_id
+        if req.receiver is not None:
+            req.receiver.fail(error.reason, error.message)
+        self.handoff_failures[error.reason.value] = self.handoff_failures.get(error.reason.value, 0) + 1
+        log.error("request %s retired without an answer: %s", rid, error)
+        if error.reason not in (HandoffFailure.REJECTED, HandoffFailure.SENDER_ABORT, HandoffFailure.WORKER_LOST):
+            self._send(MessageKind.ABORT, {"request_id": rid, "reason": error.reason.value})
+        self._release_handoff(req)
+        self._requests.pop(rid, None)
+        req.seq.finish_reason = FinishReason.ABORT
+        self._ready.append(DisaggRequestOutput(
+            request_id=rid, prompt_token_ids=req.seq.prompt_token_ids, token_ids=[], new_token_ids=[], text="",
+            delta_text="", finished=True, finish_reason=FinishReason.ABORT.value,
+            num_prompt_tokens=req.seq.num_prompt_tokens, num_cached_tokens=0,
+            logprobs=None if req.logprobs is None else [], new_logprobs=None if req.logprobs is None else [],
+            error=str(error), error_reason=error.reason.value,
+        ))
+
+    def _release_handoff(self, req: _Request) -> None:
+        """Release and zero-fill whatever a handoff touched in this pool (I2), now, not next step."""
+        req.buffered.clear()
+        if req.allocated:
+            self.block_manager.deallocate(req.seq)
+            req.allocated = False
+            self.runner.scrub(self.block_manager.take_scrub_list())
+
+    # ---- decoding (as in LLMEngine.step) -------------------------------------------------------
+
+    def _decode_step(self) -> list[RequestOutput]:
+        batch = self.scheduler.schedule()
+        self.runner.scrub(batch.scrub_pages)  # I2
+        outputs: list[RequestOutput] = []
+        if self.config.engine.verify_isolation:
+            kept = []
+            for it in batch.items:
+                try:
+                    self.block_manager.verify(it.seq)
+                    kept.append(it)
+                except IsolationViolation as exc:
+                    self.isolation_incidents += 1
+                    log.error("ISOLATION INCIDENT: %s; request %s aborted", exc, it.seq.request_id)
+                    req = self._requests.pop(it.seq.request_id, None)
+                    self.scheduler.abort(it.seq.request_id)
+                    if req is not None:
+                        outputs.append(self._output(req, [], "", finished=True))
+            batch.items = kept
+        sampled: dict[str, int] = {}
+        if batch.items:
+            try:
+                items, logits = self.runner.execute(batch.items)
+                rows = [self._row(self._requests[it.seq.request_id]) for it in items]
+                tokens = sample(logits, rows, self._generator)
+            except Exception:
+                log.exception("decode forward pass failed; aborting the %d requests of the batch", len(batch.items))
+                for it in batch.items:
+                    self.abort_request(it.seq.request_id)
+                raise
+            for it, tok in zip(items, tokens, strict=True):
+                sampled[it.seq.request_id] = tok.token_id
+                req = self._requests[it.seq.request_id]
+                if req.logprobs is not None and tok.logprobs is not None:
+                    req.logprobs.append(tok.logprobs)
+        self.scheduler.postprocess(batch, sampled)
+        for rid, token_id in sampled.items():
+            outputs.append(self._progress(self._requests[rid], token_id))
+        self.runner.scrub(self.block_manager.take_scrub_list())  # I2, released this step
+        return outputs
+
+    def _row(self, req: _Request) -> SampleRow:
+        return SampleRow(req.seq.params, req.generator, req.seq.num_completion_tokens, req.banned)
+
+    def _progress(self, req: _Request, token_id: int) -> RequestOutput:
+        seq = req.seq
+        req.detokenizer.add(token_id)
+        if req.detokenizer.stopped_on is not None:
+            if seq.is_finished:
+                seq.finish_reason = FinishReason.STOP
+            else:
+                self.scheduler.finish(seq, FinishReason.STOP)
+        if seq.is_finished:
+            delta = req.detokenizer.take_final_delta()
+            self._requests.pop(seq.request_id, None)
+            self.runner.scrub(self.block_manager.take_scrub_list())
+        else:
+            delta = req.detokenizer.take_delta()
+        return self._output(req, [token_id], delta, finished=seq.is_finished)
+
+    def _output(self, req: _Request, new_ids: list[int], delta: str, *, finished: bool) -> RequestOutput:
+        seq = req.seq
+        reason = seq.finish_reason.value if seq.finish_reason is not None else None
+        logprobs = None if req.logprobs is None else list(req.logprobs)
+        return DisaggRequestOutput(
+            request_id=seq.request_id, prompt_token_ids=seq.prompt_token_ids, token_ids=seq.completion_token_ids,
+            new_token_ids=new_ids, text=req.detokenizer.text, delta_text=delta, finished=finished,
+            finish_reason=reason if finished else None, num_prompt_tokens=seq.num_prompt_tokens,
+            num_cached_tokens=seq.num_cached_tokens, logprobs=logprobs,
+            new_logprobs=None if logprobs is None else logprobs[len(logprobs) - len(new_ids) :],
+        )
+
+    # ---- introspection -------------------------------------------------------------------------
+
+    def stats(self) -> DisaggStats:
+        bm = self.block_manager
+        return DisaggStats(
+            num_pages=bm.num_pages, num_free_pages=bm.num_free_pages, num_used_pages=bm.num_used_pages,
+            num_waiting=self.scheduler.num_waiting + len(self._pending()), num_running=self.scheduler.num_running,
+            num_preemptions=self.scheduler.num_preemptions,
+            prefix_hit_tokens_by_scope=dict(bm.prefix_hit_tokens_by_scope),
+            isolation_incidents=self.isolation_incidents,
+            num_handoffs_pending=len(self._pending()), num_handoffs_verified=self.num_handoffs_verified,
+            num_prefill_rejections=self.num_prefill_rejections, handoff_failures=dict(self.handoff_failures),
+        )
+
+    def free_pages(self) -> list[int]:
+        return [p for p in range(self.block_manager.num_pages) if self.block_manager.page_info(p).state is PageState.FREE]
+
+    def pool_is_zero(self, pages: list[int] | None = None) -> bool:
+        """Debug/test helper: True when ``pages`` (default: every free page) are all zero in the pool."""
+        return self.runner.pages_are_zero(self.free_pages() if pages is None else list(pages))
+
+    def _send(self, kind: MessageKind, fields: dict[str, Any]) -> None:
+        try:
+            self.socket.send_multipart(encode(kind, fields), zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            log.error("cannot send %s to the prefill worker: %s", kind.name, exc)
+
+
+def _params_to_wire(params: SamplingParams) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(params)
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise HandoffError(HandoffFailure.BAD_PAGE, f"expected an integer field, got {value!r}")
+    return value
+
+
+def run_to_completion(
+    engine: Any, prompts: Iterable[list[int]], params: SamplingParams, scope_key: bytes
+) -> list[RequestOutput]:
+    """Run prompts through any engine with the ``LLMEngine`` interface; final outputs in order."""
+    ids = []
+    for i, prompt in enumerate(prompts):
+        rid = f"run-{i}-{secrets.token_hex(4)}"
+        engine.add_request(rid, prompt, params, scope_key)
+        ids.append(rid)
+    final: dict[str, RequestOutput] = {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished:
+                final[out.request_id] = out
+    return [final[rid] for rid in ids]

@@ -1,0 +1,64 @@
+"""Page bytes in and out of a model runner's KV pool, and what both workers must agree on.
+
+A page's payload is the K and V of its ``page_size`` slots for every layer, in the pool's own
+layout ``[layers, K|V, page_size, kv_heads, head_dim]`` and dtype, as raw bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kvfence.engine.loader import checkpoint_files
+from kvfence.engine.model_runner import ModelRunner
+
+__all__ = ["kv_layout", "model_identity", "page_nbytes", "read_pages", "write_page"]
+
+
+def kv_layout(runner: ModelRunner) -> dict[str, Any]:
+    """The pool geometry a peer must share for pages to mean the same thing."""
+    layers, _, _, page_size, heads, head_dim = runner.kv_pool.shape
+    return {
+        "layers": int(layers),
+        "kv_heads": int(heads),
+        "head_dim": int(head_dim),
+        "page_size": int(page_size),
+        "dtype": str(runner.kv_pool.dtype).removeprefix("torch."),
+    }
+
+
+def page_nbytes(runner: ModelRunner) -> int:
+    pool = runner.kv_pool
+    return pool[:, :, 0].numel() * pool.element_size()
+
+
+def read_pages(runner: ModelRunner, page_ids: list[int]) -> list[bytes]:
+    """The current bytes of ``page_ids`` (one batched copy off the device)."""
+    if not page_ids:
+        return []
+    index = torch.tensor(page_ids, dtype=torch.long, device=runner.device)
+    pages = runner.kv_pool.index_select(2, index).movedim(2, 0).contiguous().cpu()  # [n, L, 2, ps, H, D]
+    raw = pages.view(torch.uint8).reshape(len(page_ids), -1).numpy()
+    return [raw[i].tobytes() for i in range(len(page_ids))]
+
+
+def write_page(runner: ModelRunner, page_id: int, payload: bytes) -> None:
+    """Overwrite one page (all layers, K and V) with ``payload``; its size must be exact."""
+    expected = page_nbytes(runner)
+    if len(payload) != expected:
+        raise ValueError(f"page payload has {len(payload)} bytes, the pool's pages have {expected}")
+    target = runner.kv_pool[:, :, page_id]
+    data = torch.frombuffer(bytearray(payload), dtype=torch.uint8).view(target.dtype).view(target.shape)
+    target.copy_(data.to(runner.device))
+
+
+def model_identity(model_dir: Path) -> str:
+    """A digest of the checkpoint (config plus weight file names and sizes) that both sides compare."""
+    h = hashlib.blake2b(digest_size=16, person=b"kvfence-model")
+    h.update((model_dir / "config.json").read_bytes())
+    for f in sorted(checkpoint_files(model_dir)):
+        h.update(f.name.encode() + b"\0" + str(f.stat().st_size).encode() + b"\0")
+    return h.hexdigest()

@@ -1,0 +1,293 @@
+"""The prefill side of disaggregated serving: run prompts, hand their KV pages over (I4).
+
+One process, one model, its own KV pool and page ledger. It listens on a ZeroMQ ROUTER socket;
+decode workers connect with a DEALER socket and talk the messages of :mod:`kvfence.disagg.wire`.
+
+Per request: admission (I3) runs on SUBMIT, before anything is allocated; a request that cannot
+run is answered with an explicit REJECT and never becomes a placeholder. An admitted request is
+prefilled in continuous batches (chunked prefill, scoped prefix cache); in the step that samples
+its first token, the worker re-checks I1 for its block table, captures every prompt page with
+its ledger generation, and only then releases the pages (scrubbed, I2). The MANIFEST, the PAGEs
+and the COMMIT go out after that; any fault sends an ABORT instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import secrets
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import zmq
+
+from kvfence.disagg.handoff import SentPage, build_manifest
+from kvfence.disagg.kv_pages import kv_layout, model_identity, page_nbytes, read_pages
+from kvfence.disagg.protocol import PROTOCOL_VERSION, expected_page_count, key_proof
+from kvfence.disagg.wire import Message, MessageKind, WireError, decode, encode
+from kvfence.engine.block_manager import PageState
+from kvfence.engine.config import EngineConfig
+from kvfence.engine.layers.sampler import SampleRow, sample
+from kvfence.engine.llm_engine import LLMEngine
+from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sequence import Sequence
+from kvfence.errors import InvalidParameterError, IsolationViolation, RequestError
+
+__all__ = ["PrefillWorker"]
+
+log = logging.getLogger(__name__)
+
+_IDLE_POLL_MS = 100
+
+
+@dataclass
+class _Job:
+    identity: bytes
+    request_id: str
+    prompt: list[int]
+    params: SamplingParams  # the client's real parameters (the scheduler sees max_tokens=1)
+    scope_key: bytes
+    generator: torch.Generator | None
+
+
+class PrefillWorker:
+    """Runs prompts and hands their KV pages to decode workers; drive it with :meth:`serve`."""
+
+    def __init__(self, config: EngineConfig, *, listen: str, key: bytes = b"") -> None:
+        # The engine is used as a bag of parts (runner, ledger, scheduler); its own step() is not,
+        # because the pages must be captured between the forward pass and their release.
+        self.engine = LLMEngine(config)
+        self.runner = self.engine.runner
+        self.block_manager = self.engine.block_manager
+        self.scheduler = self.engine.scheduler
+        self.key = key
+        self.instance_id = secrets.token_hex(8)
+        self.page_nbytes = page_nbytes(self.runner)
+        self._identity = model_identity(self.engine.model_dir)
+        self._generator = torch.Generator(device=self.runner.device).manual_seed(config.seed)
+        self._jobs: dict[str, _Job] = {}
+        self._context = zmq.Context()
+        self.socket = self._context.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.socket.setsockopt(zmq.SNDHWM, 0)
+        self.socket.setsockopt(zmq.RCVHWM, 0)
+        self.socket.bind(listen)
+        self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.num_handoffs = 0
+        self.num_rejected = 0
+        self.num_aborted = 0
+
+    def close(self) -> None:
+        self.socket.close(0)
+        self._context.term()
+
+    # ---- loop --------------------------------------------------------------------------------
+
+    def serve(self, stop: threading.Event | None = None) -> None:
+        """Handle messages and run prefill steps until ``stop`` is set."""
+        while stop is None or not stop.is_set():
+            busy = self.scheduler.has_unfinished()
+            if self.socket.poll(0 if busy else _IDLE_POLL_MS):
+                self._drain()
+            if self.scheduler.has_unfinished():
+                self.step()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            identity, rest = frames[0], frames[1:]
+            try:
+                message = decode(rest)
+            except WireError as exc:
+                log.warning("dropping a malformed message: %s", exc)
+                continue
+            self._handle(identity, message)
+
+    def _handle(self, identity: bytes, message: Message) -> None:
+        if message.kind is MessageKind.HELLO:
+            self._send(identity, MessageKind.WELCOME, self.welcome())
+        elif message.kind is MessageKind.SUBMIT:
+            self._submit(identity, message.fields)
+        elif message.kind is MessageKind.ABORT and message.request_id is not None:
+            self._abort(_job_id(identity, message.request_id))
+        else:
+            log.warning("ignoring unexpected %s message", message.kind.name)
+
+    def welcome(self) -> dict[str, Any]:
+        cap = self.engine.capacity
+        return {
+            "protocol": PROTOCOL_VERSION,
+            "instance_id": self.instance_id,
+            "model_name": self.engine.model_name,
+            "model_identity": self._identity,
+            "is_random_weights": self.engine.is_random_weights,
+            "vocab_size": self.engine.model_config.vocab_size,
+            "layout": kv_layout(self.runner),
+            "page_nbytes": self.page_nbytes,
+            "max_model_len": cap.max_model_len,
+            "num_pages": cap.num_pages,
+            "page_size": cap.page_size,
+            "scrub": cap.scrub,
+            "key_proof": key_proof(self.key, self.instance_id).hex(),
+        }
+
+    # ---- admission (I3): before anything is allocated ----------------------------------------
+
+    def _submit(self, identity: bytes, fields: dict[str, Any]) -> None:
+        request_id = fields.get("request_id")
+        if not isinstance(request_id, str) or not request_id:
+            log.warning("SUBMIT without a request id dropped")
+            return
+        job_id = _job_id(identity, request_id)
+        try:
+            job = self._parse(identity, request_id, fields)
+            if job_id in self._jobs:
+                raise InvalidParameterError(f"request id {request_id!r} is already in use", param="request_id")
+            # I3: the real max_tokens decides, although this side only computes the prompt.
+            self.scheduler.check_admissible(len(job.prompt), job.params.max_tokens)
+            local = dataclasses.replace(job.params, max_tokens=1, min_tokens=0, stop=[], stop_token_ids=[])
+            self.scheduler.add(Sequence(job_id, job.prompt, job.scope_key, local))
+        except RequestError as exc:
+            self.num_rejected += 1
+            log.info("request %s rejected before allocation: %s", request_id, exc)
+            self._send(identity, MessageKind.REJECT, {
+                "request_id": request_id,
+                "error": {"type": type(exc).__name__, "message": exc.message, "param": exc.param, "code": exc.code},
+            })
+            return
+        self._jobs[job_id] = job
+
+    def _parse(self, identity: bytes, request_id: str, fields: dict[str, Any]) -> _Job:
+        prompt = fields.get("prompt_token_ids")
+        vocab = self.engine.model_config.vocab_size
+        if not isinstance(prompt, list) or not prompt:
+            raise InvalidParameterError("the prompt must contain at least one token", param="prompt")
+        if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in prompt):
+            raise InvalidParameterError(f"a prompt token id is outside the vocabulary [0, {vocab})", param="prompt")
+        raw_params = fields.get("params")
+        if not isinstance(raw_params, dict):
+            raise InvalidParameterError("missing sampling parameters", param="params")
+        names = {f.name for f in dataclasses.fields(SamplingParams)}
+        unknown = sorted(set(raw_params) - names)
+        if unknown:
+            raise InvalidParameterError(f"unknown sampling parameters {unknown}", param="params")
+        params = SamplingParams(**raw_params)
+        try:
+            scope_key = bytes.fromhex(str(fields.get("scope_key", "")))
+        except ValueError:
+            scope_key = b""
+        if not scope_key:
+            raise InvalidParameterError("scope_key must be a non-empty hex string", param="scope_key")
+        generator = None
+        if params.seed is not None:
+            generator = torch.Generator(device=self.runner.device).manual_seed(params.seed)
+        return _Job(identity, request_id, list(prompt), params, scope_key, generator)
+
+    def _abort(self, job_id: str) -> None:
+        if self._jobs.pop(job_id, None) is not None and self.scheduler.abort(job_id) is not None:
+            self.runner.scrub(self.block_manager.take_scrub_list())  # I2
+
+    # ---- one prefill step --------------------------------------------------------------------
+
+    def step(self) -> None:
+        batch = self.scheduler.schedule()
+        self.runner.scrub(batch.scrub_pages)  # I2: before the forward pass reads anything
+        outgoing: list[tuple[_Job, list[list[bytes]]]] = []
+        failed: list[tuple[_Job, str]] = []
+        sampled: dict[str, int] = {}
+        if batch.items:
+            try:
+                items, logits = self.runner.execute(batch.items)
+                rows = [self._row(self._jobs[it.seq.request_id]) for it in items]
+                tokens = sample(logits, rows, self._generator)
+            except Exception:
+                log.exception("prefill forward pass failed; aborting %d requests", len(batch.items))
+                for it in batch.items:
+                    job = self._jobs.get(it.seq.request_id)
+                    if job is not None:
+                        failed.append((job, "internal error in the prefill worker"))
+                        self._abort(it.seq.request_id)
+                self._send_failures(failed)
+                return
+            for it, tok in zip(items, tokens, strict=True):
+                job = self._jobs[it.seq.request_id]
+                try:
+                    outgoing.append((job, self._capture(it.seq, job, tok.token_id, tok.logprobs)))
+                except IsolationViolation as exc:
+                    log.error("ISOLATION: not handing over request %s: %s", job.request_id, exc)
+                    failed.append((job, "isolation check failed on the prefill side"))
+                    self.scheduler.abort(it.seq.request_id)
+                    continue
+                sampled[it.seq.request_id] = tok.token_id
+        self.scheduler.postprocess(batch, sampled)  # the prompt pages are released here ...
+        self.runner.scrub(self.block_manager.take_scrub_list())  # ... and zeroed now (I2)
+        for job, messages in outgoing:
+            self._jobs.pop(_job_id(job.identity, job.request_id), None)
+            self.num_handoffs += 1
+            for frames in messages:
+                self._send_frames(job.identity, frames)
+        for job, _ in failed:
+            self._jobs.pop(_job_id(job.identity, job.request_id), None)
+        self._send_failures(failed)
+
+    def _row(self, job: _Job) -> SampleRow:
+        p = job.params
+        banned = [] if p.min_tokens == 0 else sorted(
+            set(p.stop_token_ids) | (set() if p.ignore_eos else set(self.engine.tokenizer.eos_token_ids)))
+        return SampleRow(p, job.generator, 0, banned)
+
+    def _capture(
+        self, seq: Sequence, job: _Job, first_token: int, logprobs: dict[int, float] | None
+    ) -> list[list[bytes]]:
+        """The handoff messages of one request, built while its pages are still its own (I4)."""
+        self.block_manager.verify(seq)  # I1 on the sending side: only its own or same-scope pages
+        num_pages = expected_page_count(seq.num_prompt_tokens, self.block_manager.page_size)
+        table = seq.block_table[:num_pages]
+        if len(table) != num_pages:
+            raise IsolationViolation(f"request {job.request_id!r} holds {len(table)} pages, needs {num_pages}")
+        infos = [self.block_manager.page_info(p) for p in table]
+        payloads = read_pages(self.runner, table)
+        pages = [
+            SentPage(page_id=i.page_id, generation=i.generation, shared=i.state is PageState.CACHED, payload=data)
+            for i, data in zip(infos, payloads, strict=True)
+        ]
+        state = None if job.generator is None else bytes(job.generator.get_state().numpy().tobytes())
+        manifest = build_manifest(
+            request_id=job.request_id, sender_id=self.instance_id, prompt_token_ids=job.prompt,
+            scope_key=job.scope_key, page_size=self.block_manager.page_size, pages=pages,
+            first_token=first_token, first_logprobs=logprobs, generator_state=state, key=self.key,
+        )
+        messages = [encode(MessageKind.MANIFEST, manifest.to_wire())]
+        for entry, page in zip(manifest.pages, pages, strict=True):
+            messages.append(encode(MessageKind.PAGE, {
+                "request_id": job.request_id, "index": entry.index,
+                "page_id": entry.page_id, "generation": entry.generation,
+            }, [page.payload]))
+        messages.append(encode(MessageKind.COMMIT, {"request_id": job.request_id, "page_count": len(pages)}))
+        return messages
+
+    # ---- sending -----------------------------------------------------------------------------
+
+    def _send_failures(self, failed: list[tuple[_Job, str]]) -> None:
+        for job, reason in failed:
+            self.num_aborted += 1
+            self._send(job.identity, MessageKind.ABORT, {"request_id": job.request_id, "reason": reason})
+
+    def _send(self, identity: bytes, kind: MessageKind, fields: dict[str, Any]) -> None:
+        self._send_frames(identity, encode(kind, fields))
+
+    def _send_frames(self, identity: bytes, frames: list[bytes]) -> None:
+        try:
+            self.socket.send_multipart([identity, *frames])
+        except zmq.ZMQError as exc:  # the decode worker went away: its requests die with it
+            log.warning("cannot reach decode worker %s: %s", identity.hex(), exc)
+
+
+def _job_id(identity: bytes, request_id: str) -> str:
+    return f"{identity.hex()}/{request_id}"
