@@ -115,8 +115,7 @@ class AsyncEngine:
         self._thread: threading.Thread | None = None
         self._stats: Any = engine.stats()
         self._stats_at = time.monotonic()
-        self.fault: BaseException | None = None
-        self.on_step: Callable[[list[Any]], None] | None = None
+        self.fault: BaseException | None = None  # set when the engine thread died
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -183,13 +182,23 @@ class AsyncEngine:
     # -- engine thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # the engine thread must never die silently
+            log.exception("the engine thread failed; the server stops serving generation requests")
+            self.fault = exc
+            self._fail_all(EngineFault("the engine has failed"))
+            return
+        self._fail_all(EngineFault("the server is shutting down"))
+
+    def _loop(self) -> None:
         while True:
             with self._cond:
                 while not self._stopping and not self._inbox and not self._engine_busy():
                     self._refresh_stats(force=True)
                     self._cond.wait(timeout=1.0)
                 if self._stopping:
-                    break
+                    return
                 commands, self._inbox = self._inbox, []
             for command in commands:
                 self._apply(command)
@@ -200,15 +209,11 @@ class AsyncEngine:
             except Exception as exc:  # an internal fault: never answered as success
                 log.exception("engine step failed; aborting every in-flight request")
                 self._fail_all(exc)
+                if self._engine_busy():
+                    raise EngineFault("the engine still holds requests after aborting all of them") from exc
                 continue
             self._deliver(outputs)
-            if self.on_step is not None:
-                try:
-                    self.on_step(outputs)
-                except Exception:
-                    log.exception("on_step hook failed")
             self._refresh_stats(force=False)
-        self._fail_all(EngineFault("the server is shutting down"))
 
     def _engine_busy(self) -> bool:
         return bool(self.engine.has_unfinished_requests())
