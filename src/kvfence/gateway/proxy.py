@@ -120,7 +120,8 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
         tenant = runtime.tenants.authenticate(request.headers.get("authorization"))
         trace.tenant, trace.organization, trace.workspace = tenant.name, tenant.organization, tenant.workspace
         lease = runtime.limiter.acquire(tenant)
-        body = await _read_body(request)
+        raw_body = await request.body()
+        body = _parse_body(raw_body)
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise GatewayRequestError("`model` is required and must be a string", param="model")
@@ -149,7 +150,7 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
         trace.data_class = ctx.data_class
         if ctx.data_class != ctx.initial_class:
             metrics.class_raised.labels(ctx.data_class).inc()
-        response = await _route_and_forward(runtime, request, ctx, body, trace, lease)
+        response = await _route_and_forward(runtime, ctx, body, trace, lease, big=len(raw_body) > _BIG_BODY)
         handed_off = isinstance(response, _ClosingStream)
         return response
     except GatewayError as exc:
@@ -178,8 +179,7 @@ def _refuse(runtime: GatewayRuntime, trace: _Trace, exc: GatewayError, outcome: 
     return json_error(exc, {"X-Request-Id": trace.request_id})
 
 
-async def _read_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
+def _parse_body(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)
     except ValueError:
@@ -207,8 +207,8 @@ def _prepare(runtime: GatewayRuntime, state: BackendState, ctx: RequestContext, 
     return out, cap
 
 
-async def _route_and_forward(runtime: GatewayRuntime, request: Request, ctx: RequestContext,
-                             body: dict[str, Any], trace: _Trace, lease: LimitLease) -> Response:
+async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body: dict[str, Any],
+                             trace: _Trace, lease: LimitLease, *, big: bool) -> Response:
     decision = choose_backends(runtime.policy, ctx.tenant, ctx.data_class, ctx.model, runtime.views(ctx.tenant))
     if decision.refused:
         ctx.annotations["refused_backends"] = dict(decision.refused)
@@ -218,7 +218,6 @@ async def _route_and_forward(runtime: GatewayRuntime, request: Request, ctx: Req
     states.sort(key=lambda s: s.is_down(now))
     failures: list[str] = []
     cap_error: PromptTooLongError | None = None
-    big = len(json.dumps(body)) > _BIG_BODY if ctx.endpoint == "chat" else False
     for attempt, state in enumerate(states):
         try:
             if big:
