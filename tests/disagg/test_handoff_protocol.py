@@ -140,7 +140,7 @@ def test_unsigned_change_fails_the_mac() -> None:
 
 @pytest.mark.parametrize("num_pages", [0, 2, 4])
 def test_wrong_page_count_fails(num_pages: int) -> None:
-    receiver, manifest, pages = _setup()  # 10 tokens / 4 = 3 pages
+    receiver, manifest, _ = _setup()  # 10 tokens / 4 = 3 pages
     entries = tuple(dataclasses.replace(manifest.pages[0], index=i, page_id=50 + i) for i in range(num_pages))
     _fails(HandoffFailure.PAGE_COUNT, receiver.on_manifest, dataclasses.replace(manifest, pages=entries).signed(KEY))
 
@@ -169,11 +169,11 @@ def test_stale_generation_rules() -> None:
 
 
 def test_page_and_commit_order() -> None:
-    receiver, manifest, pages = _setup()
+    receiver, _, _ = _setup()
     _fails(HandoffFailure.OUT_OF_ORDER, receiver.on_page, "r1", 0, 0, 0, NBYTES)
-    receiver, manifest, pages = _setup()
+    receiver, _, _ = _setup()
     _fails(HandoffFailure.OUT_OF_ORDER, receiver.on_commit, "r1", 3)
-    receiver, manifest, pages = _setup()
+    receiver, manifest, _ = _setup()
     receiver.on_manifest(manifest)
     _fails(HandoffFailure.DUPLICATE, receiver.on_manifest, manifest)
 
