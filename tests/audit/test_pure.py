@@ -28,6 +28,8 @@ def test_token_model_exact_fit_hits_any_target(overhead: int, per_unit: int, tar
     units = model.units_for(target)
     assert model.tokens(units) <= target
     assert model.tokens(units + 1) > target
+    over = model.units_over(target)
+    assert model.tokens(over) > target and (over == 1 or model.tokens(over - 1) <= target)
 
 
 def test_token_model_inexact_and_degenerate() -> None:

@@ -109,7 +109,8 @@ async def run_admission(client: EndpointClient, config: AdmissionConfig) -> Chec
     for probe in probes:
         for stream in (False, True):
             request_id = f"{probe.name} ({'stream' if stream else 'plain'})"
-            prompt, canary = _prompt(rng, token_model, probe.prompt_tokens)
+            # A prompt that must not fit is rounded up, one that must fit rounded down.
+            prompt, canary = _prompt(rng, token_model, probe.prompt_tokens, over=probe.expect_admit is False)
             reply = await client.generate(prober, prompt, max_tokens=probe.max_tokens, stream=stream)
             client.raise_for_auth(reply, prober)
             index.add(request_id, prompt, [canary])
@@ -160,10 +161,12 @@ async def run_admission(client: EndpointClient, config: AdmissionConfig) -> Chec
     return result
 
 
-def _prompt(rng: random.Random, token_model: TokenModel, tokens: int) -> tuple[str, str]:
+def _prompt(rng: random.Random, token_model: TokenModel, tokens: int, *, over: bool = False) -> tuple[str, str]:
+    """A canary-led prompt of ``tokens`` tokens, or the next size up/down the tokenizer allows."""
     canary = make_canary(rng)
     head = spaced(canary)
-    letters = max(1, token_model.units_for(tokens) - len(head))
+    units = token_model.units_over(tokens - 1) if over else token_model.units_for(tokens)
+    letters = max(1, units - len(head))
     return " ".join([*head, *random_units(rng, letters)]), canary
 
 

@@ -25,10 +25,11 @@ log = logging.getLogger(__name__)
 _CONTEXT_FIELDS = ("max_model_len", "context_length", "context_window", "max_context_length",
                    "max_input_tokens", "max_position_embeddings")
 # JSON fields that carry a KV capacity in tokens (kvfence capacity endpoint, SGLang server info).
-_CAPACITY_FIELDS = ("kv_capacity_tokens", "capacity_tokens", "max_kv_tokens", "max_total_num_tokens",
-                    "kv_cache_tokens", "total_kv_tokens")
+_CAPACITY_FIELDS = ("kv_capacity_tokens", "pool_tokens", "capacity_tokens", "max_kv_tokens",
+                    "max_total_num_tokens", "kv_cache_tokens", "total_kv_tokens")
 _CAPACITY_PATHS = ("/v1/capacity", "/capacity", "/kvfence/capacity", "/get_server_info", "/server_info")
-_VLLM_CACHE_INFO = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.MULTILINE)
+# vLLM's vllm:cache_config_info and kvfence's kvfence_cache_config_info carry the pool as labels.
+_CACHE_INFO_METRIC = re.compile(r"^(?P<name>[\w:]*cache_config_info)\{(?P<labels>[^}]*)\}", re.MULTILINE)
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
@@ -76,12 +77,10 @@ async def kv_capacity(client: EndpointClient, override: int | None) -> Capacity 
             return Capacity(found[0], f"{path} {found[1]}")
     response = await client.get("/metrics", tenant)
     if response is not None and response.status_code == 200:
-        match = _VLLM_CACHE_INFO.search(response.text)
-        if match:
-            labels = dict(_LABEL.findall(match.group("labels")))
-            blocks, block_size = _positive_int(labels.get("num_gpu_blocks")), _positive_int(labels.get("block_size"))
-            if blocks and block_size:
-                return Capacity(blocks * block_size, "/metrics vllm:cache_config_info num_gpu_blocks*block_size")
+        for match in _CACHE_INFO_METRIC.finditer(response.text):
+            found = _find_capacity(dict(_LABEL.findall(match.group("labels"))))
+            if found is not None:
+                return Capacity(found[0], f"/metrics {match.group('name')} {found[1]}")
     return None
 
 
@@ -92,7 +91,8 @@ def _find_capacity(data: Any, depth: int = 0) -> tuple[int, str] | None:
         value = _positive_int(data.get(name))
         if value is not None:
             return value, name
-    blocks = _positive_int(data.get("num_blocks", data.get("num_gpu_blocks", data.get("total_blocks"))))
+    blocks = _positive_int(next((data[k] for k in ("num_blocks", "num_gpu_blocks", "num_pages", "total_blocks")
+                                 if k in data), None))
     block_size = _positive_int(data.get("block_size", data.get("page_size")))
     if blocks and block_size:
         return blocks * block_size, "num_blocks*block_size"

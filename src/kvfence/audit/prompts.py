@@ -64,6 +64,13 @@ class TokenModel:
             units -= 1
         return units
 
+    def units_over(self, tokens: int) -> int:
+        """The fewest units whose prompt is longer than ``tokens`` tokens."""
+        units = self.units_for(tokens)
+        while self.tokens(units) <= tokens:
+            units += 1
+        return units
+
 
 def spaced(text: str) -> list[str]:
     """``text`` as units (one character each), so a canary costs tokens like the random letters do."""
