@@ -7,7 +7,7 @@ import random
 import pytest
 
 from kvfence.gateway.protection.fingerprint import Fingerprinter, words
-from kvfence.gateway.protection.leak import CanaryBook, LeakMonitor
+from kvfence.gateway.protection.leak import MODEL_OWNER, CanaryBook, LeakMonitor
 from kvfence.gateway.protection.leak_index import InMemoryIndex, RedisIndex
 
 KEY = b"test-key-0123456789abcdef"
@@ -17,7 +17,7 @@ SECRET_PROMPT = ("Draft the acquisition memo for Project Bluefin: Halvorsen Mari
 
 
 def monitor(index: InMemoryIndex | RedisIndex | None = None, **kw: int) -> LeakMonitor:
-    return LeakMonitor(index if index is not None else InMemoryIndex(900), Fingerprinter(KEY, 5), min_run=kw.get("min_run", 4),
+    return LeakMonitor(index if index is not None else InMemoryIndex(900), Fingerprinter(KEY, 4), min_run=kw.get("min_run", 4),
                        max_owners=kw.get("max_owners", 1), canaries=CanaryBook(KEY, {"acme": ["ACME-CANARY-7731"]}))
 
 
@@ -66,8 +66,8 @@ def test_phrases_many_tenants_send_are_no_evidence() -> None:
 def test_short_overlaps_do_not_trigger() -> None:
     m = monitor()
     m.record_prompt("acme", [SECRET_PROMPT])
-    seven = " ".join(SECRET_PROMPT.split()[:7])  # 7 words < 5 + 4 - 1
-    assert stream(m, "globex", ["hi"], f"unrelated text {seven} and more unrelated words here") is None
+    six = " ".join(SECRET_PROMPT.split()[:6])  # 6 words < 4 + 4 - 1
+    assert stream(m, "globex", ["hi"], f"unrelated text {six} and more unrelated words here") is None
 
 
 def test_window_expiry_forgets_old_prompts() -> None:
@@ -78,7 +78,8 @@ def test_window_expiry_forgets_old_prompts() -> None:
     now[0] += 61
     m.record_prompt("other", ["something else entirely different here today"])
     assert stream(m, "globex", ["hi"], SECRET_PROMPT) is None
-    assert all(len(o) == 0 for o in index.owners(list(Fingerprinter(KEY, 5).of_text(SECRET_PROMPT))))
+    owners = index.owners(list(Fingerprinter(KEY, 4).of_text(SECRET_PROMPT)))
+    assert all(o <= {MODEL_OWNER} for o in owners)  # acme's entries are gone
 
 
 def test_foreign_canary_is_caught_even_split_across_chunks() -> None:
@@ -133,3 +134,22 @@ def test_redis_index_expires(redis_url: str) -> None:
     now[0] += 31
     assert index.owners([1]) == [frozenset()]
     index.close()
+
+
+def test_boilerplate_the_model_wrote_before_is_no_evidence() -> None:
+    phrase = "please let me know if you have any further questions or concerns about this"
+    fresh = monitor()
+    fresh.record_prompt("acme", [f"Draft a reply to the supplier. End with: {phrase}"])
+    assert stream(fresh, "globex", ["x"], f"Hello. {phrase}.") is not None  # nobody else ever wrote it
+    m = monitor()
+    # The model wrote the sentence in a finished answer to initech (not copied from initech's prompt) ...
+    assert stream(m, "initech", ["write a polite note"], f"Dear Sam, thanks. {phrase}.") is None
+    m.record_prompt("acme", [f"Draft a reply to the supplier. End with: {phrase}"])
+    # ... so it is model language when it shows up in globex's answer, though only acme sent it.
+    assert stream(m, "globex", ["x"], f"Hello. {phrase}.") is None
+    # Text an asker copied from its own prompt does not become model language.
+    m2 = monitor()
+    assert stream(m2, "hooli", [f"Use the closing line {phrase}"], f"Sure: {phrase}") is None
+    m2.record_prompt("acme", [f"End with: {phrase}"])
+    evidence = stream(m2, "globex", ["x"], f"Hello. {phrase}.")
+    assert evidence is None  # hooli and acme both sent it: two owners, common

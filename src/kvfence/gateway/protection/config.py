@@ -8,7 +8,7 @@ index) and each data class's ``protection`` (what to do with each kind of findin
         detector_timeout_s: 2.0
         ner_model: /models/en_core_web_sm      # optional spaCy pipeline on disk, for PERSON
         raise_class: {US_SSN: restricted}      # entity -> class a finding raises the request to
-        leak: {ngram: 5, min_run: 4, window_s: 900, index: redis, redis_url: redis://127.0.0.1:6379/0}
+        leak: {ngram: 4, min_run: 4, window_s: 900, index: redis, redis_url: redis://127.0.0.1:6379/0}
     data_classes:
       - name: internal
         protection: {pii: pseudonymise, secrets: pseudonymise, entities: {CREDIT_CARD: block}}
@@ -59,9 +59,9 @@ class LeakConfig(_Strict):
     """Cross-tenant leak detection over keyed n-gram fingerprints of recent prompts."""
 
     enabled: bool = True
-    ngram: int = Field(default=5, ge=3, le=16, description="words per fingerprint")
+    ngram: int = Field(default=4, ge=3, le=16, description="words per fingerprint")
     min_run: int = Field(default=4, ge=1, le=64,
-                         description="consecutive foreign n-grams that make a suspicion (5+4-1 = 8 words)")
+                         description="consecutive foreign n-grams that make a suspicion (4+4-1 = 7 words)")
     window_s: float = Field(default=900.0, gt=0, description="how long a prompt's fingerprints are kept")
     max_owners: int = Field(default=1, ge=1,
                             description="an n-gram in more tenants' prompts than this is common: no evidence")

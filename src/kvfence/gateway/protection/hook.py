@@ -30,6 +30,7 @@ from kvfence.gateway.protection.config import (
 )
 from kvfence.gateway.protection.detector import Detector
 from kvfence.gateway.protection.leak import AnswerScanner, LeakEvidence, LeakMonitor
+from kvfence.gateway.protection.leak_index import InMemoryIndex
 from kvfence.gateway.protection.messages import set_texts, text_slots
 from kvfence.gateway.protection.metrics import ProtectionMetrics
 from kvfence.gateway.protection.pii_rules import RESTRICTED_PII
@@ -39,6 +40,9 @@ from kvfence.gateway.protection.streaming import StreamRestorer
 __all__ = ["ProtectionFilter", "ProtectionHook", "RequestState", "tenant_unit", "tenant_unit_of"]
 
 log = logging.getLogger("kvfence.gateway.protection")
+
+# Below this many characters, fingerprinting costs less than a hop to a worker thread.
+INLINE_FINGERPRINT_CHARS = 16_000
 
 
 @dataclass
@@ -88,6 +92,7 @@ class ProtectionHook:
             raise ConfigError(f"gateway.protection.raise_class names unknown data classes: {', '.join(unknown)}")
         self._raise_map = raise_map
         self._states: dict[int, RequestState] = {}
+        self._record_inline = monitor is not None and isinstance(monitor.index, InMemoryIndex)
 
     # -- request side -------------------------------------------------------------------------
 
@@ -131,7 +136,10 @@ class ProtectionHook:
         state = RequestState(pseudonymiser.restore_table, unit)
         if self._monitor is not None:
             body = self._inject_canary(ctx, body, unit)
-            state.own_fingerprints = await asyncio.to_thread(self._monitor.record_prompt, unit, rewritten)
+            if self._record_inline and sum(len(t) for t in rewritten) <= INLINE_FINGERPRINT_CHARS:
+                state.own_fingerprints = self._monitor.record_prompt(unit, rewritten)
+            else:  # long prompts (or a Redis round trip) off the event loop
+                state.own_fingerprints = await asyncio.to_thread(self._monitor.record_prompt, unit, rewritten)
         self._remember(ctx, state)
         ctx.annotations["protection"]["scan_ms"] = round((time.perf_counter() - started) * 1000, 3)
         self.metrics.scan_seconds.observe(time.perf_counter() - started)

@@ -5,7 +5,9 @@ looked up in the index of recent prompts; it is *evidence* when the tenants that
 others than B (at most ``max_owners`` of them: a phrase many tenants send is common language, not
 a leak) and it is not part of B's own request. A run of ``min_run`` consecutive evidence n-grams
 (``n + min_run - 1`` words in a row, all copied from someone else's recent prompt) is a suspected
-leak. A canary string of another tenant anywhere in the answer is one outright.
+leak. A canary string of another tenant anywhere in the answer is one outright. N-grams the model
+wrote in earlier finished answers (to anyone, and not copied from that asker's own prompt) are
+model language, not evidence: that keeps boilerplate out of the alarms.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ from dataclasses import dataclass
 from kvfence.gateway.protection.fingerprint import Fingerprinter
 from kvfence.gateway.protection.leak_index import FingerprintIndex
 
-__all__ = ["AnswerScanner", "CanaryBook", "LeakEvidence", "LeakMonitor"]
+__all__ = ["MODEL_OWNER", "AnswerScanner", "CanaryBook", "LeakEvidence", "LeakMonitor"]
 
 CANARY_PREFIX = "kvfc-"
+# Index owner of n-grams the model itself wrote in finished answers (not copied from the asker's own
+# prompt): boilerplate a model produces is common language, not evidence of a leak.
+MODEL_OWNER = "*model*"
 _WORD_CHAR = re.compile(r"\w")
 _WORD = re.compile(r"\w+")
 
@@ -89,6 +94,7 @@ class AnswerScanner:
         self._tail = ""
         self._run: list[tuple[int, frozenset[str]]] = []
         self._words = 0
+        self._generated: set[int] = set()
         self.evidence: LeakEvidence | None = None
 
     def feed(self, delta: str) -> LeakEvidence | None:
@@ -113,32 +119,39 @@ class AnswerScanner:
         if self.evidence is not None:
             return self.evidence
         rest, self._partial = self._partial, ""
-        return self._consume(_WORD.findall(rest.lower()))
+        evidence = self._consume(_WORD.findall(rest.lower()))
+        if evidence is None and self._generated:
+            self._monitor.index.add(MODEL_OWNER, self._generated)
+        return evidence
 
     def _consume(self, new_words: list[str]) -> LeakEvidence | None:
         if not new_words:
             return None
         n = self._monitor.fingerprinter.n
         grams: list[int] = []
+        ends: list[int] = []  # answer position (in words) where each n-gram ends
         for word in new_words:
             self._recent.append(word)
             self._words += 1
             if len(self._recent) == n:
                 grams.append(self._monitor.fingerprinter.of_words(tuple(self._recent)))
+                ends.append(self._words)
         if not grams:
             return None
         foreign = [g for g in grams if g not in self._own]
+        self._generated.update(foreign)
         owners_of = dict(zip(foreign, self._monitor.index.owners(foreign), strict=True)) if foreign else {}
         monitor = self._monitor
-        for gram in grams:
+        for gram, end in zip(grams, ends, strict=True):
             owners = owners_of.get(gram, frozenset())
-            if owners and self._tenant not in owners and len(owners) <= monitor.max_owners:
+            if (owners and self._tenant not in owners and MODEL_OWNER not in owners
+                    and len(owners) <= monitor.max_owners):
                 self._run.append((gram, owners))
                 if len(self._run) >= monitor.min_run:
                     run_owners = sorted(set().union(*(o for _, o in self._run)))
                     return self._caught(LeakEvidence(
                         "ngram", tuple(run_owners), tuple(f"{g:016x}" for g, _ in self._run),
-                        len(self._run) + n - 1, self._words))
+                        len(self._run) + n - 1, end))
             else:
                 self._run.clear()
         return None

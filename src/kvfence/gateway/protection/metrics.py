@@ -25,8 +25,10 @@ class ProtectionMetrics:
         self.detector_failures = Counter("kvfence_gateway_detector_failures_total",
                                          "Requests refused because a detector failed or timed out (fail closed)",
                                          registry=registry)
-        self.leaks = Counter("kvfence_gateway_leak_suspected_total",
-                             "Answers withheld as suspected cross-tenant leaks", ["detector"], registry=registry)
+        # The gateway counts withheld answers (kvfence_gateway_leak_suspected_total); this says which
+        # detector caught them (ngram or canary).
+        self.leaks = Counter("kvfence_gateway_protection_leak_detections_total",
+                             "Suspected cross-tenant leaks caught, by detector", ["detector"], registry=registry)
         self.scan_seconds = Histogram("kvfence_gateway_protection_scan_seconds",
                                       "Time to scan and pseudonymise one request", registry=registry,
                                       buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0))

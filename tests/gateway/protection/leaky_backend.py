@@ -1,0 +1,89 @@
+"""A chat backend that can be made to answer over the previous request's prompt (the incident's bug).
+
+``POST /_mode {"mode": "benign" | "echo" | "leak"}``:
+
+- ``benign``: a generic answer that quotes a few words of the caller's own last message;
+- ``echo``: the caller's own last message, verbatim (placeholders included);
+- ``leak``: the last user message of the *previous* request it served, whoever sent it.
+
+Answers stream in 5-character chunks when asked to. ``GET /_received`` returns what it was sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+def build() -> Starlette:
+    state: dict[str, Any] = {"mode": "benign", "previous": "", "received": []}
+
+    def last_user(body: dict[str, Any]) -> str:
+        for message in reversed(body.get("messages") or []):
+            if message.get("role") == "user" and isinstance(message.get("content"), str):
+                return str(message["content"])
+        return ""
+
+    async def chat(request: Request) -> Response:
+        body = await request.json()
+        state["received"].append(body)
+        own = last_user(body)
+        if state["mode"] == "leak":
+            text = state["previous"]
+        elif state["mode"] == "echo":
+            text = own
+        else:
+            text = f"Thanks for your message. You wrote: {' '.join(own.split()[:5])}. Here is a short answer."
+        state["previous"] = own
+        base = {"id": f"chatcmpl-{len(state['received'])}", "created": int(time.time()), "model": body.get("model")}
+        if not body.get("stream"):
+            return JSONResponse({**base, "object": "chat.completion", "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+        async def events():  # type: ignore[no-untyped-def]
+            head = {**base, "object": "chat.completion.chunk"}
+            yield f"data: {json.dumps({**head, 'choices': [{'index': 0, 'delta': {'role': 'assistant', 'content': ''}, 'finish_reason': None}]})}\n\n"
+            for i in range(0, len(text), 5):
+                chunk = {**head, "choices": [{"index": 0, "delta": {"content": text[i:i + 5]}, "finish_reason": None}]}
+                yield f"data: {json.dumps(chunk)}\n\n"
+            yield f"data: {json.dumps({**head, 'choices': [{'index': 0, 'delta': {}, 'finish_reason': 'stop'}]})}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "test"}]})
+
+    async def set_mode(request: Request) -> Response:
+        state["mode"] = (await request.json())["mode"]
+        return JSONResponse({"mode": state["mode"]})
+
+    async def received(request: Request) -> Response:
+        return JSONResponse(state["received"])
+
+    return Starlette(routes=[
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/_mode", set_mode, methods=["POST"]),
+        Route("/_received", received, methods=["GET"]),
+    ])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    uvicorn.run(build(), host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
