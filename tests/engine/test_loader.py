@@ -56,15 +56,15 @@ def test_missing_directory_and_files(llama_dir: Path, tmp_path: Path) -> None:
         LLM(model=str(tmp_path / "nope"), device="cpu")
     no_weights = _copy(llama_dir, tmp_path / "no-weights")
     (no_weights / "model.safetensors").unlink()
-    with pytest.raises(ModelLoadError, match="no model.safetensors"):
+    with pytest.raises(ModelLoadError, match=r"no model\.safetensors"):
         LLM(model=str(no_weights), kv_cache_tokens=2048, device="cpu")
     no_tokenizer = _copy(llama_dir, tmp_path / "no-tokenizer")
     (no_tokenizer / "tokenizer.json").unlink()
-    with pytest.raises(ModelLoadError, match="no tokenizer.json"):
+    with pytest.raises(ModelLoadError, match=r"no tokenizer\.json"):
         LLM(model=str(no_tokenizer), kv_cache_tokens=2048, device="cpu")
     no_config = _copy(llama_dir, tmp_path / "no-config")
     (no_config / "config.json").unlink()
-    with pytest.raises(ModelLoadError, match="no config.json"):
+    with pytest.raises(ModelLoadError, match=r"no config\.json"):
         LLM(model=str(no_config), device="cpu")
 
 
