@@ -41,6 +41,8 @@ POSITIVES = [
     ("codice fiscale RSSMRA85T10A562S", "IT_FISCAL_CODE", "RSSMRA85T10A562S"),
     ("send BTC to 1BoatSLRHtKNngkdXEeobR76b53LETtpyT", "CRYPTO_WALLET", "1BoatSLRHtKNngkdXEeobR76b53LETtpyT"),
     ("bc1qar0srrr7xfkvy5l643lydnw9re59gtzzwf5mdq is mine", "CRYPTO_WALLET", "bc1qar0srrr7xfkvy5l643lydnw9re59gtzzwf5mdq"),
+    ("Patient MRN: 00482913 admitted", "MEDICAL_RECORD_NUMBER", "00482913"),
+    ("medical record number MR-7734120", "MEDICAL_RECORD_NUMBER", "MR-7734120"),
     ("eth 0x52908400098527886E0F7030069857D2E4169EE7", "CRYPTO_WALLET", "0x52908400098527886E0F7030069857D2E4169EE7"),
 ]
 
@@ -63,6 +65,7 @@ NEGATIVES = [
     "user@localhost cannot receive mail",
     "page 123 456 7890 of the archive",  # no context, NANP area codes cannot start with 1
     "temperature 36.6 and pH 7.35",
+    "the MRN field is required; see record 12 of 40",
 ]
 
 

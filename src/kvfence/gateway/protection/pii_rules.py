@@ -140,6 +140,9 @@ PII_RULES: list[Rule] = [
     Rule("it_fiscal_code", "IT_FISCAL_CODE", _PII,
          re.compile(r"\b[A-Za-z]{6}[0-9LMNPQRSTUV]{2}[A-Za-z][0-9LMNPQRSTUV]{2}[A-Za-z][0-9LMNPQRSTUV]{3}[A-Za-z](?![\w])"),
          score=0.9, validate=v.it_fiscal_code_ok),
+    Rule("medical_record_number", "MEDICAL_RECORD_NUMBER", _PII,
+         re.compile(r"\b(?:mrn|medical record (?:number|no\.?|#)|patient id)\s*[:#]?\s*(?P<value>[a-z]{0,3}-?\d{5,10})\b"),
+         score=0.85, group="value", hints=("mrn", "medical record", "patient id"), on_lowered=True),
     Rule("btc_base58", "CRYPTO_WALLET", _PII,
          re.compile(r"\b[13][1-9A-HJ-NP-Za-km-z]{25,34}(?![\w])"),
          score=1.0, validate=v.base58check_ok),
@@ -153,7 +156,8 @@ PII_RULES: list[Rule] = [
 
 PII_ENTITIES: frozenset[str] = frozenset(rule.entity for rule in PII_RULES)
 
-# National identifiers: a finding raises the request's data class to the policy's most restricted
+# National identifiers and health records: a finding raises the request's data class to the policy's most restricted
 # class by default (DESIGN.md: "a detector finding can raise a request's class, never lower it").
 RESTRICTED_PII: frozenset[str] = frozenset(
-    {"US_SSN", "UK_NINO", "UK_NHS", "CA_SIN", "ES_DNI", "IN_AADHAAR", "NL_BSN", "IT_FISCAL_CODE"})
+    {"US_SSN", "UK_NINO", "UK_NHS", "CA_SIN", "ES_DNI", "IN_AADHAAR", "NL_BSN", "IT_FISCAL_CODE",
+     "MEDICAL_RECORD_NUMBER"})
