@@ -27,7 +27,8 @@ def make_policy(a: FakeBackend, b: FakeBackend, audit: Path) -> dict[str, Any]:
     closed = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there: a backend that is down
     return {
         "gateway": {"audit_log": f"sqlite:///{audit}", "capacity_refresh_s": 0, "backend_retry_after_s": 30,
-                    "load_protection": False, "hooks": ["tests.gateway.sample_hooks:build"]},
+                    "load_protection": False, "hooks": ["tests.gateway.sample_hooks:build"],
+                    "max_body_bytes": 200_000},
         "advisories": [{"engine": "vllm", "fixed_in": "0.9.0", "id": "CVE-2025-46570"}],
         "data_classes": [
             {"name": "public", "allowed_tiers": ["shared", "dedicated", "on_prem"]},
@@ -310,3 +311,12 @@ def test_audit_log_records_decisions_without_text(gateway: Gateway, audit_path: 
         time.sleep(0.1)
     assert ("bob", "internal", "shared-a", 200, "ok", 1) in rows
     assert b"zebrafish" not in audit_path.read_bytes()
+
+
+def test_oversized_body_is_413_and_unknown_routes_are_json(gateway: Gateway) -> None:
+    auth = {"authorization": f"Bearer {KEYS['alice']}"}
+    big = {"model": "test-model", "messages": [{"role": "user", "content": "x" * 300_000}]}
+    response = httpx.post(gateway.url + "/chat/completions", json=big, headers=auth)
+    assert response.status_code == 413 and response.json()["error"]["code"] == "body_too_large"
+    missing = httpx.get(gateway.url + "/embeddings", headers=auth)
+    assert missing.status_code == 404 and "no route" in missing.json()["error"]["message"]

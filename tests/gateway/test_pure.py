@@ -175,17 +175,17 @@ def test_rate_and_concurrency_limits() -> None:
     now = [0.0]
     limiter = TenantLimiter(clock=lambda: now[0])
     t = GatewayTenant("t", "o", "w", "public", TenantLimits(requests_per_minute=2, max_concurrent=1))
-    lease = limiter.acquire(t)
+    lease = limiter.acquire_now(t)
     with pytest.raises(RateLimited, match="in flight"):
-        limiter.acquire(t)
-    lease.release()
-    lease.release()  # idempotent
-    limiter.acquire(t).release()
+        limiter.acquire_now(t)
+    lease.release_now()
+    lease.release_now()  # idempotent
+    limiter.acquire_now(t).release_now()
     with pytest.raises(RateLimited, match="per minute") as err:
-        limiter.acquire(t)
+        limiter.acquire_now(t)
     assert err.value.headers()["Retry-After"] == "60"
     now[0] = 60.5
-    limiter.acquire(t).release()
+    limiter.acquire_now(t).release_now()
 
 
 def test_capacity_parsers() -> None:

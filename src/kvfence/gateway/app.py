@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -80,4 +81,13 @@ def build_app(runtime: GatewayRuntime) -> Starlette:
         Route("/metrics", metrics, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = int(getattr(exc, "status_code", 500))
+        code = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")
+        error = GatewayError(f"no route for {request.method} {request.url.path}" if status in (404, 405)
+                             else str(getattr(exc, "detail", "error")), code=code)
+        error.status_code = status
+        error.error_type = "invalid_request_error"
+        return json_error(error)
+
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})

@@ -8,13 +8,15 @@ exception. Internal faults are logged and answered as 5xx, never as success::
     └── GatewayError                    500 gateway_error
         ├── GatewayRequestError         400 invalid_request_error
         │   ├── PromptTooLongError      400 context_length_exceeded (the cap, invariant I3 at the edge)
-        │   └── RequestBlocked          400 request_blocked (a protection hook refused the content)
+        │   ├── RequestBlocked          400 request_blocked (a protection hook refused the content)
+        │   └── PayloadTooLarge         413 body_too_large
         ├── AuthenticationFailed        401 invalid_api_key
         ├── RouteDenied                 403 no_allowed_backend (the policy allows no backend: fail closed)
         ├── ModelNotFound               404 model_not_found
         ├── RateLimited                 429 rate_limit_exceeded / concurrency_limit_exceeded
         ├── LeakSuspected               502 cross_tenant_leak_suspected (answer withheld)
         ├── UpstreamUnavailable         503 backend_unavailable (every allowed backend failed)
+        ├── LimitStoreUnavailable       503 rate_limit_store_unavailable (Redis down: limits not skipped)
         └── DetectorFailure             503 detector_failure (fail closed: never forwarded raw)
 """
 
@@ -30,7 +32,9 @@ __all__ = [
     "GatewayError",
     "GatewayRequestError",
     "LeakSuspected",
+    "LimitStoreUnavailable",
     "ModelNotFound",
+    "PayloadTooLarge",
     "PromptTooLongError",
     "RateLimited",
     "RequestBlocked",
@@ -81,6 +85,13 @@ class RequestBlocked(GatewayRequestError):
     """A protection hook refused to forward this content under the request's data class."""
 
     code = "request_blocked"
+
+
+class PayloadTooLarge(GatewayRequestError):
+    """A request body over ``gateway.max_body_bytes``."""
+
+    status_code = 413
+    code = "body_too_large"
 
 
 class AuthenticationFailed(GatewayError):
@@ -145,6 +156,13 @@ class UpstreamUnavailable(GatewayError):
 
     status_code = 503
     code = "backend_unavailable"
+
+
+class LimitStoreUnavailable(GatewayError):
+    """The shared rate-limit store cannot be reached: refuse rather than serve without limits."""
+
+    status_code = 503
+    code = "rate_limit_store_unavailable"
 
 
 class DetectorFailure(GatewayError):

@@ -210,6 +210,8 @@ class GatewaySettings(_Strict):
     capacity_refresh_s: float = Field(default=60.0, ge=0)
     backend_retry_after_s: float = Field(default=5.0, ge=0, description="how long a failed backend is skipped")
     hooks: list[str] = Field(default_factory=list, description="extra hooks as module:factory")
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0, description="larger requests get a 413")
+    redis_url: str | None = Field(default=None, description="share rate-limit state between replicas")
     load_protection: bool = Field(default=True, description="build kvfence.gateway.protection hooks when installed")
     protection: dict[str, Any] = Field(default_factory=dict, description="read by the protection hooks")
 

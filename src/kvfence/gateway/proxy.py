@@ -31,6 +31,7 @@ from kvfence.gateway.errors import (
     GatewayError,
     GatewayRequestError,
     LeakSuspected,
+    PayloadTooLarge,
     PromptTooLongError,
     UpstreamUnavailable,
 )
@@ -119,8 +120,8 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
     try:
         tenant = runtime.tenants.authenticate(request.headers.get("authorization"))
         trace.tenant, trace.organization, trace.workspace = tenant.name, tenant.organization, tenant.workspace
-        lease = runtime.limiter.acquire(tenant)
-        raw_body = await request.body()
+        lease = await runtime.limiter.acquire(tenant)
+        raw_body = await _read_limited(request, runtime.policy.gateway.max_body_bytes)
         body = _parse_body(raw_body)
         model = body.get("model")
         if not isinstance(model, str) or not model:
@@ -162,7 +163,7 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
     finally:
         if not handed_off:
             if lease is not None:
-                lease.release()
+                await lease.release()
             metrics.in_flight.dec()
 
 
@@ -177,6 +178,24 @@ def _refuse(runtime: GatewayRuntime, trace: _Trace, exc: GatewayError, outcome: 
         runtime.metrics.leaks.inc()
     runtime.audit.record_decision(trace.decision(exc.status_code, outcome, f"{exc.code}: {exc.message}"))
     return json_error(exc, {"X-Request-Id": trace.request_id})
+
+
+async def _read_limited(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _body_too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _body_too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _body_too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"request body over {limit} bytes (gateway.max_body_bytes)")
 
 
 def _parse_body(raw: bytes) -> dict[str, Any]:
@@ -368,7 +387,7 @@ def _stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: htt
 
     async def on_close() -> None:
         await upstream.aclose()
-        lease.release()
+        await lease.release()
         runtime.metrics.in_flight.dec()
         runtime.metrics.overhead.observe(trace.overhead_s)
         runtime.metrics.requests.labels(ctx.endpoint, ctx.data_class, trace.backend or "-",

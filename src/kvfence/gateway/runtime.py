@@ -24,7 +24,7 @@ from kvfence.gateway.accounts import UpstreamAccounts
 from kvfence.gateway.audit_log import AuditLog
 from kvfence.gateway.capacity import CapacityInfo, discover_capacity
 from kvfence.gateway.hooks import RequestHook
-from kvfence.gateway.limits import TenantLimiter
+from kvfence.gateway.limits import Limiter, RedisTenantLimiter, TenantLimiter
 from kvfence.gateway.metrics import GatewayMetrics
 from kvfence.gateway.policy import BackendConfig, Policy
 from kvfence.gateway.routing import BackendView
@@ -99,7 +99,8 @@ class GatewayRuntime:
         self.metrics = metrics
         self.accounts = accounts
         self.tenants = TenantRegistry(policy.tenants)
-        self.limiter = TenantLimiter()
+        self.limiter: Limiter = (RedisTenantLimiter(policy.gateway.redis_url) if policy.gateway.redis_url
+                                 else TenantLimiter())
         self.class_order = policy.class_names()
         self._counters = counters
         self.backends: dict[str, BackendState] = {}
@@ -165,6 +166,7 @@ class GatewayRuntime:
                 await closer()
         for state in self.backends.values():
             await state.client.aclose()
+        await self.limiter.aclose()
         self.audit.close()
 
     async def _refresh_loop(self) -> None:
