@@ -1,0 +1,329 @@
+"""Stateful test of I1/I2/I3: three tenants with shared-prefix prompts on a tiny KV pool.
+
+Hypothesis drives the real Scheduler + BlockManager through add / step / abort / stop-string
+finish. Every step simulates the forward pass on a plain Python "KV pool": each page slot records
+which request wrote which token at which position, and the scheduler's scrub list clears pages
+before the forward pass, exactly as the model runner must. After every rule the machine checks,
+against this simulated pool and not only against the ledger:
+
+* I1: every slot a sequence can read holds its own token at its own position, written by itself
+  or by a same-scope request into a page that the ledger calls a sealed prefix page;
+* I2: no mapped page holds a byte written by a request of another scope (or by another request
+  of the same scope, unless the page is a sealed prefix page), at any time it can be read;
+* writes only ever go to pages the writer owns (never into a shared sealed page);
+* no partial allocation: a scheduled sequence has pages for all of its tokens;
+* ledger: ref counts equal the number of block tables holding each page, free + used == pool,
+  generation counters never decrease and advance whenever a page's content changes hands.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from kvfence.engine.block_manager import BlockManager, PageState
+from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.scheduler import Scheduler, SchedulerConfig
+from kvfence.engine.sequence import FinishReason, Sequence, SequenceStatus
+from kvfence.errors import ContextLengthExceededError
+
+SCOPES = [bytes([65 + i]) * 32 for i in range(3)]  # three tenants
+EOS = 0
+VOCAB = 3  # tiny, so equal pages (and so prefix-cache candidates) are frequent
+BASES = [[1, 2, 3, 1] * 16, [2, 2, 1, 3, 3, 1, 1, 2] * 8]  # shared prefixes, across and within scopes
+
+COVERAGE: Counter[str] = Counter()
+
+
+@dataclass(frozen=True)
+class Written:
+    """What one KV slot of the simulated pool holds."""
+
+    writer: str
+    scope: bytes
+    token: int
+    pos: int
+
+
+class EngineIsolationMachine(RuleBasedStateMachine):
+    scrub = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready = False
+
+    @initialize(
+        num_pages=st.integers(4, 12),
+        page_size=st.sampled_from([2, 1, 3, 4]),
+        chunk=st.integers(1, 8),
+        budget=st.integers(2, 16),
+        max_seqs=st.integers(1, 4),
+    )
+    def setup(self, num_pages: int, page_size: int, chunk: int, budget: int, max_seqs: int) -> None:
+        self.bm = BlockManager(num_pages, page_size, scrub=self.scrub)
+        self.max_model_len = num_pages * page_size
+        self.sched = Scheduler(
+            SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget, max_prefill_chunk=chunk),
+            self.bm,
+            max_model_len=self.max_model_len,
+            eos_token_ids=[EOS],
+        )
+        self.pool: list[dict[int, Written]] = [{} for _ in range(num_pages)]
+        self.live: dict[str, Sequence] = {}
+        self.num_added = 0
+        self.ledger_seen = [self._content(p) for p in range(num_pages)]
+        self.ready = True
+
+    def teardown(self) -> None:
+        if self.ready:
+            COVERAGE["preemptions"] += self.sched.num_preemptions
+            COVERAGE["hit_tokens"] += sum(self.bm.prefix_hit_tokens_by_scope.values())
+            COVERAGE["scopes_with_hits"] = max(
+                COVERAGE["scopes_with_hits"], len(self.bm.prefix_hit_tokens_by_scope)
+            )
+
+    # ---- rules -------------------------------------------------------------------------------
+
+    @precondition(lambda self: self.ready)
+    @rule(
+        scope=st.integers(0, 2),
+        base=st.integers(0, 1),
+        ignore_eos=st.booleans(),
+        data=st.data(),
+    )
+    def add(self, scope: int, base: int, ignore_eos: bool, data: st.DataObject) -> None:
+        total = data.draw(st.integers(2, self.max_model_len + 2), label="prompt + max_tokens")
+        max_tokens = data.draw(st.integers(1, min(8, total - 1)), label="max_tokens")
+        prompt_len = total - max_tokens
+        prefix_len = data.draw(st.integers(0, prompt_len), label="shared prefix length")
+        suffix = data.draw(st.lists(st.integers(1, VOCAB), min_size=prompt_len - prefix_len,
+                                    max_size=prompt_len - prefix_len), label="suffix")
+        prompt = BASES[base][:prefix_len] + suffix
+        rid = f"r{self.num_added}"
+        self.num_added += 1
+        seq = Sequence(rid, prompt, SCOPES[scope], SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos))
+        free_before = self.bm.num_free_pages
+        if total > self.max_model_len:  # I3: refused before any allocation
+            with pytest.raises(ContextLengthExceededError):
+                self.sched.add(seq)
+            assert self.bm.num_free_pages == free_before and seq.block_table == []
+            assert self.sched.get(rid) is None
+            COVERAGE["rejected"] += 1
+            return
+        self.sched.add(seq)
+        self.live[rid] = seq
+
+    @precondition(lambda self: self.ready)
+    @rule(scopes=st.lists(st.integers(0, 2), min_size=2, max_size=4), base=st.integers(0, 1))
+    def crowd(self, scopes: list[int], base: int) -> None:
+        """Requests that fit one by one but not together once they decode: forces preemption."""
+        max_tokens = min(8, self.max_model_len // 2)
+        prompt_len = max(1, min(self.max_model_len - max_tokens, self.max_model_len // len(scopes)))
+        for scope in scopes:
+            rid = f"r{self.num_added}"
+            self.num_added += 1
+            params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+            seq = Sequence(rid, BASES[base][:prompt_len], SCOPES[scope], params)
+            self.sched.add(seq)
+            self.live[rid] = seq
+
+    @precondition(lambda self: self.ready)
+    @rule(tokens=st.lists(st.sampled_from([1, 2, 3, EOS]), min_size=1, max_size=6), repeat=st.integers(1, 4))
+    def steps(self, tokens: list[int], repeat: int) -> None:
+        for i in range(repeat):
+            self.step(tokens[i:] + tokens[:i])
+            if i + 1 < repeat:
+                self.isolation_holds()
+
+    def step(self, tokens: list[int]) -> None:
+        was_waiting = {s.request_id for s in self.sched.waiting}
+        out = self.sched.schedule()
+        for page_id in out.scrub_pages:  # the runner zero-fills BEFORE the forward pass (I2)
+            self.pool[page_id].clear()
+        for seq in self.sched.running:  # what the forward pass may read
+            self._check_pages(seq)
+        for item in out.items:
+            seq = item.seq
+            assert len(seq.block_table) >= self.bm.pages_needed(seq.num_tokens), "partial allocation"
+            if seq.request_id in was_waiting:
+                self._note_admission(seq)
+            for pos in range(item.start):  # attention reads the whole prefix through the block table
+                self._check_readable(seq, pos)
+            for pos in range(item.start, item.start + item.num_new_tokens):
+                self._write(seq, pos)
+        sampling = [item.seq.request_id for item in out.items if item.samples]
+        sampled = {rid: tokens[i % len(tokens)] for i, rid in enumerate(sampling)}
+        for seq in self.sched.postprocess(out, sampled):
+            assert seq.is_finished and seq.block_table == [] and seq.finish_reason is not None
+            del self.live[seq.request_id]
+        for seq in out.preempted:
+            assert seq.status is SequenceStatus.WAITING and seq.block_table == []
+
+    @precondition(lambda self: self.ready and bool(self.live))
+    @rule(tokens=st.lists(st.sampled_from([1, 2, 3, EOS]), min_size=1, max_size=6))
+    def drain(self, tokens: list[int]) -> None:
+        """Liveness: every admitted request finishes, preempted ones included, with a full pool."""
+        for i in range(2000):
+            if not self.sched.has_unfinished():
+                break
+            self.step(tokens[i % len(tokens) :] + tokens[: i % len(tokens)])
+            self.isolation_holds()
+        assert not self.live and not self.sched.has_unfinished(), f"stuck: {self.live}"
+        assert self.bm.num_used_pages == 0
+
+    @precondition(lambda self: self.ready and bool(self.live))
+    @rule(data=st.data())
+    def abort(self, data: st.DataObject) -> None:
+        rid = data.draw(st.sampled_from(sorted(self.live)))
+        seq = self.sched.abort(rid)
+        assert seq is self.live.pop(rid)
+        assert seq.block_table == [] and seq.finish_reason is FinishReason.ABORT
+
+    @precondition(lambda self: self.ready and bool(self.sched.running))
+    @rule(data=st.data())
+    def stop_string(self, data: st.DataObject) -> None:
+        seq = data.draw(st.sampled_from(self.sched.running))
+        self.sched.finish(seq, FinishReason.STOP)
+        del self.live[seq.request_id]
+        assert seq.block_table == []
+
+    # ---- checks ------------------------------------------------------------------------------
+
+    @invariant()
+    def isolation_holds(self) -> None:
+        if not self.ready:
+            return
+        self.bm.check_invariants()
+        refs: Counter[int] = Counter()
+        for seq in self.live.values():
+            refs.update(seq.block_table)
+            if seq.block_table:
+                self.bm.verify(seq)
+                self._check_pages(seq)
+            else:
+                assert seq.status is SequenceStatus.WAITING
+        for page_id in range(self.bm.num_pages):
+            assert self.bm.page_info(page_id).ref_count == refs[page_id]
+        assert self.bm.num_free_pages + self.bm.num_used_pages == self.bm.num_pages
+        assert self.bm.num_used_pages == len(refs)
+        self._check_generations()
+
+    def _content(self, page_id: int) -> tuple[int, PageState, object]:
+        info = self.bm.page_info(page_id)
+        holder = info.owner if info.state is PageState.OWNED else info.content_hash
+        return info.generation, info.state, holder
+
+    def _check_generations(self) -> None:
+        for page_id in range(self.bm.num_pages):
+            old_gen, old_state, old_holder = self.ledger_seen[page_id]
+            gen, state, holder = now = self._content(page_id)
+            assert gen >= old_gen, f"page {page_id}: generation went back"
+            # without a new generation a page may only be taken from the free list (its content
+            # was retired, with a bump, when it was freed) or be sealed by its writer
+            same_content = (old_state, state) in {
+                (PageState.FREE, PageState.OWNED),
+                (PageState.OWNED, PageState.CACHED),
+                (PageState.FREE, PageState.CACHED),  # both within one step
+            }
+            if gen == old_gen and holder != old_holder and not same_content:
+                raise AssertionError(f"page {page_id} changed hands without a new generation")
+            self.ledger_seen[page_id] = now
+
+    def _check_pages(self, seq: Sequence) -> None:
+        """I1 + I2 on the simulated pool: nothing foreign in any page ``seq`` maps."""
+        ps = self.bm.page_size
+        for index, page_id in enumerate(seq.block_table):
+            info = self.bm.page_info(page_id)
+            for slot, w in self.pool[page_id].items():
+                own = w.writer == seq.request_id
+                shared = info.state is PageState.CACHED and info.scope_key == seq.scope_key == w.scope
+                assert own or shared, f"page {page_id} of {seq.request_id} holds bytes of {w.writer}"
+                pos = index * ps + slot
+                if pos < seq.num_computed_tokens:
+                    assert (w.pos, w.token) == (pos, seq.token_ids[pos])
+            for pos in range(index * ps, min((index + 1) * ps, seq.num_computed_tokens)):
+                self._check_readable(seq, pos)
+
+    def _check_readable(self, seq: Sequence, pos: int) -> None:
+        page_id = seq.block_table[pos // self.bm.page_size]
+        w = self.pool[page_id].get(pos % self.bm.page_size)
+        assert w is not None, f"{seq.request_id} reads unwritten KV at {pos} (page {page_id})"
+        assert (w.pos, w.token) == (pos, seq.token_ids[pos])
+        if w.writer != seq.request_id:
+            info = self.bm.page_info(page_id)
+            assert info.state is PageState.CACHED and info.scope_key == seq.scope_key == w.scope
+
+    def _write(self, seq: Sequence, pos: int) -> None:
+        page_id = seq.block_table[pos // self.bm.page_size]
+        info = self.bm.page_info(page_id)
+        assert info.state is PageState.OWNED and info.owner == seq.request_id, "write into a shared page"
+        self.pool[page_id][pos % self.bm.page_size] = Written(seq.request_id, seq.scope_key, seq.token_ids[pos], pos)
+
+    def _note_admission(self, seq: Sequence) -> None:
+        if seq.num_cached_tokens:
+            COVERAGE["admissions_with_hits"] += 1
+        first = tuple(seq.token_ids[: self.bm.page_size])
+        for page_id in range(self.bm.num_pages):
+            info = self.bm.page_info(page_id)
+            if info.state is PageState.CACHED and info.tokens == first and info.scope_key != seq.scope_key:
+                COVERAGE["cross_scope_candidates"] += 1  # the other tenant's equal page was there
+                assert page_id not in seq.block_table
+                break
+
+
+def test_isolation_state_machine() -> None:
+    COVERAGE.clear()
+    run_state_machine_as_test(
+        EngineIsolationMachine,
+        settings=settings(
+            max_examples=80,
+            stateful_step_count=40,
+            deadline=None,
+            derandomize=True,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
+    # the run really exercised what it claims to check
+    assert COVERAGE["preemptions"] > 0
+    assert COVERAGE["admissions_with_hits"] > 0 and COVERAGE["scopes_with_hits"] >= 2
+    assert COVERAGE["cross_scope_candidates"] > 0
+    assert COVERAGE["rejected"] > 0
+
+
+@pytest.mark.slow
+def test_isolation_state_machine_long() -> None:
+    run_state_machine_as_test(
+        EngineIsolationMachine,
+        settings=settings(
+            max_examples=1500, stateful_step_count=80, deadline=None, suppress_health_check=list(HealthCheck)
+        ),
+    )
+
+
+class UnscrubbedMachine(EngineIsolationMachine):
+    scrub = False
+
+
+def test_the_checker_catches_stale_bytes_when_scrubbing_is_off() -> None:
+    """Proof that the pool checks can fail: with the unsafe switch, I2 breaks and is caught."""
+    with pytest.raises(AssertionError, match="holds bytes of"):
+        run_state_machine_as_test(
+            UnscrubbedMachine,
+            settings=settings(
+                max_examples=200, stateful_step_count=40, deadline=None, derandomize=True,
+                suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+                phases=[Phase.generate],  # shrinking the found counterexample costs time, proves nothing
+            ),
+        )
