@@ -30,6 +30,11 @@ class DisaggConfig:
     handoff_timeout_s: float = 60.0
     connect_timeout_s: float = 180.0
 
+    @property
+    def max_num_seqs(self) -> int:
+        """The decode side's batch limit (the server sizes its queue from it)."""
+        return self.engine.max_num_seqs
+
     def __post_init__(self) -> None:
         if self.prefill is not None and self.prefill_address is not None:
             raise ConfigError("give either a prefill config (spawn a worker) or prefill_address (connect), not both")
