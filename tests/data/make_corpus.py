@@ -320,7 +320,7 @@ TEMPLATES: list[tuple[str, str]] = [
     ("code", "def checksum(data):\n    return hashlib.sha256(data).hexdigest()  # e.g. {SHA}\n"),
     ("code", "API_KEY = os.environ['API_KEY']\nTOKEN = os.getenv('TOKEN')\npassword = None  # set at runtime"),
     ("code", "const id = '{UUID}';\nconst version = '{VERSION}';\nconsole.log(`build ${{id}}`);"),
-    ("code", "# sample from the docs, not a real key\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\npassword: ********"),
+    ("code", "# fill these in from the vault, never commit them\naws_access_key_id = ${{AWS_KEY_ID}}\npassword: ********"),
     ("code", "OPENAI_API_KEY=sk-...your-key-here...\nANTHROPIC_API_KEY=<your key>\nSTRIPE_KEY=${{STRIPE_KEY}}"),
     ("code", "headers = {{'X-Api-Key': '{GENERIC}', 'Accept': 'application/json'}}"),
     ("code", "webhook_secret: {GENERIC}\nretry_count: 5\ntimeout_s: 30"),

@@ -21,6 +21,9 @@ POSITIVES = [
     ("Write to maria.lopez+billing@northwind-traders.co.uk today", "EMAIL_ADDRESS", "maria.lopez+billing@northwind-traders.co.uk"),
     ("call (415) 555-0132 after 5pm", "PHONE_NUMBER", "(415) 555-0132"),
     ("my cell is 212.555.0199", "PHONE_NUMBER", "212.555.0199"),
+    ("call me at 123-456-7890 tonight", "PHONE_NUMBER", "123-456-7890"),
+    ("(555) 123-4567 is the desk", "PHONE_NUMBER", "(555) 123-4567"),
+    ("SSN 123-45-6789 (the famous sample) still leaves no gateway", "US_SSN", "123-45-6789"),
     ("WhatsApp +44 7700 900123 please", "PHONE_NUMBER", "+44 7700 900123"),
     ("Tel.: +49 30 901820", "PHONE_NUMBER", "+49 30 901820"),
     ("appelle-moi au tel 06 12 34 56 78", "PHONE_NUMBER", "06 12 34 56 78"),
@@ -59,6 +62,7 @@ NEGATIVES = [
     "OID 1.3.6.1.4.1.311",
     "phone field left blank: 000-000-0000",
     "SSN 000-12-3456 is invalid",
+    "part number 123-456-7890 in the catalogue",  # no phone word nearby
     "bank code DE00 1234 5678 9012 3456 78 (bad checksum)",
     "the module at 0x0000000000000000000000000000000000000000",
     "decorator @app.route and npm package left-pad@1.3.0",

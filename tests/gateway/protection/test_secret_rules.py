@@ -26,7 +26,7 @@ CASES: dict[str, tuple[str, str, str]] = {
         "the css class sk-button-primary-large-rounded-corners is styled"),
     "aws_access_key_id": (
         "aws_access_key_id = AKIA4QZ7XWJ2LTRN5KDM", "AKIA4QZ7XWJ2LTRN5KDM",
-        "docs use aws_access_key_id = AKIAIOSFODNN7EXAMPLE as the sample"),
+        "arn:aws:iam::123456789012:role/AKIA-importer is a role, not a key"),
     "aws_secret_key": (
         "aws_secret_access_key = Wk3pR8vT2nQ9xZ5mL7bC4yH1dF6gJ0sA2eU8iO3t",
         "Wk3pR8vT2nQ9xZ5mL7bC4yH1dF6gJ0sA2eU8iO3t",
@@ -113,11 +113,12 @@ def test_false_positive(name: str) -> None:
 
 
 @pytest.mark.parametrize("value", ["<your-key>", "${TOKEN}", "xxxxxxxx", "********", "changeme", "None",
-                                   "os.environ['X']", "YOUR_API_KEY", "AKIAIOSFODNN7EXAMPLE"])
+                                   "os.environ['X']", "YOUR_API_KEY", "your-secret-here", "password"])
 def test_placeholders_are_not_secrets(value: str) -> None:
     assert is_placeholder_value(value)
 
 
-@pytest.mark.parametrize("value", ["Tr0ub4dor&3x", "a8Fj3kLq9Zx2Wm7Rt4Vb6Nc1Hd5Gs0Pe", "hunter22"])
+@pytest.mark.parametrize("value", ["Tr0ub4dor&3x", "a8Fj3kLq9Zx2Wm7Rt4Vb6Nc1Hd5Gs0Pe", "hunter22", "secret123",
+                                   "MyS3cretPass", "password1!", "AKIAIOSFODNN7EXAMPLE"])
 def test_real_values_are_not_placeholders(value: str) -> None:
     assert not is_placeholder_value(value)

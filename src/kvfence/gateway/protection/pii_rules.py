@@ -21,7 +21,8 @@ __all__ = ["PII_ENTITIES", "PII_RULES", "RESTRICTED_PII"]
 _PII = Category.PII
 
 _PHONE_CONTEXT = ("phone", "tel", "call", "mobile", "cell", "ring", "whatsapp", "sms", "text me", "fax",
-                  "contact", "reach", "number", "dial", "handy", "telefon", "portable", "landline")
+                  "contact", "reach", "my number", "number is", "dial", "handy", "telefon", "portable",
+                  "landline")
 # Dotted numbers after these words are versions or section numbers, not IPv4 addresses.
 _VERSION_BEFORE = re.compile(r"(?:\bv|version|ver\.?|release|build|firmware|rev\.?|oid|section|chapter|step|clause"
                              r"|item|§|/)\s*[:=]?\s*$")
@@ -90,8 +91,13 @@ PII_RULES: list[Rule] = [
          score=1.0, hints=("@",), reject_value=_is_placeholder_email, anchor=_AT,
          reject_before=_MESSAGE_ID_BEFORE),
     Rule("phone_nanp", "PHONE_NUMBER", _PII,
-         re.compile(r"(?<![\w+-])(?:\+?1[ .-]?)?(?:\([2-9]\d{2}\)[ .-]?|[2-9]\d{2}[ .-])[2-9]\d{2}[ .-]\d{4}(?![\w-])"),
+         re.compile(r"(?<![\w+-])(?:\+?1[ .-]?)?(?:\([2-9]\d{2}\)[ .-]?|[2-9]\d{2}[ .-])\d{3}[ .-]\d{4}(?![\w-])"),
          score=0.85, validate=_phone_possible, anchor=_DIGITS),
+    Rule("phone_334_context", "PHONE_NUMBER", _PII,
+         # 123-456-7890 and friends: not dialable in the NANP, but what people write as "my number".
+         re.compile(r"(?<![\w+-])\(?\d{3}\)?[ .-]\d{3}[ .-]\d{4}(?![\w-])"),
+         score=0.6, validate=lambda value: len(set(v.digits_of(value))) > 2, context=_PHONE_CONTEXT,
+         needs_context=True, anchor=_DIGITS),
     Rule("phone_nanp_context", "PHONE_NUMBER", _PII,
          re.compile(r"(?<![\w+-])1?[2-9]\d{2}[2-9]\d{6}(?![\w-])"),
          score=0.7, validate=_phone_possible, context=_PHONE_CONTEXT, needs_context=True, anchor=_DIGITS),

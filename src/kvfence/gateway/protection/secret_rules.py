@@ -26,9 +26,9 @@ _PLACEHOLDER = re.compile(
       | (?:x+|\*+|\.+|-+|_+|0+|\#+)       # xxxx, ****, ...
       | (?:process\.env|os\.environ|os\.getenv|env|getenv|config|settings|secrets|vault)\b.*
       | (?:none|null|nil|true|false|undefined|empty|string|str|bytes|int|required|optional)
-      | .*example.*                      # AKIAIOSFODNN7EXAMPLE and friends from vendor docs
-      | (?:your|my|the|some|example|sample|dummy|fake|test|placeholder|insert|enter|replace|redacted
-          |changeme|change_me|secret|password|passwd|token|api[_-]?key|todo|tbd|xxx)[\w.-]*
+      | (?:your|my|the|some|example|sample|dummy|fake|test|insert|enter|replace)[_-][\w.-]*  # your-api-key
+      | (?:placeholder|redacted|changeme|change_me|todo|tbd|xxx)[\w.-]*
+      | (?:secret|password|passwd|token|api[_-]?key|test|example|sample|dummy|fake)   # the bare word
     )$""",
     re.IGNORECASE | re.VERBOSE,
 )
@@ -83,7 +83,7 @@ SECRET_RULES: list[Rule] = [
          score=1.0, hints=("sk-",), validate=lambda s: v.shannon_entropy(s) >= 3.5 and any(c.isdigit() for c in s)),
     Rule("aws_access_key_id", "AWS_ACCESS_KEY", _SECRET,
          re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z2-7]{16}(?![A-Za-z0-9])"),
-         score=1.0, validate=lambda s: "EXAMPLE" not in s),
+         score=1.0),
     Rule("aws_secret_key", "AWS_SECRET_KEY", _SECRET,
          re.compile(r"aws[\w.-]{0,24}?(?:secret|sk)[\w.-]{0,24}?" + _ASSIGN + r"(?P<value>[a-z0-9/+]{40})(?![a-z0-9/+=])"),
          score=1.0, group="value", hints=("aws",), validate=_aws_secret_ok, on_lowered=True),

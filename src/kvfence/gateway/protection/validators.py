@@ -111,8 +111,9 @@ def us_ssn_ok(text: str) -> bool:
     area, group, serial = digits[:3], digits[3:5], digits[5:]
     if area in ("000", "666") or area[0] == "9" or group == "00" or serial == "0000":
         return False
-    # Publicly burned numbers (advertising samples) and all-same digits.
-    return digits not in ("078051120", "219099999", "123456789") and len(set(digits)) > 1
+    # Structural rules only: the well-known sample numbers (123-45-6789 ...) are what test data and
+    # careless users write, and a gateway should still keep them from leaving.
+    return len(set(digits)) > 1
 
 
 _NINO_BAD_PREFIX = {"BG", "GB", "NK", "KN", "TN", "NT", "ZZ"}
