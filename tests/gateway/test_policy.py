@@ -135,3 +135,11 @@ def test_sample_policy_is_valid() -> None:
     names = policy.class_names()
     for expected in ("public", "internal", "board", "hr"):
         assert expected in names
+
+
+def test_protection_blocks_are_checked_with_lines() -> None:
+    pytest.importorskip("kvfence.gateway.protection.config")
+    text = GOOD.replace("    allowed_tiers: [shared, dedicated]\n",
+                        "    allowed_tiers: [shared, dedicated]\n    protection: {pii: scramble}\n")
+    message = _error(text)
+    assert "p.yaml:6:" in message and "data_classes[0].protection.pii" in message

@@ -19,7 +19,7 @@ import click
 
 from kvfence.errors import ConfigError
 
-__all__ = ["gateway"]
+__all__ = ["audit_url_for", "gateway"]
 
 EXTENSION_MODULES = ("kvfence.gateway.protection.cli",)
 
@@ -147,7 +147,8 @@ def _since(value: str | None) -> float | None:
     return time.time() - float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
 
 
-def _audit_url(config: Path | None, audit_log: str | None) -> str:
+def audit_url_for(config: Path | None, audit_log: str | None) -> str:
+    """The audit-log URL from ``--audit-log`` or else the policy's ``gateway.audit_log``."""
     if audit_log:
         return audit_log
     if config is None:
@@ -156,6 +157,9 @@ def _audit_url(config: Path | None, audit_log: str | None) -> str:
     from kvfence.gateway.runtime import _resolve_sqlite
 
     return _resolve_sqlite(load_policy(config).gateway.audit_log, config.parent)
+
+
+_audit_url = audit_url_for  # kept for kvfence.gateway.protection.cli
 
 
 @gateway.command("log")
@@ -176,7 +180,7 @@ def log_command(config: Path | None, audit_log: str | None, tenant: str | None, 
     """Query the audit log of decisions (newest first); it holds no prompt text."""
     from kvfence.gateway.audit_log import open_audit_log
 
-    url = _audit_url(config, audit_log)
+    url = audit_url_for(config, audit_log)
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         raise ConfigError(f"no audit log at {url.removeprefix('sqlite:///')} (has the gateway run yet?)")
     audit = open_audit_log(url)

@@ -202,6 +202,7 @@ def _cross_checks(policy: Policy, base_dir: Path | None) -> list[tuple[Loc, str]
             if backend.models and model not in backend.models:
                 out.append(((*where, "model_map", model), f"model {model!r} is mapped but not in `models`"))
 
+    out += _protection_checks(policy)
     for i, data_class in enumerate(policy.data_classes):
         where = ("data_classes", i)
         if not any(b.tier in data_class.allowed_tiers for b in policy.backends):
@@ -212,4 +213,23 @@ def _cross_checks(policy: Policy, base_dir: Path | None) -> list[tuple[Loc, str]
         for j, pattern in enumerate(data_class.over_cap.retrieved_names):
             if not pattern or fnmatch.translate(pattern) == fnmatch.translate(""):
                 out.append(((*where, "over_cap", "retrieved_names", j), "empty pattern"))
+    return out
+
+
+def _protection_checks(policy: Policy) -> list[tuple[Loc, str]]:
+    """The protection blocks' own schema, when that part is installed, so its errors get lines too."""
+    try:
+        from kvfence.gateway.protection.config import ClassProtection, ProtectionConfig
+    except ImportError:
+        return []
+    out: list[tuple[Loc, str]] = []
+    blocks: list[tuple[Loc, Any, dict[str, Any]]] = [(("gateway", "protection"), ProtectionConfig,
+                                                      policy.gateway.protection)]
+    blocks += [(("data_classes", i, "protection"), ClassProtection, c.protection)
+               for i, c in enumerate(policy.data_classes)]
+    for where, model, raw in blocks:
+        try:
+            model.model_validate(raw)
+        except ValidationError as exc:
+            out += [((*where, *error["loc"]), _pydantic_message(error)) for error in exc.errors()]
     return out
