@@ -6,7 +6,8 @@ default pattern recognizers and detect-secrets alone, measured in the same run.
 Matching: a prediction matches a true span of the same category (personal data or secret) when
 they overlap by at least half of the longer of the two. Recall is per true type; precision per
 predicted category (a detector's own type names differ, so precision by our type is not defined
-for the peers). Presidio's default registry is run offline (blank spaCy pipeline, tldextract's
+for the peers). detect-secrets reports lines, so it is scored per line (a secret is found when its
+line is reported; a reported line is right when it holds a secret). Presidio's default registry is run offline (blank spaCy pipeline, tldextract's
 bundled suffix list) and only its entity types that have a counterpart in the corpus are counted
 (DATE_TIME, URL, PERSON ... would otherwise count as false positives against labels we never drew).
 """
@@ -45,12 +46,15 @@ def load(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def matches(a: tuple[int, int], b: tuple[int, int]) -> bool:
+def matches(a: tuple[int, int], b: tuple[int, int], lenient: bool = False) -> bool:
     overlap = min(a[1], b[1]) - max(a[0], b[0])
+    if lenient:
+        return overlap > 0
     return overlap > 0 and overlap >= 0.5 * max(a[1] - a[0], b[1] - b[0])
 
 
-def score(rows: list[dict[str, Any]], predict: Callable[[str], list[Span]], categories: set[str]) -> dict[str, Any]:
+def score(rows: list[dict[str, Any]], predict: Callable[[str], list[Span]], categories: set[str],
+          lenient: bool = False) -> dict[str, Any]:
     hits: dict[str, int] = defaultdict(int)
     totals: dict[str, int] = defaultdict(int)
     tp: dict[str, int] = defaultdict(int)
@@ -64,14 +68,14 @@ def score(rows: list[dict[str, Any]], predict: Callable[[str], list[Span]], cate
         preds = [p for p in predict(text) if category(p[2]) in categories]
         for s, e, t in truth:
             totals[t] += 1
-            if any(category(p[2]) == category(t) and matches((s, e), (p[0], p[1])) for p in preds):
+            if any(category(p[2]) == category(t) and matches((s, e), (p[0], p[1]), lenient) for p in preds):
                 hits[t] += 1
             elif len(missed_examples) < 25:
                 missed_examples.append(f"{t}: {text[s:e]!r}")
         for p in preds:
             cat = category(p[2])
             predicted[cat] += 1
-            if any(category(t) == cat and matches((s, e), (p[0], p[1])) for s, e, t in truth):
+            if any(category(t) == cat and matches((s, e), (p[0], p[1]), lenient) for s, e, t in truth):
                 tp[cat] += 1
             elif len(false_examples) < 25:
                 false_examples.append(f"{p[2]}: {text[p[0]:p[1]]!r}")
@@ -124,7 +128,8 @@ def presidio_predictor() -> Callable[[str], list[Span]]:
 
 
 def detect_secrets_predictor() -> Callable[[str], list[Span]]:
-    """detect-secrets as its CLI runs it (`detect-secrets scan FILE`): default plugins and filters."""
+    """detect-secrets as its CLI runs it (`detect-secrets scan FILE`): default plugins and filters; one
+    span per reported line."""
     import os
     import tempfile
 
@@ -145,13 +150,10 @@ def detect_secrets_predictor() -> Callable[[str], list[Span]]:
         for line in lines:
             starts.append(starts[-1] + len(line) + 1)
         spans: list[Span] = []
-        for _, secret in collection:
-            value = secret.secret_value or ""
-            line = lines[secret.line_number - 1] if 0 < secret.line_number <= len(lines) else ""
-            at = line.find(value) if value else -1
-            if at >= 0:
-                base = starts[secret.line_number - 1]
-                spans.append((base + at, base + at + len(value), "GENERIC_SECRET"))
+        for line_number in sorted({secret.line_number for _, secret in collection}):
+            if 0 < line_number <= len(lines):
+                spans.append((starts[line_number - 1], starts[line_number - 1] + len(lines[line_number - 1]),
+                              "GENERIC_SECRET"))
         return spans
 
     return predict
@@ -163,7 +165,9 @@ def evaluate(corpus: Path) -> dict[str, Any]:
         "texts": len(rows),
         "kvfence": score(rows, kvfence_predictor(), {"pii", "secret"}),
         "presidio_default": score(rows, presidio_predictor(), {"pii"}),
-        "detect_secrets": score(rows, detect_secrets_predictor(), {"secret"}),
+        # detect-secrets reports lines (and for some plugins only a prefix of the token as the value),
+        # so it is scored per line: a secret counts as found if its line is reported.
+        "detect_secrets": score(rows, detect_secrets_predictor(), {"secret"}, lenient=True),
     }
 
 
