@@ -195,3 +195,20 @@ def test_bad_configuration_is_a_config_error() -> None:
 
 def test_disabled_protection_builds_no_hook() -> None:
     assert build_hooks(make_policy({"enabled": False}), incidents=Incidents()) == []
+
+
+def test_configured_canaries_only_for_their_tenant() -> None:
+    policy = make_policy()
+    policy = Policy.model_validate({**policy.model_dump(mode="json"), "tenants": [
+        {"name": "acme-key", "key_sha256": "0" * 64, "organization": "acme", "default_class": "public",
+         "canaries": ["ACME-CANARY-7731"]}]})
+    hook, incidents = make_hook(policy)
+    a = ctx("acme")
+    out = run(hook.on_request(a, chat("hi")))
+    assert "ACME-CANARY-7731" in out["messages"][0]["content"]
+    b = ctx("globex")
+    out = run(hook.on_request(b, chat("hello")))
+    assert out["messages"] == [{"role": "user", "content": "hello"}]  # no canary for globex
+    with pytest.raises(LeakSuspected):
+        answer_through(hook, b, "the code is ACME-CANARY-7731 ok")
+    assert incidents.rows[-1]["tenants"] == ["globex", "acme"]
