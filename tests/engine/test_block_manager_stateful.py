@@ -108,12 +108,18 @@ class EngineIsolationMachine(RuleBasedStateMachine):
         max_tokens = data.draw(st.integers(1, min(8, total - 1)), label="max_tokens")
         prompt_len = total - max_tokens
         prefix_len = data.draw(st.integers(0, prompt_len), label="shared prefix length")
-        suffix = data.draw(st.lists(st.integers(1, VOCAB), min_size=prompt_len - prefix_len,
-                                    max_size=prompt_len - prefix_len), label="suffix")
+        suffix = data.draw(
+            st.lists(
+                st.integers(1, VOCAB), min_size=prompt_len - prefix_len, max_size=prompt_len - prefix_len
+            ),
+            label="suffix",
+        )
         prompt = BASES[base][:prefix_len] + suffix
         rid = f"r{self.num_added}"
         self.num_added += 1
-        seq = Sequence(rid, prompt, SCOPES[scope], SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos))
+        seq = Sequence(
+            rid, prompt, SCOPES[scope], SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos)
+        )
         free_before = self.bm.num_free_pages
         if total > self.max_model_len:  # I3: refused before any allocation
             with pytest.raises(ContextLengthExceededError):
@@ -269,7 +275,9 @@ class EngineIsolationMachine(RuleBasedStateMachine):
         page_id = seq.block_table[pos // self.bm.page_size]
         info = self.bm.page_info(page_id)
         assert info.state is PageState.OWNED and info.owner == seq.request_id, "write into a shared page"
-        self.pool[page_id][pos % self.bm.page_size] = Written(seq.request_id, seq.scope_key, seq.token_ids[pos], pos)
+        self.pool[page_id][pos % self.bm.page_size] = Written(
+            seq.request_id, seq.scope_key, seq.token_ids[pos], pos
+        )
 
     def _note_admission(self, seq: Sequence) -> None:
         if seq.num_cached_tokens:
@@ -322,8 +330,12 @@ def test_the_checker_catches_stale_bytes_when_scrubbing_is_off() -> None:
         run_state_machine_as_test(
             UnscrubbedMachine,
             settings=settings(
-                max_examples=200, stateful_step_count=40, deadline=None, derandomize=True,
-                suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+                max_examples=200,
+                stateful_step_count=40,
+                deadline=None,
+                derandomize=True,
+                suppress_health_check=list(HealthCheck),
+                report_multiple_bugs=False,
                 phases=[Phase.generate],  # shrinking the found counterexample costs time, proves nothing
             ),
         )

@@ -18,11 +18,11 @@ def make_seq(rid: str, n: int, max_tokens: int = 4, **kw: object) -> Sequence:
     return Sequence(rid, [10 + i for i in range(n)], SCOPE, SamplingParams(max_tokens=max_tokens, **kw))  # type: ignore[arg-type]
 
 
-def make_scheduler(
-    num_pages: int = 16, page_size: int = 4, max_model_len: int = 64, **cfg: int
-) -> Scheduler:
+def make_scheduler(num_pages: int = 16, page_size: int = 4, max_model_len: int = 64, **cfg: int) -> Scheduler:
     return Scheduler(
-        SchedulerConfig(**cfg), BlockManager(num_pages, page_size), max_model_len=max_model_len,
+        SchedulerConfig(**cfg),
+        BlockManager(num_pages, page_size),
+        max_model_len=max_model_len,
         eos_token_ids=[EOS],
     )
 

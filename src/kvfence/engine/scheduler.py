@@ -122,7 +122,9 @@ class Scheduler:
     def add(self, seq: Sequence) -> None:
         """Queue a new sequence; raises (I3) before anything is allocated when it cannot fit."""
         if seq.request_id in self._by_id:
-            raise InvalidParameterError(f"request id {seq.request_id!r} is already in use", param="request_id")
+            raise InvalidParameterError(
+                f"request id {seq.request_id!r} is already in use", param="request_id"
+            )
         if seq.block_table or seq.status is not SequenceStatus.WAITING:
             raise ValueError(f"sequence {seq.request_id!r} is not new")
         self.check_admissible(seq.num_prompt_tokens, seq.params.max_tokens)
