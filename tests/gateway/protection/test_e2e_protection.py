@@ -138,3 +138,34 @@ def test_block_action_is_a_400(gw: Gateway) -> None:
         c.chat.completions.create(model="m", messages=[{"role": "user", "content": "mail bo@acme.io"}])
     c.close()
     assert "EMAIL_ADDRESS" in str(caught.value)
+
+
+@pytest.mark.redis
+def test_two_replicas_share_the_fingerprint_index_in_redis(backend: LeakyBackend, redis_url: str,
+                                                            tmp_path_factory: pytest.TempPathFactory) -> None:
+    policy = {
+        "gateway": {"audit_log": f"sqlite:///{tmp_path_factory.mktemp('replica-audit') / 'audit.db'}",
+                    "capacity_refresh_s": 0,
+                    "protection": {"leak": {"index": "redis", "redis_url": redis_url,
+                                            "redis_prefix": "kvfence-e2e-replicas:"}}},
+        "data_classes": [{"name": "internal", "allowed_tiers": ["shared"]}],
+        "backends": [{"name": "leaky", "url": backend.url, "tier": "shared", "capacity": "policy",
+                      "facts": {"advertised_context": 8192, "kv_capacity_tokens": 8192}}],
+        "tenants": [{"name": f"{org}-key", "key_sha256": hash_api_key(KEYS[org]), "organization": org,
+                     "default_class": "internal"} for org in ("acme", "globex")],
+    }
+    env = {"KVFENCE_GATEWAY_SECRET": "replica-shared-secret-0123456789"}
+    replica1 = Gateway(policy, tmp_path_factory.mktemp("replica1"), env=env)
+    replica2 = Gateway(policy, tmp_path_factory.mktemp("replica2"), env=env)
+    try:
+        backend.mode("benign")
+        secret = ("Payroll export for March: the head of sales Ingrid Solberg receives a retention bonus of "
+                  "ninety thousand kroner, approved by the board, not yet announced to the team.")
+        chat(replica1, "acme", secret)
+        backend.mode("leak")
+        with pytest.raises(openai.APIStatusError) as caught:
+            chat(replica2, "globex", "Any news today?")
+        assert caught.value.status_code == 502
+    finally:
+        replica1.stop()
+        replica2.stop()
