@@ -215,5 +215,4 @@ def test_verify_catches_a_foreign_page() -> None:
     a.block_table[1] = b.block_table[1]
     with pytest.raises(IsolationViolation, match="I1"):
         bm.verify(a)
-    with pytest.raises(IsolationViolation):
-        bm.check_invariants()
+    bm.check_invariants()  # the ledger keeps its own copy of each table: it is not corrupted

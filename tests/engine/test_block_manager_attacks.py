@@ -161,18 +161,39 @@ def test_verify_catches_free_and_duplicate_pages() -> None:
         bm.verify(seq)
 
 
-def test_releasing_a_page_not_held_is_refused() -> None:
+def test_a_same_scope_equal_page_mapped_without_a_reference_is_caught() -> None:
+    bm = BlockManager(32, PS)
+    first = make_seq("first", [*SYSTEM_PROMPT, 1], ORG_A)
+    prefill(bm, first)
+    second = make_seq("second", [*SYSTEM_PROMPT, 1], ORG_A)
+    bm.allocate(second)
+    assert second.block_table[:3] == first.block_table[:3]
+    second.block_table[3] = first.block_table[3]  # first's own tail page: not sealed (5th token)
+    with pytest.raises(IsolationViolation, match="owner 'first'"):
+        bm.verify(second)
+
+
+def test_tampered_block_table_cannot_free_foreign_pages(caplog: pytest.LogCaptureFixture) -> None:
+    """Release follows the ledger's copy of the table, so an abort after an incident is safe."""
     bm = BlockManager(8, PS)
     a, b = make_seq("a", [1, 2, 3], ORG_A), make_seq("b", [1, 2, 3], ORG_B)
     bm.allocate(a)
     bm.allocate(b)
+    b_real = list(b.block_table)
     b.block_table = list(a.block_table)
-    with pytest.raises(IsolationViolation, match="does not hold"):
+    with caplog.at_level(logging.ERROR):
         bm.deallocate(b)
+    assert "differs from the ledger" in caplog.text
+    assert b.block_table == []
+    assert all(bm.page_info(p).owner == "a" for p in a.block_table)
+    assert all(bm.page_info(p).state is PageState.FREE for p in b_real)
+    bm.check_invariants()
+    bm.verify(a)
     stranger = make_seq("stranger", [1], ORG_B)
     stranger.block_table = [5]
-    with pytest.raises(IsolationViolation, match="never gave"):
-        bm.deallocate(stranger)
+    bm.deallocate(stranger)  # never allocated: nothing to release, nothing released
+    assert stranger.block_table == [] and bm.num_free_pages == 7
+    bm.check_invariants()
 
 
 def test_freed_pages_are_scrubbed_before_another_tenant_maps_them() -> None:

@@ -105,7 +105,9 @@ class BlockManager:
         self._lru: OrderedDict[int, None] = OrderedDict()  # cached pages nobody maps, oldest first
         self._cache: dict[bytes, int] = {}  # prefix hash -> cached page
         self._scrub_pending: dict[int, None] = {}  # ordered set
-        self._seqs: dict[str, Sequence] = {}  # sequences that hold pages
+        # The ledger's own copy of every block table: release and sealing follow it, so a
+        # corrupted Sequence.block_table can never free or seal a page it was not given.
+        self._tables: dict[str, list[int]] = {}
         self._chain: dict[str, list[bytes]] = {}  # per request: hashes of its pages so far
         self.prefix_hit_tokens_by_scope: dict[bytes, int] = {}
 
@@ -176,7 +178,7 @@ class BlockManager:
 
         All or nothing: raises CapacityError (before touching anything) when the pages don't fit.
         """
-        if seq.block_table or seq.request_id in self._seqs:
+        if seq.block_table or seq.request_id in self._tables:
             raise ValueError(f"sequence {seq.request_id!r} already holds pages")
         hits = self._match_prefix(seq)
         revived = sum(1 for page_id, _ in hits if self._pages[page_id].ref_count == 0)
@@ -194,10 +196,10 @@ class BlockManager:
             block_table.append(page_id)
         for _ in range(fresh):
             block_table.append(self._take_fresh_page(seq.request_id))
-        seq.block_table = block_table
+        seq.block_table = list(block_table)
         seq.num_cached_tokens = len(hits) * self.page_size
         seq.num_computed_tokens = seq.num_cached_tokens
-        self._seqs[seq.request_id] = seq
+        self._tables[seq.request_id] = block_table
         self._chain[seq.request_id] = [h for _, h in hits]
         if hits:  # only scopes with hits, so per-request scope keys don't grow this dict
             scope = seq.scope_key
@@ -232,17 +234,21 @@ class BlockManager:
         self._scrub_pending[page_id] = None
 
     def can_append(self, seq: Sequence) -> bool:
-        return self.pages_needed(seq.num_tokens) - len(seq.block_table) <= self.num_free_pages
+        table = self._tables.get(seq.request_id, [])
+        return self.pages_needed(seq.num_tokens) - len(table) <= self.num_free_pages
 
     def may_append(self, seq: Sequence) -> None:
         """Give ``seq`` fresh pages until its block table covers all of its tokens."""
-        if seq.request_id not in self._seqs:
+        table = self._tables.get(seq.request_id)
+        if table is None:
             raise ValueError(f"sequence {seq.request_id!r} holds no pages; allocate it first")
-        needed = self.pages_needed(seq.num_tokens) - len(seq.block_table)
+        needed = self.pages_needed(seq.num_tokens) - len(table)
         if needed > self.num_free_pages:
             raise CapacityError(f"request {seq.request_id!r} needs {needed} more KV pages")
         for _ in range(needed):
-            seq.block_table.append(self._take_fresh_page(seq.request_id))
+            page_id = self._take_fresh_page(seq.request_id)
+            table.append(page_id)
+            seq.block_table.append(page_id)
 
     # ---- sealing and release -----------------------------------------------------------------
 
@@ -254,18 +260,19 @@ class BlockManager:
         by ``seq`` and is scrubbed when released.
         """
         chain = self._chain.get(seq.request_id)
-        if chain is None:
+        table = self._tables.get(seq.request_id)
+        if chain is None or table is None:
             return
-        num_full = min(seq.num_computed_tokens // self.page_size, len(seq.block_table))
+        num_full = min(seq.num_computed_tokens // self.page_size, len(table))
         for i in range(len(chain), num_full):
             tokens = tuple(seq.token_ids[i * self.page_size : (i + 1) * self.page_size])
             parent = chain[i - 1] if i else None
             h = page_hash(seq.scope_key, parent, tokens)
-            page = self._pages[seq.block_table[i]]
+            page = self._pages[table[i]]
             if page.state is PageState.OWNED and page.owner == seq.request_id and h not in self._cache:
                 page.state, page.owner, page.scope_key = PageState.CACHED, None, seq.scope_key
                 page.content_hash, page.parent_hash, page.tokens = h, parent, tokens
-                self._cache[h] = seq.block_table[i]
+                self._cache[h] = table[i]
             chain.append(h)
 
     def deallocate(self, seq: Sequence) -> None:
@@ -275,13 +282,20 @@ class BlockManager:
         mapper leaves go to the LRU, keeping their KV for same-scope revival. Pages are released
         last-first so the LRU evicts the tail of a prefix before its head.
         """
-        tracked = self._seqs.pop(seq.request_id, None)
+        table = self._tables.pop(seq.request_id, None)
         self._chain.pop(seq.request_id, None)
-        if tracked is None:
+        if table is None:
             if seq.block_table:
-                raise IsolationViolation(f"request {seq.request_id!r} has pages the ledger never gave it")
+                logger.error("request %r holds pages the ledger never gave it; ignored", seq.request_id)
+            seq.block_table = []
             return
-        for page_id in reversed(seq.block_table):
+        if seq.block_table != table:
+            # Paranoid mode aborts such a request; the release must still succeed and follow
+            # the ledger, or the pages it really holds would leak and foreign ones be freed.
+            logger.error(
+                "block table of request %r differs from the ledger; releasing the ledger's", seq.request_id
+            )
+        for page_id in reversed(table):
             page = self._pages[page_id]
             if page.state is PageState.OWNED and page.owner == seq.request_id:
                 self._retire(page_id)
@@ -290,10 +304,10 @@ class BlockManager:
                 page.ref_count -= 1
                 if page.ref_count == 0:
                     self._lru[page_id] = None
-            else:
+            else:  # only reachable through a bug in this class
                 raise IsolationViolation(
-                    f"request {seq.request_id!r} releases page {page_id} it does not hold "
-                    f"(state {page.state.value}, owner {page.owner!r})"
+                    f"ledger corrupt: request {seq.request_id!r} releases page {page_id} "
+                    f"(state {page.state.value}, owner {page.owner!r}, refs {page.ref_count})"
                 )
         seq.block_table = []
 
@@ -309,7 +323,10 @@ class BlockManager:
     # ---- checks ------------------------------------------------------------------------------
 
     def verify(self, seq: Sequence) -> None:
-        """Check I1 for ``seq``: each page is its own or a same-scope cached page with its tokens."""
+        """Check I1 for ``seq``: each page is its own or a same-scope cached page with its tokens.
+
+        ``seq.block_table`` (what the model runner reads) must also equal the ledger's copy.
+        """
         seen: set[int] = set()
         for i, page_id in enumerate(seq.block_table):
             if not 0 <= page_id < self.num_pages or page_id in seen:
@@ -325,15 +342,22 @@ class BlockManager:
                 f"I1 violated: request {seq.request_id!r} maps page {page_id} at index {i}, which is "
                 f"{page.state.value} (owner {page.owner!r}, same scope: {page.scope_key == seq.scope_key})"
             )
+        # also catches a same-scope page with equal tokens that seq maps without holding a reference
+        table = self._tables.get(seq.request_id, [])
+        if seq.block_table != table:
+            raise IsolationViolation(
+                f"I1 violated: block table of request {seq.request_id!r} is {seq.block_table}, "
+                f"the ledger gave it {table}"
+            )
 
     def check_invariants(self) -> None:
         """Global ledger consistency; raises IsolationViolation listing every problem found."""
         problems: list[str] = []
         refs: Counter[int] = Counter()
         holders: dict[int, set[str]] = {}
-        for rid, seq in self._seqs.items():
-            refs.update(seq.block_table)
-            for page_id in seq.block_table:
+        for rid, table in self._tables.items():
+            refs.update(table)
+            for page_id in table:
                 holders.setdefault(page_id, set()).add(rid)
         free, lru = set(self._free), set(self._lru)
         if len(free) != len(self._free):

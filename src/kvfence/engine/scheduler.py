@@ -231,10 +231,10 @@ class Scheduler:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
-        self.block_manager.deallocate(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
         self._by_id.pop(seq.request_id, None)
+        self.block_manager.deallocate(seq)
 
     def abort(self, request_id: str) -> Sequence | None:
         """Abort a request wherever it is; its pages are released and scrubbed. Unknown id: None."""
