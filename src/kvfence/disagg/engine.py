@@ -25,7 +25,14 @@ import zmq
 from kvfence.disagg.config import DisaggConfig
 from kvfence.disagg.decode_scheduler import DecodeScheduler
 from kvfence.disagg.handoff import Expectation, HandoffPhase, HandoffReceiver, SenderLedgerView
-from kvfence.disagg.kv_pages import kv_layout, model_identity, page_nbytes, read_pages, write_page
+from kvfence.disagg.kv_pages import (
+    ChecksumPool,
+    kv_layout,
+    model_identity,
+    page_nbytes,
+    read_pages,
+    write_page,
+)
 from kvfence.disagg.protocol import PROTOCOL_VERSION, HandoffError, HandoffFailure, Manifest, key_proof
 from kvfence.disagg.spawn import WorkerProcess
 from kvfence.disagg.wire import Message, MessageKind, WireError, decode, encode
@@ -52,6 +59,7 @@ __all__ = ["DisaggRequestOutput", "DisaggStats", "DisaggregatedEngine", "run_to_
 log = logging.getLogger(__name__)
 
 _IDLE_POLL_S = 0.02  # longest a step() blocks on the socket when there is nothing to decode
+_DRAIN_BUDGET_S = 0.05  # longest a step() spends on handoff traffic before it decodes
 
 
 @dataclass
@@ -107,6 +115,7 @@ class DisaggregatedEngine:
         self._requests: dict[str, _Request] = {}
         self._ready: list[RequestOutput] = []
         self._ledger = SenderLedgerView()
+        self._checksums = ChecksumPool()
         self.num_handoffs_verified = 0
         self.num_prefill_rejections = 0
         self.handoff_failures: dict[str, int] = {}
@@ -193,6 +202,7 @@ class DisaggregatedEngine:
         """Stop the spawned prefill worker (if any) and close the socket."""
         if self.worker is not None:
             self.worker.close()
+        self._checksums.close()
         self.socket.close(0)
         self._context.term()
 
@@ -290,7 +300,9 @@ class DisaggregatedEngine:
         return max(0.0, min(_IDLE_POLL_S, min(r.deadline for r in pending) - time.monotonic()))
 
     def _drain(self) -> None:
-        while True:
+        # Bounded, so verified requests start decoding (and stream) while others still arrive.
+        budget_end = time.monotonic() + _DRAIN_BUDGET_S
+        while time.monotonic() < budget_end:
             try:
                 frames = self.socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
@@ -389,7 +401,7 @@ class DisaggregatedEngine:
         """Recompute every checksum from this pool's bytes; only then may anything be answered (I4)."""
         seq = req.seq
         pool_bytes = dict(enumerate(read_pages(self.runner, seq.block_table)))
-        receiver.verify(pool_bytes)
+        receiver.verify(pool_bytes, map_fn=self._checksums.map)
         manifest = receiver.manifest
         if manifest is None:  # verify() succeeded, so this cannot happen; keep the types exact
             raise receiver.fail(HandoffFailure.OUT_OF_ORDER, "verified without a manifest")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import hmac
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from kvfence.disagg.protocol import (
@@ -38,6 +38,9 @@ __all__ = [
     "SentPage",
     "build_manifest",
 ]
+
+# ``map``-like: how many checksums run at once is the caller's choice (e.g. a thread pool's map).
+MapFn = Callable[[Callable[[int], bytes], Iterable[int]], Iterator[bytes]]
 
 
 class HandoffPhase(enum.Enum):
@@ -70,18 +73,20 @@ def build_manifest(
     first_logprobs: dict[int, float] | None = None,
     generator_state: bytes | None = None,
     key: bytes = b"",
+    map_fn: MapFn = map,
 ) -> Manifest:
     """The sender's signed manifest for ``pages`` (in block-table order)."""
     if not pages:
         raise ValueError("a manifest needs at least one page")
     nbytes = len(pages[0].payload)
+
+    def checksum(i: int) -> bytes:
+        p = pages[i]
+        return page_checksum(p.payload, request_id=request_id, index=i, page_id=p.page_id, generation=p.generation, key=key)
+
+    sums = list(map_fn(checksum, range(len(pages))))
     entries = tuple(
-        PageEntry(
-            index=i, page_id=p.page_id, generation=p.generation, shared=p.shared,
-            checksum=page_checksum(
-                p.payload, request_id=request_id, index=i, page_id=p.page_id, generation=p.generation, key=key
-            ),
-        )
+        PageEntry(index=i, page_id=p.page_id, generation=p.generation, shared=p.shared, checksum=sums[i])
         for i, p in enumerate(pages)
     )
     return Manifest(
@@ -270,7 +275,7 @@ class HandoffReceiver:
             raise self.fail(HandoffFailure.MISSING_PAGE, f"commit while pages {missing[:8]} never arrived")
         self.phase = HandoffPhase.COMMITTED
 
-    def verify(self, pool_bytes: Mapping[int, bytes]) -> None:
+    def verify(self, pool_bytes: Mapping[int, bytes], *, map_fn: MapFn = map) -> None:
         """Recompute every checksum from the bytes now in the decode pool (index -> bytes).
 
         Only after this returns may decoding read the pages (I4).
@@ -279,11 +284,13 @@ class HandoffReceiver:
         m = self._manifest()
         if set(pool_bytes) != set(range(m.page_count)):
             raise self.fail(HandoffFailure.MISSING_PAGE, "not every page is in the decode pool")
-        for entry in m.pages:
-            actual = page_checksum(
-                pool_bytes[entry.index], request_id=m.request_id, index=entry.index,
-                page_id=entry.page_id, generation=entry.generation, key=self.expect.key,
-            )
+
+        def checksum(i: int) -> bytes:
+            e = m.pages[i]
+            return page_checksum(pool_bytes[i], request_id=m.request_id, index=i, page_id=e.page_id,
+                                 generation=e.generation, key=self.expect.key)
+
+        for entry, actual in zip(m.pages, map_fn(checksum, range(m.page_count)), strict=True):
             if not hmac.compare_digest(actual, entry.checksum):
                 raise self.fail(HandoffFailure.CHECKSUM, f"page {entry.index} does not match its checksum")
         self.ledger.record(m.sender_id, m.pages)

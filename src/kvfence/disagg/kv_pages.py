@@ -7,6 +7,9 @@ layout ``[layers, K|V, page_size, kv_heads, head_dim]`` and dtype, as raw bytes.
 from __future__ import annotations
 
 import hashlib
+import os
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,7 @@ import torch
 from kvfence.engine.loader import checkpoint_files
 from kvfence.engine.model_runner import ModelRunner
 
-__all__ = ["kv_layout", "model_identity", "page_nbytes", "read_pages", "write_page"]
+__all__ = ["ChecksumPool", "kv_layout", "model_identity", "page_nbytes", "read_pages", "write_page"]
 
 
 def kv_layout(runner: ModelRunner) -> dict[str, Any]:
@@ -62,3 +65,24 @@ def model_identity(model_dir: Path) -> str:
     for f in sorted(checkpoint_files(model_dir)):
         h.update(f.name.encode() + b"\0" + str(f.stat().st_size).encode() + b"\0")
     return h.hexdigest()
+
+
+class ChecksumPool:
+    """Runs page checksums on a few threads (BLAKE2b releases the GIL on large buffers).
+
+    Verifying gigabytes of KV on one core would dominate the time to first token of long prompts.
+    """
+
+    def __init__(self, max_workers: int | None = None) -> None:
+        workers = max_workers or min(8, os.cpu_count() or 1)
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvfence-checksum") if workers > 1 else None
+
+    def map(self, fn: Callable[[int], bytes], items: Iterable[int]) -> Iterator[bytes]:
+        todo = list(items)
+        if self._pool is None or len(todo) < 4:
+            return map(fn, todo)
+        return self._pool.map(fn, todo)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)

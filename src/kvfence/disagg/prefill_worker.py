@@ -24,7 +24,7 @@ import torch
 import zmq
 
 from kvfence.disagg.handoff import SentPage, build_manifest
-from kvfence.disagg.kv_pages import kv_layout, model_identity, page_nbytes, read_pages
+from kvfence.disagg.kv_pages import ChecksumPool, kv_layout, model_identity, page_nbytes, read_pages
 from kvfence.disagg.protocol import PROTOCOL_VERSION, expected_page_count, key_proof
 from kvfence.disagg.wire import Message, MessageKind, WireError, decode, encode
 from kvfence.engine.block_manager import PageState
@@ -68,6 +68,7 @@ class PrefillWorker:
         self._identity = model_identity(self.engine.model_dir)
         self._generator = torch.Generator(device=self.runner.device).manual_seed(config.seed)
         self._jobs: dict[str, _Job] = {}
+        self._checksums = ChecksumPool()
         self._context = zmq.Context()
         self.socket = self._context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -81,6 +82,7 @@ class PrefillWorker:
         self.num_aborted = 0
 
     def close(self) -> None:
+        self._checksums.close()
         self.socket.close(0)
         self._context.term()
 
@@ -262,6 +264,7 @@ class PrefillWorker:
             request_id=job.request_id, sender_id=self.instance_id, prompt_token_ids=job.prompt,
             scope_key=job.scope_key, page_size=self.block_manager.page_size, pages=pages,
             first_token=first_token, first_logprobs=logprobs, generator_state=state, key=self.key,
+            map_fn=self._checksums.map,
         )
         messages = [encode(MessageKind.MANIFEST, manifest.to_wire())]
         for entry, page in zip(manifest.pages, pages, strict=True):
@@ -284,7 +287,7 @@ class PrefillWorker:
 
     def _send_frames(self, identity: bytes, frames: list[bytes]) -> None:
         try:
-            self.socket.send_multipart([identity, *frames])
+            self.socket.send_multipart([identity, *frames], copy=False)
         except zmq.ZMQError as exc:  # the decode worker went away: its requests die with it
             log.warning("cannot reach decode worker %s: %s", identity.hex(), exc)
 

@@ -101,7 +101,8 @@ def page_checksum(
     _field(h, request_id.encode())
     for number in (index, page_id, generation):
         h.update(number.to_bytes(8, "big", signed=True))
-    _field(h, bytes(payload))
+    h.update(len(payload).to_bytes(8, "big"))
+    h.update(payload)  # no copy; hashlib releases the GIL here, so pages hash in parallel threads
     return bytes(h.digest())
 
 
