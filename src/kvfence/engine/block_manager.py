@@ -26,6 +26,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import logging
+import struct
 from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass
@@ -80,7 +81,7 @@ def page_hash(scope_key: bytes, parent_hash: bytes | None, tokens: SequenceABC[i
     h.update(len(scope_key).to_bytes(4, "big"))
     h.update(scope_key)
     h.update(b"\x01" + parent_hash if parent_hash is not None else b"\x00")
-    h.update(b"".join(t.to_bytes(8, "big", signed=True) for t in tokens))
+    h.update(struct.pack(f">{len(tokens)}q", *tokens))
     return h.digest()
 
 
