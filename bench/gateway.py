@@ -104,9 +104,10 @@ async def load(base_url: str, concurrency: int, total: int, headers: dict[str, s
     latencies: list[float] = []
     overheads: list[float] = []
     errors = 0
+    kinds: dict[str, int] = {}
     remaining = total
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=60, headers=headers) as client:
+    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=120, headers=headers) as client:
         async def worker() -> None:
             nonlocal remaining, errors
             while remaining > 0:
@@ -118,10 +119,12 @@ async def load(base_url: str, concurrency: int, total: int, headers: dict[str, s
                             pass
                         if response.status_code != 200:
                             errors += 1
+                            kinds[f"HTTP {response.status_code}"] = kinds.get(f"HTTP {response.status_code}", 0) + 1
                             continue
                         header = response.headers.get("x-kvfence-overhead-ms")
-                except httpx.HTTPError:
+                except httpx.HTTPError as exc:
                     errors += 1
+                    kinds[type(exc).__name__] = kinds.get(type(exc).__name__, 0) + 1
                     continue
                 latencies.append((time.perf_counter() - started) * 1000)
                 if header is not None:
@@ -137,7 +140,8 @@ async def load(base_url: str, concurrency: int, total: int, headers: dict[str, s
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
-    return {"latencies": latencies, "overheads": overheads, "errors": errors, "rps": len(latencies) / elapsed}
+    return {"latencies": latencies, "overheads": overheads, "errors": errors, "error_kinds": kinds,
+            "rps": len(latencies) / elapsed}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -234,6 +238,9 @@ tenants:
     print(f"{'path':10} {'p50 ms':>9} {'p99 ms':>9} {'req/s':>9} {'errors':>7}")
     for name, s in (("direct #1", direct[0]), ("gateway", gw), ("direct #2", direct[1])):
         print(f"{name:10} {s['p50_ms']:9.2f} {s['p99_ms']:9.2f} {s['rps']:9.1f} {s['errors']:7d}")
+    for name, run in runs.items():
+        if run["error_kinds"]:
+            print(f"  errors in {name}: {run['error_kinds']}")
     print(f"added latency (gateway - direct): p50 {result['added_latency_p50_ms']:.2f} ms, "
           f"p99 {result['added_latency_p99_ms']:.2f} ms")
     print(f"gateway's own overhead header: p50 {result['gateway_overhead_header_p50_ms']:.3f} ms, "
