@@ -17,7 +17,7 @@ SERVER_PID=""
 
 cleanup() {
     if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
-        kill -INT "$SERVER_PID" 2>/dev/null || true
+        kill -TERM "$SERVER_PID" 2>/dev/null || true
         wait "$SERVER_PID" 2>/dev/null || true
     fi
     rm -rf "$DEMO_DIR"
