@@ -202,3 +202,18 @@ def test_preemption_by_recompute_returns_pages_and_later_finishes() -> None:
     assert a.num_completion_tokens == 8 == b.num_completion_tokens
     assert sched.block_manager.num_free_pages == 4
     sched.block_manager.check_invariants()
+
+
+def test_abort_after_an_isolation_incident_releases_only_the_ledgers_pages() -> None:
+    """Paranoid mode aborts a request whose table was tampered with; the abort must not fail."""
+    sched = make_scheduler()
+    a, b = make_seq("a", 6), make_seq("b", 6)
+    sched.add(a)
+    sched.add(b)
+    out = sched.schedule()
+    b.block_table[0] = a.block_table[0]
+    assert sched.abort("b") is b and b.is_finished
+    assert sched.postprocess(out, {"a": 5}) == []
+    sched.block_manager.verify(a)
+    sched.block_manager.check_invariants()
+    assert sched.num_running == 1

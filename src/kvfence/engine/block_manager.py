@@ -130,9 +130,11 @@ class BlockManager:
         return len(self._cache)
 
     def pages_needed(self, num_tokens: int) -> int:
+        """Pages that hold ``num_tokens`` tokens of KV."""
         return -(-num_tokens // self.page_size)
 
     def page_info(self, page_id: int) -> PageInfo:
+        """Snapshot of one ledger entry (state, owner or scope, refs, generation, sealed tokens)."""
         p = self._pages[page_id]
         return PageInfo(
             page_id, p.state, p.owner, p.scope_key, p.ref_count, p.generation, p.content_hash, p.tokens
@@ -169,6 +171,7 @@ class BlockManager:
         return hits
 
     def can_allocate(self, seq: Sequence) -> bool:
+        """Whether :meth:`allocate` would succeed now (cache hits counted, never partially)."""
         hits = self._match_prefix(seq)
         revived = sum(1 for page_id, _ in hits if self._pages[page_id].ref_count == 0)
         fresh = self.pages_needed(seq.num_tokens) - len(hits)
@@ -235,6 +238,7 @@ class BlockManager:
         self._scrub_pending[page_id] = None
 
     def can_append(self, seq: Sequence) -> bool:
+        """Whether :meth:`may_append` can cover all of ``seq``'s tokens with free pages."""
         table = self._tables.get(seq.request_id, [])
         return self.pages_needed(seq.num_tokens) - len(table) <= self.num_free_pages
 

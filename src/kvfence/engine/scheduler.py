@@ -134,6 +134,7 @@ class Scheduler:
     # ---- one step ----------------------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
+        """Build the next batch; the caller zeroes ``scrub_pages`` before running it (I2)."""
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
         queue = deque(self.running)
