@@ -101,3 +101,19 @@ def test_chat_text_parts_and_refused_images() -> None:
         req.template_messages()
     _err(json.dumps({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}).encode(),
          ChatCompletionRequest)
+
+
+def test_explicit_nulls_mean_defaults() -> None:
+    body = {"prompt": "x", "n": None, "stream": None, "max_tokens": None, "temperature": None, "top_p": None,
+            "stop": None, "seed": None, "logprobs": None, "echo": None, "ignore_eos": None, "min_tokens": None,
+            "stream_options": None, "user": None, "presence_penalty": None}
+    req = parse_body(json.dumps(body).encode(), CompletionRequest)
+    assert req.prompts() == ["x"] and not req.stream and req.requested_max_tokens is None
+    chat = parse_body(json.dumps({"messages": [{"role": "user", "content": None}], "logprobs": None,
+                                  "n": 1}).encode(), ChatCompletionRequest)
+    assert chat.template_messages() == [{"role": "user", "content": ""}]
+
+
+def test_seed_range() -> None:
+    assert parse_body(b'{"prompt": "x", "seed": -5}', CompletionRequest).seed == -5
+    _err(b'{"prompt": "x", "seed": 99999999999999999999999}')

@@ -44,16 +44,16 @@ class GenerationRequest(_Strict):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = None
-    min_tokens: int = Field(default=0, ge=0)
-    n: int = 1
+    min_tokens: int | None = Field(default=None, ge=0)
+    n: int | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
-    seed: int | None = None
-    stream: bool = False
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**64)
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
     user: str | None = None
     cache_salt: str | None = Field(default=None, min_length=1, max_length=1024)
-    ignore_eos: bool = False
+    ignore_eos: bool | None = False
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     repetition_penalty: float | None = None
@@ -61,7 +61,7 @@ class GenerationRequest(_Strict):
 
     def check_supported(self) -> None:
         """Refuse fields that would change the answer but that this server does not implement."""
-        if self.n != 1:
+        if self.n not in (None, 1):
             raise APIError.bad_request(f"only n=1 is supported, got n={self.n}", param="n")
         if self.stream_options is not None and not self.stream:
             raise APIError.bad_request("'stream_options' is only allowed when 'stream' is true",
@@ -106,7 +106,7 @@ class CompletionRequest(GenerationRequest):
 
     prompt: Any = None
     logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
-    echo: bool = False
+    echo: bool | None = False
     suffix: str | None = None
     best_of: int | None = None
 
@@ -182,11 +182,11 @@ class ChatCompletionRequest(GenerationRequest):
 
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    logprobs: bool = False
+    logprobs: bool | None = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     tools: list[Any] | None = None
     response_format: dict[str, Any] | None = None
-    add_generation_prompt: bool = True
+    add_generation_prompt: bool | None = True
 
     def check_supported(self) -> None:
         super().check_supported()

@@ -310,7 +310,7 @@ class OpenAIServing:
 
     def _chat_prompt(self, req: ChatCompletionRequest, model: LoadedModel) -> list[int]:
         tok = model.tokenizer
-        text = tok.apply_chat_template(req.template_messages(), add_generation_prompt=req.add_generation_prompt)
+        text = tok.apply_chat_template(req.template_messages(), add_generation_prompt=req.add_generation_prompt is not False)
         # A real template renders its own special tokens (BOS included); the plain fallback does not.
         ids: list[int] = tok.encode(text, add_special_tokens=tok.chat_template is None)
         return ids
@@ -352,12 +352,12 @@ class OpenAIServing:
                 temperature=1.0 if req.temperature is None else req.temperature,
                 top_k=req.effective_top_k,
                 top_p=1.0 if req.top_p is None else req.top_p,
-                seed=req.seed,
+                seed=None if req.seed is None else req.seed % (2**63),  # any JSON int, one generator seed
                 stop=req.stop_list,
                 stop_token_ids=list(req.stop_token_ids or []),
-                ignore_eos=req.ignore_eos,
+                ignore_eos=bool(req.ignore_eos),
                 logprobs=logprobs,
-                min_tokens=req.min_tokens,
+                min_tokens=req.min_tokens or 0,
             )
         except InvalidParameterError as exc:
             raise from_request_error(exc) from exc
