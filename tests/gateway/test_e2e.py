@@ -320,3 +320,19 @@ def test_oversized_body_is_413_and_unknown_routes_are_json(gateway: Gateway) -> 
     assert response.status_code == 413 and response.json()["error"]["code"] == "body_too_large"
     missing = httpx.get(gateway.url + "/embeddings", headers=auth)
     assert missing.status_code == 404 and "no route" in missing.json()["error"]["message"]
+
+
+def test_client_disconnect_mid_stream_releases_the_request(gateway: Gateway, backend_a: FakeBackend) -> None:
+    backend_a.control(chunk_chars=1, delay_s=0.0)
+    auth = {"authorization": f"Bearer {KEYS['alice2']}"}
+    body = {"model": "test-model", "stream": True, "messages": [{"role": "user", "content": "echo: " + "z" * 400}]}
+    with httpx.stream("POST", gateway.url + "/chat/completions", json=body, headers=auth) as response:
+        assert response.status_code == 200
+        next(response.iter_raw())  # read a little, then hang up
+    backend_a.control(chunk_chars=4)
+    for _ in range(50):
+        metrics = httpx.get(gateway.root + "/metrics").text
+        if "kvfence_gateway_in_flight 0.0" in metrics:
+            break
+        time.sleep(0.1)
+    assert "kvfence_gateway_in_flight 0.0" in metrics
