@@ -60,13 +60,14 @@ def _aws_secret_ok(value: str) -> bool:
     return len(value) == 40 and v.shannon_entropy(value) >= 4.0 and any(c.isdigit() for c in value)
 
 
+# Every repetition below is bounded: a prompt of one keyword repeated must not make a regex quadratic.
 # Names under which a credential is assigned in code, config, env files, JSON, YAML and logs. These
 # rules run on the lowercased text (``on_lowered``), so the literals are lowercase.
 _SECRET_NAME = (
     r"(?:secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|auth[_-]?key|credential"
-    r"|signing[_-]?key|encryption[_-]?key|bearer|session[_-]?key)[a-z0-9_]*"
+    r"|signing[_-]?key|encryption[_-]?key|bearer|session[_-]?key)[a-z0-9_]{0,40}"
 )
-_PASSWORD_NAME = r"(?<![a-z])(?:password|passwd|passphrase|pwd|pass)(?:_[a-z0-9]+)*"
+_PASSWORD_NAME = r"(?<![a-z])(?:password|passwd|passphrase|pwd|pass)(?:_[a-z0-9]{1,20}){0,3}"
 _ASSIGN = r"""["']?\s*(?:=|:=|:|=>|\s+is\s+)\s*(?:[a-z]*["'`])?"""
 _VALUE = r"""(?P<value>[^\s"'`,;<>(){}\[\]]{%d,200})"""
 
@@ -132,7 +133,7 @@ SECRET_RULES: list[Rule] = [
          on_lowered=True),
     Rule("cli_password", "PASSWORD", _SECRET,
          # mysql / mysqldump / mysqladmin take the password glued to -p
-         re.compile(r"\bmysql(?:dump|admin|sh)?\b[^\n]*?\s-p(?P<value>[^\s'\"]{4,128})"),
+         re.compile(r"\bmysql(?:dump|admin|sh)?\b[^\n]{0,200}?\s-p(?P<value>[^\s'\"]{4,128})"),
          score=0.9, group="value", hints=("mysql",), validate=lambda s: not is_placeholder_value(s)),
     Rule("password_assignment", "PASSWORD", _SECRET,
          re.compile(_PASSWORD_NAME + _ASSIGN + (_VALUE % 6)),
