@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvfence.gateway.protection.fingerprint import Fingerprinter, words
 from kvfence.gateway.protection.leak import MODEL_OWNER, CanaryBook, LeakMonitor
@@ -153,3 +155,20 @@ def test_boilerplate_the_model_wrote_before_is_no_evidence() -> None:
     m2.record_prompt("acme", [f"End with: {phrase}"])
     evidence = stream(m2, "globex", ["x"], f"Hello. {phrase}.")
     assert evidence is None  # hooli and acme both sent it: two owners, common
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=30), st.booleans())
+def test_verdict_does_not_depend_on_chunking(sizes: list[int], leak: bool) -> None:
+    m = monitor()
+    m.record_prompt("acme", [SECRET_PROMPT])
+    middle = " ".join(SECRET_PROMPT.split()[3:19]) if leak else "an entirely harmless sentence about the weather"
+    answer = f"Intro words here, {middle}, and an ending."
+    scanner = m.scanner("globex", m.record_prompt("globex", ["question"]))
+    evidence, pos, i = None, 0, 0
+    while pos < len(answer) and evidence is None:
+        step = sizes[i % len(sizes)]
+        evidence = scanner.feed(answer[pos:pos + step])
+        pos, i = pos + step, i + 1
+    evidence = evidence or scanner.finish()
+    assert (evidence is not None) == leak

@@ -70,7 +70,8 @@ class LeakConfig(_Strict):
     redis_url: str | None = None
     redis_prefix: str = "kvfence:fp:"
     canaries: bool = False
-    max_index_entries: int = Field(default=5_000_000, ge=1000, description="in-memory index bound")
+    max_index_entries: int = Field(default=2_000_000, ge=1000,
+                                   description="in-memory index bound (~200 bytes each); oldest go first")
 
     @model_validator(mode="after")
     def _redis_needs_url(self) -> LeakConfig:

@@ -33,7 +33,7 @@ class FingerprintIndex(Protocol):
 class InMemoryIndex:
     """A dict of fingerprint -> {tenant: last seen}, expired in insertion order; thread-safe."""
 
-    def __init__(self, window_s: float = 900.0, max_entries: int = 5_000_000,
+    def __init__(self, window_s: float = 900.0, max_entries: int = 2_000_000,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.window_s = window_s
         self._max_entries = max_entries
