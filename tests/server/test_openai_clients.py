@@ -28,6 +28,9 @@ def _model(server: RunningServer) -> str:
 def test_models_and_capacity(server: RunningServer) -> None:
     with _client(server) as client:
         models = client.models.list()
+        assert client.models.retrieve(_model(server)).id == _model(server)
+        with pytest.raises(openai.NotFoundError):
+            client.models.retrieve("no-such-model")
     assert [m.id for m in models.data] == [_model(server)]
     cap = httpx.get(server.base_url + "/v1/capacity").json()  # readable without a key
     assert cap["max_model_len"] == MAX_MODEL_LEN
@@ -123,6 +126,12 @@ def test_token_prompts_batches_seed_and_stop(server: RunningServer) -> None:
         assert sorted(c.index for c in batch.choices) == [0, 1]
         assert batch.usage is not None and batch.usage.completion_tokens == 10
         assert ids.choices[0].finish_reason == "length"
+        streamed: dict[int, str] = {0: "", 1: ""}
+        for chunk in client.completions.create(model=model, prompt=["first prompt", "second one"], max_tokens=5,
+                                               stream=True, **GREEDY):
+            for c in chunk.choices:
+                streamed[c.index] += c.text
+        assert streamed == {c.index: c.text for c in batch.choices}
 
         seeded = [client.completions.create(model=model, prompt="seeded", max_tokens=8, temperature=1.0, seed=7,
                                             extra_body={"ignore_eos": True}).choices[0].text for _ in range(2)]

@@ -129,6 +129,7 @@ def create_app(
         Route("/v1/completions", serving.completions, methods=["POST"]),
         Route("/v1/chat/completions", serving.chat_completions, methods=["POST"]),
         Route("/v1/models", serving.list_models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", serving.retrieve_model, methods=["GET"]),
         Route("/v1/capacity", serving.capacity, methods=["GET"]),
         Route("/health", serving.health, methods=["GET"]),
         Route("/metrics", serving.metrics_text, methods=["GET"]),

@@ -140,16 +140,25 @@ class OpenAIServing:
             return self.reject(APIError.unavailable("the engine has failed", code="engine_failed"), count=False)
         return JSONResponse({"status": "ok"})
 
+    def _model_card(self, model: LoadedModel, name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": self.created, "owned_by": "kvfence",
+                "root": model.name, "max_model_len": model.capacity.max_model_len}
+
     async def list_models(self, request: Request) -> Response:
         model = self.model
         if model is None:
             return self.reject(APIError.unavailable("the model is still loading"))
-        data = [
-            {"id": name, "object": "model", "created": self.created, "owned_by": "kvfence",
-             "root": model.name, "max_model_len": model.capacity.max_model_len}
-            for name in model.served_names
-        ]
-        return JSONResponse({"object": "list", "data": data})
+        return JSONResponse({"object": "list", "data": [self._model_card(model, n) for n in model.served_names]})
+
+    async def retrieve_model(self, request: Request) -> Response:
+        model = self.model
+        if model is None:
+            return self.reject(APIError.unavailable("the model is still loading"))
+        name = request.path_params["model_id"]
+        if name not in model.served_names and name != model.name:
+            return self.reject(APIError(404, f"the model {name!r} does not exist on this server",
+                                        code="model_not_found", param="model", reason="model_not_found"))
+        return JSONResponse(self._model_card(model, name))
 
     async def capacity(self, request: Request) -> Response:
         """What a gateway needs to cap lengths below the real KV capacity (I3)."""
