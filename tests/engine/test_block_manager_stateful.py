@@ -296,7 +296,7 @@ def test_isolation_state_machine() -> None:
     run_state_machine_as_test(
         EngineIsolationMachine,
         settings=settings(
-            max_examples=80,
+            max_examples=60,
             stateful_step_count=40,
             deadline=None,
             derandomize=True,
