@@ -136,14 +136,15 @@ def test_detector_error_and_timeout_fail_closed() -> None:
 
     hook._detector.scan = slow  # type: ignore[method-assign]
     with pytest.raises(DetectorFailure, match="did not finish"):
-        run(hook.on_request(ctx(), chat("hello")))
+        run(hook.on_request(ctx(), chat("hello " * 1000)))  # long enough for the worker thread
 
     def broken(text: str) -> list[Any]:
         raise RuntimeError("regex engine exploded")
 
     hook._detector.scan = broken  # type: ignore[method-assign]
-    with pytest.raises(DetectorFailure, match="fail closed"):
-        run(hook.on_request(ctx(), chat("hello")))
+    for text in ("hello", "hello " * 1000):  # inline and in the worker thread
+        with pytest.raises(DetectorFailure, match="fail closed"):
+            run(hook.on_request(ctx(), chat(text)))
 
 
 def test_leak_of_another_tenants_prompt_is_withheld_with_an_incident() -> None:

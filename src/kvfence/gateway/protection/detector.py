@@ -24,6 +24,8 @@ __all__ = ["Detector", "PiiEngine", "build_detector"]
 
 log = logging.getLogger("kvfence.gateway.protection")
 
+INLINE_SCAN_CHARS = 4096
+
 
 class PiiEngine(Protocol):
     def detect(self, text: str) -> list[Finding]: ...
@@ -57,7 +59,19 @@ class Detector:
         return [self.scan(text) for text in texts]
 
     async def scan_texts(self, texts: Sequence[str]) -> list[list[Finding]]:
-        """Scan off the event loop; an error or a timeout raises :class:`DetectorFailure` (fail closed)."""
+        """Scan off the event loop; an error or a timeout raises :class:`DetectorFailure` (fail closed).
+
+        Short requests are scanned inline: every rule is linear with bounded repetitions
+        (tests/gateway/protection/test_pathological.py), so a few kilobytes take well under a
+        millisecond, less than the hop to a worker thread would.
+        """
+        if sum(len(text) for text in texts) <= INLINE_SCAN_CHARS:
+            try:
+                return self.scan_all(texts)
+            except Exception as exc:
+                log.exception("data-protection detector failed; request refused")
+                raise DetectorFailure(
+                    "data-protection scan failed; the request was not forwarded (fail closed)") from exc
         loop = asyncio.get_running_loop()
         try:
             return await asyncio.wait_for(loop.run_in_executor(self._pool, self.scan_all, list(texts)),
