@@ -9,6 +9,8 @@
    the same run, Presidio's default AnalyzerEngine (blank spaCy pipeline) on the same prompt.
    For reference (not measured here): LLM Guard reports 177 ms for its Anonymize scanner on a
    317-character input on a 4-vCPU instance.
+   Then through real processes: the gateway's own X-Kvfence-Overhead-Ms header, protection off and
+   on, in front of a local backend (tests/gateway/protection/leaky_backend.py, benign mode).
 2. Leak detection on a simulated population of tenants: answers that carry 8-, 16- or 32-word spans
    of another tenant's recent prompt (detection rate), and benign answers (false-alarm rate).
    Prompts and answers share boilerplate phrases and Zipf-distributed vocabulary, so common
@@ -241,16 +243,101 @@ def _presidio_default() -> Any:
     return lambda text: analyzer.analyze(text, language="en")
 
 
+def _wait_port(port: int, timeout: float = 90.0) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def measure_http(sizes: tuple[int, ...], repeats: int) -> list[dict[str, Any]]:
+    """The gateway's own X-Kvfence-Overhead-Ms, protection on vs off, through real processes."""
+    import os
+    import subprocess
+    import tempfile
+
+    import httpx
+    import yaml
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KVFENCE_GATEWAY_SECRET": "bench-secret-0123456789abcdef"}
+    procs: list[subprocess.Popen[bytes]] = []
+    backend_port = _free_port()
+    procs.append(subprocess.Popen([sys.executable, "-m", "tests.gateway.protection.leaky_backend", "--port",
+                                   str(backend_port)], cwd=REPO, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    key = "kvf-gw-bench-key"
+    tmp = Path(tempfile.mkdtemp(prefix="kvfence-bench-"))
+    urls = {}
+    try:
+        _wait_port(backend_port)
+        for protection in (False, True):
+            from kvfence.gateway.tenants import hash_api_key
+
+            policy = {
+                "gateway": {"audit_log": f"sqlite:///{tmp / f'audit-{protection}.db'}", "capacity_refresh_s": 0,
+                            "load_protection": protection},
+                "data_classes": [{"name": "internal", "allowed_tiers": ["shared"]}],
+                "backends": [{"name": "b", "url": f"http://127.0.0.1:{backend_port}/v1", "tier": "shared",
+                              "capacity": "policy",
+                              "facts": {"advertised_context": 200000, "kv_capacity_tokens": 200000}}],
+                "tenants": [{"name": "bench", "key_sha256": hash_api_key(key), "organization": "acme",
+                             "default_class": "internal"}],
+            }
+            config = tmp / f"gateway-{protection}.yaml"
+            config.write_text(yaml.safe_dump(policy))
+            port = _free_port()
+            procs.append(subprocess.Popen([str(Path(sys.executable).parent / "kvfence"), "gateway", "--config",
+                                           str(config), "--port", str(port)], cwd=REPO, env=env,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            _wait_port(port)
+            urls[protection] = f"http://127.0.0.1:{port}/v1/chat/completions"
+        rows = []
+        with httpx.Client(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
+            for tokens in sizes:
+                body = {"model": "m", "messages": [{"role": "user", "content": sample_prompt(tokens)}],
+                        "max_tokens": 16}
+                overhead: dict[bool, list[float]] = {False: [], True: []}
+                for i in range(repeats + 1):
+                    for protection in (False, True):
+                        response = client.post(urls[protection], json=body)
+                        response.raise_for_status()
+                        if i:  # the first round warms up both gateways
+                            overhead[protection].append(float(response.headers["X-Kvfence-Overhead-Ms"]))
+                off, on = statistics.median(overhead[False]), statistics.median(overhead[True])
+                rows.append({"tokens": tokens, "gateway_off_p50_ms": off, "gateway_on_p50_ms": on,
+                             "added_p50_ms": on - off})
+        return rows
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and simulated requests")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--skip-http", action="store_true", help="skip the measurement through gateway processes")
     args = parser.parse_args()
     repeats = 5 if args.quick else 15
     overhead = measure_overhead((1000, 8000, 32000), repeats)
     leaks = simulate_leaks(tenants=100 if args.quick else 300, benign=1000 if args.quick else 5000,
                            leaky_per_size=100 if args.quick else 300)
-    report = {"overhead": overhead, "leaks": leaks}
+    http = [] if args.skip_http else measure_http((1000, 8000, 32000), repeats)
+    report = {"overhead": overhead, "http": http, "leaks": leaks}
     if args.json:
         print(json.dumps(report, indent=2))
         return
@@ -262,6 +349,12 @@ def main() -> None:
               f"{row['request_cpu_p50_ms'] / row['tokens'] * 1000:>14.2f} {row['answer512_p50_ms']:>15.2f} "
               f"{row['presidio_default_p50_ms']:>20.2f}")
     print("reference (published, not measured here): LLM Guard Anonymize 177 ms on 317 characters, 4 vCPU")
+    if http:
+        print("\nthrough gateway processes (X-Kvfence-Overhead-Ms p50, protection off vs on, same run)")
+        print(f"{'tokens':>7} {'off ms':>8} {'on ms':>8} {'added ms':>9}")
+        for row in http:
+            print(f"{row['tokens']:>7} {row['gateway_off_p50_ms']:>8.2f} {row['gateway_on_p50_ms']:>8.2f} "
+                  f"{row['added_p50_ms']:>9.2f}")
     print(f"\nleak detection ({leaks['tenants']} tenants, n-gram {leaks['ngram']}, run {leaks['min_run']}):")
     for span, rate in leaks["detection_rate"].items():
         print(f"  leaked span {span:>9}: detected {rate:.3f} of {leaks['leaky_answers_per_size']}")
