@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -47,19 +48,28 @@ def test_sqlite_audit_log(tmp_path: Path) -> None:
         log.close()
 
 
+def _fresh_database(postgres_url: str) -> str:
+    """A new, empty database on the test server, so other suites' rows never mix with ours."""
+    import uuid
+
+    import psycopg
+
+    name = "kvf_gw_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return postgres_url.rsplit("/", 1)[0] + "/" + name
+
+
 @pytest.mark.postgres
 def test_postgres_audit_log(postgres_url: str) -> None:
-    log = AuditLog(postgres_url)
+    url = _fresh_database(postgres_url)
+    log = AuditLog(url)
     try:
-        with log._lock:
-            log._store.conn.execute("DROP TABLE IF EXISTS gateway_decisions")
-            log._store.conn.execute("DROP TABLE IF EXISTS gateway_incidents")
-            log._store._create()
         _exercise(log)
     finally:
         log.close()
     # the CLI reads the same log by URL
-    result = CliRunner().invoke(gateway, ["log", "--audit-log", postgres_url, "--outcome", "rejected", "--json"])
+    result = CliRunner().invoke(gateway, ["log", "--audit-log", url, "--outcome", "rejected", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output.splitlines()[0])["request_id"] == "r9"
 
@@ -84,3 +94,33 @@ def test_bad_audit_url_is_a_config_error() -> None:
 
     with pytest.raises(ConfigError, match="sqlite:///PATH"):
         AuditLog("mysql://x")
+
+
+@pytest.mark.postgres
+def test_gateway_process_writes_its_audit_log_to_postgres(postgres_url: str, backend_a: Any,
+                                                           tmp_path: Path) -> None:
+    import openai
+
+    from kvfence.gateway.tenants import hash_api_key
+    from tests.gateway.conftest import Gateway
+
+    policy = {
+        "gateway": {"audit_log": postgres_url, "capacity_refresh_s": 0, "load_protection": False},
+        "data_classes": [{"name": "public", "allowed_tiers": ["shared"]}],
+        "backends": [{"name": "a", "url": backend_a.url, "tier": "shared"}],
+        "tenants": [{"name": "pg-tenant", "key_sha256": hash_api_key("kvf-gw-pg"), "organization": "pgorg",
+                     "default_class": "public"}],
+    }
+    gw = Gateway(policy, tmp_path)
+    try:
+        with openai.OpenAI(base_url=gw.url, api_key="kvf-gw-pg", max_retries=0) as c:
+            c.chat.completions.create(model="m", messages=[{"role": "user", "content": "platypus secrets"}])
+    finally:
+        gw.stop()  # a clean stop flushes the queued rows
+    rows = AuditLog(postgres_url)
+    try:
+        found = rows.query_decisions(tenant="pg-tenant")
+    finally:
+        rows.close()
+    assert found and found[0]["backend"] == "a" and found[0]["status"] == 200
+    assert "platypus" not in json.dumps(found, default=str)

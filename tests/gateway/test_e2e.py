@@ -293,9 +293,15 @@ def test_metrics_flag_over_advertised_backend(gateway: Gateway) -> None:
     assert "kvfence_gateway_requests_total" in text
 
 
-def test_models_lists_capped_context(gateway: Gateway) -> None:
-    models = httpx.get(gateway.url + "/models", headers={"authorization": f"Bearer {KEYS['alice']}"}).json()
-    assert isinstance(models["data"], list)
+def test_models_lists_what_backends_serve_with_capped_context(gateway: Gateway) -> None:
+    with client(gateway, "alice") as c:
+        models = {m.id: m for m in c.models.list()}
+    assert "test-model" in models  # discovered from the backends, whose policy entries list no models
+    assert models["test-model"].model_extra is not None
+    # the largest real maximum among the backends serving it: dedicated-b's 8192, not shared-a's 4096
+    assert models["test-model"].model_extra["max_model_len"] == 8192
+    bad = httpx.get(gateway.url + "/models", headers={"authorization": "Bearer nope"})
+    assert bad.status_code == 401
 
 
 def test_audit_log_records_decisions_without_text(gateway: Gateway, audit_path: Path) -> None:

@@ -38,7 +38,9 @@ def build_app(runtime: GatewayRuntime) -> Starlette:
             return json_error(exc)
         names: dict[str, str] = {}
         for state in runtime.backends.values():
-            for name in [*state.config.models, *state.config.model_map]:
+            # configured names, or what the backend itself lists when the policy names none
+            listed = [*state.config.models, *state.config.model_map] or list(state.capacity.model_ids)
+            for name in listed:
                 names.setdefault(name, state.config.name)
         data = []
         for name in sorted(names):

@@ -23,6 +23,7 @@ __all__ = [
     "CapacityInfo",
     "discover_capacity",
     "parse_kvfence_capacity",
+    "parse_model_ids",
     "parse_models_max_len",
     "parse_vllm_cache_config",
 ]
@@ -40,6 +41,7 @@ class CapacityInfo:
     advertised_context: int | None
     kv_capacity_tokens: int | None
     source: str
+    model_ids: tuple[str, ...] = ()
 
     @property
     def advertises_more_than_it_holds(self) -> bool:
@@ -151,13 +153,17 @@ async def discover_capacity(
             capacity = parse_vllm_cache_config(response.text)
             if capacity is not None:
                 sources.append("vllm:cache_config_info")
-    if advertised is None and mode is not CapacitySource.POLICY:
-        response = await _get(client, backend.base_url + "/models", headers)
-        if response is not None:
-            try:
-                advertised = parse_models_max_len(response.json(), backend.models[0] if backend.models else None)
-            except ValueError:
-                advertised = None
+    model_ids: tuple[str, ...] = ()
+    response = await _get(client, backend.base_url + "/models", headers)
+    if response is not None:
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        model_ids = parse_model_ids(payload)
+        if advertised is None and mode is not CapacitySource.POLICY:
+            wanted = backend.upstream_model(backend.models[0]) if backend.models else None
+            advertised = parse_models_max_len(payload, wanted)
             if advertised is not None:
                 sources.append("/v1/models")
     # Policy facts fill gaps; a policy capacity below the discovered one is kept (the stricter wins).
@@ -167,4 +173,12 @@ async def discover_capacity(
     if advertised is None and facts.advertised_context is not None:
         advertised = facts.advertised_context
         sources.append("policy")
-    return CapacityInfo(advertised, capacity, ",".join(dict.fromkeys(sources)) or "unknown")
+    return CapacityInfo(advertised, capacity, ",".join(dict.fromkeys(sources)) or "unknown", model_ids)
+
+
+def parse_model_ids(payload: Any) -> tuple[str, ...]:
+    """Model ids from an OpenAI ``/v1/models`` answer."""
+    entries = payload.get("data") if isinstance(payload, dict) else None
+    if not isinstance(entries, list):
+        return ()
+    return tuple(e["id"] for e in entries if isinstance(e, dict) and isinstance(e.get("id"), str))

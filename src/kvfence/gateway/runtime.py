@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,6 @@ class BackendState:
     capacity: CapacityInfo
     down_until: float = 0.0
     last_error: str | None = None
-    discovered_models: list[str] = field(default_factory=list)
 
     def is_down(self, now: float) -> bool:
         return now < self.down_until
