@@ -24,7 +24,8 @@ from kvfence.server.auth import AuthMiddleware
 from kvfence.server.config import ServerConfig
 from kvfence.server.keys import KeyRing
 from kvfence.server.metrics import ServerMetrics
-from kvfence.server.serving import LoadedModel, OpenAIServing
+from kvfence.server.prepare import LoadedModel
+from kvfence.server.serving import OpenAIServing
 
 __all__ = ["PUBLIC_PATHS", "create_app", "describe_startup"]
 

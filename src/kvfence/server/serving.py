@@ -13,21 +13,26 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from kvfence.engine.sampling_params import SamplingParams
 from kvfence.engine.scope import CacheScope, compute_scope_key
-from kvfence.errors import InvalidParameterError, RequestError
+from kvfence.errors import RequestError
 from kvfence.server.api_errors import APIError, error_payload, from_request_error
 from kvfence.server.async_engine import AsyncEngine, EngineFault, QueueFullError, RequestGroup
 from kvfence.server.auth import Tenant
 from kvfence.server.config import ServerConfig
 from kvfence.server.limits import ConcurrencyLimiter
 from kvfence.server.metrics import ServerMetrics
+from kvfence.server.prepare import (
+    LoadedModel,
+    chat_prompt,
+    resolve_model_name,
+    sampling_params,
+    tokenize_prompt,
+)
 from kvfence.server.protocol import ChatCompletionRequest, CompletionRequest, GenerationRequest, parse_body
 from kvfence.server.responses import (
     ChoiceState,
@@ -40,28 +45,9 @@ from kvfence.server.responses import (
 )
 from kvfence.server.streaming import ClientDisconnected, EventStreamResponse, run_until_disconnect
 
-__all__ = ["LoadedModel", "OpenAIServing"]
+__all__ = ["OpenAIServing"]
 
 log = logging.getLogger(__name__)
-
-DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-
-
-@dataclass(frozen=True)
-class LoadedModel:
-    """What the HTTP side needs to know about the loaded model."""
-
-    name: str
-    served_names: tuple[str, ...]
-    tokenizer: Any
-    capacity: Any
-    is_random_weights: bool
-    vocab_size: int | None
-
-    @property
-    def public_name(self) -> str:
-        return self.served_names[0]
-
 
 def _new_logprobs(out: Any) -> list[dict[int, float]]:
     """This step's logprob entries: ``new_logprobs``, or the tail of the cumulative list."""
@@ -243,13 +229,13 @@ class OpenAIServing:
         body = await self._read_body(request)
         is_chat = endpoint == "chat"
         req: GenerationRequest = parse_body(body, ChatCompletionRequest if is_chat else CompletionRequest)
-        public_name = self._check_model(req.model, model)
+        public_name = resolve_model_name(req.model, model)
         if isinstance(req, ChatCompletionRequest):
-            prompts, param = [self._chat_prompt(req, model)], "messages"
+            prompts, param = [chat_prompt(req, model)], "messages"
         else:
             assert isinstance(req, CompletionRequest)
-            prompts, param = [self._tokenize(p, model) for p in req.prompts()], "prompt"
-        params = [self._sampling_params(req, len(p), model, tenant, param) for p in prompts]
+            prompts, param = [tokenize_prompt(p, model) for p in req.prompts()], "prompt"
+        params = [sampling_params(req, len(p), model, tenant.key, param) for p in prompts]
 
         # I5: the scope comes from the authenticated tenant and the server secret; the client's
         # cache_salt is mixed in after the identity, so it can only narrow the scope.
@@ -296,80 +282,6 @@ class OpenAIServing:
             lease.close()
 
     # -- request preparation ---------------------------------------------------------------------
-
-    def _check_model(self, requested: str | None, model: LoadedModel) -> str:
-        if requested is None or requested in model.served_names or requested == model.name:
-            return requested or model.public_name
-        raise APIError.bad_request(
-            f"the model {requested!r} does not exist on this server; available: {', '.join(model.served_names)}",
-            param="model", code="model_not_found",
-        )
-
-    def _tokenize(self, prompt: str | list[int], model: LoadedModel) -> list[int]:
-        if isinstance(prompt, str):
-            ids: list[int] = model.tokenizer.encode(prompt, add_special_tokens=True)
-            return ids
-        vocab = model.vocab_size
-        if vocab is not None:
-            bad = next((t for t in prompt if t >= vocab), None)
-            if bad is not None:
-                raise APIError.bad_request(f"token id {bad} is out of range: the vocabulary has {vocab} tokens",
-                                           param="prompt")
-        return prompt
-
-    def _chat_prompt(self, req: ChatCompletionRequest, model: LoadedModel) -> list[int]:
-        tok = model.tokenizer
-        text = tok.apply_chat_template(req.template_messages(), add_generation_prompt=req.add_generation_prompt is not False)
-        # A real template renders its own special tokens (BOS included); the plain fallback does not.
-        ids: list[int] = tok.encode(text, add_special_tokens=tok.chat_template is None)
-        return ids
-
-    def _sampling_params(
-        self, req: GenerationRequest, num_prompt: int, model: LoadedModel, tenant: Tenant, param: str
-    ) -> SamplingParams:
-        if num_prompt == 0:
-            raise APIError.bad_request(f"'{param}' must contain at least one token", param=param)
-        key = tenant.key
-        if key is not None and key.max_prompt_tokens is not None and num_prompt > key.max_prompt_tokens:
-            raise APIError.bad_request(
-                f"the prompt has {num_prompt} tokens but API key {key.name!r} allows at most "
-                f"{key.max_prompt_tokens}; shorten the {param}",
-                param=param, code="context_length_exceeded",
-            )
-        max_len = int(model.capacity.max_model_len)
-        requested = req.requested_max_tokens
-        if requested is None:
-            room = max_len - num_prompt
-            requested = room if isinstance(req, ChatCompletionRequest) else min(DEFAULT_COMPLETION_MAX_TOKENS, room)
-            requested = max(requested, 1)
-        if num_prompt + requested > max_len:
-            # I3: refused before anything is queued or allocated.
-            raise APIError.bad_request(
-                f"This model's maximum context length is {max_len} tokens. However, you requested "
-                f"{num_prompt + requested} tokens ({num_prompt} in the {param}, {requested} in the completion). "
-                f"Please reduce the length of the {param} or completion.",
-                param=param, code="context_length_exceeded",
-            )
-        if isinstance(req, ChatCompletionRequest):
-            logprobs = (req.top_logprobs or 0) if req.logprobs else None
-        else:
-            assert isinstance(req, CompletionRequest)
-            logprobs = req.logprobs
-        try:
-            return SamplingParams(
-                max_tokens=requested,
-                temperature=1.0 if req.temperature is None else req.temperature,
-                top_k=req.effective_top_k,
-                top_p=1.0 if req.top_p is None else req.top_p,
-                seed=None if req.seed is None else req.seed % (2**63),  # any JSON int, one generator seed
-                stop=req.stop_list,
-                stop_token_ids=list(req.stop_token_ids or []),
-                ignore_eos=bool(req.ignore_eos),
-                logprobs=logprobs,
-                min_tokens=req.min_tokens or 0,
-            )
-        except InvalidParameterError as exc:
-            raise from_request_error(exc) from exc
 
     # -- answers ---------------------------------------------------------------------------------
 

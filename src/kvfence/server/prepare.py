@@ -1,0 +1,128 @@
+"""From a validated request to engine inputs: model name, token ids, sampling parameters.
+
+Pure logic, no I/O: every function here either returns engine inputs or raises the
+:class:`~kvfence.server.api_errors.APIError` the client gets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvfence.engine.sampling_params import SamplingParams
+from kvfence.errors import InvalidParameterError
+from kvfence.server.api_errors import APIError, from_request_error
+from kvfence.server.keys import ApiKey
+from kvfence.server.protocol import ChatCompletionRequest, CompletionRequest, GenerationRequest
+
+__all__ = [
+    "DEFAULT_COMPLETION_MAX_TOKENS",
+    "LoadedModel",
+    "chat_prompt",
+    "resolve_model_name",
+    "sampling_params",
+    "tokenize_prompt",
+]
+
+DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What the HTTP side needs to know about the loaded model."""
+
+    name: str
+    served_names: tuple[str, ...]
+    tokenizer: Any
+    capacity: Any
+    is_random_weights: bool
+    vocab_size: int | None
+
+    @property
+    def public_name(self) -> str:
+        return self.served_names[0]
+
+
+def resolve_model_name(requested: str | None, model: LoadedModel) -> str:
+    """The name to answer with; an unknown model is a 400 ``model_not_found``."""
+    if requested is None or requested in model.served_names or requested == model.name:
+        return requested or model.public_name
+    raise APIError.bad_request(
+        f"the model {requested!r} does not exist on this server; available: {', '.join(model.served_names)}",
+        param="model", code="model_not_found",
+    )
+
+
+def tokenize_prompt(prompt: str | list[int], model: LoadedModel) -> list[int]:
+    """Token ids of a completion prompt; given ids are checked against the vocabulary."""
+    if isinstance(prompt, str):
+        ids: list[int] = model.tokenizer.encode(prompt, add_special_tokens=True)
+        return ids
+    vocab = model.vocab_size
+    if vocab is not None:
+        bad = next((t for t in prompt if t >= vocab), None)
+        if bad is not None:
+            raise APIError.bad_request(f"token id {bad} is out of range: the vocabulary has {vocab} tokens",
+                                       param="prompt")
+    return prompt
+
+
+def chat_prompt(req: ChatCompletionRequest, model: LoadedModel) -> list[int]:
+    """Token ids of the chat template rendered over the messages."""
+    tok = model.tokenizer
+    text = tok.apply_chat_template(req.template_messages(),
+                                  add_generation_prompt=req.add_generation_prompt is not False)
+    # A real template renders its own special tokens (BOS included); the plain fallback does not.
+    ids: list[int] = tok.encode(text, add_special_tokens=tok.chat_template is None)
+    return ids
+
+
+def sampling_params(
+    req: GenerationRequest, num_prompt: int, model: LoadedModel, key: ApiKey | None, param: str
+) -> SamplingParams:
+    """Engine sampling parameters, after the admission checks that need no engine (I3).
+
+    ``param`` names the request field that holds the prompt ("prompt" or "messages"), for errors.
+    """
+    if num_prompt == 0:
+        raise APIError.bad_request(f"'{param}' must contain at least one token", param=param)
+    if key is not None and key.max_prompt_tokens is not None and num_prompt > key.max_prompt_tokens:
+        raise APIError.bad_request(
+            f"the prompt has {num_prompt} tokens but API key {key.name!r} allows at most "
+            f"{key.max_prompt_tokens}; shorten the {param}",
+            param=param, code="context_length_exceeded",
+        )
+    max_len = int(model.capacity.max_model_len)
+    requested = req.requested_max_tokens
+    if requested is None:
+        room = max_len - num_prompt
+        requested = room if isinstance(req, ChatCompletionRequest) else min(DEFAULT_COMPLETION_MAX_TOKENS, room)
+        requested = max(requested, 1)
+    if num_prompt + requested > max_len:
+        # I3: refused before anything is queued or allocated.
+        raise APIError.bad_request(
+            f"This model's maximum context length is {max_len} tokens. However, you requested "
+            f"{num_prompt + requested} tokens ({num_prompt} in the {param}, {requested} in the completion). "
+            f"Please reduce the length of the {param} or completion.",
+            param=param, code="context_length_exceeded",
+        )
+    logprobs: int | None = None
+    if isinstance(req, ChatCompletionRequest):
+        logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    elif isinstance(req, CompletionRequest):
+        logprobs = req.logprobs
+    try:
+        return SamplingParams(
+            max_tokens=requested,
+            temperature=1.0 if req.temperature is None else req.temperature,
+            top_k=req.effective_top_k,
+            top_p=1.0 if req.top_p is None else req.top_p,
+            seed=None if req.seed is None else req.seed % (2**63),  # any JSON int, one generator seed
+            stop=req.stop_list,
+            stop_token_ids=list(req.stop_token_ids or []),
+            ignore_eos=bool(req.ignore_eos),
+            logprobs=logprobs,
+            min_tokens=req.min_tokens or 0,
+        )
+    except InvalidParameterError as exc:
+        raise from_request_error(exc) from exc

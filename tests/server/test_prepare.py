@@ -1,0 +1,91 @@
+"""Admission checks that need no engine (I3 at the edge), on plain data."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from kvfence.server.api_errors import APIError
+from kvfence.server.keys import ApiKey
+from kvfence.server.prepare import LoadedModel, resolve_model_name, sampling_params, tokenize_prompt
+from kvfence.server.protocol import ChatCompletionRequest, CompletionRequest, parse_body
+
+
+@dataclass
+class _Capacity:
+    max_model_len: int = 100
+
+
+class _Tokenizer:
+    chat_template = None
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [1, *text.encode()] if add_special_tokens else list(text.encode())
+
+
+MODEL = LoadedModel("m", ("m", "alias"), _Tokenizer(), _Capacity(), True, 300)
+KEY = ApiKey("acme", "w", "k", "0" * 64, max_prompt_tokens=10)
+
+
+def _completion(**body: Any) -> CompletionRequest:
+    return parse_body(json.dumps({"prompt": "x", **body}).encode(), CompletionRequest)
+
+
+def _chat(**body: Any) -> ChatCompletionRequest:
+    return parse_body(json.dumps({"messages": [{"role": "user", "content": "x"}], **body}).encode(),
+                      ChatCompletionRequest)
+
+
+def test_default_max_tokens() -> None:
+    assert sampling_params(_completion(), 10, MODEL, None, "prompt").max_tokens == 16
+    assert sampling_params(_completion(), 95, MODEL, None, "prompt").max_tokens == 5
+    assert sampling_params(_chat(), 30, MODEL, None, "messages").max_tokens == 70
+
+
+@pytest.mark.parametrize(("num_prompt", "max_tokens", "fits"), [(90, 10, True), (90, 11, False), (100, None, False),
+                                                                 (99, None, True), (101, 1, False)])
+def test_context_length_boundary(num_prompt: int, max_tokens: int | None, fits: bool) -> None:
+    req = _completion(max_tokens=max_tokens)
+    if fits:
+        assert sampling_params(req, num_prompt, MODEL, None, "prompt").max_tokens + num_prompt <= 100
+        return
+    with pytest.raises(APIError) as info:
+        sampling_params(req, num_prompt, MODEL, None, "prompt")
+    assert info.value.code == "context_length_exceeded" and info.value.status_code == 400
+    assert "100" in info.value.message
+
+
+def test_key_prompt_limit_and_empty_prompt() -> None:
+    assert sampling_params(_completion(), 10, MODEL, KEY, "prompt").max_tokens == 16
+    with pytest.raises(APIError, match="allows at most 10"):
+        sampling_params(_completion(), 11, MODEL, KEY, "prompt")
+    with pytest.raises(APIError, match="at least one token"):
+        sampling_params(_completion(), 0, MODEL, None, "prompt")
+
+
+def test_fields_reach_the_sampling_params() -> None:
+    p = sampling_params(_completion(temperature=0, top_k=-1, top_p=0.5, stop=["a"], seed=-1, logprobs=2,
+                                    ignore_eos=True, min_tokens=1, max_tokens=4), 3, MODEL, None, "prompt")
+    assert (p.temperature, p.top_k, p.top_p, p.stop, p.logprobs, p.ignore_eos, p.min_tokens) == \
+        (0.0, None, 0.5, ["a"], 2, True, 1)
+    assert p.seed is not None and p.seed >= 0
+    c = sampling_params(_chat(logprobs=True, top_logprobs=3), 3, MODEL, None, "messages")
+    assert c.logprobs == 3
+    with pytest.raises(APIError) as info:
+        sampling_params(_completion(min_tokens=9, max_tokens=2), 3, MODEL, None, "prompt")
+    assert info.value.param == "min_tokens"
+
+
+def test_model_names_and_token_ids() -> None:
+    assert resolve_model_name(None, MODEL) == "m"
+    assert resolve_model_name("alias", MODEL) == "alias"
+    with pytest.raises(APIError) as info:
+        resolve_model_name("gpt-4o", MODEL)
+    assert info.value.code == "model_not_found"
+    assert tokenize_prompt("hi", MODEL) == [1, 104, 105]
+    assert tokenize_prompt([5, 299], MODEL) == [5, 299]
+    with pytest.raises(APIError, match="out of range"):
+        tokenize_prompt([300], MODEL)
