@@ -5,7 +5,8 @@ streamed in small chunks or whole. Test-only controls:
 
 - ``GET /_received`` -> the recorded requests; ``DELETE /_received`` clears them;
 - ``POST /_control`` with ``{"status": 503}`` (fail every request), ``{"reply": "..."}``,
-  ``{"chunk_chars": 3}``, ``{"echo": true}`` (reply with the last user message).
+  ``{"chunk_chars": 3}``, ``{"echo": true}`` (reply with the last user message),
+  ``{"break_after": 2}`` (drop the connection after that many stream chunks).
 
 Run: ``python -m tests.gateway.fake_backend --port P --name NAME [--max-model-len N]
 [--vllm-blocks N --block-size B]``.
@@ -29,7 +30,7 @@ from starlette.routing import Route
 def build(name: str, max_model_len: int | None, vllm_blocks: int | None, block_size: int) -> Starlette:
     received: list[dict[str, Any]] = []
     control: dict[str, Any] = {"status": 200, "reply": f"hello from {name}", "chunk_chars": 4, "echo": False,
-                               "delay_s": 0.0}
+                               "delay_s": 0.0, "break_after": None}
 
     def reply_text(body: dict[str, Any], endpoint: str) -> str:
         if endpoint == "chat":
@@ -77,7 +78,9 @@ def build(name: str, max_model_len: int | None, vllm_blocks: int | None, block_s
                     first = {**base, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
                                                   "finish_reason": None}]}
                     yield f"data: {json.dumps(first)}\n\n"
-            for piece in pieces:
+            for count, piece in enumerate(pieces):
+                if control.get("break_after") is not None and count >= int(control["break_after"]):
+                    raise RuntimeError("connection dropped on purpose")  # uvicorn aborts the response
                 for i in range(n):
                     choice: dict[str, Any] = ({"index": i, "delta": {"content": piece}, "finish_reason": None}
                                               if endpoint == "chat" else

@@ -342,3 +342,16 @@ def test_client_disconnect_mid_stream_releases_the_request(gateway: Gateway, bac
             break
         time.sleep(0.1)
     assert "kvfence_gateway_in_flight 0.0" in metrics
+
+
+def test_upstream_dropping_mid_stream_ends_with_an_error_event(gateway: Gateway, backend_a: FakeBackend) -> None:
+    backend_a.control(break_after=2)
+    try:
+        with client(gateway, "alice") as c:
+            stream = c.chat.completions.create(model="test-model", stream=True,
+                                               messages=[{"role": "user", "content": "hi"}])
+            with pytest.raises(openai.APIError, match="broke off the stream"):
+                for _ in stream:
+                    pass
+    finally:
+        backend_a.control(break_after=None)

@@ -197,3 +197,25 @@ def test_capacity_parsers() -> None:
     assert parse_kvfence_capacity({"max_model_len": 2048, "pool_tokens": 4096}) == (2048, 4096)
     assert parse_kvfence_capacity({"num_pages": 10, "page_size": 16}) == (None, 160)
     assert parse_kvfence_capacity({"num_blocks": 10, "block_size": 16}) == (None, 160)
+
+
+def test_tool_call_arguments_are_filtered_stream_and_whole() -> None:
+    f = AnswerFilter("chat", _restore_chain)
+    pieces = ['{"to": "<EMA', 'IL_1>", "cc": "<EMAIL', '_1>"}']
+    out = ""
+    for i, piece in enumerate(pieces):
+        delta: dict[str, Any] = {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
+        if i == 0:
+            delta["tool_calls"][0].update(id="call_1", type="function")
+            delta["tool_calls"][0]["function"]["name"] = "send_mail"
+        chunk = f.filter_chunk({"choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+        out += chunk["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"]
+    last = f.filter_chunk({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    for call in last["choices"][0]["delta"].get("tool_calls", []):
+        out += call["function"]["arguments"]
+    assert out == f'{{"to": "{EMAIL}", "cc": "{EMAIL}"}}'
+    whole = AnswerFilter("chat", _restore_chain).filter_completion({"choices": [{"index": 0, "message": {
+        "role": "assistant", "content": None,
+        "tool_calls": [{"id": "c", "type": "function",
+                        "function": {"name": "f", "arguments": f'{{"a": "{PLACEHOLDER}"}}'}}]}}]})
+    assert whole["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == f'{{"a": "{EMAIL}"}}'

@@ -81,60 +81,92 @@ def encode_event(payload: dict[str, Any] | str) -> bytes:
     return b"data: " + text.encode("utf-8") + b"\n\n"
 
 
+# A text slot of a choice: "content", "reasoning_content", "text", or "tool:<i>" for the arguments
+# string of tool call i.
+Slot = tuple[int, str]
+
+
 class AnswerFilter:
-    """Per-answer state: one :class:`FilterChain` per (choice index, text field)."""
+    """Per-answer state: one :class:`FilterChain` per (choice index, text slot).
+
+    Slots are the choice's ``content`` / ``reasoning_content`` (chat), ``text`` (completions) and the
+    ``function.arguments`` of each tool call (chat), so a placeholder inside tool arguments is restored
+    and scanned like any other text.
+    """
 
     def __init__(self, endpoint: str, make_chain: Callable[[], FilterChain]) -> None:
         self._endpoint = endpoint
         self._make_chain = make_chain
-        self._chains: dict[tuple[int, str], FilterChain] = {}
-        self._finished: set[tuple[int, str]] = set()
+        self._chains: dict[Slot, FilterChain] = {}
+        self._finished: set[Slot] = set()
         self._last_chunk: dict[str, Any] | None = None
 
-    def _chain(self, key: tuple[int, str]) -> FilterChain:
+    def _chain(self, key: Slot) -> FilterChain:
         chain = self._chains.get(key)
         if chain is None:
             chain = self._chains[key] = self._make_chain()
         return chain
 
-    def _text_slots(self, choice: dict[str, Any], *, stream: bool) -> list[tuple[dict[str, Any], str]]:
+    def _slots(self, choice: dict[str, Any], *, stream: bool) -> list[tuple[dict[str, Any], str, str]]:
+        """(object holding the string, its key, slot name) for every text in this choice."""
         if self._endpoint == "completions":
-            return [(choice, "text")]
+            return [(choice, "text", "text")]
         holder = choice.get("delta" if stream else "message")
         if not isinstance(holder, dict):
             return []
-        return [(holder, name) for name in CHAT_FIELDS if isinstance(holder.get(name), str)] or [(holder, "content")]
+        out = [(holder, name, name) for name in CHAT_FIELDS if isinstance(holder.get(name), str)]
+        for position, call in enumerate(holder.get("tool_calls") or []):
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+                index = call.get("index", position) if stream else position
+                out.append((function, "arguments", f"tool:{index}"))
+        return out
+
+    @staticmethod
+    def _put_tail(choice: dict[str, Any], slot: str, tail: str, *, chat: bool) -> None:
+        """Append held-back text of ``slot`` to a streamed choice, creating the field if needed."""
+        if not chat:
+            choice["text"] = (choice.get("text") or "") + tail
+            return
+        delta = choice.setdefault("delta", {})
+        if not slot.startswith("tool:"):
+            delta[slot] = (delta.get(slot) or "") + tail
+            return
+        index = int(slot.removeprefix("tool:"))
+        calls = delta.setdefault("tool_calls", [])
+        for call in calls:
+            if isinstance(call, dict) and call.get("index") == index:
+                function = call.setdefault("function", {})
+                function["arguments"] = (function.get("arguments") or "") + tail
+                return
+        calls.append({"index": index, "function": {"arguments": tail}})
 
     # -- streaming --------------------------------------------------------------------------------
     def filter_chunk(self, chunk: dict[str, Any]) -> dict[str, Any]:
         """Filter one streamed chunk in place; finishes a choice's chains on its ``finish_reason``."""
         self._last_chunk = chunk
+        chat = self._endpoint == "chat"
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, dict):
                 continue
             index = int(choice.get("index") or 0)
-            for holder, name in self._text_slots(choice, stream=True):
-                key = (index, name)
-                if key in self._finished:
+            for holder, field, slot in self._slots(choice, stream=True):
+                if (index, slot) in self._finished:
                     continue
-                text = holder.get(name)
-                out = self._chain(key).feed(text) if isinstance(text, str) and text else ""
-                if choice.get("finish_reason") is not None:
-                    out += self._chain(key).finish()
-                    self._finished.add(key)
-                if isinstance(text, str) or out:
-                    holder[name] = out
+                text = holder[field]
+                holder[field] = self._chain((index, slot)).feed(text) if text else ""
             if choice.get("finish_reason") is not None:
                 for key in [k for k in self._chains if k[0] == index and k not in self._finished]:
-                    tail = self._chains[key].finish()
                     self._finished.add(key)
-                    holder = choice.setdefault("delta", {}) if self._endpoint == "chat" else choice
-                    holder[key[1]] = (holder.get(key[1]) or "") + tail
+                    tail = self._chains[key].finish()
+                    if tail:
+                        self._put_tail(choice, key[1], tail, chat=chat)
         return chunk
 
     def flush(self) -> list[dict[str, Any]]:
         """Chunks carrying what is still held back for choices that never sent a finish_reason."""
         out: list[dict[str, Any]] = []
+        chat = self._endpoint == "chat"
         for key, chain in self._chains.items():
             if key in self._finished:
                 continue
@@ -143,10 +175,8 @@ class AnswerFilter:
             if not tail:
                 continue
             base = {k: v for k, v in (self._last_chunk or {}).items() if k in ("id", "object", "created", "model")}
-            if self._endpoint == "chat":
-                choice: dict[str, Any] = {"index": key[0], "delta": {key[1]: tail}, "finish_reason": None}
-            else:
-                choice = {"index": key[0], "text": tail, "finish_reason": None}
+            choice: dict[str, Any] = {"index": key[0], "finish_reason": None}
+            self._put_tail(choice, key[1], tail, chat=chat)
             out.append({**base, "choices": [choice]})
         return out
 
@@ -157,11 +187,8 @@ class AnswerFilter:
             if not isinstance(choice, dict):
                 continue
             index = int(choice.get("index") or 0)
-            for holder, name in self._text_slots(choice, stream=False):
-                text = holder.get(name)
-                if not isinstance(text, str):
-                    continue
-                chain = self._chain((index, name))
-                holder[name] = chain.feed(text) + chain.finish()
-                self._finished.add((index, name))
+            for holder, field, slot in self._slots(choice, stream=False):
+                chain = self._chain((index, slot))
+                holder[field] = chain.feed(holder[field]) + chain.finish()
+                self._finished.add((index, slot))
         return body
