@@ -190,6 +190,8 @@ def test_bad_configuration_is_a_config_error() -> None:
         make_hook(make_policy(public={"pii": "encrypt"}))
     with pytest.raises(ConfigError, match="unknown data classes"):
         make_hook(make_policy({"raise_class": {"US_SSN": "top-secret"}}))
+    with pytest.raises(ConfigError, match="unknown entity types US_SNN"):
+        make_hook(make_policy(public={"entities": {"US_SNN": "block"}}))
     with pytest.raises(ConfigError, match="redis_url"):
         make_hook(make_policy({"leak": {"index": "redis"}}))
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kvfence.errors import ConfigError
 from kvfence.gateway.errors import DetectorFailure, LeakSuspected, RequestBlocked
-from kvfence.gateway.hooks import RequestContext
+from kvfence.gateway.hooks import RequestContext, new_incident_id
 from kvfence.gateway.policy import Policy
 from kvfence.gateway.protection.config import (
     Action,
@@ -33,8 +34,9 @@ from kvfence.gateway.protection.leak import AnswerScanner, LeakEvidence, LeakMon
 from kvfence.gateway.protection.leak_index import InMemoryIndex
 from kvfence.gateway.protection.messages import set_texts, text_slots
 from kvfence.gateway.protection.metrics import ProtectionMetrics
-from kvfence.gateway.protection.pii_rules import RESTRICTED_PII
+from kvfence.gateway.protection.pii_rules import PII_ENTITIES, RESTRICTED_PII
 from kvfence.gateway.protection.pseudonymise import Pseudonymiser
+from kvfence.gateway.protection.secret_rules import SECRET_ENTITIES
 from kvfence.gateway.protection.streaming import StreamRestorer
 
 __all__ = ["ProtectionFilter", "ProtectionHook", "RequestState", "tenant_unit", "tenant_unit_of"]
@@ -87,9 +89,13 @@ class ProtectionHook:
             else dict(config.raise_class)
         unknown = sorted({c for c in raise_map.values() if c not in self._class_protection})
         if unknown:
-            from kvfence.errors import ConfigError
-
             raise ConfigError(f"gateway.protection.raise_class names unknown data classes: {', '.join(unknown)}")
+        known = PII_ENTITIES | SECRET_ENTITIES | {"PERSON"}
+        named = set(raise_map) | {e for c in self._class_protection.values() for e in c.entities}
+        typos = sorted(named - known)
+        if typos:
+            raise ConfigError(f"gateway.protection: unknown entity types {', '.join(typos)}; "
+                              f"known: {', '.join(sorted(known))}")
         self._raise_map = raise_map
         self._states: dict[int, RequestState] = {}
         self._record_inline = monitor is not None and isinstance(monitor.index, InMemoryIndex)
@@ -207,8 +213,6 @@ class ProtectionHook:
                     kind="cross_tenant_leak", request_id=ctx.request_id, tenants=tenants, details=details)
             except Exception:  # the answer is withheld whatever happens to the audit log
                 log.exception("could not record leak incident for request %s", ctx.request_id)
-                from kvfence.gateway.hooks import new_incident_id
-
                 incident_id = new_incident_id()
             state.leak_incident = incident_id
         ctx.annotations.setdefault("incidents", []).append(incident_id)
