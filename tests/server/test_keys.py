@@ -87,3 +87,18 @@ def test_keyring_keeps_last_good_keys_when_file_breaks(tmp_path: Path) -> None:
     path.write_text("this is [not toml")
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 2_000_000))
     assert ring.lookup(secret) is not None
+
+
+def test_other_spellings_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "keys.toml"
+    digest = hash_secret("kvf-x")
+    path.write_text(f"""
+[keys.alice]
+org = "acme"
+workspace = "w"
+hash = "sha256:{digest.upper()}"
+max_concurrent_requests = 2
+""")
+    [key] = load_keys(path)
+    assert (key.organization, key.workspace, key.name, key.sha256) == ("acme", "w", "alice", digest)
+    assert KeyRing(path).lookup("kvf-x") == key

@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 _ID_FIELDS = ("organization", "workspace", "name")
 _LIMIT_FIELDS = ("max_concurrent_requests", "max_prompt_tokens")
 _ALLOWED_FIELDS = {*_ID_FIELDS, "sha256", *_LIMIT_FIELDS}
+# Spellings other tools use for the same fields; read, never written.
+_ALIASES = {"org": "organization", "key_name": "name", "hash": "sha256", "key_sha256": "sha256",
+            "sha256_hash": "sha256"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +86,23 @@ def _check_limit(value: Any, field: str, where: str) -> int | None:
     return value
 
 
-def _parse_entry(raw: Any, where: str) -> ApiKey:
+def _parse_entry(raw: Any, where: str, default_name: str | None = None) -> ApiKey:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: each [[keys]] entry must be a table")
+    raw = dict(raw)
+    for alias, field in _ALIASES.items():
+        if alias in raw:
+            if field in raw:
+                raise ConfigError(f"{where}: give {field!r} or {alias!r}, not both")
+            raw[field] = raw.pop(alias)
+    if default_name is not None:
+        raw.setdefault("name", default_name)
     unknown = set(raw) - _ALLOWED_FIELDS
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}; allowed: {sorted(_ALLOWED_FIELDS)}")
     digest = raw.get("sha256")
+    if isinstance(digest, str):
+        digest = digest.strip().lower().removeprefix("sha256:")
     if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
         raise ConfigError(f"{where}: 'sha256' must be 64 lower-case hex digits (the hash, never the key)")
     return ApiKey(
@@ -115,9 +128,12 @@ def load_keys(path: str | Path) -> list[ApiKey]:
     if unknown:
         raise ConfigError(f"keys file {path}: unknown top-level entries {sorted(unknown)}; expected [[keys]]")
     entries = data.get("keys", [])
-    if not isinstance(entries, list):
+    if isinstance(entries, dict):  # [keys.<name>] tables: the table name is the key name
+        keys = [_parse_entry(raw, f"keys file {path}, [keys.{name}]", name) for name, raw in entries.items()]
+    elif isinstance(entries, list):
+        keys = [_parse_entry(raw, f"keys file {path}, entry {i + 1}") for i, raw in enumerate(entries)]
+    else:
         raise ConfigError(f"keys file {path}: 'keys' must be an array of tables ([[keys]])")
-    keys = [_parse_entry(raw, f"keys file {path}, entry {i + 1}") for i, raw in enumerate(entries)]
     seen_hashes: set[str] = set()
     seen_names: set[tuple[str, str, str]] = set()
     for key in keys:
