@@ -49,6 +49,8 @@ def test_bad_prompts(prompt: object) -> None:
         (b"{not json", None, "invalid_json"),
         (b"\xff\xfe{}", None, "invalid_encoding"),
         (b"[1, 2]", None, "invalid_json"),
+        (b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", None, "invalid_json"),
+        (b'{"prompt": "x", "temperature": NaN}', "temperature", None),
         (b'{"prompt": "x", "max_tokens": "5"}', "max_tokens", None),
         (b'{"prompt": "x", "max_tokens": true}', "max_tokens", None),
         (b'{"prompt": "x", "max_tokens": 0}', "max_tokens", None),

@@ -239,6 +239,8 @@ def parse_body(body: bytes, model: type[_R]) -> _R:
     except json.JSONDecodeError as exc:
         raise APIError.bad_request(f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
                                    code="invalid_json") from None
+    except RecursionError:
+        raise APIError.bad_request("request body is nested too deeply", code="invalid_json") from None
     if not isinstance(data, dict):
         raise APIError.bad_request("request body must be a JSON object", code="invalid_json")
     try:
