@@ -41,7 +41,7 @@ class SimConfig:
     sharing: str = "org"  # none | key | org | global
     max_model_len: int = 4096
     kv_capacity: int | None = None
-    per_token_s: float = 20e-6
+    per_token_s: float = 50e-6
     base_s: float = 0.002
     jitter_s: float = 0.0005
     block_size: int = 16

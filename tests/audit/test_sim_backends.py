@@ -11,7 +11,7 @@ from tests.audit.conftest import AuditRun, check_result
 from tests.audit.simbackend import SimConfig, run_backend
 from tests.netutil import free_port
 
-_FAST = ["--seed", "7", "--samples", "20", "--prompt-tokens", "1500"]
+_FAST = ["--seed", "7", "--samples", "14", "--prompt-tokens", "600"]
 
 
 def test_all_checks_pass_on_an_org_scoped_honest_backend(run_audit: AuditRun, tmp_path: Path) -> None:
