@@ -73,7 +73,11 @@ def test_openai_client_gets_answers_and_errors_never_a_placeholder_answer(
     served: tuple[str, list[DisaggregatedEngine]],
 ) -> None:
     base, engines = served
-    client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=60)
+    with openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=60) as client:
+        _exercise(client, engines)
+
+
+def _exercise(client: openai.OpenAI, engines: list[DisaggregatedEngine]) -> None:
     model = client.models.list().data[0].id
 
     ok = client.completions.create(model=model, prompt="hello there, " * 4, max_tokens=6, temperature=0)

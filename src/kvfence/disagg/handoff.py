@@ -58,7 +58,7 @@ class SentPage:
     page_id: int
     generation: int
     shared: bool
-    payload: bytes
+    payload: bytes | memoryview  # a view into one read-back buffer: no per-page copy
 
 
 def build_manifest(
@@ -275,7 +275,7 @@ class HandoffReceiver:
             raise self.fail(HandoffFailure.MISSING_PAGE, f"commit while pages {missing[:8]} never arrived")
         self.phase = HandoffPhase.COMMITTED
 
-    def verify(self, pool_bytes: Mapping[int, bytes], *, map_fn: MapFn = map) -> None:
+    def verify(self, pool_bytes: Mapping[int, bytes | memoryview], *, map_fn: MapFn = map) -> None:
         """Recompute every checksum from the bytes now in the decode pool (index -> bytes).
 
         Only after this returns may decoding read the pages (I4).

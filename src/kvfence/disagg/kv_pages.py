@@ -38,14 +38,15 @@ def page_nbytes(runner: ModelRunner) -> int:
     return pool[:, :, 0].numel() * pool.element_size()
 
 
-def read_pages(runner: ModelRunner, page_ids: list[int]) -> list[bytes]:
-    """The current bytes of ``page_ids`` (one batched copy off the device)."""
+def read_pages(runner: ModelRunner, page_ids: list[int]) -> list[memoryview]:
+    """The current bytes of ``page_ids``: one batched copy off the device, one read-only view per page."""
     if not page_ids:
         return []
     index = torch.tensor(page_ids, dtype=torch.long, device=runner.device)
     pages = runner.kv_pool.index_select(2, index).movedim(2, 0).contiguous().cpu()  # [n, L, 2, ps, H, D]
-    raw = pages.view(torch.uint8).reshape(len(page_ids), -1).numpy()
-    return [raw[i].tobytes() for i in range(len(page_ids))]
+    flat = memoryview(pages.view(torch.uint8).reshape(-1).numpy()).toreadonly()  # type: ignore[arg-type]
+    size = len(flat) // len(page_ids)
+    return [flat[i * size : (i + 1) * size] for i in range(len(page_ids))]
 
 
 def write_page(runner: ModelRunner, page_id: int, payload: bytes) -> None:

@@ -200,7 +200,7 @@ class PrefillWorker:
     def step(self) -> None:
         batch = self.scheduler.schedule()
         self.runner.scrub(batch.scrub_pages)  # I2: before the forward pass reads anything
-        outgoing: list[tuple[_Job, list[list[bytes]]]] = []
+        outgoing: list[tuple[_Job, list[list[bytes | memoryview]]]] = []
         failed: list[tuple[_Job, str]] = []
         sampled: dict[str, int] = {}
         if batch.items:
@@ -246,7 +246,7 @@ class PrefillWorker:
 
     def _capture(
         self, seq: Sequence, job: _Job, first_token: int, logprobs: dict[int, float] | None
-    ) -> list[list[bytes]]:
+    ) -> list[list[bytes | memoryview]]:
         """The handoff messages of one request, built while its pages are still its own (I4)."""
         self.block_manager.verify(seq)  # I1 on the sending side: only its own or same-scope pages
         num_pages = expected_page_count(seq.num_prompt_tokens, self.block_manager.page_size)
@@ -285,7 +285,7 @@ class PrefillWorker:
     def _send(self, identity: bytes, kind: MessageKind, fields: dict[str, Any]) -> None:
         self._send_frames(identity, encode(kind, fields))
 
-    def _send_frames(self, identity: bytes, frames: list[bytes]) -> None:
+    def _send_frames(self, identity: bytes, frames: list[bytes | memoryview]) -> None:
         try:
             self.socket.send_multipart([identity, *frames], copy=False)
         except zmq.ZMQError as exc:  # the decode worker went away: its requests die with it

@@ -56,7 +56,9 @@ class Message:
         return rid if isinstance(rid, str) else None
 
 
-def encode(kind: MessageKind, fields: dict[str, Any] | None = None, payloads: list[bytes] | None = None) -> list[bytes]:
+def encode(
+    kind: MessageKind, fields: dict[str, Any] | None = None, payloads: list[bytes | memoryview] | None = None
+) -> list[bytes | memoryview]:
     body = json.dumps(fields or {}, separators=(",", ":")).encode()
     return [_HEADER.pack(MAGIC, PROTOCOL_VERSION, int(kind)) + body, *(payloads or [])]
 
