@@ -285,3 +285,25 @@ def test_prefill_worker_killed_mid_transfer(model_dir: Path, tmp_path: Path) -> 
         eng.close()
         mitm.close()
         worker.stop()
+
+
+def test_small_decode_pool_waits_for_pages_and_preempts_safely(model_dir: Path, shared_worker: WorkerHandle) -> None:
+    """Handoffs that verify while the decode pool is full wait for pages (no timeout once every
+    byte is here); running decodes are preempted and recomputed locally. Answers stay exact."""
+    eng = make_engine(model_dir, shared_worker.address, kv_cache_tokens=128, max_model_len=128, timeout_s=30.0)
+    reference = LLMEngine(decode_config(model_dir, kv_cache_tokens=4096, max_model_len=128))
+    try:
+        params = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+        prompts = {f"p{i}": [(i * 11 + j * 5) % 240 + 7 for j in range(40 + 6 * i)] for i in range(5)}
+        for rid, prompt in prompts.items():
+            eng.add_request(rid, prompt, params, SCOPE_A)
+            reference.add_request(rid, prompt, params, SCOPE_A)
+        got, want = drive(eng, list(prompts), timeout_s=120), drive(reference, list(prompts))
+        assert {r: o[-1].token_ids for r, o in got.items()} == {r: o[-1].token_ids for r, o in want.items()}
+        stats = eng.stats()
+        assert stats.handoff_failures == {} and stats.num_handoffs_verified == 5
+        assert stats.num_preemptions > 0  # 8 pages cannot hold them all: some were recomputed here
+        assert eng.pool_is_zero()
+        eng.block_manager.check_invariants()
+    finally:
+        eng.close()
