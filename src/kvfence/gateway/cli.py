@@ -105,7 +105,9 @@ def run(config: Path | None, host: str, port: int, audit_log: str | None, log_le
 
 @gateway.command("check")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
-def check(config: Path) -> None:
+@click.option("--routes", is_flag=True, help="Also print, per tenant and class, the allowed backends and why "
+                                             "the others are refused (vendor facts from the file only).")
+def check(config: Path, routes: bool) -> None:
     """Validate a policy file and print what it routes where; exit 2 naming each problem."""
     from kvfence.gateway.policy_loader import load_policy
 
@@ -115,6 +117,40 @@ def check(config: Path) -> None:
     for data_class in policy.data_classes:
         tiers = ", ".join(t.value for t in data_class.allowed_tiers)
         click.echo(f"  {data_class.name}: tiers {tiers}; over cap: {data_class.over_cap.action.value}")
+    if routes:
+        _print_routes(policy)
+
+
+def _print_routes(policy: Any) -> None:
+    """Static routing table: capacity from the file's facts, every credential variable a distinct secret."""
+    from kvfence.gateway.accounts import UpstreamAccounts
+    from kvfence.gateway.errors import GatewayError
+    from kvfence.gateway.routing import BackendView, choose_backends
+    from kvfence.gateway.tenants import GatewayTenant
+
+    tenants = [GatewayTenant.from_config(t) for t in policy.tenants]
+    names = [b.auth.api_key_env for b in policy.backends if b.auth.api_key_env]
+    for b in policy.backends:
+        names += [*b.auth.per_organization.values(), *b.auth.per_tenant.values()]
+    accounts = UpstreamAccounts(policy.backends, tenants, {name: f"secret-of-{name}" for name in names})
+    click.echo("routes (static: capacity from the file's facts only, each credential variable taken as a "
+               "distinct secret; a running gateway discovers capacity, see /health):")
+    for tenant in tenants:
+        click.echo(f"tenant {tenant.name} ({tenant.organization}/{tenant.workspace}, "
+                   f"default {tenant.default_class}):")
+        views = []
+        for b in policy.backends:
+            account = accounts.for_tenant(b, tenant)
+            views.append(BackendView(b, account.kind, account.merged, b.facts.advertised_context,
+                                     b.facts.kv_capacity_tokens))
+        for data_class in policy.class_names():
+            model = next((m for b in policy.backends for m in b.models), "any")
+            try:
+                decision = choose_backends(policy, tenant, data_class, model, views)
+                click.echo(f"  {data_class:14} -> {', '.join(b.name for b in decision.allowed)}")
+            except GatewayError as exc:
+                reasons = exc.message.split(": ", 1)[-1]
+                click.echo(f"  {data_class:14} -> REFUSED ({exc.code}): {reasons}")
 
 
 @gateway.command("new-key")
