@@ -18,7 +18,7 @@ from kvfence.engine.config import EngineConfig
 from kvfence.engine.llm_engine import LLMEngine
 from kvfence.engine.outputs import RequestOutput
 from kvfence.engine.sampling_params import SamplingParams
-from kvfence.errors import ConfigError
+from kvfence.errors import CapacityError, ConfigError
 from tests.disagg.helpers import assert_error_not_answer, drive
 
 SCOPE = b"scope-one"
@@ -138,3 +138,11 @@ def test_worker_loss_fails_pending_requests_and_refuses_new_ones(engine: Disaggr
     with pytest.raises(HandoffError, match="exited"):
         engine.add_request("after", [1, 2], SamplingParams(), SCOPE)
     assert engine.pool_is_zero()
+
+
+def test_spawned_worker_that_cannot_hold_its_context_refuses_to_start(model_dir: Path) -> None:
+    """I3 at start-up, across processes: the prefill worker's own check fails, with its message."""
+    decode = _config(model_dir)
+    prefill = EngineConfig(model=str(model_dir), kv_cache_tokens=64, max_model_len=384, max_prefill_chunk=48, num_threads=1)
+    with pytest.raises(CapacityError, match="KV pool holds only 64 tokens"):
+        DisaggregatedEngine(DisaggConfig(engine=decode, prefill=prefill, connect_timeout_s=120))
