@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import os
 import signal
 import sys
 import threading
@@ -61,19 +60,6 @@ def _engine_config(opts: dict[str, Any]) -> Any:
     )
 
 
-def _read_key(key_file: Path | None) -> bytes:
-    from kvfence.disagg.spawn import KEY_ENV
-
-    text = key_file.read_text(encoding="utf-8").strip() if key_file is not None else os.environ.get(KEY_ENV, "")
-    try:
-        key = bytes.fromhex(text)
-    except ValueError:
-        raise ConfigError("the handoff key must be hex (e.g. from `openssl rand -hex 32`)") from None
-    if len(key) > 64:
-        raise ConfigError(f"the handoff key is {len(key)} bytes; at most 64")
-    return key
-
-
 def _check_loopback(listen: str, allow_remote: bool) -> None:
     if not listen.startswith("tcp://") or allow_remote:
         return
@@ -109,7 +95,9 @@ def prefill_worker(listen: str, allow_remote: bool, ready_file: Path | None, han
     """Run the prefill side: take prompts from decode workers and hand their KV over."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _check_loopback(listen, allow_remote)
-    key = _read_key(handoff_key_file)
+    from kvfence.disagg.config import read_handoff_key
+
+    key = read_handoff_key(handoff_key_file)
     config = _engine_config(opts)
     from kvfence.disagg.prefill_worker import PrefillWorker
 

@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from kvfence.disagg.protocol import MAX_KEY_SIZE
 from kvfence.engine.config import EngineConfig
 from kvfence.errors import ConfigError
 
-__all__ = ["DisaggConfig"]
+__all__ = ["KEY_ENV", "DisaggConfig", "read_handoff_key"]
+
+KEY_ENV = "KVFENCE_HANDOFF_KEY"  # hex; an environment variable, so the key is not in `ps` output
+
+
+def read_handoff_key(key_file: Path | None) -> bytes:
+    """The shared handoff key: hex from ``key_file``, else from ``$KVFENCE_HANDOFF_KEY``, else b"" (unkeyed)."""
+    try:
+        text = key_file.read_text(encoding="utf-8").strip() if key_file is not None else os.environ.get(KEY_ENV, "")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the handoff key file {key_file}: {exc}") from exc
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        raise ConfigError("the handoff key must be hex (e.g. from `openssl rand -hex 32`)") from None
+    if len(key) > MAX_KEY_SIZE:
+        raise ConfigError(f"the handoff key is {len(key)} bytes; at most {MAX_KEY_SIZE}")
+    return key
 
 
 @dataclass

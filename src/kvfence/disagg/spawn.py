@@ -12,12 +12,12 @@ import time
 import weakref
 from pathlib import Path
 
+from kvfence.disagg.config import KEY_ENV
 from kvfence.engine.config import EngineConfig
 from kvfence.errors import CapacityError, ConfigError, KvfenceError
 
 __all__ = ["KEY_ENV", "WorkerProcess", "engine_config_args"]
 
-KEY_ENV = "KVFENCE_HANDOFF_KEY"  # hex; an environment variable, so the key is not in `ps` output
 
 
 def engine_config_args(config: EngineConfig) -> list[str]:
