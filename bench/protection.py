@@ -263,6 +263,14 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (all threads), from /proc."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure_http(sizes: tuple[int, ...], repeats: int) -> list[dict[str, Any]]:
     """The gateway's own X-Kvfence-Overhead-Ms, protection on vs off, through real processes."""
     import os
@@ -280,7 +288,8 @@ def measure_http(sizes: tuple[int, ...], repeats: int) -> list[dict[str, Any]]:
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     key = "kvf-gw-bench-key"
     tmp = Path(tempfile.mkdtemp(prefix="kvfence-bench-"))
-    urls = {}
+    urls: dict[bool, str] = {}
+    pids: dict[bool, int] = {}
     try:
         _wait_port(backend_port)
         for protection in (False, True):
@@ -304,21 +313,26 @@ def measure_http(sizes: tuple[int, ...], repeats: int) -> list[dict[str, Any]]:
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             _wait_port(port)
             urls[protection] = f"http://127.0.0.1:{port}/v1/chat/completions"
+            pids[protection] = procs[-1].pid
         rows = []
         with httpx.Client(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
             for tokens in sizes:
                 body = {"model": "m", "messages": [{"role": "user", "content": sample_prompt(tokens)}],
                         "max_tokens": 16}
                 overhead: dict[bool, list[float]] = {False: [], True: []}
+                cpu: dict[bool, float] = {False: 0.0, True: 0.0}
                 for i in range(repeats + 1):
                     for protection in (False, True):
+                        before = _process_cpu_s(pids[protection])
                         response = client.post(urls[protection], json=body)
                         response.raise_for_status()
                         if i:  # the first round warms up both gateways
                             overhead[protection].append(float(response.headers["X-Kvfence-Overhead-Ms"]))
+                            cpu[protection] += _process_cpu_s(pids[protection]) - before
                 off, on = statistics.median(overhead[False]), statistics.median(overhead[True])
                 rows.append({"tokens": tokens, "gateway_off_p50_ms": off, "gateway_on_p50_ms": on,
-                             "added_p50_ms": on - off})
+                             "added_p50_ms": on - off,
+                             "added_cpu_ms_per_request": (cpu[True] - cpu[False]) / repeats * 1000})
         return rows
     finally:
         for proc in procs:
@@ -351,10 +365,10 @@ def main() -> None:
     print("reference (published, not measured here): LLM Guard Anonymize 177 ms on 317 characters, 4 vCPU")
     if http:
         print("\nthrough gateway processes (X-Kvfence-Overhead-Ms p50, protection off vs on, same run)")
-        print(f"{'tokens':>7} {'off ms':>8} {'on ms':>8} {'added ms':>9}")
+        print(f"{'tokens':>7} {'off ms':>8} {'on ms':>8} {'added ms':>9} {'added cpu ms/req':>17}")
         for row in http:
             print(f"{row['tokens']:>7} {row['gateway_off_p50_ms']:>8.2f} {row['gateway_on_p50_ms']:>8.2f} "
-                  f"{row['added_p50_ms']:>9.2f}")
+                  f"{row['added_p50_ms']:>9.2f} {row['added_cpu_ms_per_request']:>17.2f}")
     print(f"\nleak detection ({leaks['tenants']} tenants, n-gram {leaks['ngram']}, run {leaks['min_run']}):")
     for span, rate in leaks["detection_rate"].items():
         print(f"  leaked span {span:>9}: detected {rate:.3f} of {leaks['leaky_answers_per_size']}")
