@@ -67,8 +67,10 @@ def _serve(config: Path, host: str, port: int, audit_log: str | None, log_level:
     runtime = GatewayRuntime.create(policy, base_dir=config.parent, audit_url=audit_log)
     click.echo(f"kvfence gateway: {len(policy.backends)} backend(s), {len(policy.tenants)} tenant(s), "
                f"{len(runtime.hooks)} hook(s); listening on http://{host}:{port}", err=True)
+    # Keep idle client connections longer than clients keep them (httpx/openai: 5 s), so a client never
+    # sends a request on a connection the gateway is closing at that moment.
     uvicorn.run(build_app(runtime), host=host, port=port, log_level=log_level, access_log=False,
-                lifespan="on")
+                lifespan="on", timeout_keep_alive=75)
 
 
 def _run_options(func: Any) -> Any:

@@ -261,9 +261,7 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
         sent_at = time.perf_counter()
         trace.overhead_s = sent_at - trace.started
         try:
-            upstream_request = state.client.build_request("POST", path, content=json.dumps(upstream_body),
-                                                          headers=headers)
-            upstream = await state.client.send(upstream_request, stream=True)
+            upstream = await _send(state.client, path, json.dumps(upstream_body).encode(), headers)
         except httpx.HTTPError as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             runtime.mark_down(state, reason)
@@ -288,6 +286,18 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
     refused = "".join(f"; {name}: not allowed ({why})" for name, why in decision.refused.items())
     raise UpstreamUnavailable(f"no allowed backend for class {ctx.data_class!r} could take the request "
                               f"(failing closed): {'; '.join(failures)}{refused}")
+
+
+async def _send(client: httpx.AsyncClient, path: str, content: bytes, headers: dict[str, str]) -> httpx.Response:
+    """Send once; resend once on a fresh connection if a pooled one turned out closed by the server.
+
+    A keep-alive connection the backend closed a moment ago fails with no response at all; that says
+    nothing about the backend's health, so it must not count as a failure or trigger a fallback.
+    """
+    try:
+        return await client.send(client.build_request("POST", path, content=content, headers=headers), stream=True)
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+        return await client.send(client.build_request("POST", path, content=content, headers=headers), stream=True)
 
 
 def _note_fallback(runtime: GatewayRuntime, states: list[BackendState], attempt: int, trace: _Trace) -> None:

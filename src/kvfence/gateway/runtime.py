@@ -143,7 +143,8 @@ class GatewayRuntime:
         for backend in self.policy.backends:
             timeout = httpx.Timeout(backend.read_timeout_s, connect=backend.connect_timeout_s, pool=10.0)
             limits = httpx.Limits(max_connections=backend.max_connections,
-                                  max_keepalive_connections=backend.max_connections, keepalive_expiry=30.0)
+                                  max_keepalive_connections=backend.max_connections,
+                                  keepalive_expiry=4.0)  # under the 5 s idle timeout of uvicorn-based engines (vLLM, kvfence)
             client = httpx.AsyncClient(base_url=backend.base_url, timeout=timeout, limits=limits,
                                        trust_env=False, follow_redirects=False)
             facts = backend.facts
