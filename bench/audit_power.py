@@ -12,7 +12,7 @@ the samples a k-sample run would have taken (up to the exact interleaving). The 
 et al.'s 250 samples per procedure.
 
     python bench/audit_power.py --runs 20 --samples 250 --subsample 10,25,50,100
-    python bench/audit_power.py --build-model 4096,16 --device cuda --dtype bfloat16 --parallel 8
+    python bench/audit_power.py --servers-per-scope 7 --time-budget-s 420   # a 16-core machine
 
 ``--build-model HIDDEN,LAYERS`` builds a larger random-weight Llama (transformers' LlamaConfig +
 save_pretrained, the built-in byte-level tokenizer) so that prefill time dominates TTFT noise.
@@ -80,18 +80,20 @@ def build_model(out: Path, hidden: int, layers: int, dtype: str) -> Path:
 class Server:
     """`kvfence serve` in a subprocess, with three keys in two organisations."""
 
-    def __init__(self, tmp: Path, scope: str, port: int, serve_args: list[str]) -> None:
-        keys = tmp / f"keys-{scope}.toml"
+    def __init__(self, tmp: Path, scope: str, port: int, serve_args: list[str], threads: int) -> None:
+        keys = tmp / f"keys-{scope}-{port}.toml"
         self.key_a = add_key(keys, organization="acme", workspace="research", name="a")
         self.key_a2 = add_key(keys, organization="acme", workspace="sales", name="a2")
         self.key_b = add_key(keys, organization="globex", workspace="default", name="b")
         self.url = f"http://127.0.0.1:{port}"
-        self.log = tmp / f"serve-{scope}.log"
-        env = {**os.environ, "KVFENCE_HOME": str(tmp / "home"), "PYTHONUNBUFFERED": "1"}
+        self.log = tmp / f"serve-{scope}-{port}.log"
+        # Few torch threads per server: spinning intra-op threads on a busy machine drown TTFT in noise.
+        env = {**os.environ, "KVFENCE_HOME": str(tmp / "home"), "PYTHONUNBUFFERED": "1",
+               "OMP_NUM_THREADS": str(threads)}
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from kvfence.cli import main; main()", "serve", "--host", "127.0.0.1",
              "--port", str(port), "--keys", str(keys), "--cache-scope", scope, "--log-level", "warning",
-             "--secret-file", str(tmp / f"secret-{scope}"), *serve_args],
+             "--secret-file", str(tmp / f"secret-{scope}-{port}"), *serve_args],
             stdout=self.log.open("w"), stderr=subprocess.STDOUT, env=env,
         )
 
@@ -162,27 +164,28 @@ async def one_run(server: Server, scope: str, seed: int, args: argparse.Namespac
                           for n, d in levels.items() if d.get("measured")}}
 
 
-async def campaign(servers: dict[str, Server], args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
+async def campaign(servers: dict[str, list[Server]], args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
+    """Seeded runs, one at a time per server, all servers at once, until done or out of time."""
     runs: list[dict[str, Any]] = []
     deadline = time.monotonic() + args.time_budget_s
-    queue: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
+    queues: dict[str, asyncio.Queue[int]] = {scope: asyncio.Queue() for scope in servers}
     for seed in range(args.runs):
         for scope in servers:
-            queue.put_nowait((scope, seed))
+            queues[scope].put_nowait(seed)
 
-    async def worker() -> None:
-        while not queue.empty() and time.monotonic() < deadline:
-            scope, seed = queue.get_nowait()
+    async def worker(scope: str, server: Server) -> None:
+        while not queues[scope].empty() and time.monotonic() < deadline:
+            seed = queues[scope].get_nowait()
             try:
-                run = await one_run(servers[scope], scope, seed, args)
+                run = await one_run(server, scope, seed, args)
             except Exception as exc:  # keep the campaign going; the failure is part of the record
                 run = {"scope": scope, "seed": seed, "error": f"{type(exc).__name__}: {exc}"}
             runs.append(run)
-            out.write_text(json.dumps({"args": vars(args), "runs": runs}, indent=2))
+            out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "runs": runs}, indent=2))
             print(json.dumps({k: run.get(k) for k in ("scope", "seed", "verdict", "duration_s", "error")}),
                   flush=True)
 
-    await asyncio.gather(*(worker() for _ in range(args.parallel * len(servers))))
+    await asyncio.gather(*(worker(scope, server) for scope, group in servers.items() for server in group))
     return runs
 
 
@@ -211,7 +214,8 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=400)
     parser.add_argument("--alpha", type=float, default=1e-4)
     parser.add_argument("--scopes", default="org,global")
-    parser.add_argument("--parallel", type=int, default=1, help="concurrent runs per server")
+    parser.add_argument("--servers-per-scope", type=int, default=1, help="servers per scope, each running runs")
+    parser.add_argument("--server-threads", type=int, default=1, help="torch threads of each server")
     parser.add_argument("--time-budget-s", type=float, default=1e9, help="start no run after this many seconds")
     parser.add_argument("--build-model", help="HIDDEN,LAYERS of a larger random Llama to serve")
     parser.add_argument("--dtype", default="float32")
@@ -223,26 +227,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kvfence-audit-power-") as tmp_dir:
         tmp = Path(tmp_dir)
         os.environ["KVFENCE_HOME"] = str(tmp / "home")
-        serve_args = ["--device", args.device, "--dtype", args.dtype, "--max-model-len", "4096", *args.serve_arg]
+        serve_args = ["--device", args.device, "--dtype", args.dtype, "--max-model-len", "2048",
+                      "--kv-cache-tokens", "65536", *args.serve_arg]
         if args.build_model:
             hidden, layers = (int(x) for x in args.build_model.split(","))
             t0 = time.perf_counter()
             model_dir = build_model(tmp / "model", hidden, layers, args.dtype)
             print(f"built random Llama {hidden}x{layers} in {time.perf_counter() - t0:.1f}s", flush=True)
             serve_args += ["--model", str(model_dir)]
-        servers = {scope: Server(tmp, scope, free_port(), serve_args) for scope in scopes}
+        servers = {scope: [Server(tmp, scope, free_port(), serve_args, args.server_threads)
+                           for _ in range(args.servers_per_scope)] for scope in scopes}
+        everyone = [server for group in servers.values() for server in group]
         try:
-            for server in servers.values():
+            for server in everyone:
                 server.wait(600)
             t0 = time.perf_counter()
             runs = asyncio.run(campaign(servers, args, args.out))
             wall = time.perf_counter() - t0
         finally:
-            for server in servers.values():
+            for server in everyone:
                 server.stop()
     print(f"\ncache-sharing audit against kvfence serve: {len(runs)} runs in {wall:.0f}s, "
-          f"prompt {args.prompt_tokens} tokens, alpha {args.alpha}, device {args.device}, "
-          f"model {args.build_model or 'built-in'}")
+          f"{args.samples} samples/procedure, prompt {args.prompt_tokens} tokens, alpha {args.alpha}, "
+          f"device {args.device}, model {args.build_model or 'built-in'}, "
+          f"{args.servers_per_scope} server(s) per scope with {args.server_threads} torch thread(s)")
     print(summarise(runs, args))
 
 

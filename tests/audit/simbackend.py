@@ -182,7 +182,7 @@ def build_app(config: SimConfig) -> Starlette:
     async def capacity(request: Request) -> Response:
         if config.kv_capacity is None:
             return JSONResponse({"error": "not found"}, 404)
-        return JSONResponse({"kv_capacity_tokens": config.kv_capacity})
+        return JSONResponse({"kv_capacity_tokens": config.kv_capacity, "cache_scope": config.sharing})
 
     return Starlette(routes=[
         Route("/v1/models", models),

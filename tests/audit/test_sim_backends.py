@@ -35,6 +35,7 @@ def test_all_checks_pass_on_an_org_scoped_honest_backend(run_audit: AuditRun, tm
     text = (tmp_path / "report" / "questionnaire.md").read_text()
     assert "same-org: shares a cache" in text and "cross-org: no sharing detected" in text
     assert "engine kvfence" in text and "Disclosure policy" in text
+    assert "declares cache scope 'org'" in text
     assert text.count("(to be filled in by the provider)") == 8
 
 

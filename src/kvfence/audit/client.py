@@ -127,10 +127,8 @@ class EndpointClient:
     def raise_for_auth(self, reply: Reply, tenant: Tenant) -> None:
         """A rejected key stops the audit: every later answer would be about auth, not isolation."""
         if reply.status in (401, 403):
-            option = {"tenant A": "--key"}.get(tenant.label, "--key-b" if "other" in tenant.label else
-                                                  "--same-org-key")
             raise EndpointRejected(
-                f"the endpoint rejected {option} ({reply.status}): {reply.error or 'no message'}",
+                f"the endpoint rejected {tenant.option} ({reply.status}): {reply.error or 'no message'}",
                 status_code=reply.status,
             )
 

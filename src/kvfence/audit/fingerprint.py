@@ -34,7 +34,8 @@ async def collect_fingerprint(client: EndpointClient) -> tuple[Fingerprint, dict
     models = await client.models()
     raw["models.owned_by"] = sorted({str(m.get("owned_by")) for m in models if m.get("owned_by")})
     headers: dict[str, str] = {}
-    for path in ("/v1/models", "/version", "/get_server_info", "/server_info", "/info", "/metrics", "/health"):
+    for path in ("/v1/models", "/version", "/get_server_info", "/server_info", "/info", "/v1/capacity", "/metrics",
+                 "/health"):
         response = await client.get(path, tenant)
         if response is None:
             continue
@@ -129,7 +130,9 @@ async def run_engine(client: EndpointClient) -> CheckResult:
     fingerprint, raw = await collect_fingerprint(client)
     matches = match_advisories(fingerprint)
     result = CheckResult(check="engine", verdict=Verdict.PASS, summary="", endpoint=target.base_url, model=model)
+    declared = raw.get("/v1/capacity")
     result.measurements = {
+        "declared_cache_scope": declared.get("cache_scope") if isinstance(declared, dict) else None,
         "engine": fingerprint.engine,
         "version": fingerprint.version,
         "features": sorted(fingerprint.features),

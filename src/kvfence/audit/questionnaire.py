@@ -28,8 +28,11 @@ class Question:
 
 def _cache_scope(results: dict[str, CheckResult]) -> str | None:
     r = results.get("cache-sharing")
+    engine = results.get("engine")
+    declared = engine.measurements.get("declared_cache_scope") if engine else None
+    claim = f"The endpoint declares cache scope '{declared}'. " if declared else ""
     if r is None:
-        return None
+        return claim.strip() or None
     levels = r.measurements.get("levels", {})
     parts = []
     for name, data in levels.items():
@@ -38,7 +41,7 @@ def _cache_scope(results: dict[str, CheckResult]) -> str | None:
             parts.append(f"{name}: {'shares a cache' if data['shares_cache'] else 'no sharing detected'} (p={p:.3g})")
         else:
             parts.append(f"{name}: not measured")
-    return f"{r.verdict.value}: {r.summary}. Per level: " + "; ".join(parts) + "."
+    return claim + f"Measured {r.verdict.value}: {r.summary}. Per level: " + "; ".join(parts) + "."
 
 
 def _gateway(results: dict[str, CheckResult]) -> str | None:

@@ -25,6 +25,7 @@ class Tenant:
 
     label: str
     key: str | None
+    option: str = "--key"  # the command-line option that gave the key, for error messages
 
     @property
     def headers(self) -> dict[str, str]:
@@ -84,8 +85,8 @@ class AuditTarget:
         return cls(
             base_url=normalise_endpoint(endpoint),
             tenant_a=Tenant("tenant A", key or None),
-            tenant_b=Tenant("tenant B (other organisation)", key_b) if key_b else None,
-            same_org=Tenant("tenant A2 (same organisation)", same_org_key) if same_org_key else None,
+            tenant_b=Tenant("tenant B (other organisation)", key_b, "--key-b") if key_b else None,
+            same_org=Tenant("tenant A2 (same organisation)", same_org_key, "--same-org-key") if same_org_key else None,
             model=model or None,
             api=api_choice,
             timeout_s=timeout_s,
