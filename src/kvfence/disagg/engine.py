@@ -329,6 +329,9 @@ class DisaggregatedEngine:
         except IsolationViolation as exc:
             self.isolation_incidents += 1
             self._fail(req, HandoffError(HandoffFailure.BAD_PAGE, str(exc)))
+        except Exception as exc:  # an internal fault retires this request, never the engine
+            log.exception("handling %s of request %s failed", message.kind.name, rid)
+            self._fail(req, HandoffError(HandoffFailure.INTERNAL, f"{type(exc).__name__} while receiving the handoff"))
 
     def _advance(self, req: _Request, receiver: HandoffReceiver, message: Message) -> None:
         """One protocol message for one request (I4). Raises HandoffError on any mismatch."""

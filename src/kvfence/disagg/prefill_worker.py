@@ -109,7 +109,14 @@ class PrefillWorker:
             except WireError as exc:
                 log.warning("dropping a malformed message: %s", exc)
                 continue
-            self._handle(identity, message)
+            try:
+                self._handle(identity, message)
+            except Exception:  # one bad message must not take the worker (and every request) down
+                log.exception("handling a %s message failed", message.kind.name)
+                rid = message.request_id
+                if rid is not None and message.kind is MessageKind.SUBMIT:
+                    self._abort(_job_id(identity, rid))
+                    self._send(identity, MessageKind.ABORT, {"request_id": rid, "reason": "internal error"})
 
     def _handle(self, identity: bytes, message: Message) -> None:
         if message.kind is MessageKind.HELLO:

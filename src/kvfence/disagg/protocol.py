@@ -64,6 +64,7 @@ class HandoffFailure(enum.StrEnum):
     MISSING_PAGE = "missing_page"  # commit while pages are missing
     BAD_PAGE = "bad_page"  # page header disagrees with the manifest or wrong payload size
     CHECKSUM = "checksum"  # the bytes in the decode pool do not match the manifest
+    INTERNAL = "internal"  # an unexpected fault while handling the handoff (logged with its traceback)
 
 
 class HandoffError(KvfenceError):
