@@ -122,3 +122,15 @@ def test_placeholders_are_not_secrets(value: str) -> None:
                                    "MyS3cretPass", "password1!", "AKIAIOSFODNN7EXAMPLE"])
 def test_real_values_are_not_placeholders(value: str) -> None:
     assert not is_placeholder_value(value)
+
+
+def test_quoted_values_keep_their_spaces() -> None:
+    text = "password = 'correct horse battery staple'\napi_key: \"Qm7Rt2 Xv9Lk4 Np8Wb1 Zc6Hd3\""
+    spans = {text[f.start:f.end] for f in RuleSet(SECRET_RULES).scan(text)}
+    assert "correct horse battery staple" in spans
+
+
+@pytest.mark.parametrize("filler", ["glpat-xxxxxxxxxxxxxxxxxxxx", "ghp_000000000000000000000000000000000000",
+                                    "sk_live_xxxxxxxxxxxxxxxxxxxxxxxx"])
+def test_filler_tokens_from_documentation_are_not_secrets(filler: str) -> None:
+    assert RuleSet(SECRET_RULES).scan(f"token: {filler}") == []

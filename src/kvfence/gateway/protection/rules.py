@@ -57,7 +57,7 @@ class Rule:
     category: Category
     pattern: re.Pattern[str]
     score: float = 0.9
-    group: int | str = 0
+    group: int | str | tuple[str, ...] = 0  # a tuple: the first of these groups that matched
     validate: Callable[[str], bool] | None = None
     accept: Callable[[str], int | None] | None = None
     hints: tuple[str, ...] = ()
@@ -75,7 +75,10 @@ class Rule:
         found: list[Finding] = []
         subject = lowered if self.on_lowered else text
         for match in self.pattern.finditer(subject, pos, len(text) if endpos is None else endpos):
-            start, end = match.span(self.group)
+            if isinstance(self.group, tuple):
+                start, end = next((match.span(g) for g in self.group if match.start(g) >= 0), (-1, -1))
+            else:
+                start, end = match.span(self.group)
             if start < 0 or end <= start:
                 continue
             value = text[start:end]

@@ -69,7 +69,20 @@ _SECRET_NAME = (
 )
 _PASSWORD_NAME = r"(?<![a-z])(?:password|passwd|passphrase|pwd|pass)(?:_[a-z0-9]{1,20}){0,3}"
 _ASSIGN = r"""["']?\s*(?:=|:=|:|=>|\s+is\s+)\s*(?:[a-z]*["'`])?"""
-_VALUE = r"""(?P<value>[^\s"'`,;<>(){}\[\]]{%d,200})"""
+# After the assignment: a quoted value (spaces allowed, up to the closing quote) or a bare one.
+_ASSIGN_TO = r"""["']?\s*(?:=|:=|:|=>|\s+is\s+)\s*(?:[rbuf]{1,2}(?=["'`]))?"""
+_VALUE = (r"""(?:"(?P<dq>[^"\n]{%(n)d,200})"|'(?P<sq>[^'\n]{%(n)d,200})'|`(?P<bq>[^`\n]{%(n)d,200})`"""
+          r"""|(?P<value>[^\s"'`,;<>(){}\[\]]{%(n)d,200}))""")
+_VALUE_GROUPS = ("dq", "sq", "bq", "value")
+
+
+_TOKEN_PREFIX = re.compile(r"^(?:[A-Za-z]{2,8}[_-]){1,3}")
+
+
+def _varied(value: str) -> bool:
+    """Not filler: a token body of xxxx or 0000 is a placeholder in documentation."""
+    body = _TOKEN_PREFIX.sub("", value)
+    return len(set(body.lower())) >= 5
 
 
 SECRET_RULES: list[Rule] = [
@@ -78,7 +91,7 @@ SECRET_RULES: list[Rule] = [
          score=1.0, hints=("private key",)),
     Rule("anthropic_key", "ANTHROPIC_API_KEY", _SECRET,
          re.compile(r"(?<![\w-])sk-ant-(?:api|admin|sid|oat)\d{2}-[A-Za-z0-9_-]{32,}(?![\w-])"),
-         score=1.0, hints=("sk-ant-",)),
+         score=1.0, hints=("sk-ant-",), validate=_varied),
     Rule("openai_key", "OPENAI_API_KEY", _SECRET,
          re.compile(r"(?<![\w-])sk-(?!ant-)(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,}(?![\w-])"),
          score=1.0, hints=("sk-",), validate=lambda s: v.shannon_entropy(s) >= 3.5 and any(c.isdigit() for c in s)),
@@ -90,22 +103,22 @@ SECRET_RULES: list[Rule] = [
          score=1.0, group="value", hints=("aws",), validate=_aws_secret_ok, on_lowered=True),
     Rule("github_token", "GITHUB_TOKEN", _SECRET,
          re.compile(r"(?<![\w])(?:gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59})(?![\w])"),
-         score=1.0, hints=("gh", "github_pat_")),
+         score=1.0, hints=("gh", "github_pat_"), validate=_varied),
     Rule("gitlab_token", "GITLAB_TOKEN", _SECRET,
          re.compile(r"(?<![\w-])gl(?:pat|ptt|dt|rt|cbt|soat|ffct|imt|agent)-[A-Za-z0-9_-]{20,}(?![\w-])"),
-         score=1.0, hints=("gl",)),
+         score=1.0, hints=("gl",), validate=_varied),
     Rule("slack_token", "SLACK_TOKEN", _SECRET,
          re.compile(r"(?<![\w-])xox[abposre]-(?:\d+-)+[A-Za-z0-9-]{8,}(?![\w-])|(?<![\w-])xapp-\d-[A-Z0-9]+-\d+-[a-f0-9]{32,}"),
-         score=1.0, hints=("xox", "xapp-")),
+         score=1.0, hints=("xox", "xapp-"), validate=_varied),
     Rule("slack_webhook", "SLACK_TOKEN", _SECRET,
          re.compile(r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+-]{20,}"),
          score=1.0, hints=("hooks.slack.com",)),
     Rule("stripe_key", "STRIPE_KEY", _SECRET,
          re.compile(r"(?<![\w])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{20,247}(?![\w])"),
-         score=1.0, hints=("_live_", "_test_")),
+         score=1.0, hints=("_live_", "_test_"), validate=_varied),
     Rule("google_api_key", "GOOGLE_API_KEY", _SECRET,
          re.compile(r"(?<![\w-])AIza[0-9A-Za-z_-]{35}(?![\w-])"),
-         score=1.0, hints=("aiza",)),
+         score=1.0, hints=("aiza",), validate=_varied),
     Rule("huggingface_token", "HUGGINGFACE_TOKEN", _SECRET,
          re.compile(r"(?<![\w])hf_[A-Za-z]{34}(?![\w])"),
          score=1.0, hints=("hf_",), validate=lambda s: v.shannon_entropy(s) >= 3.5),
@@ -114,7 +127,7 @@ SECRET_RULES: list[Rule] = [
          score=1.0, hints=("sg.",)),
     Rule("npm_token", "NPM_TOKEN", _SECRET,
          re.compile(r"(?<![\w])npm_[A-Za-z0-9]{36}(?![\w])"),
-         score=1.0, hints=("npm_",)),
+         score=1.0, hints=("npm_",), validate=_varied),
     Rule("jwt", "JWT", _SECRET,
          re.compile(r"(?<![\w-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}(?![\w-])"),
          score=1.0, hints=("eyj",), validate=v.jwt_ok),
@@ -136,11 +149,11 @@ SECRET_RULES: list[Rule] = [
          re.compile(r"\bmysql(?:dump|admin|sh)?\b[^\n]{0,200}?\s-p(?P<value>[^\s'\"]{4,128})"),
          score=0.9, group="value", hints=("mysql",), validate=lambda s: not is_placeholder_value(s)),
     Rule("password_assignment", "PASSWORD", _SECRET,
-         re.compile(_PASSWORD_NAME + _ASSIGN + (_VALUE % 6)),
-         score=0.9, group="value", hints=("pass", "pwd"), validate=_real_password, on_lowered=True),
+         re.compile(_PASSWORD_NAME + _ASSIGN_TO + (_VALUE % {"n": 6})),
+         score=0.9, group=_VALUE_GROUPS, hints=("pass", "pwd"), validate=_real_password, on_lowered=True),
     Rule("secret_assignment", "GENERIC_SECRET", _SECRET,
-         re.compile(_SECRET_NAME + _ASSIGN + (_VALUE % 16)),
-         score=0.8, group="value", hints=("secret", "token", "key", "credential", "bearer"),
+         re.compile(_SECRET_NAME + _ASSIGN_TO + (_VALUE % {"n": 16})),
+         score=0.8, group=_VALUE_GROUPS, hints=("secret", "token", "key", "credential", "bearer"),
          validate=_high_entropy, on_lowered=True),
     Rule("bearer_header", "GENERIC_SECRET", _SECRET,
          re.compile(r"authorization\s*[:=]\s*[\"']?(?:bearer|token|basic)\s+(?P<value>[a-z0-9._~+/=-]{16,})"),
