@@ -69,6 +69,7 @@ NEGATIVES = [
     "user@localhost cannot receive mail",
     "page 123 456 7890 of the archive",  # no context, NANP area codes cannot start with 1
     "temperature 36.6 and pH 7.35",
+    "bind to 127.0.0.1 or 0.0.0.0 in development",
     "the MRN field is required; see record 12 of 40",
 ]
 

@@ -79,8 +79,11 @@ CASES: dict[str, tuple[str, str, str]] = {
     "cli_password": (
         "mysqldump -u backup -pN0tSoS3cret! shop > shop.sql", "N0tSoS3cret!",
         "mysql -u root -p shop  # prompts for the password"),
+    "password_assignment_bare": (
+        "DB_PASS=Tr0ub4dor&3x\nDB_HOST=db1", "Tr0ub4dor&3x",
+        "Record the forward pass: advance the step. The password is incorrect, try again."),
     "password_assignment": (
-        "smtp:\n  user: alerts\n  password: p4ss-W0rd-2024\n", "p4ss-W0rd-2024",
+        "smtp:\n  user: alerts\n  password: 'purple monkey dishwasher'\n", "purple monkey dishwasher",
         "password: ********\npassword_policy: min 12 chars"),
     "secret_assignment": (
         'WEBHOOK_SECRET = "a8Fj3kLq9Zx2Wm7Rt4Vb6Nc1Hd5Gs0Pe"', "a8Fj3kLq9Zx2Wm7Rt4Vb6Nc1Hd5Gs0Pe",

@@ -44,6 +44,12 @@ def _real_password(value: str) -> bool:
     return len(value) >= 6 and not is_placeholder_value(value) and len(set(value)) >= 4
 
 
+def _real_bare_password(value: str) -> bool:
+    # Unquoted, in prose ("the password is incorrect"), a plain word is far likelier than a
+    # password; real ones nearly always carry a digit or a symbol.
+    return _real_password(value) and any(not ch.isalpha() for ch in value)
+
+
 def _high_entropy(value: str) -> bool:
     if is_placeholder_value(value) or len(value) < 16:
         return False
@@ -67,13 +73,16 @@ _SECRET_NAME = (
     r"(?:secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|auth[_-]?key|credential"
     r"|signing[_-]?key|encryption[_-]?key|bearer|session[_-]?key)[a-z0-9_]{0,40}"
 )
-_PASSWORD_NAME = r"(?<![a-z])(?:password|passwd|passphrase|pwd|pass)(?:_[a-z0-9]{1,20}){0,3}"
+# "pass" alone is an English word ("the forward pass: ..."); only as a suffix (DB_PASS, smtp_pass).
+_PASSWORD_NAME = r"(?:(?<![a-z])(?:password|passwd|passphrase|pwd)|(?<=[a-z0-9][_.-])pass\b)(?:_[a-z0-9]{1,20}){0,3}"
 _ASSIGN = r"""["']?\s*(?:=|:=|:|=>|\s+is\s+)\s*(?:[a-z]*["'`])?"""
 # After the assignment: a quoted value (spaces allowed, up to the closing quote) or a bare one.
 _ASSIGN_TO = r"""["']?\s*(?:=|:=|:|=>|\s+is\s+)\s*(?:[rbuf]{1,2}(?=["'`]))?"""
 _VALUE = (r"""(?:"(?P<dq>[^"\n]{%(n)d,200})"|'(?P<sq>[^'\n]{%(n)d,200})'|`(?P<bq>[^`\n]{%(n)d,200})`"""
           r"""|(?P<value>[^\s"'`,;<>(){}\[\]]{%(n)d,200}))""")
 _VALUE_GROUPS = ("dq", "sq", "bq", "value")
+_QUOTED = r"""(?:"(?P<dq>[^"\n]{%(n)d,200})"|'(?P<sq>[^'\n]{%(n)d,200})'|`(?P<bq>[^`\n]{%(n)d,200})`)"""
+_BARE = r"""(?P<value>[^\s"'`,;<>(){}\[\]]{%(n)d,200})"""
 
 
 _TOKEN_PREFIX = re.compile(r"^(?:[A-Za-z]{2,8}[_-]){1,3}")
@@ -149,8 +158,11 @@ SECRET_RULES: list[Rule] = [
          re.compile(r"\bmysql(?:dump|admin|sh)?\b[^\n]{0,200}?\s-p(?P<value>[^\s'\"]{4,128})"),
          score=0.9, group="value", hints=("mysql",), validate=lambda s: not is_placeholder_value(s)),
     Rule("password_assignment", "PASSWORD", _SECRET,
-         re.compile(_PASSWORD_NAME + _ASSIGN_TO + (_VALUE % {"n": 6})),
+         re.compile(_PASSWORD_NAME + _ASSIGN_TO + (_QUOTED % {"n": 4})),
          score=0.9, group=_VALUE_GROUPS, hints=("pass", "pwd"), validate=_real_password, on_lowered=True),
+    Rule("password_assignment_bare", "PASSWORD", _SECRET,
+         re.compile(_PASSWORD_NAME + _ASSIGN_TO + (_BARE % {"n": 6})),
+         score=0.85, group="value", hints=("pass", "pwd"), validate=_real_bare_password, on_lowered=True),
     Rule("secret_assignment", "GENERIC_SECRET", _SECRET,
          re.compile(_SECRET_NAME + _ASSIGN_TO + (_VALUE % {"n": 16})),
          score=0.8, group=_VALUE_GROUPS, hints=("secret", "token", "key", "credential", "bearer"),

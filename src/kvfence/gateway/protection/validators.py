@@ -90,8 +90,9 @@ def ipv4_ok(text: str) -> bool:
     for part in parts:
         if not part.isdigit() or int(part) > 255 or (len(part) > 1 and part[0] == "0"):
             return False
-    # 0.0.0.0 and 255.255.255.255 are wildcards/broadcast, not a host anyone owns.
-    return text not in ("0.0.0.0", "255.255.255.255")
+    # 0.0.0.0, 255.255.255.255 and loopback (127/8) are wildcards, broadcast and "this host": they
+    # point at no one.
+    return text not in ("0.0.0.0", "255.255.255.255") and not text.startswith("127.")
 
 
 def ipv6_ok(text: str) -> bool:
