@@ -76,7 +76,7 @@ async def app(scope, receive, send):
         await asyncio.sleep(0)
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error", access_log=False)
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error", access_log=False, timeout_keep_alive=75)
 '''
 
 
