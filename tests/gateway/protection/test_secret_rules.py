@@ -81,13 +81,16 @@ CASES: dict[str, tuple[str, str, str]] = {
         "mysql -u root -p shop  # prompts for the password"),
     "password_assignment_bare": (
         "DB_PASS=Tr0ub4dor&3x\nDB_HOST=db1", "Tr0ub4dor&3x",
-        "Record the forward pass: advance the step. The password is incorrect, try again."),
+        "Record the forward pass: advance the step. The password is incorrect, try again.\n"
+        "password = click.prompt('Password')\nself.ssl_password = ssl_keyfile_password\n"
+        "url = 'https://user:pass@host:8080'"),
     "password_assignment": (
         "smtp:\n  user: alerts\n  password: 'purple monkey dishwasher'\n", "purple monkey dishwasher",
         "password: ********\npassword_policy: min 12 chars"),
     "secret_assignment": (
         'WEBHOOK_SECRET = "a8Fj3kLq9Zx2Wm7Rt4Vb6Nc1Hd5Gs0Pe"', "a8Fj3kLq9Zx2Wm7Rt4Vb6Nc1Hd5Gs0Pe",
-        'max_tokens = 4096\ntoken_type = "bearer"\nsecret_name = "prod-db-creds"'),
+        'max_tokens = 4096\ntoken_type = "bearer"\nsecret_name = "prod-db-creds"\n'
+        '"tokenizers": "tokenizers>=0.23.1,<0.24.0"'),
     "bearer_header": (
         "curl -H 'Authorization: Bearer x7Kq2LmZ9vT4bNw1RcY8pH3sJ6gF0aE5'", "x7Kq2LmZ9vT4bNw1RcY8pH3sJ6gF0aE5",
         "Authorization: Bearer <token>"),

@@ -25,7 +25,7 @@ _PHONE_CONTEXT = ("phone", "tel", "call", "mobile", "cell", "ring", "whatsapp", 
                   "landline")
 # Dotted numbers after these words are versions or section numbers, not IPv4 addresses.
 _VERSION_BEFORE = re.compile(r"(?:\bv|version|ver\.?|release|build|firmware|rev\.?|oid|section|chapter|step|clause"
-                             r"|item|§|/)\s*[:=]?\s*$")
+                             r"|item|§|/|==|~=|>=|<=)\s*[:=]?\s*$")
 
 # Every digit-shaped identifier (phones, cards, SSNs, IPs ...) lies in or next to a run of digits
 # and separators; that run is found once per text and the rules only run around it.

@@ -28,7 +28,7 @@ _PLACEHOLDER = re.compile(
       | (?:none|null|nil|true|false|undefined|empty|string|str|bytes|int|required|optional)
       | (?:your|my|the|some|example|sample|dummy|fake|test|insert|enter|replace)[_-][\w.-]*  # your-api-key
       | (?:placeholder|redacted|changeme|change_me|todo|tbd|xxx)[\w.-]*
-      | (?:secret|password|passwd|token|api[_-]?key|test|example|sample|dummy|fake)   # the bare word
+      | (?:secret|password|passwd|pass|pwd|pw|token|api[_-]?key|test|example|sample|dummy|fake)  # bare word
     )$""",
     re.IGNORECASE | re.VERBOSE,
 )
@@ -44,10 +44,16 @@ def _real_password(value: str) -> bool:
     return len(value) >= 6 and not is_placeholder_value(value) and len(set(value)) >= 4
 
 
+_CODE_REFERENCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+$|^[A-Za-z0-9]*_[A-Za-z0-9_]*$")
+
+
 def _real_bare_password(value: str) -> bool:
     # Unquoted, in prose ("the password is incorrect"), a plain word is far likelier than a
-    # password; real ones nearly always carry a digit or a symbol.
-    return _real_password(value) and any(not ch.isalpha() for ch in value)
+    # password; real ones nearly always carry a digit or a symbol. In code, the right-hand side is
+    # often a variable or attribute (ssl_password, self.password, click.prompt): not a secret.
+    if not _real_password(value) or all(ch.isalpha() for ch in value):
+        return False
+    return not _CODE_REFERENCE.match(value)
 
 
 def _high_entropy(value: str) -> bool:
@@ -71,7 +77,7 @@ def _aws_secret_ok(value: str) -> bool:
 # rules run on the lowercased text (``on_lowered``), so the literals are lowercase.
 _SECRET_NAME = (
     r"(?:secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|auth[_-]?key|credential"
-    r"|signing[_-]?key|encryption[_-]?key|bearer|session[_-]?key)[a-z0-9_]{0,40}"
+    r"|signing[_-]?key|encryption[_-]?key|bearer|session[_-]?key)s?(?:[_.-][a-z0-9_]{1,40})?"
 )
 # "pass" alone is an English word ("the forward pass: ..."); only as a suffix (DB_PASS, smtp_pass).
 _PASSWORD_NAME = r"(?:(?<![a-z])(?:password|passwd|passphrase|pwd)|(?<=[a-z0-9][_.-])pass\b)(?:_[a-z0-9]{1,20}){0,3}"

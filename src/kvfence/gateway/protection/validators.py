@@ -92,7 +92,8 @@ def ipv4_ok(text: str) -> bool:
             return False
     # 0.0.0.0, 255.255.255.255 and loopback (127/8) are wildcards, broadcast and "this host": they
     # point at no one.
-    return text not in ("0.0.0.0", "255.255.255.255") and not text.startswith("127.")
+    # Netmasks (255.x) are no host either.
+    return text != "0.0.0.0" and not text.startswith(("127.", "255."))
 
 
 def ipv6_ok(text: str) -> bool:
