@@ -311,11 +311,12 @@ def test_isolation_state_machine() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_isolation_state_machine_long() -> None:
     run_state_machine_as_test(
         EngineIsolationMachine,
         settings=settings(
-            max_examples=1500, stateful_step_count=80, deadline=None, suppress_health_check=list(HealthCheck)
+            max_examples=400, stateful_step_count=60, deadline=None, suppress_health_check=list(HealthCheck)
         ),
     )
 
