@@ -40,12 +40,13 @@ class WorkerHandle:
                 self.proc.wait()
 
 
-def start_worker(model_dir: Path, tmp: Path, *extra: str) -> WorkerHandle:
+def start_worker(model_dir: Path, tmp: Path, *extra: str, listen: str | None = None) -> WorkerHandle:
     """``kvfence disagg prefill-worker`` as a real process on a loopback TCP port."""
+    tmp.mkdir(parents=True, exist_ok=True)
     ready, log = tmp / "ready", tmp / "worker.log"
     cmd = [
         sys.executable, "-m", "kvfence.disagg.cli", "prefill-worker",
-        "--listen", f"tcp://127.0.0.1:{free_port()}", "--ready-file", str(ready),
+        "--listen", listen or f"tcp://127.0.0.1:{free_port()}", "--ready-file", str(ready),
         "--model", str(model_dir), "--kv-cache-tokens", str(WORKER_KV_TOKENS),
         "--max-model-len", str(WORKER_MAX_MODEL_LEN), "--num-threads", "1", *extra,
     ]

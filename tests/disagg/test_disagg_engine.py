@@ -140,6 +140,7 @@ def test_worker_loss_fails_pending_requests_and_refuses_new_ones(engine: Disaggr
     assert engine.pool_is_zero()
 
 
+@pytest.mark.slow  # one more worker process start (~12 s); the connect-time check is in the fast suite
 def test_spawned_worker_that_cannot_hold_its_context_refuses_to_start(model_dir: Path) -> None:
     """I3 at start-up, across processes: the prefill worker's own check fails, with its message."""
     decode = _config(model_dir)

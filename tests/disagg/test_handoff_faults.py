@@ -281,6 +281,18 @@ def test_prefill_worker_killed_mid_transfer(model_dir: Path, tmp_path: Path) -> 
         assert_error_not_answer(_only(eng, "killed", PROMPT), "timeout")
         assert worker.proc.wait(5) == -signal.SIGKILL
         _assert_scrubbed(eng, spy, "killed", allocated=True)
+
+        # A new worker at the same address: the timeout's probe reaches it, the engine adopts it
+        # (new instance id, generation history of the old one forgotten) and serves again.
+        old_sender = eng.sender_id
+        mitm.to_decode = lambda msg, frames: [frames]
+        worker = start_worker(model_dir, tmp_path / "second", listen=worker.address)
+        deadline = time.monotonic() + 30
+        while eng.sender_id == old_sender and time.monotonic() < deadline:
+            eng.step()
+        assert eng.sender_id != old_sender
+        outs = _only(eng, "after-restart", PROMPT)
+        assert outs[-1].finish_reason == "length" and len(outs[-1].token_ids) == GREEDY.max_tokens
     finally:
         eng.close()
         mitm.close()

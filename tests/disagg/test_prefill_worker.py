@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import zmq
 
+from kvfence.disagg.prefill_worker import PrefillWorker
 from kvfence.disagg.protocol import Manifest
 from kvfence.disagg.wire import Message, MessageKind, decode, encode
+from kvfence.engine.config import EngineConfig
 from tests.disagg.conftest import WORKER_MAX_MODEL_LEN, WorkerHandle
 
 GOOD_PARAMS = {"max_tokens": 4, "temperature": 0.0}
@@ -77,12 +80,29 @@ def test_garbage_does_not_take_the_worker_down(sock: zmq.Socket[Any]) -> None:
     assert _recv_until(sock, MessageKind.COMMIT).fields["page_count"] == 1
 
 
-def test_duplicate_request_id_in_flight_is_rejected(sock: zmq.Socket[Any]) -> None:
-    _submit(sock, "twice", prompt_token_ids=list(range(3, 200)))
-    _submit(sock, "twice", prompt_token_ids=list(range(3, 200)))
-    kinds = []
-    deadline = time.monotonic() + 20
-    while "COMMIT" not in kinds and time.monotonic() < deadline:
-        if sock.poll(100):
-            kinds.append(decode(sock.recv_multipart()).kind.name)
-    assert kinds.count("REJECT") == 1 and kinds.count("MANIFEST") == 1 and kinds[-1] == "COMMIT"
+def test_duplicate_request_id_in_flight_is_rejected(model_dir: Path) -> None:
+    """In-process worker, driven by hand, so the first request is certainly still in flight."""
+    worker = PrefillWorker(EngineConfig(model=str(model_dir), kv_cache_tokens=256, max_model_len=256, num_threads=1),
+                           listen="tcp://127.0.0.1:*")
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    try:
+        s.connect(worker.endpoint)
+        _submit(s, "twice")
+        _submit(s, "twice")
+        deadline = time.monotonic() + 20
+        while not s.poll(10) and time.monotonic() < deadline:
+            worker._drain()  # messages only; no prefill step runs, so "twice" stays in flight
+        reject = _recv_until(s, MessageKind.REJECT)
+        assert "already in use" in reject.fields["error"]["message"]
+        while worker.scheduler.has_unfinished():
+            worker.step()
+        assert Manifest.from_wire(_recv_until(s, MessageKind.MANIFEST).fields).request_id == "twice"
+        assert not s.poll(200) or decode(s.recv_multipart()).kind is MessageKind.PAGE
+        assert worker.num_handoffs == 1 and worker.num_rejected == 1
+        assert worker.engine.pool_is_zero()  # the prompt pages were released and zeroed (I2)
+    finally:
+        s.close(0)
+        ctx.term()
+        worker.close()

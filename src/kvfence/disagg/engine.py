@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from kvfence.disagg.config import DisaggConfig
 from kvfence.disagg.decode_scheduler import DecodeScheduler
@@ -126,11 +127,14 @@ class DisaggregatedEngine:
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.SNDHWM, 0)
         self.socket.setsockopt(zmq.RCVHWM, 0)
+        self._monitor: zmq.Socket[Any] | None = None
+        self._last_probe = 0.0
         try:
             self._connect()
         except BaseException:
             self.close()
             raise
+        self._monitor = self.socket.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         self.scheduler = DecodeScheduler(
             SchedulerConfig(config.engine.max_num_seqs, config.engine.max_num_batched_tokens,
                             config.engine.max_prefill_chunk),
@@ -170,16 +174,20 @@ class DisaggregatedEngine:
                 return
 
     def _accept_welcome(self, w: dict[str, Any]) -> None:
+        self.sender_id, self.capacity, self.prefill_num_pages = self._check_welcome(w)
+        log.info("connected to prefill worker %s at %s (max_model_len %d)", self.sender_id, self.prefill_address,
+                 self.capacity.max_model_len)
+
+    def _check_welcome(self, w: dict[str, Any]) -> tuple[str, Capacity, int]:
         """Refuse a prefill worker whose pages would not mean the same thing here (or cannot hold I3)."""
-        self.welcome = w
         mine = model_identity(self.local.model_dir)
         if w.get("model_identity") != mine:
             raise ConfigError(f"the prefill worker runs another model ({w.get('model_name')!r}); both sides need the same checkpoint")
         if w.get("layout") != kv_layout(self.runner) or w.get("page_nbytes") != self.page_nbytes:
             raise ConfigError(f"KV page layout differs: prefill {w.get('layout')}, decode {kv_layout(self.runner)}")
-        if w.get("key_proof") != key_proof(self.key, str(w.get("instance_id"))).hex():
+        instance_id = str(w.get("instance_id"))
+        if w.get("key_proof") != key_proof(self.key, instance_id).hex():
             raise ConfigError("the prefill worker uses a different handoff key")
-        self.sender_id = str(w["instance_id"])
         local = self.local.capacity
         prefill_len = int(w["max_model_len"])
         prefill_pool = int(w["num_pages"]) * int(w["page_size"])
@@ -191,18 +199,58 @@ class DisaggregatedEngine:
                 f"holds only {min(prefill_len, prefill_pool)} tokens (its max_model_len {prefill_len}, pool "
                 f"{prefill_pool}); lower --max-model-len, use --max-model-len auto, or enlarge the prefill pool"
             )
-        self.prefill_num_pages = int(w["num_pages"])
-        self.capacity = Capacity(
+        capacity = Capacity(
             max_model_len=limit, pool_tokens=local.pool_tokens, num_pages=local.num_pages,
             page_size=local.page_size, scrub=local.scrub and bool(w.get("scrub")),
         )
-        log.info("connected to prefill worker %s at %s (max_model_len %d)", self.sender_id, self.prefill_address, limit)
+        return instance_id, capacity, int(w["num_pages"])
+
+    def _watch_connection(self) -> None:
+        """ZeroMQ reconnects by itself when a prefill worker restarts at the same address; greet it."""
+        monitor = self._monitor
+        while monitor is not None and monitor.poll(0):
+            event = recv_monitor_message(monitor)
+            if event["event"] == zmq.EVENT_CONNECTED:
+                log.warning("(re)connected to %s; asking the prefill worker who it is", self.prefill_address)
+                self._send(MessageKind.HELLO, {"protocol": PROTOCOL_VERSION})
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                log.error("lost the connection to the prefill worker at %s", self.prefill_address)
+
+    def _probe(self) -> None:
+        """Ask the worker who it is (at most once a second): a WELCOME from a new instance is adopted."""
+        now = time.monotonic()
+        if now - self._last_probe >= 1.0:
+            self._last_probe = now
+            self._send(MessageKind.HELLO, {"protocol": PROTOCOL_VERSION})
+
+    def _on_welcome(self, w: dict[str, Any]) -> None:
+        """A restarted worker: adopt it if it can serve what this engine advertises, else refuse it."""
+        if str(w.get("instance_id")) == self.sender_id:
+            return
+        try:
+            sender_id, capacity, num_pages = self._check_welcome(w)
+            if capacity.max_model_len < self.capacity.max_model_len:
+                raise CapacityError(f"it holds {capacity.max_model_len} tokens, this engine advertises {self.capacity.max_model_len}")
+        except (ConfigError, CapacityError) as exc:
+            log.error("refusing the restarted prefill worker %s: %s (every request will fail until it is fixed)",
+                      w.get("instance_id"), exc)
+            return
+        old = self.sender_id
+        for req in self._pending():  # their SUBMITs went to a process that is gone
+            if req.receiver is not None:
+                self._fail(req, req.receiver.fail(HandoffFailure.WORKER_LOST, "the prefill worker restarted"))
+        self._ledger.forget_sender(old)
+        self.sender_id, self.prefill_num_pages = sender_id, num_pages
+        log.warning("prefill worker %s replaced by %s", old, sender_id)
 
     def close(self) -> None:
         """Stop the spawned prefill worker (if any) and close the socket."""
         if self.worker is not None:
             self.worker.close()
         self._checksums.close()
+        if self._monitor is not None:
+            self.socket.disable_monitor()
+            self._monitor.close(0)
         self.socket.close(0)
         self._context.term()
 
@@ -284,6 +332,7 @@ class DisaggregatedEngine:
         """Receive handoff traffic, start verified requests, run one decode batch."""
         busy = self.scheduler.has_unfinished() or bool(self._ready)
         timeout = 0.0 if busy else self._idle_timeout()
+        self._watch_connection()
         if self.socket.poll(int(timeout * 1000)):
             self._drain()
         self._expire()
@@ -317,10 +366,12 @@ class DisaggregatedEngine:
     def _handle(self, message: Message) -> None:
         rid = message.request_id
         req = self._requests.get(rid) if rid is not None else None
+        if message.kind is MessageKind.WELCOME:
+            self._on_welcome(message.fields)
+            return
         if req is None or req.receiver is None:
-            if message.kind is not MessageKind.WELCOME:
-                # Late traffic of a retired request, or a replay: never attached to anything.
-                log.warning("%s for unknown or already-started request %r ignored", message.kind.name, rid)
+            # Late traffic of a retired request, or a replay: never attached to anything.
+            log.warning("%s for unknown or already-started request %r ignored", message.kind.name, rid)
             return
         try:
             self._advance(req, req.receiver, message)
@@ -344,7 +395,10 @@ class DisaggregatedEngine:
         if message.kind is MessageKind.ABORT:
             raise receiver.fail(HandoffFailure.SENDER_ABORT, str(f.get("reason", "aborted by the prefill worker")))
         if message.kind is MessageKind.MANIFEST:
-            receiver.on_manifest(Manifest.from_wire(f))
+            manifest = Manifest.from_wire(f)
+            if manifest.sender_id != self.sender_id:
+                self._probe()  # another worker instance answers: find out whether it replaced ours
+            receiver.on_manifest(manifest)
             self._try_allocate(req)
         elif message.kind is MessageKind.PAGE:
             if len(message.payloads) != 1:
@@ -438,6 +492,7 @@ class DisaggregatedEngine:
             elif now > req.deadline:
                 self._fail(req, receiver.fail(
                     HandoffFailure.TIMEOUT, f"no verified handoff within {self.config.handoff_timeout_s:g} s"))
+                self._probe()
 
     def _fail(self, req: _Request, error: HandoffError) -> None:
         """Retire a request whose handoff failed: tell the worker, scrub its pages, finish with an error."""
