@@ -171,6 +171,34 @@ def evaluate(corpus: Path) -> dict[str, Any]:
     }
 
 
+def scan_files(pattern: str, limit: int, seed: int = 1) -> None:
+    """Out-of-corpus check: what the detectors flag in real files (e.g. installed libraries' code)."""
+    import glob
+    import random
+    from collections import Counter, defaultdict
+
+    files = sorted(glob.glob(pattern, recursive=True))
+    random.Random(seed).shuffle(files)
+    files = files[:limit]
+    predict = kvfence_predictor()
+    counts: Counter[str] = Counter()
+    examples: dict[str, list[str]] = defaultdict(list)
+    size = 0
+    for path in files:
+        try:
+            text = Path(path).read_text(errors="ignore")[:60000]
+        except OSError:
+            continue
+        size += len(text)
+        for start, end, entity in predict(text):
+            counts[entity] += 1
+            if len(examples[entity]) < 5:
+                examples[entity].append(text[max(0, start - 30):end + 10].replace("\n", " "))
+    print(f"{len(files)} files, {size} characters: {dict(counts)}")
+    for entity, samples in examples.items():
+        print(f"  {entity}: {samples}")
+
+
 def _fmt(value: float | None) -> str:
     return "  -  " if value is None else f"{value:.3f}"
 
@@ -180,7 +208,12 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=REPO / "tests" / "data" / "pii_corpus.jsonl")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--examples", action="store_true", help="print missed spans and false positives")
+    parser.add_argument("--scan-files", metavar="GLOB", help="instead: count what is flagged in these files")
+    parser.add_argument("--limit", type=int, default=700)
     args = parser.parse_args()
+    if args.scan_files:
+        scan_files(args.scan_files, args.limit)
+        return
     report = evaluate(args.corpus)
     if args.json:
         print(json.dumps(report, indent=2))

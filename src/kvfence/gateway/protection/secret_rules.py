@@ -135,7 +135,7 @@ SECRET_RULES: list[Rule] = [
          re.compile(r"(?<![\w-])AIza[0-9A-Za-z_-]{35}(?![\w-])"),
          score=1.0, hints=("aiza",), validate=_varied),
     Rule("huggingface_token", "HUGGINGFACE_TOKEN", _SECRET,
-         re.compile(r"(?<![\w])hf_[A-Za-z]{34}(?![\w])"),
+         re.compile(r"(?<![\w])hf_[A-Za-z0-9]{34}(?![\w])"),
          score=1.0, hints=("hf_",), validate=lambda s: v.shannon_entropy(s) >= 3.5),
     Rule("sendgrid_key", "SENDGRID_KEY", _SECRET,
          re.compile(r"(?<![\w])SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![\w-])"),
