@@ -13,8 +13,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from kvfence.gateway.answer import json_error
 from kvfence.gateway.errors import GatewayError
-from kvfence.gateway.proxy import handle_completion, json_error
+from kvfence.gateway.proxy import handle_completion
 from kvfence.gateway.runtime import GatewayRuntime
 
 __all__ = ["build_app"]

@@ -1,9 +1,9 @@
-"""The request path: authenticate, limit, run hooks, route, cap, salt, forward, filter, log.
+"""The request path: authenticate, limit, run hooks, route, cap, salt, forward (the answer path is
+``answer.py``).
 
 Errors the caller or the policy causes are :class:`GatewayError` and become OpenAI-shaped error
 answers; anything else is an internal fault: logged with the request id, answered 500, never as
-success. Streams are passed through chunk by chunk; with no response filter configured the
-upstream bytes are forwarded untouched.
+success.
 """
 
 from __future__ import annotations
@@ -13,17 +13,13 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.responses import JSONResponse, Response
 
-from kvfence.gateway.answer_filter import AnswerFilter, FilterChain, SSEDecoder, encode_event, event_data
-from kvfence.gateway.audit_log import Decision
+from kvfence.gateway.answer import ClosingStream, json_error, stream_response, whole_response
 from kvfence.gateway.cache_salt import apply_cache_salt, tenant_cache_salt
 from kvfence.gateway.caps import CapResult, enforce_cap
 from kvfence.gateway.errors import (
@@ -39,80 +35,20 @@ from kvfence.gateway.hooks import RequestContext
 from kvfence.gateway.limits import LimitLease
 from kvfence.gateway.routing import choose_backends, salt_scope
 from kvfence.gateway.runtime import BackendState, GatewayRuntime
+from kvfence.gateway.trace import RequestTrace
 
-__all__ = ["handle_completion", "json_error"]
+__all__ = ["handle_completion"]
 
 log = logging.getLogger("kvfence.gateway")
 
 DATA_CLASS_HEADER = "x-data-class"
-OVERHEAD_HEADER = "X-Kvfence-Overhead-Ms"
 _BIG_BODY = 64 * 1024  # count tokens off the event loop above this size
 _RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
-class _UnreadableStream(Exception):
-    pass
-
-
-def json_error(error: GatewayError, extra_headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error.to_body(), status_code=error.status_code,
-                        headers={**error.headers(), **(extra_headers or {})})
-
-
-@dataclass
-class _Trace:
-    """What the audit log will say about this request (never its text)."""
-
-    request_id: str
-    endpoint: str
-    started: float
-    tenant: str = "-"
-    organization: str = "-"
-    workspace: str = "-"
-    model: str = ""
-    initial_class: str = ""
-    data_class: str = ""
-    backend: str | None = None
-    stream: bool = False
-    cap: CapResult | None = None
-    salt_injected: bool = False
-    salt_stripped: bool = False
-    fallbacks: int = 0
-    overhead_s: float = 0.0
-    annotations: dict[str, Any] = field(default_factory=dict)
-
-    def decision(self, status: int, outcome: str, reason: str | None) -> Decision:
-        cap = self.cap
-        return Decision(
-            request_id=self.request_id, tenant=self.tenant, organization=self.organization,
-            workspace=self.workspace, endpoint=self.endpoint, model=self.model,
-            initial_class=self.initial_class, data_class=self.data_class, backend=self.backend,
-            status=status, outcome=outcome, reason=reason,
-            prompt_tokens=cap.prompt_tokens if cap else None, prompt_limit=cap.prompt_limit if cap else None,
-            context_limit=cap.context_limit if cap else None, tokens_cut=cap.tokens_cut if cap else 0,
-            stream=self.stream, salt_injected=self.salt_injected, client_salt_stripped=self.salt_stripped,
-            fallbacks=self.fallbacks, latency_ms=(time.perf_counter() - self.started) * 1000,
-            overhead_ms=self.overhead_s * 1000, annotations=self.annotations,
-        )
-
-
-class _ClosingStream(StreamingResponse):
-    """A streaming response that runs ``on_close`` however the stream ends (even if never started)."""
-
-    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]], **kw: Any) -> None:
-        super().__init__(content, **kw)
-        self._on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._on_close()
-
-
 async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint: str) -> Response:
     """Serve ``/v1/chat/completions`` (endpoint="chat") or ``/v1/completions``."""
-    trace = _Trace(request_id="gwreq-" + uuid.uuid4().hex[:20], endpoint=endpoint, started=time.perf_counter())
+    trace = RequestTrace(request_id="gwreq-" + uuid.uuid4().hex[:20], endpoint=endpoint, started=time.perf_counter())
     metrics = runtime.metrics
     lease: LimitLease | None = None
     handed_off = False
@@ -152,7 +88,7 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
         if ctx.data_class != ctx.initial_class:
             metrics.class_raised.labels(ctx.data_class).inc()
         response = await _route_and_forward(runtime, ctx, body, trace, lease, big=len(raw_body) > _BIG_BODY)
-        handed_off = isinstance(response, _ClosingStream)
+        handed_off = isinstance(response, ClosingStream)
         return response
     except GatewayError as exc:
         return _refuse(runtime, trace, exc)
@@ -167,7 +103,7 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
             metrics.in_flight.dec()
 
 
-def _refuse(runtime: GatewayRuntime, trace: _Trace, exc: GatewayError, outcome: str | None = None) -> JSONResponse:
+def _refuse(runtime: GatewayRuntime, trace: RequestTrace, exc: GatewayError, outcome: str | None = None) -> JSONResponse:
     if outcome is None:
         outcome = "leak" if isinstance(exc, LeakSuspected) else (
             "upstream_error" if isinstance(exc, UpstreamUnavailable) else "rejected")
@@ -209,7 +145,7 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
 
 
 def _prepare(runtime: GatewayRuntime, state: BackendState, ctx: RequestContext, body: dict[str, Any],
-             trace: _Trace) -> tuple[dict[str, Any], CapResult]:
+             trace: RequestTrace) -> tuple[dict[str, Any], CapResult]:
     """Per-backend copy of the body: upstream model name, cap (maybe trimmed), salt."""
     backend = state.config
     out = dict(body)
@@ -227,7 +163,7 @@ def _prepare(runtime: GatewayRuntime, state: BackendState, ctx: RequestContext, 
 
 
 async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body: dict[str, Any],
-                             trace: _Trace, lease: LimitLease, *, big: bool) -> Response:
+                             trace: RequestTrace, lease: LimitLease, *, big: bool) -> Response:
     decision = choose_backends(runtime.policy, ctx.tenant, ctx.data_class, ctx.model, runtime.views(ctx.tenant))
     if decision.refused:
         ctx.annotations["refused_backends"] = dict(decision.refused)
@@ -279,8 +215,8 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
         runtime.mark_up(state)
         received_at = time.perf_counter()
         if trace.stream and upstream.status_code == 200:
-            return _stream_response(runtime, ctx, upstream, trace, lease, received_at)
-        return await _whole_response(runtime, ctx, upstream, trace, received_at)
+            return stream_response(runtime, ctx, upstream, trace, lease, received_at)
+        return await whole_response(runtime, ctx, upstream, trace)
     if cap_error is not None:
         raise cap_error  # no allowed backend that is up can hold it: a 400 the caller can act on
     refused = "".join(f"; {name}: not allowed ({why})" for name, why in decision.refused.items())
@@ -300,129 +236,8 @@ async def _send(client: httpx.AsyncClient, path: str, content: bytes, headers: d
         return await client.send(client.build_request("POST", path, content=content, headers=headers), stream=True)
 
 
-def _note_fallback(runtime: GatewayRuntime, states: list[BackendState], attempt: int, trace: _Trace) -> None:
+def _note_fallback(runtime: GatewayRuntime, states: list[BackendState], attempt: int, trace: RequestTrace) -> None:
     if attempt + 1 < len(states):
         trace.fallbacks += 1
         runtime.metrics.fallbacks.labels(states[attempt].config.name, states[attempt + 1].config.name).inc()
 
-
-def _response_headers(trace: _Trace, overhead_s: float) -> dict[str, str]:
-    headers = {
-        "X-Request-Id": trace.request_id,
-        OVERHEAD_HEADER: f"{overhead_s * 1000:.3f}",
-        "X-Kvfence-Data-Class": trace.data_class,
-        "X-Kvfence-Backend": trace.backend or "",
-    }
-    if trace.cap is not None:
-        headers["X-Kvfence-Prompt-Tokens"] = str(trace.cap.prompt_tokens)
-        headers["X-Kvfence-Tokens-Trimmed"] = str(trace.cap.tokens_cut)
-    return headers
-
-
-def _answer_filter(runtime: GatewayRuntime, ctx: RequestContext) -> AnswerFilter | None:
-    if not runtime.hooks:
-        return None
-    hooks = list(reversed(runtime.hooks))  # onion order, see hooks.py
-    return AnswerFilter(ctx.endpoint, lambda: FilterChain([h.response_filter(ctx) for h in hooks]))
-
-
-async def _whole_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: httpx.Response,
-                          trace: _Trace, received_at: float) -> Response:
-    try:
-        raw = await upstream.aread()
-    except httpx.HTTPError as exc:
-        raise UpstreamUnavailable(f"backend {trace.backend} broke off its answer: {type(exc).__name__}") from exc
-    finally:
-        await upstream.aclose()
-    after_upstream = time.perf_counter()
-    status = upstream.status_code
-    content_type = upstream.headers.get("content-type", "application/json")
-    filters = _answer_filter(runtime, ctx)
-    if status == 200 and filters is not None:
-        try:
-            answer = json.loads(raw)
-        except ValueError:
-            raise UpstreamUnavailable(f"backend {trace.backend} answered with invalid JSON") from None
-        filters.filter_completion(answer)  # may raise LeakSuspected: the answer is withheld
-        raw = json.dumps(answer, ensure_ascii=False).encode()
-        content_type = "application/json"
-    done = time.perf_counter()
-    trace.overhead_s += (done - after_upstream) + (after_upstream - received_at if filters is None else 0.0)
-    outcome = "ok" if status < 400 else "upstream_error"
-    runtime.metrics.overhead.observe(trace.overhead_s)
-    runtime.metrics.requests.labels(ctx.endpoint, ctx.data_class, trace.backend or "-", str(status)).inc()
-    runtime.audit.record_decision(trace.decision(status, outcome, None if status < 400 else f"upstream HTTP {status}"))
-    return Response(raw, status_code=status, media_type=None,
-                    headers={"content-type": content_type, **_response_headers(trace, trace.overhead_s)})
-
-
-def _stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: httpx.Response, trace: _Trace,
-                     lease: LimitLease, received_at: float) -> Response:
-    filters = _answer_filter(runtime, ctx)
-    state = {"status": 200, "outcome": "ok", "reason": None}
-
-    async def passthrough() -> AsyncIterator[bytes]:
-        async for chunk in upstream.aiter_raw():
-            yield chunk
-
-    async def filtered() -> AsyncIterator[bytes]:
-        assert filters is not None
-        decoder = SSEDecoder()
-        async for chunk in upstream.aiter_raw():
-            started = time.perf_counter()
-            out: list[bytes] = []
-            for event in decoder.feed(chunk):
-                out.extend(_filter_event(event, filters))
-            trace.overhead_s += time.perf_counter() - started
-            if out:
-                yield b"".join(out)
-        tail = decoder.rest()
-        out = list(_filter_event(tail, filters)) if tail.strip() else []
-        out.extend(encode_event(c) for c in filters.flush())
-        if out:
-            yield b"".join(out)
-
-    async def body() -> AsyncIterator[bytes]:
-        try:
-            async for piece in (filtered() if filters is not None else passthrough()):
-                yield piece
-        except LeakSuspected as exc:
-            state.update(status=exc.status_code, outcome="leak", reason=f"{exc.code}: {exc.message}")
-            runtime.metrics.leaks.inc()
-            yield encode_event(exc.to_body())
-        except (httpx.HTTPError, _UnreadableStream) as exc:
-            state.update(status=502, outcome="upstream_error", reason=f"stream broke: {type(exc).__name__}")
-            error = GatewayError(f"backend {trace.backend} broke off the stream ({exc})", code="upstream_stream_error")
-            yield encode_event(error.to_body())
-
-    async def on_close() -> None:
-        await upstream.aclose()
-        await lease.release()
-        runtime.metrics.in_flight.dec()
-        runtime.metrics.overhead.observe(trace.overhead_s)
-        runtime.metrics.requests.labels(ctx.endpoint, ctx.data_class, trace.backend or "-",
-                                        str(state["status"])).inc()
-        reason = state["reason"]
-        runtime.audit.record_decision(trace.decision(int(str(state["status"])), str(state["outcome"]),
-                                                     None if reason is None else str(reason)))
-
-    overhead = trace.overhead_s + (time.perf_counter() - received_at)
-    trace.overhead_s = overhead
-    return _ClosingStream(body(), on_close, status_code=200, media_type="text/event-stream",
-                          headers={"cache-control": "no-cache", **_response_headers(trace, overhead)})
-
-
-def _filter_event(event: bytes, filters: AnswerFilter) -> list[bytes]:
-    data = event_data(event)
-    if data is None:
-        return [event + b"\n\n"]  # comments / keep-alives pass through
-    if data.strip() == "[DONE]":
-        return [*(encode_event(c) for c in filters.flush()), encode_event("[DONE]")]
-    try:
-        chunk = json.loads(data)
-    except ValueError:
-        # An event we cannot read is an event we cannot filter: end the stream rather than pass it on.
-        raise _UnreadableStream("the backend sent a stream event that is not JSON") from None
-    if isinstance(chunk, dict) and "choices" in chunk:
-        filters.filter_chunk(chunk)
-    return [encode_event(chunk)]

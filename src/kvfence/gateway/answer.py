@@ -1,0 +1,179 @@
+"""The answer path: whole or streamed upstream answers back to the caller, through the hooks' filters.
+
+Every way a stream can end (done, leak suspected, upstream broke off, client hung up) releases the
+request's limits, closes the upstream response and writes the audit row exactly once. A stream that
+must stop ends with an OpenAI-shaped error event, never with a silent truncation.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from kvfence.gateway.answer_filter import AnswerFilter, FilterChain, SSEDecoder, encode_event, event_data
+from kvfence.gateway.errors import GatewayError, LeakSuspected, UpstreamUnavailable
+from kvfence.gateway.hooks import RequestContext
+from kvfence.gateway.limits import LimitLease
+from kvfence.gateway.runtime import GatewayRuntime
+from kvfence.gateway.trace import RequestTrace
+
+__all__ = ["OVERHEAD_HEADER", "ClosingStream", "json_error", "stream_response", "whole_response"]
+
+OVERHEAD_HEADER = "X-Kvfence-Overhead-Ms"
+
+
+class _UnreadableStream(Exception):
+    """An upstream stream event that is not JSON: it cannot be filtered, so it is never passed on."""
+
+
+def json_error(error: GatewayError, extra_headers: dict[str, str] | None = None) -> JSONResponse:
+    """An OpenAI-shaped error answer for ``error``."""
+    return JSONResponse(error.to_body(), status_code=error.status_code,
+                        headers={**error.headers(), **(extra_headers or {})})
+
+
+class ClosingStream(StreamingResponse):
+    """A streaming response that runs ``on_close`` however the stream ends (even if never started)."""
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]], **kw: Any) -> None:
+        super().__init__(content, **kw)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._on_close()
+
+
+def _response_headers(trace: RequestTrace, overhead_s: float) -> dict[str, str]:
+    headers = {
+        "X-Request-Id": trace.request_id,
+        OVERHEAD_HEADER: f"{overhead_s * 1000:.3f}",
+        "X-Kvfence-Data-Class": trace.data_class,
+        "X-Kvfence-Backend": trace.backend or "",
+    }
+    if trace.cap is not None:
+        headers["X-Kvfence-Prompt-Tokens"] = str(trace.cap.prompt_tokens)
+        headers["X-Kvfence-Tokens-Trimmed"] = str(trace.cap.tokens_cut)
+    return headers
+
+
+def _answer_filter(runtime: GatewayRuntime, ctx: RequestContext) -> AnswerFilter | None:
+    if not runtime.hooks:
+        return None
+    hooks = list(reversed(runtime.hooks))  # onion order, see hooks.py
+    return AnswerFilter(ctx.endpoint, lambda: FilterChain([h.response_filter(ctx) for h in hooks]))
+
+
+async def whole_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: httpx.Response,
+                         trace: RequestTrace) -> Response:
+    """Read a non-streamed answer (or an upstream error), filter it, log it, answer it."""
+    try:
+        raw = await upstream.aread()
+    except httpx.HTTPError as exc:
+        raise UpstreamUnavailable(f"backend {trace.backend} broke off its answer: {type(exc).__name__}") from exc
+    finally:
+        await upstream.aclose()
+    after_upstream = time.perf_counter()
+    status = upstream.status_code
+    content_type = upstream.headers.get("content-type", "application/json")
+    filters = _answer_filter(runtime, ctx)
+    if status == 200 and filters is not None:
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            raise UpstreamUnavailable(f"backend {trace.backend} answered with invalid JSON") from None
+        filters.filter_completion(answer)  # may raise LeakSuspected: the answer is withheld
+        raw = json.dumps(answer, ensure_ascii=False).encode()
+        content_type = "application/json"
+    trace.overhead_s += time.perf_counter() - after_upstream
+    outcome = "ok" if status < 400 else "upstream_error"
+    runtime.metrics.overhead.observe(trace.overhead_s)
+    runtime.metrics.requests.labels(ctx.endpoint, ctx.data_class, trace.backend or "-", str(status)).inc()
+    runtime.audit.record_decision(trace.decision(status, outcome, None if status < 400 else f"upstream HTTP {status}"))
+    return Response(raw, status_code=status, media_type=None,
+                    headers={"content-type": content_type, **_response_headers(trace, trace.overhead_s)})
+
+
+@dataclass
+class _StreamEnd:
+    status: int = 200
+    outcome: str = "ok"
+    reason: str | None = None
+
+
+def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: httpx.Response, trace: RequestTrace,
+                    lease: LimitLease, received_at: float) -> Response:
+    """Pass a streamed answer through (filtered when hooks are configured); the stream owns ``lease``."""
+    filters = _answer_filter(runtime, ctx)
+    end = _StreamEnd()
+
+    async def passthrough() -> AsyncIterator[bytes]:
+        async for chunk in upstream.aiter_raw():
+            yield chunk
+
+    async def filtered(filters: AnswerFilter) -> AsyncIterator[bytes]:
+        decoder = SSEDecoder()
+        async for chunk in upstream.aiter_raw():
+            started = time.perf_counter()
+            out: list[bytes] = []
+            for event in decoder.feed(chunk):
+                out.extend(_filter_event(event, filters))
+            trace.overhead_s += time.perf_counter() - started
+            if out:
+                yield b"".join(out)
+        tail = decoder.rest()
+        out = list(_filter_event(tail, filters)) if tail.strip() else []
+        out.extend(encode_event(c) for c in filters.flush())
+        if out:
+            yield b"".join(out)
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for piece in (filtered(filters) if filters is not None else passthrough()):
+                yield piece
+        except LeakSuspected as exc:
+            end.status, end.outcome, end.reason = exc.status_code, "leak", f"{exc.code}: {exc.message}"
+            runtime.metrics.leaks.inc()
+            yield encode_event(exc.to_body())
+        except (httpx.HTTPError, _UnreadableStream) as exc:
+            end.status, end.outcome, end.reason = 502, "upstream_error", f"stream broke: {type(exc).__name__}"
+            error = GatewayError(f"backend {trace.backend} broke off the stream ({exc})", code="upstream_stream_error")
+            yield encode_event(error.to_body())
+
+    async def on_close() -> None:
+        await upstream.aclose()
+        await lease.release()
+        runtime.metrics.in_flight.dec()
+        runtime.metrics.overhead.observe(trace.overhead_s)
+        runtime.metrics.requests.labels(ctx.endpoint, ctx.data_class, trace.backend or "-", str(end.status)).inc()
+        runtime.audit.record_decision(trace.decision(end.status, end.outcome, end.reason))
+
+    overhead = trace.overhead_s + (time.perf_counter() - received_at)
+    trace.overhead_s = overhead
+    return ClosingStream(body(), on_close, status_code=200, media_type="text/event-stream",
+                         headers={"cache-control": "no-cache", **_response_headers(trace, overhead)})
+
+
+def _filter_event(event: bytes, filters: AnswerFilter) -> list[bytes]:
+    data = event_data(event)
+    if data is None:
+        return [event + b"\n\n"]  # comments / keep-alives pass through
+    if data.strip() == "[DONE]":
+        return [*(encode_event(c) for c in filters.flush()), encode_event("[DONE]")]
+    try:
+        chunk = json.loads(data)
+    except ValueError:
+        # An event we cannot read is an event we cannot filter: end the stream rather than pass it on.
+        raise _UnreadableStream("the backend sent a stream event that is not JSON") from None
+    if isinstance(chunk, dict) and "choices" in chunk:
+        filters.filter_chunk(chunk)
+    return [encode_event(chunk)]
