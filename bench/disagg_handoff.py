@@ -60,8 +60,13 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=256)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:N] (both processes use it)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--kv-cache-tokens", type=int, default=16384)
     args = ap.parse_args()
-    config = EngineConfig(model=args.model, kv_cache_tokens=16384, max_model_len=2048, num_threads=args.threads)
+    config = EngineConfig(model=args.model, kv_cache_tokens=args.kv_cache_tokens,
+                          max_model_len=max(2048, args.prompt_len + args.max_tokens), num_threads=args.threads,
+                          device=args.device, dtype=args.dtype, max_num_batched_tokens=max(2048, 2 * args.prompt_len))
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0, ignore_eos=True)
     prompts = [[(i * 31 + j * 7) % 200 + 10 for j in range(args.prompt_len)] for i in range(args.prompts)]
 
