@@ -51,10 +51,9 @@ def test_narrower_scopes(default_model_dir: Path, scope: str, shared: bool) -> N
 
 
 def test_released_pages_are_zero_before_the_next_request_maps_them(default_model_dir: Path) -> None:
-    llm = _llm(default_model_dir, kv_cache_tokens=10 * PAGE, cache_scope="request")
+    llm = _llm(default_model_dir, kv_cache_tokens=8 * PAGE)
     engine = llm.engine
-    tokens = engine.tokenizer.encode(PROMPT)
-    engine.add_request("a", tokens, PARAMS, llm.scope_key(ORG_A))
+    engine.add_request("a", engine.tokenizer.encode(PROMPT), PARAMS, llm.scope_key(ORG_A))
     pages_of_a: set[int] = set()
     finished = False
     while not finished:
@@ -62,13 +61,29 @@ def test_released_pages_are_zero_before_the_next_request_maps_them(default_model
         if seq is not None:
             pages_of_a |= set(seq.block_table)
         finished = any(o.finished for o in engine.step())
-    assert pages_of_a
-    assert engine.pool_is_zero(sorted(pages_of_a))  # zero-filled as soon as A finished (I2)
-    assert engine.pool_is_zero()  # every free page
-    engine.add_request("b", engine.tokenizer.encode("another tenant's prompt " * 3), PARAMS, llm.scope_key(ORG_B))
+    # A's unsealed pages were zero-filled when it finished; its sealed prefix pages stay cached
+    # for org A only (same-scope revival), so the pool is not all zero yet.
+    assert engine.free_pages() and engine.pool_is_zero()
+    assert not engine.pool_is_zero(sorted(pages_of_a))
+
+    checked: list[list[int]] = []
+    forward = engine.runner.execute
+
+    def check_then_forward(items):  # type: ignore[no-untyped-def]
+        for it in items:
+            if it.seq.request_id == "b" and it.start == 0:
+                checked.append(list(it.seq.block_table))
+                # I2: every page B is about to compute into is zero before B's first forward pass
+                assert engine.pool_is_zero(it.seq.block_table)
+        return forward(items)
+
+    engine.runner.execute = check_then_forward  # type: ignore[method-assign]
+    prompt_b = engine.tokenizer.encode("another tenant's prompt, long enough to need every page " * 2)
+    engine.add_request("b", prompt_b, PARAMS, llm.scope_key(ORG_B))
     engine.step()
+    assert checked and set(checked[0]) & pages_of_a  # B really reuses (evicted) pages of A
     seq_b = engine.scheduler.get("b")
-    assert seq_b is not None and set(seq_b.block_table) & pages_of_a  # B really reuses A's pages
+    assert seq_b is not None and seq_b.num_cached_tokens == 0
 
 
 def test_without_scrubbing_stale_kv_stays_in_the_pool(default_model_dir: Path) -> None:

@@ -67,7 +67,7 @@ def paged_attention(
         if chunk.context_slots is None:
             ks, vs = k[s:e], v[s:e]
         else:
-            ks, vs = k_cache[chunk.context_slots], v_cache[chunk.context_slots]
+            ks, vs = k_cache.index_select(0, chunk.context_slots), v_cache.index_select(0, chunk.context_slots)
         o = F.scaled_dot_product_attention(
             qs,
             ks.transpose(0, 1).unsqueeze(0),
@@ -84,8 +84,10 @@ def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta:
     slots = meta.decode_slots
     if slots is None:
         raise RuntimeError("decode tokens scheduled without decode_slots")
-    kd = k_cache[slots].transpose(1, 2)  # [B, KV, L, D]
-    vd = v_cache[slots].transpose(1, 2)
+    batch, length = slots.shape
+    flat = slots.view(-1)
+    kd = k_cache.index_select(0, flat).view(batch, length, *k_cache.shape[1:]).transpose(1, 2)  # [B, KV, L, D]
+    vd = v_cache.index_select(0, flat).view(batch, length, *v_cache.shape[1:]).transpose(1, 2)
     o = F.scaled_dot_product_attention(
         q[: slots.shape[0]].unsqueeze(2), kd, vd, attn_mask=meta.decode_mask, enable_gqa=True
     )  # [B, H, 1, D]

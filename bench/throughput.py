@@ -1,0 +1,236 @@
+"""Engine throughput against Hugging Face transformers on the same random SmolLM-135M-shaped weights.
+
+Measures, in one run:
+  1. memory read bandwidth, and batch-1 decode tokens/s of kvfence and transformers, each also as a
+     fraction of the bandwidth roofline (bandwidth / bytes of weights read per token);
+  2. a mixed workload (default 64 requests, prompts 64-512 tokens, outputs 64-256 tokens, seeded):
+     generated tokens/s of kvfence (continuous batching) vs transformers' best static batching;
+  3. the cost of isolation: the same workload with KV scrubbing on and off (off is UNSAFE).
+
+    python bench/throughput.py            # default: 24 requests, fits in ~10 minutes on 2 idle cores
+    python bench/throughput.py --full     # the issue's workload: 64 requests (slow on CPU)
+    python bench/throughput.py --quick    # a small run for a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kvfence.engine.config import kvfence_home
+from kvfence.engine.default_model import BOS, EOT, _build_tokenizer
+from kvfence.engine.llm import LLM
+from kvfence.engine.sampling_params import SamplingParams
+
+SMOLLM_SHAPE = {
+    "vocab_size": 49152,
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-5,
+}
+
+
+def build_model(root: Path) -> Path:
+    """Random SmolLM-135M-shaped Llama (fp32), saved with transformers; reused when present."""
+    import transformers
+
+    out = root / "smollm-135m-shaped-random-v1"
+    if (out / "model.safetensors").is_file():
+        return out
+    tokenizer = _build_tokenizer()
+    config = transformers.LlamaConfig(
+        **SMOLLM_SHAPE, bos_token_id=tokenizer.token_to_id(BOS), eos_token_id=tokenizer.token_to_id(EOT)
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config)
+    tmp = out.with_suffix(".tmp")
+    model.save_pretrained(tmp)
+    tokenizer.save(str(tmp / "tokenizer.json"))
+    (tmp / "tokenizer_config.json").write_text(json.dumps({"bos_token": BOS, "eos_token": EOT}))
+    tmp.rename(out)
+    return out
+
+
+def measure_bandwidth(size_mb: int = 1024, repeats: int = 5) -> float:
+    """Best-of-N read bandwidth in bytes/s: a full reduction over a buffer much larger than the caches."""
+    buf = torch.ones(size_mb * (1 << 20) // 4, dtype=torch.float32)
+    buf.sum()
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        buf.sum()
+        best = min(best, time.perf_counter() - t)
+    return buf.numel() * 4 / best
+
+
+def weight_bytes_per_token(model_dir: Path) -> int:
+    """Bytes read per decoded token: every weight once (the tied embedding is read as the LM head)."""
+    from safetensors import safe_open
+
+    total = 0
+    with safe_open(str(model_dir / "model.safetensors"), framework="pt") as f:
+        for name in f.keys():  # noqa: SIM118
+            t = f.get_slice(name)
+            n = 1
+            for d in t.get_shape():
+                n *= d
+            total += n * 4
+    return total
+
+
+def ours_decode(llm: LLM, prompt: list[int], num_tokens: int) -> float:
+    engine = llm.engine
+    engine.add_request("decode", prompt, SamplingParams(max_tokens=num_tokens, temperature=0, ignore_eos=True), b"b" * 32)
+    engine.step()  # prefill + first token
+    t = time.perf_counter()
+    steps = 0
+    while engine.has_unfinished_requests():
+        engine.step()
+        steps += 1
+    return steps / (time.perf_counter() - t)
+
+
+def hf_decode(model: Any, prompt: list[int], num_tokens: int) -> float:
+    ids = torch.tensor([prompt])
+
+    def run(n: int) -> float:
+        t = time.perf_counter()
+        with torch.no_grad():
+            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                           do_sample=False, pad_token_id=0)
+        return time.perf_counter() - t
+
+    run(2)
+    return (num_tokens - 1) / (run(num_tokens) - run(1))
+
+
+def workload(num: int, prompt_range: tuple[int, int], output_range: tuple[int, int], seed: int) -> list[tuple[list[int], int]]:
+    rng = random.Random(seed)
+    return [
+        ([rng.randrange(3, 256) for _ in range(rng.randint(*prompt_range))], rng.randint(*output_range))
+        for _ in range(num)
+    ]
+
+
+def ours_mixed(model_dir: Path, jobs: list[tuple[list[int], int]], *, scrub: bool, max_num_seqs: int) -> float:
+    pool = sum(len(p) + n for p, n in jobs)
+    llm = LLM(model=str(model_dir), kv_cache_tokens=pool, max_model_len="auto", device="cpu",
+              scrub=scrub, max_num_seqs=max_num_seqs, cache_scope="request")
+    params = [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True) for _, n in jobs]
+    t = time.perf_counter()
+    outs = llm.generate([p for p, _ in jobs], params)
+    elapsed = time.perf_counter() - t
+    generated = sum(len(o.token_ids) for o in outs)
+    if generated != sum(n for _, n in jobs):
+        raise RuntimeError("kvfence generated a different number of tokens than asked")
+    return generated / elapsed
+
+
+def hf_static(model: Any, jobs: list[tuple[list[int], int]], batch_size: int) -> float:
+    """Static batching: fixed batches in arrival order, left-padded, each run to its longest output."""
+    useful, elapsed = 0, 0.0
+    for i in range(0, len(jobs), batch_size):
+        chunk = jobs[i : i + batch_size]
+        width = max(len(p) for p, _ in chunk)
+        ids = torch.zeros(len(chunk), width, dtype=torch.long)
+        mask = torch.zeros(len(chunk), width, dtype=torch.long)
+        for row, (p, _) in enumerate(chunk):
+            ids[row, width - len(p) :] = torch.tensor(p)
+            mask[row, width - len(p) :] = 1
+        longest = max(n for _, n in chunk)
+        t = time.perf_counter()
+        with torch.no_grad():
+            model.generate(ids, attention_mask=mask, max_new_tokens=longest, min_new_tokens=longest,
+                           do_sample=False, pad_token_id=0)
+        elapsed += time.perf_counter() - t
+        useful += sum(n for _, n in chunk)
+    return useful / elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small workload: 8 requests, shorter prompts/outputs")
+    ap.add_argument("--full", action="store_true", help="the issue's workload: 64 requests, HF batches 16 and 64")
+    ap.add_argument("--requests", type=int, default=None, help="number of mixed-workload requests (default 24)")
+    ap.add_argument("--decode-tokens", type=int, default=None, help="batch-1 decode length (default 64)")
+    ap.add_argument("--hf-batch-sizes", default=None, help="static batch sizes tried for transformers (default 8,24)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    ap.add_argument("--skip-hf-mixed", action="store_true", help="skip transformers on the mixed workload (slow)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    args = ap.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    quick = args.quick
+    num_requests = args.requests or (8 if quick else 64 if args.full else 24)
+    prompt_range, output_range = ((32, 128), (16, 64)) if quick else ((64, 512), (64, 256))
+    decode_tokens = args.decode_tokens or (16 if quick else 64)
+    default_batches = "4,8" if quick else "16,64" if args.full else "8,24"
+    batch_sizes = [int(b) for b in (args.hf_batch_sizes or default_batches).split(",")]
+
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    root = kvfence_home() / "bench"
+    root.mkdir(parents=True, exist_ok=True)
+    model_dir = build_model(root)
+    results: dict[str, Any] = {"threads": torch.get_num_threads(), "cpus": os.cpu_count(), "quick": quick}
+    print(f"# kvfence throughput bench: SmolLM-135M-shaped random Llama, fp32, CPU, {results['threads']} torch threads")
+
+    bandwidth = measure_bandwidth()
+    per_token = weight_bytes_per_token(model_dir)
+    roofline = bandwidth / per_token
+    results |= {"bandwidth_gb_s": bandwidth / 1e9, "weight_mb_per_token": per_token / 1e6, "roofline_tok_s": roofline}
+    print(f"memory read bandwidth      {bandwidth / 1e9:8.2f} GB/s")
+    print(f"weights read per token     {per_token / 1e6:8.1f} MB  -> roofline {roofline:.1f} tok/s")
+
+    prompt = list(range(65, 65 + 32))
+    llm = LLM(model=str(model_dir), kv_cache_tokens=4096, max_model_len="auto", device="cpu", max_num_seqs=1)
+    ours_dec = statistics.median(ours_decode(llm, prompt, decode_tokens) for _ in range(3))
+    del llm
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    hf_dec = hf_decode(hf_model, prompt, decode_tokens)
+    results |= {"ours_decode_tok_s": ours_dec, "hf_decode_tok_s": hf_dec}
+    print(f"batch-1 decode  kvfence    {ours_dec:8.2f} tok/s  ({ours_dec / roofline:6.1%} of roofline)")
+    print(f"batch-1 decode  transformers {hf_dec:6.2f} tok/s  ({hf_dec / roofline:6.1%} of roofline)")
+    print(f"batch-1 decode  ratio      {ours_dec / hf_dec:8.2f}x")
+
+    jobs = workload(num_requests, prompt_range, output_range, seed=1)
+    total = sum(n for _, n in jobs)
+    print(f"mixed workload: {num_requests} requests, prompts {prompt_range}, outputs {output_range}, {total} tokens to generate")
+    ours_mix = ours_mixed(model_dir, jobs, scrub=True, max_num_seqs=num_requests)
+    scrub_off = ours_mixed(model_dir, jobs, scrub=False, max_num_seqs=num_requests)
+    cost = (scrub_off - ours_mix) / scrub_off
+    results |= {"ours_mixed_tok_s": ours_mix, "ours_mixed_noscrub_tok_s": scrub_off, "scrub_cost": cost}
+    print(f"mixed  kvfence (scrub on)  {ours_mix:8.2f} tok/s")
+    print(f"mixed  kvfence (scrub OFF) {scrub_off:8.2f} tok/s   -> cost of scrubbing {cost:+.1%}")
+    if not args.skip_hf_mixed:
+        best_bs, best = 0, 0.0
+        for bs in batch_sizes:
+            rate = hf_static(hf_model, jobs, bs)
+            print(f"mixed  transformers static batch {bs:3d}: {rate:8.2f} tok/s")
+            if rate > best:
+                best_bs, best = bs, rate
+        results |= {"hf_mixed_tok_s": best, "hf_best_batch": best_bs}
+        print(f"mixed  ratio kvfence / best transformers (batch {best_bs}) {ours_mix / best:6.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
