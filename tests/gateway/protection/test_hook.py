@@ -215,3 +215,21 @@ def test_configured_canaries_only_for_their_tenant() -> None:
     with pytest.raises(LeakSuspected):
         answer_through(hook, b, "the code is ACME-CANARY-7731 ok")
     assert incidents.rows[-1]["tenants"] == ["globex", "acme"]
+
+
+def test_health_topic_raises_the_class_without_replacing_text() -> None:
+    hook, _ = make_hook(make_policy())
+    c = ctx()
+    text = "My father was diagnosed with diabetes; which medication dosage should we ask about?"
+    out = run(hook.on_request(c, chat(text)))
+    assert c.data_class == "restricted" and c.annotations["class_raised_by"] == ["topic:health"]
+    assert out["messages"][0]["content"] == text
+    c2 = ctx()
+    run(hook.on_request(c2, chat("Please be patient, the deploy takes a while.")))  # one weak cue only
+    assert c2.data_class == "public"
+    hook, _ = make_hook(make_policy({"raise_on_topics": {"hr": "internal"}}))
+    c3 = ctx()
+    run(hook.on_request(c3, chat("Draft the termination letter and the severance terms.")))
+    assert c3.data_class == "internal"
+    with pytest.raises(ConfigError, match="raise_on_topics"):
+        make_hook(make_policy({"raise_on_topics": {"astrology": "internal"}}))

@@ -91,6 +91,8 @@ class ProtectionConfig(_Strict):
     score_threshold: float = Field(default=0.5, ge=0, le=1)
     raise_class: dict[str, str] | None = Field(
         default=None, description="entity -> data class; default: national IDs to the most sensitive class")
+    raise_on_topics: dict[str, str] | None = Field(
+        default=None, description="topic (health, hr) -> data class; default: health to the most sensitive class")
     leak: LeakConfig = Field(default_factory=LeakConfig)
 
     @model_validator(mode="after")

@@ -38,6 +38,7 @@ from kvfence.gateway.protection.pii_rules import PII_ENTITIES, RESTRICTED_PII
 from kvfence.gateway.protection.pseudonymise import Pseudonymiser
 from kvfence.gateway.protection.secret_rules import SECRET_ENTITIES
 from kvfence.gateway.protection.streaming import StreamRestorer
+from kvfence.gateway.protection.topics import TOPICS, detect_topics
 
 __all__ = ["ProtectionFilter", "ProtectionHook", "RequestState", "tenant_unit", "tenant_unit_of"]
 
@@ -97,6 +98,12 @@ class ProtectionHook:
             raise ConfigError(f"gateway.protection: unknown entity types {', '.join(typos)}; "
                               f"known: {', '.join(sorted(known))}")
         self._raise_map = raise_map
+        topics = {"health": most_sensitive} if config.raise_on_topics is None else dict(config.raise_on_topics)
+        bad = sorted(set(topics) - set(TOPICS)) + sorted(c for c in topics.values() if c not in self._class_protection)
+        if bad:
+            raise ConfigError(f"gateway.protection.raise_on_topics: unknown topics or data classes: {', '.join(bad)}; "
+                              f"topics: {', '.join(sorted(TOPICS))}")
+        self._topic_classes = topics
         self._states: dict[int, RequestState] = {}
         self._record_inline = monitor is not None and isinstance(monitor.index, InMemoryIndex)
 
@@ -116,6 +123,11 @@ class ProtectionHook:
             target = self._raise_map.get(finding.entity)
             if target is not None and ctx.raise_class(target, reason=f"detector:{finding.entity}"):
                 self.metrics.class_raised.labels(target).inc()
+        if self._topic_classes:
+            for topic in sorted(detect_topics(texts) & set(self._topic_classes)):
+                target = self._topic_classes[topic]
+                if ctx.raise_class(target, reason=f"topic:{topic}"):
+                    self.metrics.class_raised.labels(target).inc()
         actions = self._class_protection.get(ctx.data_class, ClassProtection())
         blocked = sorted({f.entity for f in findings
                           if actions.action_for(f.entity, f.category) is Action.BLOCK})
