@@ -501,7 +501,9 @@ class DisaggregatedEngine:
             req.receiver.fail(error.reason, error.message)
         self.handoff_failures[error.reason.value] = self.handoff_failures.get(error.reason.value, 0) + 1
         log.error("request %s retired without an answer: %s", rid, error)
-        if error.reason not in (HandoffFailure.REJECTED, HandoffFailure.SENDER_ABORT, HandoffFailure.WORKER_LOST):
+        if error.reason not in (HandoffFailure.REJECTED, HandoffFailure.SENDER_ABORT):
+            # Explicit, so a prefill side that still holds the request retires it (a restarted
+            # worker may have received the SUBMIT); for one that never saw it, a no-op.
             self._send(MessageKind.ABORT, {"request_id": rid, "reason": error.reason.value})
         self._release_handoff(req)
         self._requests.pop(rid, None)
