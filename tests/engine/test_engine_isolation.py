@@ -94,7 +94,8 @@ def test_without_scrubbing_stale_kv_stays_in_the_pool(default_model_dir: Path) -
     assert not llm.engine.capacity.scrub
 
 
-def test_paranoid_mode_turns_a_foreign_page_into_an_abort(default_model_dir: Path) -> None:
+@pytest.mark.parametrize("tamper", ["append", "replace"])
+def test_paranoid_mode_turns_a_foreign_page_into_an_abort(default_model_dir: Path, tamper: str) -> None:
     llm = _llm(default_model_dir, verify_isolation=True, cache_scope="request")
     engine = llm.engine
     params = SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True)
@@ -104,7 +105,11 @@ def test_paranoid_mode_turns_a_foreign_page_into_an_abort(default_model_dir: Pat
     engine.step()
     victim, attacker = engine.scheduler.get("victim"), engine.scheduler.get("attacker")
     assert victim is not None and attacker is not None
-    attacker.block_table.append(victim.block_table[0])  # a bookkeeping bug maps the victim's page
+    # a bookkeeping bug maps the victim's page into the attacker's table
+    if tamper == "append":
+        attacker.block_table.append(victim.block_table[0])
+    else:
+        attacker.block_table[0] = victim.block_table[0]
     outputs = {o.request_id: o for o in engine.step()}
     assert outputs["attacker"].finished and outputs["attacker"].finish_reason == "abort"
     assert outputs["attacker"].new_token_ids == []

@@ -180,7 +180,11 @@ class LLMEngine:
                 self.isolation_incidents += 1
                 log.error("ISOLATION INCIDENT: %s; request %s aborted", exc, it.seq.request_id)
                 req = self._requests.get(it.seq.request_id)
-                self.scheduler.abort(it.seq.request_id)
+                self._quarantine(it.seq)
+                try:
+                    self.scheduler.abort(it.seq.request_id)
+                except IsolationViolation:
+                    log.critical("could not release request %s after an incident", it.seq.request_id, exc_info=True)
                 if req is not None:
                     outputs.append(self._output(req, [], "", finished=True))
                     self._requests.pop(it.seq.request_id, None)
@@ -188,6 +192,29 @@ class LLMEngine:
             kept.append(it)
         batch.items = kept
         return outputs
+
+    def _quarantine(self, seq: Sequence) -> None:
+        """Rebuild a violating request's block table from the ledger before releasing it.
+
+        Keeps only pages the ledger says it holds (its own, or same-scope cached ones) and takes
+        back its own pages that a corrupted table lost, so the release neither touches another
+        request's page nor leaks one of its own.
+        """
+        bm = self.block_manager
+        kept: list[int] = []
+        for page_id in seq.block_table:
+            if not 0 <= page_id < bm.num_pages or page_id in kept:
+                continue
+            info = bm.page_info(page_id)
+            own = info.state is PageState.OWNED and info.owner == seq.request_id
+            cached = info.state is PageState.CACHED and info.scope_key == seq.scope_key and info.ref_count > 0
+            if own or cached:
+                kept.append(page_id)
+        for page_id in range(bm.num_pages):
+            info = bm.page_info(page_id)
+            if info.state is PageState.OWNED and info.owner == seq.request_id and page_id not in kept:
+                kept.append(page_id)
+        seq.block_table = kept
 
     def _sample_row(self, seq: Sequence) -> SampleRow:
         req = self._requests[seq.request_id]
