@@ -143,3 +143,10 @@ def test_protection_blocks_are_checked_with_lines() -> None:
                         "    allowed_tiers: [shared, dedicated]\n    protection: {pii: scramble}\n")
     message = _error(text)
     assert "p.yaml:6:" in message and "data_classes[0].protection.pii" in message
+
+
+def test_demo_policy_is_valid() -> None:
+    demo = Path(__file__).resolve().parents[2] / "examples" / "gateway-demo.yaml"
+    policy = load_policy(demo)
+    assert [t.name for t in policy.tenants] == ["acme-alice", "globex-bob"]
+    assert set(policy.backends[0].auth.per_organization) == {"acme", "globex"}
