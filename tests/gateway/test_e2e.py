@@ -355,3 +355,14 @@ def test_upstream_dropping_mid_stream_ends_with_an_error_event(gateway: Gateway,
                     pass
     finally:
         backend_a.control(break_after=None)
+
+
+def test_a_500_falls_back_without_taking_the_backend_out(gateway: Gateway, backend_a: FakeBackend) -> None:
+    backend_a.control(status=500)
+    try:
+        raw = chat(client(gateway, "alice"), "hello")
+        assert raw.headers["x-kvfence-backend"] == "dedicated-b"  # next allowed backend for this request
+    finally:
+        backend_a.control(status=200)
+    # one request's 500 says nothing about the backend: the next request goes straight back to it
+    assert chat(client(gateway, "alice"), "hello").headers["x-kvfence-backend"] == "shared-a"

@@ -27,6 +27,8 @@ from kvfence.gateway.trace import RequestTrace
 __all__ = ["OVERHEAD_HEADER", "ClosingStream", "json_error", "stream_response", "whole_response"]
 
 OVERHEAD_HEADER = "X-Kvfence-Overhead-Ms"
+# Upstream headers a caller may act on; everything else from upstream stays behind the gateway.
+_PASSED_HEADERS = frozenset({"retry-after", "openai-processing-ms"})
 
 
 class _UnreadableStream(Exception):
@@ -99,8 +101,10 @@ async def whole_response(runtime: GatewayRuntime, ctx: RequestContext, upstream:
     runtime.metrics.overhead.observe(trace.overhead_s)
     runtime.metrics.requests.labels(ctx.endpoint, ctx.data_class, trace.backend or "-", str(status)).inc()
     runtime.audit.record_decision(trace.decision(status, outcome, None if status < 400 else f"upstream HTTP {status}"))
+    passed = {k: v for k, v in upstream.headers.items() if k.lower() in _PASSED_HEADERS
+              or k.lower().startswith("x-ratelimit-")}
     return Response(raw, status_code=status, media_type=None,
-                    headers={"content-type": content_type, **_response_headers(trace, trace.overhead_s)})
+                    headers={**passed, "content-type": content_type, **_response_headers(trace, trace.overhead_s)})
 
 
 @dataclass

@@ -43,7 +43,11 @@ log = logging.getLogger("kvfence.gateway")
 
 DATA_CLASS_HEADER = "x-data-class"
 _BIG_BODY = 64 * 1024  # count tokens off the event loop above this size
+# Upstream answers that send the request to the next allowed backend. Only the ones that say the
+# backend itself is unwell also take it out of rotation for a while; a 429 may be one account's
+# quota and a 500 one request's fault, so those only fall back for this request.
 _RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+_UNHEALTHY_STATUS = frozenset({502, 503, 504})
 
 
 async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint: str) -> Response:
@@ -208,7 +212,8 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
         if upstream.status_code in _RETRYABLE_STATUS and attempt + 1 < len(states):
             await upstream.aread()
             await upstream.aclose()
-            runtime.mark_down(state, f"HTTP {upstream.status_code}")
+            if upstream.status_code in _UNHEALTHY_STATUS:
+                runtime.mark_down(state, f"HTTP {upstream.status_code}")
             failures.append(f"{state.config.name}: HTTP {upstream.status_code}")
             _note_fallback(runtime, states, attempt, trace)
             continue
