@@ -22,9 +22,9 @@ KEY = bytes.fromhex("5a" * 32)  # the handoff key of the test prefill workers
 __all__ = ["KEY", "AllocationSpy", "decode_config", "drive", "make_engine", "resign_handoff"]
 
 
-def decode_config(model_dir: Path, *, kv_cache_tokens: int = 512, max_model_len: int | str = 256) -> EngineConfig:
+def decode_config(model_dir: Path, *, kv_cache_tokens: int = 512, max_model_len: int | str = 256, **extra: Any) -> EngineConfig:
     return EngineConfig(model=str(model_dir), kv_cache_tokens=kv_cache_tokens,
-                        max_model_len=max_model_len, num_threads=1)  # type: ignore[arg-type]
+                        max_model_len=max_model_len, num_threads=1, **extra)  # type: ignore[arg-type]
 
 
 def make_engine(model_dir: Path, address: str, *, timeout_s: float = 5.0, key: bytes = KEY, **kw: Any) -> DisaggregatedEngine:

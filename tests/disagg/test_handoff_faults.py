@@ -319,3 +319,29 @@ def test_small_decode_pool_waits_for_pages_and_preempts_safely(model_dir: Path, 
         eng.block_manager.check_invariants()
     finally:
         eng.close()
+
+
+def test_paranoid_mode_on_the_decode_side(model_dir: Path, shared_worker: WorkerHandle, reference: LLMEngine) -> None:
+    """--verify-isolation re-checks I1 for handed-over requests too: a block table pointing at
+    another tenant's page aborts that request (no answer), the other one is untouched."""
+    eng = make_engine(model_dir, shared_worker.address, verify_isolation=True)
+    try:
+        params = SamplingParams(max_tokens=12, temperature=0.0)
+        eng.add_request("victim", PROMPT, params, SCOPE_A)
+        eng.add_request("thief", list(range(100, 140)), params, SCOPE_B)
+        outs: dict[str, list[RequestOutput]] = {"victim": [], "thief": []}
+        while not (outs["victim"] and outs["thief"]):
+            for out in eng.step():
+                outs[out.request_id].append(out)
+        thief = next(s for s in eng.scheduler.running if s.request_id == "thief")
+        victim = next(s for s in eng.scheduler.running if s.request_id == "victim")
+        thief.block_table[0] = victim.block_table[0]  # a corrupted table: the bug I1 exists for
+        rest = drive(eng, ["victim", "thief"])
+        assert rest["thief"][-1].finish_reason == "abort"
+        assert all(not o.new_token_ids for o in rest["thief"])  # not one token over the victim's page
+        assert rest["victim"][-1].token_ids == _reference_tokens(reference, PROMPT, params)
+        assert eng.stats().isolation_incidents == 1
+        eng.block_manager.check_invariants()
+        assert eng.pool_is_zero()
+    finally:
+        eng.close()

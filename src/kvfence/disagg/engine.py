@@ -540,7 +540,14 @@ class DisaggregatedEngine:
                     self.isolation_incidents += 1
                     log.error("ISOLATION INCIDENT: %s; request %s aborted", exc, it.seq.request_id)
                     req = self._requests.pop(it.seq.request_id, None)
-                    self.scheduler.abort(it.seq.request_id)
+                    # Same release as LLMEngine's paranoid mode: the block table is rebuilt from
+                    # the ledger first, so the release touches no other request's page.
+                    self.local._quarantine(it.seq)
+                    try:
+                        self.scheduler.abort(it.seq.request_id)
+                    except IsolationViolation:
+                        log.critical("could not release request %s after an incident", it.seq.request_id, exc_info=True)
+                    self.runner.scrub(self.block_manager.take_scrub_list())
                     if req is not None:
                         outputs.append(self._output(req, [], "", finished=True))
             batch.items = kept
