@@ -219,3 +219,41 @@ def test_tool_call_arguments_are_filtered_stream_and_whole() -> None:
         "tool_calls": [{"id": "c", "type": "function",
                         "function": {"name": "f", "arguments": f'{{"a": "{PLACEHOLDER}"}}'}}]}}]})
     assert whole["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == f'{{"a": "{EMAIL}"}}'
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=30),
+       st.sampled_from(["\n\n", "\r\n\r\n"]))
+def test_sse_stream_split_anywhere_restores_every_choice(cuts: list[int], sep: str) -> None:
+    from kvfence.gateway.answer import _filter_event
+
+    texts = {0: f"hi {PLACEHOLDER}!", 1: f"{PLACEHOLDER} and {PLACEHOLDER}"}
+    events = []
+    for i in range(max(len(t) for t in texts.values())):
+        for index, text in texts.items():
+            if i < len(text):
+                chunk = {"id": "x", "choices": [{"index": index, "delta": {"content": text[i]}, "finish_reason": None}]}
+                events.append("data: " + json.dumps(chunk))
+    events.append(": keep-alive")
+    events.append("data: [DONE]")
+    raw = (sep.join(events) + sep).encode()
+    decoder, out = SSEDecoder(), []
+    f = AnswerFilter("chat", _restore_chain)
+    position = 0
+    for size in cuts * 50:
+        if position >= len(raw):
+            break
+        for event in decoder.feed(raw[position:position + size]):
+            out.extend(_filter_event(event, f))
+        position += size
+    for event in decoder.feed(raw[position:]):
+        out.extend(_filter_event(event, f))
+    got = {0: "", 1: ""}
+    for event in b"".join(out).split(b"\n\n"):
+        data = event_data(event)
+        if data is None or data == "[DONE]":
+            continue
+        for choice in json.loads(data)["choices"]:
+            got[choice["index"]] += choice["delta"].get("content", "")
+    assert got == {i: t.replace(PLACEHOLDER, EMAIL) for i, t in texts.items()}
+    assert b"".join(out).endswith(b"data: [DONE]\n\n")
