@@ -233,3 +233,22 @@ def test_health_topic_raises_the_class_without_replacing_text() -> None:
     assert c3.data_class == "internal"
     with pytest.raises(ConfigError, match="raise_on_topics"):
         make_hook(make_policy({"raise_on_topics": {"astrology": "internal"}}))
+
+
+def test_leak_index_failure_fails_closed() -> None:
+    hook, _ = make_hook(make_policy())
+    c = ctx()
+    run(hook.on_request(c, chat("a perfectly ordinary question about shipping times")))
+    monitor = hook._monitor
+    assert monitor is not None
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("redis went away")
+
+    monitor.index.add = broken  # type: ignore[method-assign]
+    monitor.index.owners = broken  # type: ignore[method-assign]
+    with pytest.raises(DetectorFailure, match="leak-detection index"):
+        run(hook.on_request(ctx(), chat("another question about invoices and refunds")))
+    f = hook.response_filter(c)
+    with pytest.raises(DetectorFailure, match="withheld"):
+        f.feed("An answer of several words that needs looking up in the index now.")

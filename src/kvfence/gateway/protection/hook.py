@@ -154,10 +154,17 @@ class ProtectionHook:
         state = RequestState(pseudonymiser.restore_table, unit)
         if self._monitor is not None:
             body = self._inject_canary(ctx, body, unit)
-            if self._record_inline and sum(len(t) for t in rewritten) <= INLINE_FINGERPRINT_CHARS:
-                state.own_fingerprints = self._monitor.record_prompt(unit, rewritten)
-            else:  # long prompts (or a Redis round trip) off the event loop
-                state.own_fingerprints = await asyncio.to_thread(self._monitor.record_prompt, unit, rewritten)
+            try:
+                if self._record_inline and sum(len(t) for t in rewritten) <= INLINE_FINGERPRINT_CHARS:
+                    state.own_fingerprints = self._monitor.record_prompt(unit, rewritten)
+                else:  # long prompts (or a Redis round trip) off the event loop
+                    state.own_fingerprints = await asyncio.to_thread(self._monitor.record_prompt, unit, rewritten)
+            except Exception as exc:
+                # Unrecorded, this prompt could leak into another tenant's answer unnoticed.
+                log.exception("leak index unavailable; request refused")
+                self.metrics.detector_failures.inc()
+                raise DetectorFailure("the leak-detection index is unavailable; the request was not forwarded "
+                                      "(fail closed). Retry shortly.") from exc
         self._remember(ctx, state)
         ctx.annotations["protection"]["scan_ms"] = round((time.perf_counter() - started) * 1000, 3)
         self.metrics.scan_seconds.observe(time.perf_counter() - started)
@@ -258,11 +265,23 @@ class ProtectionFilter:
         if self._stopped is not None:
             raise self._stopped
 
+    def _scan(self, delta: str | None) -> None:
+        if self._scanner is None:
+            return
+        try:
+            evidence = self._scanner.feed(delta) if delta is not None else self._scanner.finish()
+        except Exception as exc:
+            # An answer that cannot be checked is not delivered as if it had been (fail closed).
+            log.exception("leak scan failed for request %s; answer stopped", self._ctx.request_id)
+            self._hook.metrics.detector_failures.inc()
+            raise DetectorFailure("the leak check of this answer failed; the rest of the answer was withheld "
+                                  "(fail closed)") from exc
+        self._check(evidence)
+
     def feed(self, text_delta: str) -> str:
         if self._stopped is not None:
             raise self._stopped
-        if self._scanner is not None:
-            self._check(self._scanner.feed(text_delta))
+        self._scan(text_delta)
         out = self._restorer.feed(text_delta)
         self._emitted += len(out)
         return out
@@ -270,8 +289,7 @@ class ProtectionFilter:
     def finish(self) -> str:
         if self._stopped is not None:
             raise self._stopped
-        if self._scanner is not None:
-            self._check(self._scanner.finish())
+        self._scan(None)
         out = self._restorer.finish()
         self._emitted += len(out)
         return out
