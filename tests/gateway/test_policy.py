@@ -150,3 +150,21 @@ def test_demo_policy_is_valid() -> None:
     policy = load_policy(demo)
     assert [t.name for t in policy.tenants] == ["acme-alice", "globex-bob"]
     assert set(policy.backends[0].auth.per_organization) == {"acme", "globex"}
+
+
+def test_tenants_file_is_merged_and_its_errors_name_that_file(tmp_path: Path) -> None:
+    policy_path = tmp_path / "p.yaml"
+    policy_path.write_text(GOOD + "tenants_file: tenants.yaml\n")
+    (tmp_path / "tenants.yaml").write_text(
+        f"tenants:\n  - name: bob\n    key_sha256: {'b' * 64}\n    organization: globex\n"
+        "    default_class: restricted\n")
+    policy = load_policy(policy_path)
+    assert [t.name for t in policy.tenants] == ["alice", "bob"]
+    (tmp_path / "tenants.yaml").write_text(
+        f"- name: bob\n  key_sha256: {'b' * 64}\n  organization: globex\n  default_class: secret\n")
+    with pytest.raises(ConfigError) as err:
+        load_policy(policy_path)
+    assert f"{tmp_path / 'tenants.yaml'}:4: tenants[1].default_class: unknown data class 'secret'" in str(err.value)
+    policy_path.write_text(GOOD + "tenants_file: missing.yaml\n")
+    with pytest.raises(ConfigError, match=r"p.yaml:27: tenants_file: cannot read"):
+        load_policy(policy_path)

@@ -225,6 +225,7 @@ class Policy(_Strict):
     data_classes: list[DataClassConfig] = Field(min_length=1)
     backends: list[BackendConfig] = Field(min_length=1)
     tenants: list[TenantConfig] = Field(default_factory=list)
+    tenants_file: str | None = Field(default=None, description="more tenants, in their own YAML file")
 
     @field_validator("backends")
     @classmethod

@@ -26,12 +26,13 @@ Loc = tuple[str | int, ...]
 
 
 class PolicyProblem:
-    """One problem: where (line, field path) and what."""
+    """One problem: where (file, line, field path) and what."""
 
-    def __init__(self, loc: Loc, message: str, line: int | None = None) -> None:
+    def __init__(self, loc: Loc, message: str, line: int | None = None, source: str | None = None) -> None:
         self.loc = loc
         self.message = message
         self.line = line
+        self.source = source
 
     @property
     def field(self) -> str:
@@ -41,6 +42,7 @@ class PolicyProblem:
         return out or "(top level)"
 
     def render(self, source: str) -> str:
+        source = self.source or source
         where = f"{source}:{self.line}" if self.line is not None else source
         return f"{where}: {self.field}: {self.message}"
 
@@ -55,31 +57,83 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
     return parse_policy(text, source=str(file), base_dir=file.parent)
 
 
-def parse_policy(text: str, *, source: str = "<policy>", base_dir: Path | None = None) -> Policy:
-    """Validate policy text; relative paths in it are resolved against ``base_dir``."""
+def _compose(text: str, source: str) -> yaml.Node | None:
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        return yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{source}{line}: invalid YAML: {problem}") from None
+
+
+class _Locator:
+    """Where a field of the merged policy was written: the policy file or its tenants file."""
+
+    def __init__(self, source: str, root: yaml.Node) -> None:
+        self.source, self.root = source, root
+        self.tenants_source: str | None = None
+        self.tenants_root: yaml.Node | None = None
+        self.inline_tenants = 0
+
+    def problem(self, loc: Loc, message: str) -> PolicyProblem:
+        if (self.tenants_root is not None and len(loc) >= 2 and loc[0] == "tenants"
+                and isinstance(loc[1], int) and loc[1] >= self.inline_tenants):
+            inner = (loc[1] - self.inline_tenants, *loc[2:])
+            return PolicyProblem(loc, message, _line_of(self.tenants_root, inner), self.tenants_source)
+        return PolicyProblem(loc, message, _line_of(self.root, loc))
+
+
+def _load_tenants_file(data: dict[str, Any], locator: _Locator, base_dir: Path | None) -> list[PolicyProblem]:
+    """Append the tenants of ``tenants_file`` (a list, or a mapping with ``tenants:``) to ``data``."""
+    name = data.get("tenants_file")
+    if name is None:
+        return []
+    if not isinstance(name, str) or not name:
+        return [locator.problem(("tenants_file",), "must be a path to a YAML file of tenants")]
+    path = Path(name)
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        return [locator.problem(("tenants_file",), f"cannot read {path}: {exc.strerror or exc}")]
+    node = _compose(text, str(path))
+    loaded = yaml.safe_load(text)
+    if isinstance(node, yaml.MappingNode):
+        node = next((v for k, v in node.value if getattr(k, "value", None) == "tenants"), None)
+        loaded = loaded.get("tenants") if isinstance(loaded, dict) else None
+    if not isinstance(loaded, list) or node is None:
+        return [PolicyProblem(("tenants_file",), "expected a list of tenants (or a mapping with `tenants:`)",
+                              1, str(path))]
+    inline = data.get("tenants") or []
+    if not isinstance(inline, list):
+        return []  # the schema check reports it
+    locator.tenants_source, locator.tenants_root, locator.inline_tenants = str(path), node, len(inline)
+    data["tenants"] = [*inline, *loaded]
+    return [PolicyProblem(p.loc, p.message, p.line, str(path)) for p in _duplicate_keys(node, ())]
+
+
+def parse_policy(text: str, *, source: str = "<policy>", base_dir: Path | None = None) -> Policy:
+    """Validate policy text; relative paths in it are resolved against ``base_dir``."""
+    root = _compose(text, source)
     if root is None:
         raise ConfigError(f"{source}: the policy file is empty")
     problems = _duplicate_keys(root, ())
     data = yaml.safe_load(text)
     if not isinstance(data, dict):
         raise ConfigError(f"{source}:1: the policy must be a mapping with data_classes, backends, tenants")
+    locator = _Locator(source, root)
+    problems += _load_tenants_file(data, locator, base_dir)
     policy: Policy | None = None
     try:
         policy = Policy.model_validate(data)
     except ValidationError as exc:
         for error in exc.errors():
-            loc = tuple(error["loc"])
-            problems.append(PolicyProblem(loc, _pydantic_message(error), _line_of(root, loc)))
+            problems.append(locator.problem(tuple(error["loc"]), _pydantic_message(error)))
     if policy is not None:
         for loc, message in _cross_checks(policy, base_dir):
-            problems.append(PolicyProblem(loc, message, _line_of(root, loc)))
+            problems.append(locator.problem(loc, message))
     if problems or policy is None:
         rendered = "\n  ".join(p.render(source) for p in problems)
         raise ConfigError(f"invalid gateway policy ({len(problems)} problem(s)):\n  {rendered}")
