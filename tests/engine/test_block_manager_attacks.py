@@ -184,6 +184,7 @@ def test_tampered_block_table_cannot_free_foreign_pages(caplog: pytest.LogCaptur
     with caplog.at_level(logging.ERROR):
         bm.deallocate(b)
     assert "differs from the ledger" in caplog.text
+    assert bm.held_pages("b") == [] and bm.held_pages("a") == a.block_table
     assert b.block_table == []
     assert all(bm.page_info(p).owner == "a" for p in a.block_table)
     assert all(bm.page_info(p).state is PageState.FREE for p in b_real)

@@ -140,6 +140,10 @@ class BlockManager:
             page_id, p.state, p.owner, p.scope_key, p.ref_count, p.generation, p.content_hash, p.tokens
         )
 
+    def held_pages(self, request_id: str) -> list[int]:
+        """The pages the ledger gave ``request_id``, in block-table order (a copy; [] if none)."""
+        return list(self._tables.get(request_id, ()))
+
     # ---- allocation --------------------------------------------------------------------------
 
     def _match_prefix(self, seq: Sequence) -> list[tuple[int, bytes]]:
