@@ -15,7 +15,6 @@ import logging
 import time
 import weakref
 from collections import Counter
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,33 +29,22 @@ from kvfence.gateway.protection.config import (
     parse_class_protection,
 )
 from kvfence.gateway.protection.detector import Detector
-from kvfence.gateway.protection.leak import AnswerScanner, LeakEvidence, LeakMonitor
+from kvfence.gateway.protection.filter import ProtectionFilter, RequestState
+from kvfence.gateway.protection.leak import LeakEvidence, LeakMonitor
 from kvfence.gateway.protection.leak_index import InMemoryIndex
 from kvfence.gateway.protection.messages import set_texts, text_slots
 from kvfence.gateway.protection.metrics import ProtectionMetrics
 from kvfence.gateway.protection.pii_rules import PII_ENTITIES, RESTRICTED_PII
 from kvfence.gateway.protection.pseudonymise import Pseudonymiser
 from kvfence.gateway.protection.secret_rules import SECRET_ENTITIES
-from kvfence.gateway.protection.streaming import StreamRestorer
 from kvfence.gateway.protection.topics import TOPICS, detect_topics
 
-__all__ = ["ProtectionFilter", "ProtectionHook", "RequestState", "tenant_unit", "tenant_unit_of"]
+__all__ = ["ProtectionHook", "tenant_unit", "tenant_unit_of"]
 
 log = logging.getLogger("kvfence.gateway.protection")
 
 # Below this many characters, fingerprinting costs less than a hop to a worker thread.
 INLINE_FINGERPRINT_CHARS = 16_000
-
-
-@dataclass
-class RequestState:
-    """What one request's answer filters need; lives only as long as the request context."""
-
-    restore_table: dict[str, str]
-    tenant_unit: str
-    own_fingerprints: frozenset[int] = frozenset()
-    started_at: float = field(default_factory=time.time)
-    leak_incident: str | None = None
 
 
 def tenant_unit_of(organization: str, workspace: str, key_name: str, unit: str) -> str:
@@ -244,53 +232,3 @@ class ProtectionHook:
         self._detector.close()
         if self._monitor is not None:
             self._monitor.index.close()
-
-
-class ProtectionFilter:
-    """One answer choice: leak scan on the raw upstream text, then placeholder restoration."""
-
-    def __init__(self, hook: ProtectionHook, ctx: RequestContext, state: RequestState,
-                 scanner: AnswerScanner | None) -> None:
-        self._hook = hook
-        self._ctx = ctx
-        self._state = state
-        self._scanner = scanner
-        self._restorer = StreamRestorer(state.restore_table)
-        self._emitted = 0
-        self._stopped: LeakSuspected | None = None
-
-    def _check(self, evidence: LeakEvidence | None) -> None:
-        if evidence is not None and self._stopped is None:
-            self._stopped = self._hook.report_leak(self._ctx, self._state, evidence, self._emitted)
-        if self._stopped is not None:
-            raise self._stopped
-
-    def _scan(self, delta: str | None) -> None:
-        if self._scanner is None:
-            return
-        try:
-            evidence = self._scanner.feed(delta) if delta is not None else self._scanner.finish()
-        except Exception as exc:
-            # An answer that cannot be checked is not delivered as if it had been (fail closed).
-            log.exception("leak scan failed for request %s; answer stopped", self._ctx.request_id)
-            self._hook.metrics.detector_failures.inc()
-            raise DetectorFailure("the leak check of this answer failed; the rest of the answer was withheld "
-                                  "(fail closed)") from exc
-        self._check(evidence)
-
-    def feed(self, text_delta: str) -> str:
-        if self._stopped is not None:
-            raise self._stopped
-        self._scan(text_delta)
-        out = self._restorer.feed(text_delta)
-        self._emitted += len(out)
-        return out
-
-    def finish(self) -> str:
-        if self._stopped is not None:
-            raise self._stopped
-        self._scan(None)
-        out = self._restorer.finish()
-        self._emitted += len(out)
-        return out
-

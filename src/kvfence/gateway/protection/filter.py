@@ -1,0 +1,81 @@
+"""One answer choice's filter and the per-request state it needs (see :mod:`.hook`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kvfence.gateway.errors import DetectorFailure, LeakSuspected
+from kvfence.gateway.hooks import RequestContext
+from kvfence.gateway.protection.leak import AnswerScanner, LeakEvidence
+from kvfence.gateway.protection.streaming import StreamRestorer
+
+if TYPE_CHECKING:
+    from kvfence.gateway.protection.hook import ProtectionHook
+
+__all__ = ["ProtectionFilter", "RequestState"]
+
+log = logging.getLogger("kvfence.gateway.protection")
+
+
+@dataclass
+class RequestState:
+    """What one request's answer filters need; lives only as long as the request context."""
+
+    restore_table: dict[str, str]
+    tenant_unit: str
+    own_fingerprints: frozenset[int] = frozenset()
+    started_at: float = field(default_factory=time.time)
+    leak_incident: str | None = None
+
+
+class ProtectionFilter:
+    """One answer choice: leak scan on the raw upstream text, then placeholder restoration."""
+
+    def __init__(self, hook: ProtectionHook, ctx: RequestContext, state: RequestState,
+                 scanner: AnswerScanner | None) -> None:
+        self._hook = hook
+        self._ctx = ctx
+        self._state = state
+        self._scanner = scanner
+        self._restorer = StreamRestorer(state.restore_table)
+        self._emitted = 0
+        self._stopped: LeakSuspected | None = None
+
+    def _check(self, evidence: LeakEvidence | None) -> None:
+        if evidence is not None and self._stopped is None:
+            self._stopped = self._hook.report_leak(self._ctx, self._state, evidence, self._emitted)
+        if self._stopped is not None:
+            raise self._stopped
+
+    def _scan(self, delta: str | None) -> None:
+        if self._scanner is None:
+            return
+        try:
+            evidence = self._scanner.feed(delta) if delta is not None else self._scanner.finish()
+        except Exception as exc:
+            # An answer that cannot be checked is not delivered as if it had been (fail closed).
+            log.exception("leak scan failed for request %s; answer stopped", self._ctx.request_id)
+            self._hook.metrics.detector_failures.inc()
+            raise DetectorFailure("the leak check of this answer failed; the rest of the answer was withheld "
+                                  "(fail closed)") from exc
+        self._check(evidence)
+
+    def feed(self, text_delta: str) -> str:
+        if self._stopped is not None:
+            raise self._stopped
+        self._scan(text_delta)
+        out = self._restorer.feed(text_delta)
+        self._emitted += len(out)
+        return out
+
+    def finish(self) -> str:
+        if self._stopped is not None:
+            raise self._stopped
+        self._scan(None)
+        out = self._restorer.finish()
+        self._emitted += len(out)
+        return out
+
