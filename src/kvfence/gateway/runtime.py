@@ -104,6 +104,7 @@ class GatewayRuntime:
         self._counters = counters
         self.backends: dict[str, BackendState] = {}
         self._refresh_task: asyncio.Task[None] | None = None
+        self._views: dict[str, list[BackendView]] = {}
 
     @classmethod
     def create(
@@ -187,6 +188,7 @@ class GatewayRuntime:
                 await probe.aclose()
             state.capacity = info
             self._publish_capacity(state)
+            self._views.clear()
 
         await asyncio.gather(*(one(s) for s in self.backends.values()))
 
@@ -208,11 +210,16 @@ class GatewayRuntime:
 
     # -- request-path helpers ---------------------------------------------------------------------
     def views(self, tenant: GatewayTenant) -> list[BackendView]:
+        """What routing knows about each backend for this tenant (cached until capacity changes)."""
+        cached = self._views.get(tenant.name)
+        if cached is not None:
+            return cached
         out = []
         for state in self.backends.values():
             account = self.accounts.for_tenant(state.config, tenant)
             out.append(BackendView(state.config, account.kind, account.merged,
                                    state.capacity.advertised_context, state.capacity.kv_capacity_tokens))
+        self._views[tenant.name] = out
         return out
 
     def mark_down(self, state: BackendState, reason: str) -> None:
