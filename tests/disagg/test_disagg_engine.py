@@ -147,3 +147,19 @@ def test_spawned_worker_that_cannot_hold_its_context_refuses_to_start(model_dir:
     prefill = EngineConfig(model=str(model_dir), kv_cache_tokens=64, max_model_len=384, max_prefill_chunk=48, num_threads=1)
     with pytest.raises(CapacityError, match="KV pool holds only 64 tokens"):
         DisaggregatedEngine(DisaggConfig(engine=decode, prefill=prefill, connect_timeout_s=120))
+
+
+@pytest.mark.slow  # one more worker process start (~12 s)
+def test_spawned_worker_exits_when_its_engine_is_gone(model_dir: Path, tmp_path: Path) -> None:
+    """A server killed by a signal skips atexit; its prefill worker must not linger (holding a pool)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvfence.disagg.cli", "prefill-worker", "--listen", f"ipc://{tmp_path}/w.sock",
+         "--model", str(model_dir), "--kv-cache-tokens", "256", "--max-model-len", "256", "--num-threads", "1",
+         "--parent-pid", "999999999"],  # not our parent: the worker must notice and stop by itself
+        capture_output=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 0
+    assert b"is gone; the prefill worker stops" in proc.stderr

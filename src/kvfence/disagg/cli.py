@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import signal
 import sys
 import threading
@@ -75,6 +76,13 @@ def _check_loopback(listen: str, allow_remote: bool) -> None:
         )
 
 
+def _exit_with_parent(parent_pid: int, stop: threading.Event) -> None:
+    while not stop.wait(0.5):
+        if os.getppid() != parent_pid:
+            logging.getLogger(__name__).warning("the engine process %d is gone; the prefill worker stops", parent_pid)
+            stop.set()
+
+
 @click.group("disagg")
 def disagg() -> None:
     """Disaggregated prefill/decode with a verified KV handoff (invariant I4)."""
@@ -89,9 +97,11 @@ def disagg() -> None:
               help="Write the bound endpoint to this file once listening.")
 @click.option("--handoff-key-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Hex key for page checksums and manifest MACs (default: $KVFENCE_HANDOFF_KEY, else unkeyed).")
+@click.option("--parent-pid", type=int, default=None, hidden=True,
+              help="Exit when this process (the engine that spawned the worker) is gone.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
 def prefill_worker(listen: str, allow_remote: bool, ready_file: Path | None, handoff_key_file: Path | None,
-                   log_level: str, **opts: Any) -> None:
+                   parent_pid: int | None, log_level: str, **opts: Any) -> None:
     """Run the prefill side: take prompts from decode workers and hand their KV over."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _check_loopback(listen, allow_remote)
@@ -105,6 +115,9 @@ def prefill_worker(listen: str, allow_remote: bool, ready_file: Path | None, han
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if parent_pid is not None:
+        # A spawned worker must not outlive its engine (e.g. a server killed by a signal skips atexit).
+        threading.Thread(target=_exit_with_parent, args=(parent_pid, stop), daemon=True).start()
     if ready_file is not None:
         tmp = ready_file.with_suffix(".tmp")
         tmp.write_text(worker.endpoint, encoding="utf-8")

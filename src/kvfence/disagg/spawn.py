@@ -53,7 +53,7 @@ class WorkerProcess:
         ready = self._dir / "ready"
         cmd = [
             sys.executable, "-m", "kvfence.disagg.cli", "prefill-worker",
-            "--listen", f"ipc://{self._dir}/prefill.sock", "--ready-file", str(ready),
+            "--listen", f"ipc://{self._dir}/prefill.sock", "--ready-file", str(ready), "--parent-pid", str(os.getpid()),
             *engine_config_args(config),
         ]
         env = {**os.environ, KEY_ENV: key.hex()}
