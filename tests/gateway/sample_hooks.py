@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvfence.gateway.errors import LeakSuspected, RequestBlocked
+from kvfence.gateway.errors import DetectorFailure, LeakSuspected, RequestBlocked
 from kvfence.gateway.hooks import RequestContext
 
 EMAIL = "alice@example.com"
@@ -47,6 +47,10 @@ class _LeakFilter:
 
     def feed(self, text: str) -> str:
         self.seen += text
+        if "CHECKFAIL" in self.seen:
+            raise DetectorFailure("the leak index is unreachable: the answer cannot be checked")
+        if "FILTERBUG" in self.seen:
+            raise RuntimeError("a bug in a filter")
         if "LEAKED-SECRET" in self.seen:
             assert self.ctx.incidents is not None
             incident = self.ctx.incidents.record_incident(

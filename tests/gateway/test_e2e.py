@@ -366,3 +366,17 @@ def test_a_500_falls_back_without_taking_the_backend_out(gateway: Gateway, backe
         backend_a.control(status=200)
     # one request's 500 says nothing about the backend: the next request goes straight back to it
     assert chat(client(gateway, "alice"), "hello").headers["x-kvfence-backend"] == "shared-a"
+
+
+def test_filter_failures_stop_the_answer_with_an_error(gateway: Gateway, audit_path: Path) -> None:
+    with client(gateway, "alice") as c:
+        for marker, code in (("CHECKFAIL", "detector_failure"), ("FILTERBUG", "gateway_error")):
+            stream = c.chat.completions.create(model="test-model", stream=True,
+                                               messages=[{"role": "user", "content": f"echo: a {marker} b"}])
+            with pytest.raises(openai.APIError) as err:
+                for _ in stream:
+                    pass
+            assert getattr(err.value, "code", None) == code or code in str(err.value.body)
+        with pytest.raises(openai.InternalServerError) as whole:
+            chat(c, "echo: CHECKFAIL")
+        assert whole.value.status_code == 503

@@ -8,6 +8,7 @@ must stop ends with an OpenAI-shaped error event, never with a silent truncation
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from kvfence.gateway.runtime import GatewayRuntime
 from kvfence.gateway.trace import RequestTrace
 
 __all__ = ["OVERHEAD_HEADER", "ClosingStream", "json_error", "stream_response", "whole_response"]
+
+log = logging.getLogger("kvfence.gateway")
 
 OVERHEAD_HEADER = "X-Kvfence-Overhead-Ms"
 # Upstream headers a caller may act on; everything else from upstream stays behind the gateway.
@@ -152,6 +155,14 @@ def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: http
             end.status, end.outcome, end.reason = 502, "upstream_error", f"stream broke: {type(exc).__name__}"
             error = GatewayError(f"backend {trace.backend} broke off the stream ({exc})", code="upstream_stream_error")
             yield encode_event(error.to_body())
+        except GatewayError as exc:
+            # e.g. a filter that cannot check the rest of the answer: stop it, say why (fail closed)
+            end.status, end.outcome, end.reason = exc.status_code, "error", f"{exc.code}: {exc.message}"
+            yield encode_event(exc.to_body())
+        except Exception as exc:
+            log.exception("request %s: the answer stream failed", trace.request_id)
+            end.status, end.outcome, end.reason = 500, "error", f"internal: {type(exc).__name__}"
+            yield encode_event(GatewayError(f"internal gateway error (request {trace.request_id})").to_body())
 
     async def on_close() -> None:
         await upstream.aclose()
