@@ -111,9 +111,12 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", (freqs.cos() * attention_factor).to(dtype).to(device), persistent=False)
         self.register_buffer("sin", (freqs.sin() * attention_factor).to(dtype).to(device), persistent=False)
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        # positions: [T]; x: [T, heads, head_dim] (query and key heads together)
-        cos = self.cos[positions].unsqueeze(1)  # [T, 1, head_dim/2]
-        sin = self.sin[positions].unsqueeze(1)
+    def tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin rows for ``positions`` [T], shaped [T, 1, head_dim/2]; gathered once per step."""
+        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+
+    @staticmethod
+    def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        # x: [T, heads, head_dim] (query and key heads together); rotate-half form, as transformers
         x1, x2 = x.chunk(2, dim=-1)
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)

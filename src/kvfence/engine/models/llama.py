@@ -72,7 +72,7 @@ class RMSNorm(nn.Module):
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding, dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         q_rows, kv_rows = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
@@ -80,11 +80,10 @@ class LlamaAttention(nn.Module):
             cfg.hidden_size, {"q": q_rows, "k": kv_rows, "v": kv_rows}, bias=cfg.attention_bias, dtype=dtype, device=device
         )
         self.o_proj = FusedLinear(q_rows, {"": cfg.hidden_size}, bias=cfg.attention_bias and cfg.architecture != "Qwen2ForCausalLM", dtype=dtype, device=device)
-        self.rotary = rotary
 
     def forward(
         self,
-        positions: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
         x: torch.Tensor,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
@@ -93,7 +92,7 @@ class LlamaAttention(nn.Module):
         # x: [T, hidden]
         num_tokens = x.shape[0]
         qkv = self.qkv_proj(x).view(num_tokens, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
-        qk = self.rotary(positions, qkv[:, : self.num_heads + self.num_kv_heads])
+        qk = RotaryEmbedding.rotate(qkv[:, : self.num_heads + self.num_kv_heads], *rope)
         q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
         v = qkv[:, self.num_heads + self.num_kv_heads :]
         out = paged_attention(q, k, v, k_cache, v_cache, meta)  # [T, H, D]
@@ -115,22 +114,22 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding, dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
-        self.self_attn = LlamaAttention(cfg, rotary, dtype, device)
+        self.self_attn = LlamaAttention(cfg, dtype, device)
         self.mlp = LlamaMLP(cfg, dtype, device)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, device=device)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, device=device)
 
     def forward(
         self,
-        positions: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
         x: torch.Tensor,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
     ) -> torch.Tensor:
-        x = x + self.self_attn(positions, self.input_layernorm(x), k_cache, v_cache, meta)
+        x = x + self.self_attn(rope, self.input_layernorm(x), k_cache, v_cache, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -138,10 +137,10 @@ class LlamaModel(nn.Module):
     def __init__(self, cfg: ModelConfig, max_len: int, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype, device=device)
-        rotary = RotaryEmbedding(
+        self.rotary = RotaryEmbedding(
             cfg.head_dim, max_len, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings, dtype, device
         )
-        self.layers = nn.ModuleList(LlamaDecoderLayer(cfg, rotary, dtype, device) for _ in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(LlamaDecoderLayer(cfg, dtype, device) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, device=device)
 
 
@@ -165,8 +164,9 @@ class LlamaForCausalLM(nn.Module):
     ) -> torch.Tensor:
         # input_ids, positions: [T] -> hidden: [T, hidden]
         x = self.model.embed_tokens(input_ids)
+        rope = self.model.rotary.tables(positions)
         for layer, (k_cache, v_cache) in zip(self.model.layers, kv_caches, strict=True):
-            x = layer(positions, x, k_cache, v_cache, meta)
+            x = layer(rope, x, k_cache, v_cache, meta)
         return self.model.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
