@@ -19,6 +19,7 @@ def test_defaults_are_valid_and_not_greedy() -> None:
 
 def test_greedy_when_temperature_zero_or_top_k_one() -> None:
     assert SamplingParams(temperature=0).is_greedy
+    assert SamplingParams(temperature=1e-9).is_greedy  # would overflow logits / temperature
     assert SamplingParams(temperature=0.7, top_k=1).is_greedy
     assert not SamplingParams(temperature=0.7, top_k=2).is_greedy
 
@@ -36,6 +37,8 @@ def test_single_stop_string_is_accepted_as_a_list() -> None:
 def test_valid_edges() -> None:
     SamplingParams(max_tokens=1, temperature=0.0, top_k=1, top_p=1.0, logprobs=0, min_tokens=1)
     SamplingParams(top_p=1e-9, logprobs=20, seed=0, stop_token_ids=[0, 7], ignore_eos=True)
+    SamplingParams(seed=2**64 - 1)
+    SamplingParams(seed=-(2**63))
 
 
 @pytest.mark.parametrize(
@@ -62,6 +65,8 @@ def test_valid_edges() -> None:
         ("logprobs", 1.0),
         ("seed", 1.5),
         ("seed", "42"),
+        ("seed", 2**64),
+        ("seed", -(2**63) - 1),
         ("min_tokens", -1),
         ("min_tokens", 17),
         ("stop", [""]),

@@ -13,9 +13,13 @@ from typing import Any
 
 from kvfence.errors import InvalidParameterError
 
-__all__ = ["MAX_LOGPROBS", "SamplingParams"]
+__all__ = ["GREEDY_TEMPERATURE", "MAX_LOGPROBS", "SamplingParams"]
 
 MAX_LOGPROBS = 20
+# Below this, dividing logits by the temperature only risks overflow: sample greedily instead.
+GREEDY_TEMPERATURE = 1e-5
+# What a torch.Generator accepts as a seed; outside it the engine would fail mid-request.
+_SEED_RANGE = (-(2**63), 2**64 - 1)
 
 
 def _is_int(value: Any) -> bool:
@@ -35,7 +39,7 @@ def _fail(name: str, value: Any, expected: str) -> InvalidParameterError:
 class SamplingParams:
     """How to sample the completion of one request.
 
-    ``temperature=0`` is greedy decoding. ``top_k=None`` and ``top_p=1.0`` disable those filters.
+    ``temperature=0`` (or below ``GREEDY_TEMPERATURE``) is greedy decoding. ``top_k=None`` and ``top_p=1.0`` disable those filters.
     ``stop`` strings are matched by the engine on the decoded text (the stop string itself is not
     returned); ``stop_token_ids`` and the model's EOS tokens (unless ``ignore_eos``) end the
     completion once at least ``min_tokens`` tokens were generated. ``logprobs=n`` returns the
@@ -64,8 +68,10 @@ class SamplingParams:
         if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
             raise _fail("top_p", self.top_p, "a number in the interval (0, 1]")
         self.top_p = float(self.top_p)
-        if self.seed is not None and not _is_int(self.seed):
-            raise _fail("seed", self.seed, "an integer or null")
+        if self.seed is not None and (
+            not _is_int(self.seed) or not _SEED_RANGE[0] <= self.seed <= _SEED_RANGE[1]
+        ):
+            raise _fail("seed", self.seed, f"an integer in [{_SEED_RANGE[0]}, {_SEED_RANGE[1]}] or null")
         self.stop = self._validate_stop(self.stop)
         self.stop_token_ids = self._validate_stop_token_ids(self.stop_token_ids)
         if not isinstance(self.ignore_eos, bool):
@@ -97,5 +103,5 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        """True when sampling always picks the most likely token (temperature 0 or top_k 1)."""
-        return self.temperature == 0.0 or self.top_k == 1
+        """True when sampling always picks the most likely token (temperature ~0 or top_k 1)."""
+        return self.temperature < GREEDY_TEMPERATURE or self.top_k == 1
