@@ -6,7 +6,8 @@ streamed in small chunks or whole. Test-only controls:
 - ``GET /_received`` -> the recorded requests; ``DELETE /_received`` clears them;
 - ``POST /_control`` with ``{"status": 503}`` (fail every request), ``{"reply": "..."}``,
   ``{"chunk_chars": 3}``, ``{"echo": true}`` (reply with the last user message),
-  ``{"break_after": 2}`` (drop the connection after that many stream chunks).
+  ``{"break_after": 2}`` (drop the connection after that many stream chunks),
+  ``{"ignore_stream": true}`` (answer whole JSON even when asked to stream).
 
 Run: ``python -m tests.gateway.fake_backend --port P --name NAME [--max-model-len N]
 [--vllm-blocks N --block-size B]``.
@@ -58,7 +59,7 @@ def build(name: str, max_model_len: int | None, vllm_blocks: int | None, block_s
         rid = f"cmpl-{name}-{len(received)}"
         obj = "chat.completion" if endpoint == "chat" else "text_completion"
         usage = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
-        if not body.get("stream"):
+        if not body.get("stream") or control.get("ignore_stream"):
             if endpoint == "chat":
                 choices = [{"index": i, "message": {"role": "assistant", "content": text},
                             "finish_reason": "stop"} for i in range(n)]

@@ -380,3 +380,16 @@ def test_filter_failures_stop_the_answer_with_an_error(gateway: Gateway, audit_p
         with pytest.raises(openai.InternalServerError) as whole:
             chat(c, "echo: CHECKFAIL")
         assert whole.value.status_code == 503
+
+
+def test_backend_that_ignores_stream_is_answered_whole_and_filtered(gateway: Gateway,
+                                                                    backend_a: FakeBackend) -> None:
+    backend_a.control(ignore_stream=True)
+    try:
+        response = httpx.post(gateway.url + "/chat/completions", headers={"authorization": f"Bearer {KEYS['alice']}"},
+                              json={"model": "test-model", "stream": True,
+                                    "messages": [{"role": "user", "content": "echo: to alice@example.com"}]})
+    finally:
+        backend_a.control(ignore_stream=False)
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json()["choices"][0]["message"]["content"] == "echo: to alice@example.com"

@@ -219,7 +219,9 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
             continue
         runtime.mark_up(state)
         received_at = time.perf_counter()
-        if trace.stream and upstream.status_code == 200:
+        # A backend that ignored `stream` answers with one JSON body: treat it as the whole answer.
+        is_sse = "text/event-stream" in upstream.headers.get("content-type", "")
+        if trace.stream and upstream.status_code == 200 and is_sse:
             return stream_response(runtime, ctx, upstream, trace, lease, received_at)
         return await whole_response(runtime, ctx, upstream, trace)
     if cap_error is not None:
