@@ -82,6 +82,14 @@ def _max_model_len(value: str | None) -> int | str | None:
               help="UNSAFE, benchmark only: do not zero freed KV pages (breaks I2).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the built-in model's weights "
               "and of unseeded sampling.")
+@click.option("--disagg", is_flag=True,
+              help="Disaggregated prefill/decode: spawn a local prefill worker; every KV handoff is verified (I4).")
+@click.option("--prefill-address", default=None, metavar="URL",
+              help="Connect to a running `kvfence disagg prefill-worker` (tcp://127.0.0.1:PORT or ipc://PATH); "
+                   "implies --disagg.")
+@click.option("--handoff-key-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Hex key shared with the prefill worker (page checksums, manifest MAC). "
+                   "Default: $KVFENCE_HANDOFF_KEY; a spawned worker gets a random one.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
 def serve(**opts: Any) -> None:
@@ -122,9 +130,16 @@ def serve(**opts: Any) -> None:
     )
     if opts["model"] is not None and not Path(opts["model"]).is_dir():
         raise ConfigError(f"--model {opts['model']} is not a directory")
+    disagg_config = None
+    if opts["disagg"] or opts["prefill_address"]:
+        from kvfence.disagg.config import DisaggConfig, read_handoff_key
+
+        key = read_handoff_key(opts["handoff_key_file"])
+        disagg_config = DisaggConfig(engine=engine_config, prefill_address=opts["prefill_address"],
+                                     handoff_key=key or None)
     from kvfence.server.runner import run_server
 
-    run_server(config, engine_config, log_level=opts["log_level"])
+    run_server(config, engine_config, log_level=opts["log_level"], disagg_config=disagg_config)
 
 
 @click.group("keys")

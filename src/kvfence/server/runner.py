@@ -18,7 +18,8 @@ __all__ = ["run_server"]
 log = logging.getLogger("kvfence.server")
 
 
-def run_server(config: ServerConfig, engine_config: Any, *, log_level: str = "info") -> None:
+def run_server(config: ServerConfig, engine_config: Any, *, log_level: str = "info",
+               disagg_config: Any | None = None) -> None:
     """Serve until Ctrl-C. A model that cannot load (e.g. I3: the advertised context does not fit
     the KV pool) stops the server and re-raises the error, so the CLI exits with its code."""
     secret = load_server_secret(config.secret_path)
@@ -35,6 +36,10 @@ def run_server(config: ServerConfig, engine_config: Any, *, log_level: str = "in
             server.should_exit = True
 
     def factory() -> Any:
+        if disagg_config is not None:  # prefill in a worker process, verified KV handoff (I4)
+            from kvfence.disagg.engine import DisaggregatedEngine
+
+            return DisaggregatedEngine(disagg_config)
         from kvfence.engine.llm_engine import LLMEngine
 
         return LLMEngine(engine_config)

@@ -58,7 +58,16 @@ def _new_logprobs(out: Any) -> list[dict[int, float]]:
 
 
 class _AbortedByEngine(Exception):
-    """The engine ended the request itself (e.g. paranoid mode caught an isolation violation)."""
+    """The engine ended the request itself (e.g. paranoid mode caught an isolation violation).
+
+    A disaggregated prefill worker's explicit REJECT (I3/I4) is the client's error: 400, not 500.
+    """
+
+    def __init__(self, message: str, *, rejected: bool = False) -> None:
+        super().__init__(message)
+        self.status_code = 400 if rejected else 500
+        self.type = "invalid_request_error" if rejected else "server_error"
+        self.code = "request_rejected" if rejected else "request_aborted"
 
 
 class _Lease:
@@ -190,7 +199,7 @@ class OpenAIServing:
             return self.reject(APIError.too_many_requests(f"{exc}; retry later", code="queue_full"))
         except _AbortedByEngine as exc:
             log.error("request aborted by the engine: %s", exc)
-            return self.reject(APIError(500, str(exc), type="server_error", code="request_aborted"))
+            return self.reject(APIError(exc.status_code, str(exc), type=exc.type, code=exc.code))
         except EngineFault as exc:
             return self.reject(APIError.internal(str(exc)))
         except (ClientDisconnected, ClientDisconnect):
@@ -289,6 +298,9 @@ class OpenAIServing:
         choice = lease.choices[int(out.request_id.rsplit("-", 1)[1])]
         choice.update(out)
         lease.saw_output(out)
+        if out.finished and out.finish_reason == "abort" and getattr(out, "error_reason", None) == "rejected":
+            raise _AbortedByEngine(f"the prefill side rejected the request ({getattr(out, 'error', None)}); no answer is returned",
+                                   rejected=True)
         if out.finished and out.finish_reason == "abort":
             raise _AbortedByEngine("the engine aborted the request (isolation check or internal limit); "
                                    "no answer is returned")
@@ -345,10 +357,14 @@ class OpenAIServing:
                            "choices": [], "usage": usage_body(lease.choices)})
             lease.status = "ok"
             yield sse("[DONE]")
-        except (EngineFault, _AbortedByEngine) as exc:
+        except EngineFault as exc:
             log.error("stream %s failed: %s", rid, exc)
             lease.status = "error"
             yield sse(error_payload(str(exc), type="server_error", code="request_aborted"))
+        except _AbortedByEngine as exc:
+            log.error("stream %s failed: %s", rid, exc)
+            lease.status = "error"
+            yield sse(error_payload(str(exc), type=exc.type, code=exc.code))
 
     async def _chat_chunks(self, req: Any, lease: _Lease, rid: str, created: int, name: str,
                            model: LoadedModel) -> AsyncIterator[bytes]:
@@ -371,7 +387,11 @@ class OpenAIServing:
                            "choices": [], "usage": usage_body(lease.choices)})
             lease.status = "ok"
             yield sse("[DONE]")
-        except (EngineFault, _AbortedByEngine) as exc:
+        except EngineFault as exc:
             log.error("stream %s failed: %s", rid, exc)
             lease.status = "error"
             yield sse(error_payload(str(exc), type="server_error", code="request_aborted"))
+        except _AbortedByEngine as exc:
+            log.error("stream %s failed: %s", rid, exc)
+            lease.status = "error"
+            yield sse(error_payload(str(exc), type=exc.type, code=exc.code))
