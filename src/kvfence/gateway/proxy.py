@@ -55,6 +55,7 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
     trace = RequestTrace(request_id="gwreq-" + uuid.uuid4().hex[:20], endpoint=endpoint, started=time.perf_counter())
     metrics = runtime.metrics
     lease: LimitLease | None = None
+    ctx: RequestContext | None = None
     handed_off = False
     metrics.in_flight.inc()
     try:
@@ -72,7 +73,7 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
             endpoint=endpoint, class_order=runtime.class_order, incidents=runtime.audit,
             policy=runtime.policy, model=model, stream=trace.stream,
         )
-        trace.initial_class = ctx.data_class
+        trace.initial_class = trace.data_class = ctx.data_class
         trace.annotations = ctx.annotations
         asked = request.headers.get(DATA_CLASS_HEADER)
         # The header can raise the class, never lower it below the tenant's default.
@@ -95,6 +96,8 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
         handed_off = isinstance(response, ClosingStream)
         return response
     except GatewayError as exc:
+        if ctx is not None:
+            trace.data_class = ctx.data_class  # a class raised just before the refusal is still logged
         return _refuse(runtime, trace, exc)
     except Exception:
         log.exception("request %s: internal error", trace.request_id)
