@@ -9,12 +9,12 @@ Per request the gateway:
    a :class:`~kvfence.gateway.errors.GatewayError` (``RequestBlocked`` -> 400, ``DetectorFailure`` ->
    503: fail closed, the body is never forwarded unscanned);
 3. routes by the final class (so a raised class can change the backend), caps the length, forwards;
-4. passes every text delta of every choice (chat ``delta.content`` / ``message.content`` and
-   ``reasoning_content``, completions ``text``), streamed or not, through each hook's
+4. passes every text delta of every choice (chat ``content``, ``reasoning_content`` and each tool
+   call's ``function.arguments``; completions ``text``), streamed or not, through each hook's
    :class:`ResponseFilter` in *reverse* hook order, like middleware: the last hook saw the body as
    it left, so it sees the answer first as it arrives (e.g. leak check before placeholders are
-   restored). ``response_filter`` is called once per choice and text field; ``finish`` flushes it
-   at the end of that choice. Either may raise :class:`~kvfence.gateway.errors.LeakSuspected`: a
+   restored). ``response_filter`` is called once per choice and text slot; ``finish`` flushes it
+   at the end of that choice. Any GatewayError a filter raises ends a stream with an error event. Either may raise :class:`~kvfence.gateway.errors.LeakSuspected`: a
    stream then ends with an error event, a non-streamed answer becomes a 502 naming the incident.
 
 Hooks are built by ``kvfence.gateway.protection.build_hooks(policy, incidents=..., registry=...)``
