@@ -14,8 +14,10 @@ Per request the gateway:
    :class:`ResponseFilter` in *reverse* hook order, like middleware: the last hook saw the body as
    it left, so it sees the answer first as it arrives (e.g. leak check before placeholders are
    restored). ``response_filter`` is called once per choice and text slot; ``finish`` flushes it
-   at the end of that choice. Any GatewayError a filter raises ends a stream with an error event. Either may raise :class:`~kvfence.gateway.errors.LeakSuspected`: a
-   stream then ends with an error event, a non-streamed answer becomes a 502 naming the incident.
+   at the end of that choice. ``feed`` or ``finish`` may raise
+   :class:`~kvfence.gateway.errors.LeakSuspected`: a stream then ends with an error event, a
+   non-streamed answer becomes a 502 naming the incident; any other GatewayError (e.g.
+   ``DetectorFailure``) ends the answer the same way with its own status.
 
 Hooks are built by ``kvfence.gateway.protection.build_hooks(policy, incidents=..., registry=...)``
 when that module exists, and by any ``module:factory`` listed in the policy's ``gateway.hooks``
