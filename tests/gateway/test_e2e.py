@@ -393,3 +393,11 @@ def test_backend_that_ignores_stream_is_answered_whole_and_filtered(gateway: Gat
         backend_a.control(ignore_stream=False)
     assert response.headers["content-type"].startswith("application/json")
     assert response.json()["choices"][0]["message"]["content"] == "echo: to alice@example.com"
+
+
+def test_api_key_header_is_accepted_too(gateway: Gateway) -> None:
+    body = {"model": "test-model", "messages": [{"role": "user", "content": "hi"}]}
+    ok = httpx.post(gateway.url + "/chat/completions", json=body, headers={"x-api-key": KEYS["alice"]})
+    assert ok.status_code == 200
+    bad = httpx.post(gateway.url + "/chat/completions", json=body, headers={"api-key": "nope"})
+    assert bad.status_code == 401 and bad.json()["error"]["code"] == "invalid_api_key"

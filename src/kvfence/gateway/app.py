@@ -34,7 +34,8 @@ def build_app(runtime: GatewayRuntime) -> Starlette:
 
     async def models(request: Request) -> Response:
         try:
-            runtime.tenants.authenticate(request.headers.get("authorization"))
+            runtime.tenants.authenticate(request.headers.get("authorization"),
+                                           request.headers.get("x-api-key") or request.headers.get("api-key"))
         except GatewayError as exc:
             return json_error(exc)
         names: dict[str, str] = {}

@@ -59,7 +59,8 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
     handed_off = False
     metrics.in_flight.inc()
     try:
-        tenant = runtime.tenants.authenticate(request.headers.get("authorization"))
+        tenant = runtime.tenants.authenticate(request.headers.get("authorization"),
+                                           request.headers.get("x-api-key") or request.headers.get("api-key"))
         trace.tenant, trace.organization, trace.workspace = tenant.name, tenant.organization, tenant.workspace
         lease = await runtime.limiter.acquire(tenant)
         raw_body = await _read_limited(request, runtime.policy.gateway.max_body_bytes)

@@ -73,8 +73,11 @@ class TenantRegistry:
     def by_name(self, name: str) -> GatewayTenant | None:
         return self._by_name.get(name)
 
-    def authenticate(self, authorization: str | None) -> GatewayTenant:
-        """Tenant for an ``Authorization: Bearer KEY`` header, or :class:`AuthenticationFailed`."""
+    def authenticate(self, authorization: str | None, api_key: str | None = None) -> GatewayTenant:
+        """Tenant for ``Authorization: Bearer KEY`` (or an ``api-key`` / ``x-api-key`` header, as
+        Azure-style and some SDK clients send it), or :class:`AuthenticationFailed`."""
+        if not authorization and api_key:
+            authorization = "Bearer " + api_key.strip()
         if not authorization:
             raise AuthenticationFailed("missing API key: send `Authorization: Bearer <gateway key>`")
         scheme, _, token = authorization.partition(" ")
