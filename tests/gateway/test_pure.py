@@ -257,3 +257,11 @@ def test_sse_stream_split_anywhere_restores_every_choice(cuts: list[int], sep: s
             got[choice["index"]] += choice["delta"].get("content", "")
     assert got == {i: t.replace(PLACEHOLDER, EMAIL) for i, t in texts.items()}
     assert b"".join(out).endswith(b"data: [DONE]\n\n")
+
+
+def test_media_parts_are_charged_by_the_approximation() -> None:
+    content = [{"type": "text", "text": "what is in this picture?"},
+               {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
+    with_image = APPROX.count_chat([{"role": "user", "content": content}])
+    text_only = APPROX.count_chat([{"role": "user", "content": content[:1]}])
+    assert with_image - text_only == 1024

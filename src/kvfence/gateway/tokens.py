@@ -6,6 +6,8 @@ backend will. Without a tokenizer the gateway uses a *conservative approximation
 UTF-8 bytes plus a per-message overhead. Real BPE vocabularies average about 4 bytes per token on
 English and about 3 on CJK text, so the approximation over-counts: it may refuse a prompt that would
 just have fitted, but it never lets an over-length one through to a backend that cannot hold it.
+Each image or audio part is charged ``PER_MEDIA_PART`` tokens by the approximation (the exact path
+counts text only: media token costs depend on the backend's processor).
 """
 
 from __future__ import annotations
@@ -18,10 +20,20 @@ from typing import Any, Protocol
 
 from kvfence.errors import ConfigError
 
-__all__ = ["ApproximateCounter", "TokenCounter", "TokenizerCounter", "load_counter", "message_text"]
+__all__ = ["ApproximateCounter", "TokenCounter", "TokenizerCounter", "load_counter", "media_parts", "message_text"]
 
 PER_MESSAGE_OVERHEAD = 4   # role markers and separators of common chat templates
 PER_REQUEST_OVERHEAD = 3   # the generation prompt
+# A non-text content part (image, audio) costs the backend tokens we cannot count without its
+# processor; the approximation charges a high typical figure (vision encoders use ~256-1,100).
+PER_MEDIA_PART = 1024
+
+
+def media_parts(content: Any) -> int:
+    """Number of non-text parts (images, audio, files) in a message's ``content``."""
+    if not isinstance(content, list):
+        return 0
+    return sum(1 for part in content if isinstance(part, dict) and part.get("type") not in (None, "text"))
 
 
 def message_text(content: Any) -> str:
@@ -61,7 +73,9 @@ class ApproximateCounter:
     def count_chat(self, messages: Sequence[dict[str, Any]], tools: Any = None) -> int:
         total = PER_REQUEST_OVERHEAD
         for message in messages:
-            total += PER_MESSAGE_OVERHEAD + self.count_text(message_text(message.get("content")))
+            content = message.get("content")
+            total += PER_MESSAGE_OVERHEAD + self.count_text(message_text(content))
+            total += PER_MEDIA_PART * media_parts(content)
             if message.get("tool_calls"):
                 total += self.count_text(json.dumps(message["tool_calls"]))
         if tools:
