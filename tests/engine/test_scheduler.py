@@ -106,8 +106,8 @@ def test_chunked_prefill_respects_chunk_and_budget() -> None:
     ]
     out, _ = step(sched)
     assert [(i.seq.request_id, i.start, i.num_new_tokens) for i in out.items] == [
+        ("short", 3, 1),  # decodes go first
         ("long", 8, 8),
-        ("short", 3, 1),
     ]
     out, _ = step(sched)
     assert [(i.seq.request_id, i.start, i.num_new_tokens, i.samples) for i in out.items] == [

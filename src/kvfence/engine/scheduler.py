@@ -1,8 +1,8 @@
 """Continuous batching over the block manager: admission (I3), chunked prefill, preemption.
 
-Each :meth:`Scheduler.schedule` builds one mixed batch: running sequences first (a decode token,
-or the next chunk of a prefill), then waiting sequences in arrival order while their whole
-allocation fits. A sequence never runs on a partial allocation: it is admitted only when every
+Each :meth:`Scheduler.schedule` builds one mixed batch under a token budget: a decode token for
+each running sequence first, then the next chunk of running prefills, then waiting sequences in
+arrival order while their whole allocation fits. A sequence never runs on a partial allocation: it is admitted only when every
 page it needs is mapped, and when a running sequence cannot get its next page the newest running
 sequence is preempted by recompute (all pages released and scrubbed, back to the front of the
 queue). The scrub list travels with the batch so the runner zeroes released pages before the
@@ -137,15 +137,16 @@ class Scheduler:
         """Build the next batch; the caller zeroes ``scrub_pages`` before running it (I2)."""
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
-        queue = deque(self.running)
-        still_running: list[Sequence] = []
-        while queue:
-            seq = queue.popleft()
-            if budget == 0:
-                still_running.append(seq)
-                continue
+        # Decodes first (one token each keeps inter-token latency steady), then prefill chunks.
+        # Only decodes can need a new page: prefills got every page at admission.
+        decodes = [s for s in self.running if s.num_tokens - s.num_computed_tokens == 1]
+        prefills = [s for s in self.running if s.num_tokens - s.num_computed_tokens != 1]
+        unscheduled = list(self.running)  # admission order: preemption takes the newest first
+        for seq in decodes + prefills:
+            if seq.status is not SequenceStatus.RUNNING or budget == 0:
+                continue  # preempted as a victim in this step, or no budget left this step
             while not self.block_manager.can_append(seq):
-                victim = queue.pop() if queue else seq
+                victim = unscheduled.pop()  # the newest not yet scheduled; seq itself at worst
                 self._preempt(victim)
                 out.preempted.append(victim)
                 if victim is seq:
@@ -153,8 +154,8 @@ class Scheduler:
             else:
                 self.block_manager.may_append(seq)
                 budget -= self._schedule_chunk(seq, budget, out)
-                still_running.append(seq)
-        self.running = still_running
+                unscheduled.remove(seq)
+        self.running = [s for s in self.running if s.status is SequenceStatus.RUNNING]
 
         # Admit in arrival order only; skipping a big head-of-line request would starve it.
         while self.waiting and not out.preempted and budget > 0:
