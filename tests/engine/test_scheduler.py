@@ -217,3 +217,20 @@ def test_abort_after_an_isolation_incident_releases_only_the_ledgers_pages() -> 
     sched.block_manager.verify(a)
     sched.block_manager.check_invariants()
     assert sched.num_running == 1
+
+
+def test_decodes_take_turns_when_the_token_budget_is_smaller_than_the_batch() -> None:
+    # Admission keeps running <= budget; sequences handed over by a prefill worker (disaggregated
+    # mode) join `running` directly and can outnumber the budget.
+    sched = make_scheduler(max_num_batched_tokens=2, max_num_seqs=8)
+    seqs = [make_seq(f"r{i}", 3, max_tokens=8) for i in range(4)]
+    for s in seqs:
+        sched.block_manager.allocate(s)
+        s.num_computed_tokens = s.num_tokens
+        s.append_token(5)
+        s.status = SequenceStatus.RUNNING
+        sched.running.append(s)
+    for _ in range(4):
+        out, _ = step(sched)
+        assert len(out.items) == 2
+    assert [s.num_completion_tokens for s in seqs] == [3, 3, 3, 3]

@@ -85,6 +85,7 @@ class Scheduler:
         self.running: list[Sequence] = []  # admission order: the last one is the newest
         self._by_id: dict[str, Sequence] = {}
         self.num_preemptions = 0
+        self._decode_turn = 0
 
     @property
     def num_waiting(self) -> int:
@@ -141,6 +142,10 @@ class Scheduler:
         # Only decodes can need a new page: prefills got every page at admission.
         decodes = [s for s in self.running if s.num_tokens - s.num_computed_tokens == 1]
         prefills = [s for s in self.running if s.num_tokens - s.num_computed_tokens != 1]
+        if len(decodes) > budget:  # not all fit: take turns, or the oldest would starve the rest
+            shift = self._decode_turn % len(decodes)
+            decodes = decodes[shift:] + decodes[:shift]
+            self._decode_turn += budget
         unscheduled = list(self.running)  # admission order: preemption takes the newest first
         for seq in decodes + prefills:
             if seq.status is not SequenceStatus.RUNNING or budget == 0:
