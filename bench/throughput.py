@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hf-batch-sizes", default=None, help="static batch sizes tried for transformers (default 8,24)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     ap.add_argument("--skip-hf-mixed", action="store_true", help="skip transformers on the mixed workload (slow)")
+    ap.add_argument("--repeats", type=int, default=1, help="kvfence mixed runs per scrub setting (best kept)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     args = ap.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
@@ -212,8 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     jobs = workload(num_requests, prompt_range, output_range, seed=1)
     total = sum(n for _, n in jobs)
     print(f"mixed workload: {num_requests} requests, prompts {prompt_range}, outputs {output_range}, {total} tokens to generate")
-    ours_mix = ours_mixed(model_dir, jobs, scrub=True, max_num_seqs=num_requests)
-    scrub_off = ours_mixed(model_dir, jobs, scrub=False, max_num_seqs=num_requests)
+    # Alternate on/off runs and keep the best of each, so a noisy neighbour hurts both alike.
+    on_runs, off_runs = [], []
+    for _ in range(max(1, args.repeats)):
+        on_runs.append(ours_mixed(model_dir, jobs, scrub=True, max_num_seqs=num_requests))
+        off_runs.append(ours_mixed(model_dir, jobs, scrub=False, max_num_seqs=num_requests))
+    ours_mix, scrub_off = max(on_runs), max(off_runs)
     cost = (scrub_off - ours_mix) / scrub_off
     results |= {"ours_mixed_tok_s": ours_mix, "ours_mixed_noscrub_tok_s": scrub_off, "scrub_cost": cost}
     print(f"mixed  kvfence (scrub on)  {ours_mix:8.2f} tok/s")
