@@ -37,6 +37,7 @@ def _max_model_len(value: str | None) -> int | str | None:
 @click.option("--page-size", default=16, show_default=True, type=int)
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
+@click.option("--threads", default=None, type=int, help="CPU threads for torch (default: torch's choice).")
 @click.option("--unsafe-no-scrub", is_flag=True, help="UNSAFE, benchmarks only: do not zero freed KV pages.")
 @click.option("--verify-isolation", is_flag=True, help="Paranoid mode: re-check I1 on every step.")
 @click.option("-v", "--verbose", is_flag=True, help="Log engine start-up details.")
@@ -55,6 +56,7 @@ def generate(
     page_size: int,
     dtype: str,
     device: str,
+    threads: int | None,
     unsafe_no_scrub: bool,
     verify_isolation: bool,
     verbose: bool,
@@ -73,6 +75,7 @@ def generate(
         page_size=page_size,
         dtype=dtype,  # type: ignore[arg-type]
         device=device,
+        num_threads=threads,
         scrub=not unsafe_no_scrub,
         verify_isolation=verify_isolation,
     )

@@ -59,6 +59,7 @@ class LLM:
         verify_isolation: bool = False,
         seed: int = 0,
         device: str = "auto",
+        num_threads: int | None = None,
         scope_secret: bytes | None = None,
     ) -> None:
         self.cache_scope = CacheScope.parse(cache_scope)
@@ -78,6 +79,7 @@ class LLM:
                 scrub=scrub,
                 verify_isolation=verify_isolation,
                 seed=seed,
+                num_threads=num_threads,
             )
         )
         self._ids = itertools.count()
