@@ -169,7 +169,7 @@ async def campaign(servers: dict[str, list[Server]], args: argparse.Namespace, o
     runs: list[dict[str, Any]] = []
     deadline = time.monotonic() + args.time_budget_s
     queues: dict[str, asyncio.Queue[int]] = {scope: asyncio.Queue() for scope in servers}
-    for seed in range(args.runs):
+    for seed in range(args.first_seed, args.first_seed + args.runs):
         for scope in servers:
             queues[scope].put_nowait(seed)
 
@@ -209,6 +209,8 @@ def summarise(runs: list[dict[str, Any]], args: argparse.Namespace) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20, help="seeded runs per scope")
+    parser.add_argument("--first-seed", type=int, default=0, help="seed of the first run (to extend a campaign)")
+    parser.add_argument("--summarise", type=Path, nargs="+", help="only print the table of earlier --out files")
     parser.add_argument("--samples", type=int, default=PAPER_SAMPLES, help="samples per procedure and level")
     parser.add_argument("--subsample", type=lambda s: [int(x) for x in s.split(",") if x], default=[10, 25, 50, 100])
     parser.add_argument("--prompt-tokens", type=int, default=400)
@@ -223,6 +225,11 @@ def main() -> None:
     parser.add_argument("--serve-arg", action="append", default=[], help="extra `kvfence serve` argument")
     parser.add_argument("--out", type=Path, default=Path("audit_power.json"))
     args = parser.parse_args()
+    if args.summarise:
+        runs = [run for path in args.summarise for run in json.loads(path.read_text())["runs"]]
+        print(f"{len(runs)} runs from {', '.join(str(p) for p in args.summarise)}")
+        print(summarise(runs, args))
+        return
     scopes = [s for s in args.scopes.split(",") if s]
     with tempfile.TemporaryDirectory(prefix="kvfence-audit-power-") as tmp_dir:
         tmp = Path(tmp_dir)
