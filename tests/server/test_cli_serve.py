@@ -25,7 +25,7 @@ def test_help_explains_the_options() -> None:
     out = subprocess.run([*KVFENCE, "serve", "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     for option in ("--model", "--host", "--port", "--keys", "--cache-scope", "--max-model-len", "--kv-cache-tokens",
-                   "--kv-cache-memory", "--no-auth", "--verify-isolation"):
+                   "--kv-cache-memory", "--no-auth", "--verify-isolation", "--num-threads", "--disagg"):
         assert option in out.stdout
 
 
@@ -34,6 +34,13 @@ def test_refuses_to_start_without_keys_or_no_auth(tmp_path: Path) -> None:
                          timeout=60, env=_env(tmp_path))
     assert out.returncode == 2
     assert "--keys" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_bad_thread_count_is_a_clear_config_error(tmp_path: Path) -> None:
+    out = subprocess.run([*KVFENCE, "serve", "--no-auth", "--port", str(free_port()), "--num-threads", "0"],
+                         capture_output=True, text=True, timeout=60, env=_env(tmp_path))
+    assert out.returncode == 2
+    assert "num_threads" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_refuses_a_context_larger_than_the_pool(tmp_path: Path) -> None:

@@ -82,6 +82,9 @@ def _max_model_len(value: str | None) -> int | str | None:
               help="UNSAFE, benchmark only: do not zero freed KV pages (breaks I2).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the built-in model's weights "
               "and of unseeded sampling.")
+@click.option("--num-threads", type=int, default=None, metavar="N",
+              help="Torch CPU threads for the engine (default: torch's choice). On a busy CPU, 1 gives "
+                   "steadier time to first token.")
 @click.option("--disagg", is_flag=True,
               help="Disaggregated prefill/decode: spawn a local prefill worker; every KV handoff is verified (I4).")
 @click.option("--prefill-address", default=None, metavar="URL",
@@ -127,6 +130,7 @@ def serve(**opts: Any) -> None:
         scrub=not opts["no_scrub"],
         verify_isolation=opts["verify_isolation"],
         seed=opts["seed"],
+        num_threads=opts["num_threads"],
     )
     if opts["model"] is not None and not Path(opts["model"]).is_dir():
         raise ConfigError(f"--model {opts['model']} is not a directory")
