@@ -43,6 +43,9 @@ bench: setup
 	$(PY) bench/serving.py
 	$(PY) bench/gateway.py
 	$(PY) bench/protection.py
+	$(PY) bench/detector_quality.py
+	$(PY) bench/gemv_ceiling.py
+	$(PY) bench/disagg_handoff.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
