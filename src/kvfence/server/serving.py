@@ -109,6 +109,15 @@ class _Lease:
             m.latency.observe(time.perf_counter() - self.started)
 
 
+def _stream_failure(rid: str, lease: _Lease, exc: Exception) -> bytes:
+    """The error event that ends a failed stream: never ``[DONE]``, never counted as success."""
+    log.error("stream %s failed: %s", rid, exc)
+    lease.status = "error"
+    if isinstance(exc, _AbortedByEngine):
+        return sse(error_payload(str(exc), type=exc.type, code=exc.code))
+    return sse(error_payload(str(exc), type="server_error", code="request_aborted"))
+
+
 class OpenAIServing:
     """Request handlers of the OpenAI API, bound to one engine once it has loaded."""
 
@@ -357,14 +366,8 @@ class OpenAIServing:
                            "choices": [], "usage": usage_body(lease.choices)})
             lease.status = "ok"
             yield sse("[DONE]")
-        except EngineFault as exc:
-            log.error("stream %s failed: %s", rid, exc)
-            lease.status = "error"
-            yield sse(error_payload(str(exc), type="server_error", code="request_aborted"))
-        except _AbortedByEngine as exc:
-            log.error("stream %s failed: %s", rid, exc)
-            lease.status = "error"
-            yield sse(error_payload(str(exc), type=exc.type, code=exc.code))
+        except (EngineFault, _AbortedByEngine) as exc:
+            yield _stream_failure(rid, lease, exc)
 
     async def _chat_chunks(self, req: Any, lease: _Lease, rid: str, created: int, name: str,
                            model: LoadedModel) -> AsyncIterator[bytes]:
@@ -387,11 +390,5 @@ class OpenAIServing:
                            "choices": [], "usage": usage_body(lease.choices)})
             lease.status = "ok"
             yield sse("[DONE]")
-        except EngineFault as exc:
-            log.error("stream %s failed: %s", rid, exc)
-            lease.status = "error"
-            yield sse(error_payload(str(exc), type="server_error", code="request_aborted"))
-        except _AbortedByEngine as exc:
-            log.error("stream %s failed: %s", rid, exc)
-            lease.status = "error"
-            yield sse(error_payload(str(exc), type=exc.type, code=exc.code))
+        except (EngineFault, _AbortedByEngine) as exc:
+            yield _stream_failure(rid, lease, exc)
