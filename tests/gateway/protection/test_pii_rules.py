@@ -32,6 +32,7 @@ POSITIVES = [
     ("pay to DE89 3704 0044 0532 0130 00 by Friday", "IBAN_CODE", "DE89 3704 0044 0532 0130 00"),
     ("IBAN: GB29NWBK60161331926819.", "IBAN_CODE", "GB29NWBK60161331926819"),
     ("login from 203.0.113.77 failed", "IP_ADDRESS", "203.0.113.77"),
+    ("upstream app {\n  server 190.159.44.171:8080;\n}", "IP_ADDRESS", "190.159.44.171"),  # "ser-ver" is no version
     ("peer 2001:db8:85a3::8a2e:370:7334 dropped", "IP_ADDRESS", "2001:db8:85a3::8a2e:370:7334"),
     ("SSN 536-22-1234 on file", "US_SSN", "536-22-1234"),
     ("social security number: 536221234", "US_SSN", "536221234"),

@@ -24,8 +24,9 @@ _PHONE_CONTEXT = ("phone", "tel", "call", "mobile", "cell", "ring", "whatsapp", 
                   "contact", "reach", "my number", "number is", "dial", "handy", "telefon", "portable",
                   "landline")
 # Dotted numbers after these words are versions or section numbers, not IPv4 addresses.
-_VERSION_BEFORE = re.compile(r"(?:\bv|version|ver\.?|release|build|firmware|rev\.?|oid|section|chapter|step|clause"
-                             r"|item|§|/|==|~=|>=|<=)\s*[:=]?\s*$")
+# Whole words only: "server 10.1.2.3" is a host, not "ver 10.1.2.3".
+_VERSION_BEFORE = re.compile(r"(?:\b(?:v|version|ver\.?|release|build|firmware|rev\.?|oid|section|chapter|step|clause"
+                             r"|item)|§|/|==|~=|>=|<=)\s*[:=]?\s*$")
 
 # Every digit-shaped identifier (phones, cards, SSNs, IPs ...) lies in or next to a run of digits
 # and separators; that run is found once per text and the rules only run around it.
