@@ -84,6 +84,9 @@ CASES: dict[str, tuple[str, str, str]] = {
         "Record the forward pass: advance the step. The password is incorrect, try again.\n"
         "password = click.prompt('Password')\nself.ssl_password = ssl_keyfile_password\n"
         "url = 'https://user:pass@host:8080'"),
+    "sshpass_password": (
+        "sshpass -p 'Gr33n-Tea!42' ssh deploy@app1 uptime", "Gr33n-Tea!42",
+        "sshpass -p \"$SSHPASS\" ssh deploy@app1  # from the environment"),
     "password_assignment": (
         "smtp:\n  user: alerts\n  password: 'purple monkey dishwasher'\n", "purple monkey dishwasher",
         "password: ********\npassword_policy: min 12 chars"),
@@ -128,6 +131,16 @@ def test_placeholders_are_not_secrets(value: str) -> None:
                                    "MyS3cretPass", "password1!", "AKIAIOSFODNN7EXAMPLE"])
 def test_real_values_are_not_placeholders(value: str) -> None:
     assert not is_placeholder_value(value)
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("app.config['SECRET_KEY'] = 'q8Lm2Xv7Rt4Kd9Wb3Yc6Hf1Js5Ga0Ue8RiPw'", "q8Lm2Xv7Rt4Kd9Wb3Yc6Hf1Js5Ga0Ue8RiPw"),
+    ("Kennwort: Sommer2024!x", "Sommer2024!x"),
+    ("contraseña = 'Rojo#9182kq'", "Rojo#9182kq"),
+])
+def test_subscripted_and_non_english_names(text: str, secret: str) -> None:
+    found = {text[f.start:f.end] for f in RuleSet(SECRET_RULES).scan(text) if f.category is Category.SECRET}
+    assert secret in found, f"missed {secret!r}; found {found}"
 
 
 def test_quoted_values_keep_their_spaces() -> None:

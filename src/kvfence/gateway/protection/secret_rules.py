@@ -80,10 +80,13 @@ _SECRET_NAME = (
     r"|signing[_-]?key|encryption[_-]?key|bearer|session[_-]?key)s?(?:[_.-][a-z0-9_]{1,40})?"
 )
 # "pass" alone is an English word ("the forward pass: ..."); only as a suffix (DB_PASS, smtp_pass).
-_PASSWORD_NAME = r"(?:(?<![a-z])(?:password|passwd|passphrase|pwd)|(?<=[a-z0-9][_.-])pass\b)(?:_[a-z0-9]{1,20}){0,3}"
+_PASSWORD_NAME = (r"(?:(?<![a-z])(?:password|passwd|passphrase|pwd|passwort|kennwort|wachtwoord|contrase(?:ñ|n)a|senha"
+                  r"|mot de passe)|(?<=[a-z0-9][_.-])pass\b)(?:_[a-z0-9]{1,20}){0,3}")
+_PASSWORD_HINTS = ("pass", "pwd", "kennwort", "wachtwoord", "contrase", "senha")
 _ASSIGN = r"""["']?\s*(?:=|:=|:|=>|\s+is\s+)\s*(?:[a-z]*["'`])?"""
 # After the assignment: a quoted value (spaces allowed, up to the closing quote) or a bare one.
-_ASSIGN_TO = r"""["']?\s*(?:=|:=|:|=>|\s+is\s+)\s*(?:[rbuf]{1,2}(?=["'`]))?"""
+# `["']?\]?`: a subscripted name, as in app.config['SECRET_KEY'] = '...'.
+_ASSIGN_TO = r"""["']?\]?\s*(?:=|:=|:|=>|\s+is\s+)\s*(?:[rbuf]{1,2}(?=["'`]))?"""
 _VALUE = (r"""(?:"(?P<dq>[^"\n]{%(n)d,200})"|'(?P<sq>[^'\n]{%(n)d,200})'|`(?P<bq>[^`\n]{%(n)d,200})`"""
           r"""|(?P<value>[^\s"'`,;<>(){}\[\]]{%(n)d,200}))""")
 _VALUE_GROUPS = ("dq", "sq", "bq", "value")
@@ -163,12 +166,15 @@ SECRET_RULES: list[Rule] = [
          # mysql / mysqldump / mysqladmin take the password glued to -p
          re.compile(r"\bmysql(?:dump|admin|sh)?\b[^\n]{0,200}?\s-p(?P<value>[^\s'\"]{4,128})"),
          score=0.9, group="value", hints=("mysql",), validate=lambda s: not is_placeholder_value(s)),
+    Rule("sshpass_password", "PASSWORD", _SECRET,
+         re.compile(r"\bsshpass\s+-p\s*(?:'(?P<sq>[^'\n]{4,128})'|\"(?P<dq>[^\"\n]{4,128})\"|(?P<value>[^\s'\"]{4,128}))"),
+         score=0.9, group=("sq", "dq", "value"), hints=("sshpass",), validate=lambda s: not is_placeholder_value(s)),
     Rule("password_assignment", "PASSWORD", _SECRET,
          re.compile(_PASSWORD_NAME + _ASSIGN_TO + (_QUOTED % {"n": 4})),
-         score=0.9, group=_VALUE_GROUPS, hints=("pass", "pwd"), validate=_real_password, on_lowered=True),
+         score=0.9, group=_VALUE_GROUPS, hints=_PASSWORD_HINTS, validate=_real_password, on_lowered=True),
     Rule("password_assignment_bare", "PASSWORD", _SECRET,
          re.compile(_PASSWORD_NAME + _ASSIGN_TO + (_BARE % {"n": 6})),
-         score=0.85, group="value", hints=("pass", "pwd"), validate=_real_bare_password, on_lowered=True),
+         score=0.85, group="value", hints=_PASSWORD_HINTS, validate=_real_bare_password, on_lowered=True),
     Rule("secret_assignment", "GENERIC_SECRET", _SECRET,
          re.compile(_SECRET_NAME + _ASSIGN_TO + (_VALUE % {"n": 16})),
          score=0.8, group=_VALUE_GROUPS, hints=("secret", "token", "key", "credential", "bearer"),
