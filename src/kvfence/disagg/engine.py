@@ -41,7 +41,6 @@ from kvfence.engine.block_manager import PageState
 from kvfence.engine.capacity import Capacity
 from kvfence.engine.config import EngineConfig
 from kvfence.engine.detokenizer import IncrementalDetokenizer
-from kvfence.engine.layers.sampler import SampleRow, sample
 from kvfence.engine.llm_engine import LLMEngine
 from kvfence.engine.outputs import EngineStats, RequestOutput
 from kvfence.engine.sampling_params import SamplingParams
@@ -87,7 +86,7 @@ class _Request:
     detokenizer: IncrementalDetokenizer
     generator: torch.Generator | None
     logprobs: list[dict[int, float]] | None
-    banned: list[int]
+    banned_until_min_tokens: list[int]
     scope_key: bytes
     # handoff state, until decoding starts
     receiver: HandoffReceiver | None = None
@@ -300,7 +299,7 @@ class DisaggregatedEngine:
             detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.stop),
             generator=generator,
             logprobs=[] if params.logprobs is not None else None,
-            banned=banned,
+            banned_until_min_tokens=banned,
             scope_key=scope_key,
             receiver=receiver,
             deadline=time.monotonic() + self.config.handoff_timeout_s,
@@ -551,30 +550,12 @@ class DisaggregatedEngine:
                     if req is not None:
                         outputs.append(self._output(req, [], "", finished=True))
             batch.items = kept
-        sampled: dict[str, int] = {}
-        if batch.items:
-            try:
-                items, logits = self.runner.execute(batch.items)
-                rows = [self._row(self._requests[it.seq.request_id]) for it in items]
-                tokens = sample(logits, rows, self._generator)
-            except Exception:
-                log.exception("decode forward pass failed; aborting the %d requests of the batch", len(batch.items))
-                for it in batch.items:
-                    self.abort_request(it.seq.request_id)
-                raise
-            for it, tok in zip(items, tokens, strict=True):
-                sampled[it.seq.request_id] = tok.token_id
-                req = self._requests[it.seq.request_id]
-                if req.logprobs is not None and tok.logprobs is not None:
-                    req.logprobs.append(tok.logprobs)
+        sampled = self.local._forward_and_sample(batch.items, self._requests, self._generator, self.abort_request)
         self.scheduler.postprocess(batch, sampled)
         for rid, token_id in sampled.items():
             outputs.append(self._progress(self._requests[rid], token_id))
         self.runner.scrub(self.block_manager.take_scrub_list())  # I2, released this step
         return outputs
-
-    def _row(self, req: _Request) -> SampleRow:
-        return SampleRow(req.seq.params, req.generator, req.seq.num_completion_tokens, req.banned)
 
     def _progress(self, req: _Request, token_id: int) -> RequestOutput:
         seq = req.seq

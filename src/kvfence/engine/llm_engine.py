@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
@@ -24,14 +26,27 @@ from kvfence.engine.loader import checkpoint_files
 from kvfence.engine.model_runner import ModelRunner, resolve_device, torch_dtype
 from kvfence.engine.outputs import EngineStats, RequestOutput
 from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from kvfence.engine.scheduler import ScheduledSeq, Scheduler, SchedulerConfig, SchedulerOutput
 from kvfence.engine.sequence import FinishReason, Sequence
 from kvfence.engine.tokenizer import Tokenizer
 from kvfence.errors import InvalidParameterError, IsolationViolation
 
-__all__ = ["LLMEngine"]
+__all__ = ["LLMEngine", "SamplingState"]
 
 log = logging.getLogger(__name__)
+
+
+class SamplingState(Protocol):
+    """What :meth:`LLMEngine._forward_and_sample` reads and updates on a request."""
+
+    seq: Sequence
+    generator: torch.Generator | None
+    logprobs: list[dict[int, float]] | None
+    banned_until_min_tokens: list[int]
+
+
+def _sample_row(req: SamplingState) -> SampleRow:
+    return SampleRow(req.seq.params, req.generator, req.seq.num_completion_tokens, req.banned_until_min_tokens)
 
 
 @dataclass
@@ -146,22 +161,7 @@ class LLMEngine:
         outputs: list[RequestOutput] = []
         if self.config.verify_isolation:
             outputs.extend(self._verify(batch))
-        sampled: dict[str, int] = {}
-        if batch.items:
-            try:
-                sample_items, logits = self.runner.execute(batch.items)
-                rows = [self._sample_row(it.seq) for it in sample_items]
-                tokens = sample(logits, rows, self._generator)
-            except Exception:
-                log.exception("forward pass failed; aborting the %d requests of the batch", len(batch.items))
-                for it in batch.items:
-                    self.abort_request(it.seq.request_id)
-                raise
-            for it, tok in zip(sample_items, tokens, strict=True):
-                sampled[it.seq.request_id] = tok.token_id
-                req = self._requests[it.seq.request_id]
-                if req.logprobs is not None and tok.logprobs is not None:
-                    req.logprobs.append(tok.logprobs)
+        sampled = self._forward_and_sample(batch.items, self._requests, self._generator, self.abort_request)
         self.scheduler.postprocess(batch, sampled)
         for request_id, token_id in sampled.items():
             outputs.append(self._progress(request_id, token_id))
@@ -216,9 +216,38 @@ class LLMEngine:
                 kept.append(page_id)
         seq.block_table = kept
 
-    def _sample_row(self, seq: Sequence) -> SampleRow:
-        req = self._requests[seq.request_id]
-        return SampleRow(seq.params, req.generator, seq.num_completion_tokens, req.banned_until_min_tokens)
+    def _forward_and_sample(
+        self,
+        items: list[ScheduledSeq],
+        requests: Mapping[str, SamplingState],
+        generator: torch.Generator,
+        abort: Callable[[str], None],
+    ) -> dict[str, int]:
+        """Run the model over ``items`` and sample one token for each sequence that samples.
+
+        Returns ``{request_id: token_id}`` and appends each token's logprobs to its request. Used
+        by this engine's step and by the disaggregated decode worker. When the forward pass or the
+        sampler fails, every request of the batch is aborted through ``abort`` (which releases and
+        zero-fills its pages, I2) and the error is re-raised.
+        """
+        if not items:
+            return {}
+        try:
+            sample_items, logits = self.runner.execute(items)
+            rows = [_sample_row(requests[it.seq.request_id]) for it in sample_items]
+            tokens = sample(logits, rows, generator)
+        except Exception:
+            log.exception("forward pass failed; aborting the %d requests of the batch", len(items))
+            for it in items:
+                abort(it.seq.request_id)
+            raise
+        sampled: dict[str, int] = {}
+        for it, tok in zip(sample_items, tokens, strict=True):
+            sampled[it.seq.request_id] = tok.token_id
+            req = requests[it.seq.request_id]
+            if req.logprobs is not None and tok.logprobs is not None:
+                req.logprobs.append(tok.logprobs)
+        return sampled
 
     def _progress(self, request_id: str, token_id: int) -> RequestOutput:
         req = self._requests[request_id]
