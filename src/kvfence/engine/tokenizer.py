@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,10 @@ class Tokenizer:
         self.chat_template = chat_template
         self._add_bos_token = add_bos_token and self.bos_token_id is not None
         self._compiled_template: jinja2.Template | None = None
+        self._byte_level = _decoder_has(backend, "ByteLevel")
+        # SentencePiece-style pieces spell a space as U+2581 ("▁") and bytes as <0xNN>.
+        self._sentencepiece = _decoder_has(backend, "Metaspace") or _decoder_has(backend, "ByteFallback")
+        self._special_ids = {tid for tid, t in backend.get_added_tokens_decoder().items() if t.special}
 
     @classmethod
     def from_dir(cls, model_dir: Path, *, extra_eos_token_ids: list[int] | None = None) -> Tokenizer:
@@ -96,6 +101,26 @@ class Tokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return str(self._backend.decode(ids, skip_special_tokens=skip_special_tokens))
 
+    def token_bytes(self, token_id: int) -> bytes | None:
+        """The raw bytes one token stands for, or None when the tokenizer does not say.
+
+        Known for byte tokens (SentencePiece byte fallback ``<0xE4>``) and pieces, for byte-level
+        BPE (GPT-2's printable-byte alphabet) and for special tokens; this is what the OpenAI
+        ``logprobs.bytes`` field carries for a token that holds only part of a character.
+        """
+        piece = self._backend.id_to_token(token_id)
+        if piece is None:
+            return None
+        if token_id in self._special_ids:
+            return piece.encode("utf-8")
+        if (m := _BYTE_TOKEN.fullmatch(piece)) is not None:
+            return bytes([int(m.group(1), 16)])
+        if self._byte_level and all(ch in _UNICODE_TO_BYTE for ch in piece):
+            return bytes(_UNICODE_TO_BYTE[ch] for ch in piece)
+        if self._sentencepiece:
+            return piece.replace("\u2581", " ").encode("utf-8")
+        return None
+
     def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
         """Render ``messages`` with the model's Jinja2 chat template, in a sandbox.
 
@@ -122,6 +147,37 @@ class Tokenizer:
             raise InvalidParameterError(f"chat template rejected the messages: {exc}", param="messages") from exc
         except jinja2.TemplateError as exc:
             raise InvalidParameterError(f"cannot render the chat template: {exc}", param="messages") from exc
+
+
+_BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def _gpt2_byte_alphabet() -> dict[str, int]:
+    """GPT-2's map from the printable stand-in characters of byte-level BPE back to bytes."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = list(printable)
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
+
+
+_UNICODE_TO_BYTE = _gpt2_byte_alphabet()
+
+
+def _decoder_has(backend: _HFTokenizer, kind: str) -> bool:
+    decoder = backend.decoder
+    if decoder is None:
+        return False
+    try:
+        state = json.loads(decoder.__getstate__())
+    except (TypeError, ValueError):
+        return False
+    parts = state.get("decoders", [state]) if isinstance(state, dict) else []
+    return any(isinstance(p, dict) and p.get("type") == kind for p in parts)
 
 
 class _TemplateRejected(Exception):
