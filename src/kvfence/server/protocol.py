@@ -41,6 +41,8 @@ class GenerationRequest(_Strict):
 
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)
+    # Newer OpenAI clients send max_completion_tokens instead of max_tokens; it wins when both are set.
+    max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = None
@@ -98,7 +100,7 @@ class GenerationRequest(_Strict):
 
     @property
     def requested_max_tokens(self) -> int | None:
-        return self.max_tokens
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
 
 class CompletionRequest(GenerationRequest):
@@ -181,7 +183,6 @@ class ChatCompletionRequest(GenerationRequest):
     """Body of ``POST /v1/chat/completions``."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool | None = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     tools: list[Any] | None = None
@@ -196,10 +197,6 @@ class ChatCompletionRequest(GenerationRequest):
             raise APIError.bad_request("tool calling is not supported", param="tools")
         if self.response_format and self.response_format.get("type", "text") != "text":
             raise APIError.bad_request("only response_format {'type': 'text'} is supported", param="response_format")
-
-    @property
-    def requested_max_tokens(self) -> int | None:
-        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
     def template_messages(self) -> list[dict[str, str]]:
         """Messages as plain dicts for the chat template."""

@@ -19,6 +19,7 @@ __all__ = [
 ]
 
 TokenText = Callable[[int], str]
+TokenBytes = Callable[[int], "bytes | None"]
 
 
 @dataclass
@@ -32,6 +33,7 @@ class ChoiceState:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[dict[int, float]] = field(default_factory=list)
     finish_reason: str | None = None
+    logprob_text_offset: int = 0  # streamed completions: where the next token's text starts
 
     def update(self, out: Any) -> None:
         """Fold one ``RequestOutput`` into this choice."""
@@ -89,18 +91,28 @@ def completion_logprobs(
 
 
 def chat_logprobs(
-    token_ids: list[int], entries: list[dict[int, float]], num_top: int, token_text: TokenText
+    token_ids: list[int], entries: list[dict[int, float]], num_top: int, token_text: TokenText,
+    token_bytes: TokenBytes | None = None,
 ) -> dict[str, Any]:
-    """The chat ``logprobs`` object: ``{"content": [{token, logprob, bytes, top_logprobs}]}``."""
+    """The chat ``logprobs`` object: ``{"content": [{token, logprob, bytes, top_logprobs}]}``.
+
+    ``bytes`` are the token's own bytes when ``token_bytes`` knows them, so a token holding half
+    of a multi-byte character says which half (its ``token`` text is then U+FFFD).
+    """
+
+    def as_bytes(tid: int, text: str) -> list[int]:
+        raw = token_bytes(tid) if token_bytes is not None else None
+        return list(raw if raw is not None else text.encode("utf-8"))
+
     content = []
     for tid, entry in zip(token_ids, entries, strict=False):
         text = token_text(tid)
         content.append({
             "token": text,
             "logprob": _finite(entry.get(tid, -math.inf)),
-            "bytes": list(text.encode("utf-8")),
+            "bytes": as_bytes(tid, text),
             "top_logprobs": [
-                {"token": token_text(t), "logprob": _finite(lp), "bytes": list(token_text(t).encode("utf-8"))}
+                {"token": (alt := token_text(t)), "logprob": _finite(lp), "bytes": as_bytes(t, alt)}
                 for t, lp in _ranked(entry, num_top)
             ],
         })

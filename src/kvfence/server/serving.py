@@ -111,11 +111,23 @@ class _Lease:
 
 def _stream_failure(rid: str, lease: _Lease, exc: Exception) -> bytes:
     """The error event that ends a failed stream: never ``[DONE]``, never counted as success."""
-    log.error("stream %s failed: %s", rid, exc)
     lease.status = "error"
     if isinstance(exc, _AbortedByEngine):
+        log.error("stream %s failed: %s", rid, exc)
         return sse(error_payload(str(exc), type=exc.type, code=exc.code))
-    return sse(error_payload(str(exc), type="server_error", code="request_aborted"))
+    if isinstance(exc, EngineFault):
+        log.error("stream %s failed: %s", rid, exc)
+        return sse(error_payload(str(exc), type="server_error", code="request_aborted"))
+    log.exception("stream %s failed unexpectedly", rid)  # a bug: full trace in the log, not to the client
+    return sse(error_payload("internal server error; the request was aborted", type="server_error",
+                             code="internal_error"))
+
+
+def _with_running_usage(req: GenerationRequest, chunk: dict[str, Any], lease: _Lease) -> dict[str, Any]:
+    """``stream_options.continuous_usage_stats`` (vLLM): every chunk carries the usage so far."""
+    if req.stream_options is not None and req.stream_options.continuous_usage_stats:
+        chunk["usage"] = usage_body(lease.choices)
+    return chunk
 
 
 class OpenAIServing:
@@ -324,6 +336,10 @@ class OpenAIServing:
         tok = model.tokenizer
         return lambda tid: tok.decode([tid], skip_special_tokens=False)
 
+    def _token_bytes(self, model: LoadedModel) -> Any:
+        """A token's own UTF-8 bytes (part of a character for byte tokens), where the tokenizer knows them."""
+        return getattr(model.tokenizer, "token_bytes", None)
+
     def _completion_body(self, req: Any, lease: _Lease, rid: str, created: int, name: str,
                          model: LoadedModel) -> dict[str, Any]:
         choices = []
@@ -337,7 +353,8 @@ class OpenAIServing:
     def _chat_body(self, req: Any, lease: _Lease, rid: str, created: int, name: str,
                    model: LoadedModel) -> dict[str, Any]:
         c = lease.choices[0]
-        logprobs = (chat_logprobs(c.token_ids, c.logprobs, req.top_logprobs or 0, self._token_text(model))
+        logprobs = (chat_logprobs(c.token_ids, c.logprobs, req.top_logprobs or 0, self._token_text(model),
+                                  self._token_bytes(model))
                     if req.logprobs else None)
         return {
             "id": rid, "object": "chat.completion", "created": created, "model": name,
@@ -352,27 +369,28 @@ class OpenAIServing:
         token_text = self._token_text(model)
         try:
             async for out in lease.group:
-                offset = len(lease.choices[int(out.request_id.rsplit("-", 1)[1])].text)
                 choice = self._fold(lease, out)
                 logprobs = None
                 if req.logprobs is not None and out.new_token_ids:
                     logprobs = completion_logprobs(list(out.new_token_ids), _new_logprobs(out),
-                                                   req.logprobs, token_text, offset)
+                                                   req.logprobs, token_text, choice.logprob_text_offset)
+                    choice.logprob_text_offset += sum(len(t) for t in logprobs["tokens"])
                 if out.delta_text or out.finished or logprobs is not None:
-                    yield sse(completion_chunk(rid, created, name, choice.index, out.delta_text,
-                                               choice.finish_reason, logprobs))
+                    chunk = completion_chunk(rid, created, name, choice.index, out.delta_text,
+                                             choice.finish_reason, logprobs)
+                    yield sse(_with_running_usage(req, chunk, lease))
             if req.include_usage:
                 yield sse({"id": rid, "object": "text_completion", "created": created, "model": name,
                            "choices": [], "usage": usage_body(lease.choices)})
             lease.status = "ok"
             yield sse("[DONE]")
-        except (EngineFault, _AbortedByEngine) as exc:
+        except Exception as exc:  # whatever failed, the client sees an error event, not a short success
             yield _stream_failure(rid, lease, exc)
 
     async def _chat_chunks(self, req: Any, lease: _Lease, rid: str, created: int, name: str,
                            model: LoadedModel) -> AsyncIterator[bytes]:
         assert lease.group is not None
-        token_text = self._token_text(model)
+        token_text, token_bytes = self._token_text(model), self._token_bytes(model)
         try:
             yield sse(chat_chunk(rid, created, name, 0, {"role": "assistant", "content": ""}, None))
             async for out in lease.group:
@@ -380,15 +398,17 @@ class OpenAIServing:
                 logprobs = None
                 if req.logprobs and out.new_token_ids:
                     logprobs = chat_logprobs(list(out.new_token_ids), _new_logprobs(out),
-                                             req.top_logprobs or 0, token_text)
+                                             req.top_logprobs or 0, token_text, token_bytes)
                 if out.delta_text or logprobs is not None:
-                    yield sse(chat_chunk(rid, created, name, 0, {"content": out.delta_text}, None, logprobs))
+                    chunk = chat_chunk(rid, created, name, 0, {"content": out.delta_text}, None, logprobs)
+                    yield sse(_with_running_usage(req, chunk, lease))
                 if out.finished:
-                    yield sse(chat_chunk(rid, created, name, 0, {}, choice.finish_reason))
+                    chunk = chat_chunk(rid, created, name, 0, {}, choice.finish_reason)
+                    yield sse(_with_running_usage(req, chunk, lease))
             if req.include_usage:
                 yield sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": name,
                            "choices": [], "usage": usage_body(lease.choices)})
             lease.status = "ok"
             yield sse("[DONE]")
-        except (EngineFault, _AbortedByEngine) as exc:
+        except Exception as exc:  # whatever failed, the client sees an error event, not a short success
             yield _stream_failure(rid, lease, exc)

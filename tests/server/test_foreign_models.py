@@ -1,0 +1,122 @@
+"""`kvfence serve` on models whose tokenizers it did not write: GPT-2 BPE, Llama-2 SentencePiece, WordPiece.
+
+For each: streamed text equals the non-streamed text (byte-fallback and byte-level tokens split
+multi-byte characters), chat prompts go through the model's own template, and the server stops on
+an EOS that only ``generation_config.json``'s list declares.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from kvfence.engine.detokenizer import IncrementalDetokenizer
+from kvfence.engine.tokenizer import Tokenizer
+from tests.server.conftest import RunningServer, engine_factory, serve
+from tests.server.foreign_models import ForeignModel, build_foreign_model
+
+KINDS = ["gpt2_bpe", "llama2_sentencepiece", "wordpiece"]
+EOS_PROMPT = "Hello world"
+TEXT = "Grüße, 世界! 🎉 tenants 😀"
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def foreign(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
+        tuple[ForeignModel, RunningServer]]:
+    model = build_foreign_model(tmp_path_factory.mktemp(request.param), request.param, eos_after=EOS_PROMPT)
+    factory = engine_factory(model=str(model.path), max_model_len=512, kv_cache_tokens=4096)
+    with serve(tmp_path_factory.mktemp("srv"), factory=factory) as running:
+        yield model, running
+
+
+def _client(server: RunningServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url + "/v1", api_key=server.keys["alice"], max_retries=0, timeout=60)
+
+
+def _name(server: RunningServer) -> str:
+    return str(server.app.state.serving.model.public_name)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_detokenizer_streams_multibyte_text_exactly(kind: str, tmp_path: Path) -> None:
+    """Token by token, the released text never shows half a character and ends equal to decode()."""
+    model = build_foreign_model(tmp_path, kind)
+    tok = Tokenizer.from_dir(model.path)
+    body = tok.encode(TEXT, add_special_tokens=False)
+    detok = IncrementalDetokenizer(tok, tok.encode("context"), stop=[])
+    deltas = []
+    for token_id in body:
+        detok.add(token_id)
+        deltas.append(detok.take_delta())
+    deltas.append(detok.take_final_delta())
+    assert all("\ufffd" not in d for d in deltas)
+    assert "".join(deltas).strip() == tok.decode(body).strip()
+    if kind != "wordpiece":  # WordPiece has no bytes: unknown characters become [UNK]
+        assert "".join(deltas).strip() == TEXT
+
+
+def test_stream_equals_full_text(foreign: tuple[ForeignModel, RunningServer]) -> None:
+    model, server = foreign
+    kwargs = {"model": _name(server), "max_tokens": 24, "temperature": 0, "extra_body": {"ignore_eos": True}}
+    with _client(server) as client:
+        full = client.completions.create(prompt=TEXT, **kwargs)  # type: ignore[call-overload]
+        streamed = client.completions.create(prompt=TEXT, stream=True, **kwargs)  # type: ignore[call-overload]
+        text = "".join(c.choices[0].text for c in streamed if c.choices)
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": TEXT}]
+        chat = client.chat.completions.create(messages=messages, **kwargs)  # type: ignore[call-overload]
+        chat_stream = client.chat.completions.create(messages=messages, stream=True, **kwargs)  # type: ignore[call-overload]
+        chat_text = "".join(c.choices[0].delta.content or "" for c in chat_stream if c.choices)
+    assert full.usage is not None and full.usage.completion_tokens == 24
+    assert text == full.choices[0].text
+    assert chat_text == chat.choices[0].message.content
+    tok = Tokenizer.from_dir(model.path)
+    rendered = tok.apply_chat_template(messages)
+    assert chat.usage is not None
+    assert chat.usage.prompt_tokens == len(tok.encode(rendered, add_special_tokens=False))
+    assert model.eos_token not in (chat.choices[0].message.content or "")
+
+
+def test_stops_on_every_eos_of_generation_config(foreign: tuple[ForeignModel, RunningServer]) -> None:
+    model, server = foreign
+    with _client(server) as client:
+        stopped = client.completions.create(model=_name(server), prompt=EOS_PROMPT, max_tokens=16, temperature=0)
+        ignored = client.completions.create(model=_name(server), prompt=EOS_PROMPT, max_tokens=16, temperature=0,
+                                            extra_body={"ignore_eos": True})
+    assert stopped.choices[0].finish_reason == "stop"
+    assert stopped.usage is not None and stopped.usage.completion_tokens <= 2
+    assert model.extra_eos_token not in stopped.choices[0].text
+    assert ignored.choices[0].finish_reason == "length"
+    assert ignored.usage is not None and ignored.usage.completion_tokens == 16
+
+
+def test_async_client_streams_the_same_text(foreign: tuple[ForeignModel, RunningServer]) -> None:
+    _, server = foreign
+
+    async def run() -> tuple[str, str]:
+        async with openai.AsyncOpenAI(base_url=server.base_url + "/v1", api_key=server.keys["bob"],
+                                      max_retries=0, timeout=60) as client:
+            kwargs = {"model": _name(server), "messages": [{"role": "user", "content": "世界 🎉"}],
+                      "max_completion_tokens": 20, "temperature": 0, "extra_body": {"ignore_eos": True}}
+            full = await client.chat.completions.create(**kwargs)  # type: ignore[call-overload]
+            parts = [c.choices[0].delta.content or "" async for c in
+                     await client.chat.completions.create(stream=True, **kwargs)  # type: ignore[call-overload]
+                     if c.choices]
+            return full.choices[0].message.content or "", "".join(parts)
+
+    full, streamed = asyncio.run(run())
+    assert streamed == full
+
+
+@pytest.mark.parametrize("kind", ["gpt2_bpe", "llama2_sentencepiece"])
+def test_token_bytes_of_byte_tokens(kind: str, tmp_path: Path) -> None:
+    """logprobs' ``bytes``: the raw bytes of byte-level and byte-fallback tokens, half characters included."""
+    tok = Tokenizer.from_dir(build_foreign_model(tmp_path, kind).path)
+    ids = tok.encode("🎉", add_special_tokens=False)
+    raw = [tok.token_bytes(t) for t in ids]
+    assert all(r is not None for r in raw)
+    assert b"".join(r for r in raw if r is not None).lstrip(b" ") == "🎉".encode()
+    assert len(raw) > 1  # the emoji really is split across tokens
