@@ -86,6 +86,18 @@ def test_released_pages_are_zero_before_the_next_request_maps_them(default_model
     assert seq_b is not None and seq_b.num_cached_tokens == 0
 
 
+def test_request_scope_caches_nothing_and_leaves_the_whole_pool_zero(default_model_dir: Path) -> None:
+    # cache_scope=request shares nothing, so its pages must not linger as unreachable cache entries:
+    # every page is free and zero as soon as the request ends (I2), not only after a later eviction.
+    llm = _llm(default_model_dir, cache_scope="request")
+    llm.generate([PROMPT, PROMPT + " again"], PARAMS, tenant=ORG_A)
+    engine = llm.engine
+    assert engine.block_manager.num_cached_pages == 0
+    assert engine.block_manager.num_free_pages == engine.block_manager.num_pages
+    assert engine.pool_is_zero()
+    assert engine.runner.pages_are_zero(list(range(engine.block_manager.num_pages)))
+
+
 def test_without_scrubbing_stale_kv_stays_in_the_pool(default_model_dir: Path) -> None:
     # The unsafe benchmark switch: proves the zero check above can fail.
     llm = _llm(default_model_dir, scrub=False, cache_scope="request")

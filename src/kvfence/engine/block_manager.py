@@ -31,6 +31,7 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass
 
+from kvfence.engine.scope import is_unshared
 from kvfence.engine.sequence import Sequence
 from kvfence.errors import CapacityError, ConfigError, IsolationViolation
 
@@ -153,6 +154,8 @@ class BlockManager:
         always computed and sampled from.
         """
         hits: list[tuple[int, bytes]] = []
+        if is_unshared(seq.scope_key):
+            return hits
         parent: bytes | None = None
         for i in range((seq.num_tokens - 1) // self.page_size):
             tokens = tuple(seq.token_ids[i * self.page_size : (i + 1) * self.page_size])
@@ -270,8 +273,8 @@ class BlockManager:
         """
         chain = self._chain.get(seq.request_id)
         table = self._tables.get(seq.request_id)
-        if chain is None or table is None:
-            return
+        if chain is None or table is None or is_unshared(seq.scope_key):
+            return  # a per-request scope shares nothing: its pages stay owned and are scrubbed on release
         num_full = min(seq.num_computed_tokens // self.page_size, len(table))
         for i in range(len(chain), num_full):
             tokens = tuple(seq.token_ids[i * self.page_size : (i + 1) * self.page_size])

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from kvfence.errors import ConfigError
 
-__all__ = ["CacheScope", "TenantIdentity", "compute_scope_key"]
+__all__ = ["UNSHARED_PREFIX", "CacheScope", "TenantIdentity", "compute_scope_key", "is_unshared"]
 
 
 class CacheScope(enum.StrEnum):
@@ -45,6 +45,14 @@ class TenantIdentity:
     key_name: str = "default"
 
 
+UNSHARED_PREFIX = b"kvfence-unshared:"
+
+
+def is_unshared(scope_key: bytes) -> bool:
+    """True for a per-request scope key (``scope=REQUEST``): its pages are never cached."""
+    return scope_key.startswith(UNSHARED_PREFIX)
+
+
 def compute_scope_key(
     identity: TenantIdentity,
     scope: CacheScope,
@@ -54,13 +62,16 @@ def compute_scope_key(
 ) -> bytes:
     """Return the 32-byte scope key: an HMAC-SHA256 of the identity fields the scope covers.
 
-    ``scope=REQUEST`` returns a fresh random key on every call, so nothing is ever shared.
+    ``scope=REQUEST`` returns a fresh random key on every call, so nothing is ever shared; such a key
+    starts with :data:`UNSHARED_PREFIX` (an HMAC key is exactly 32 bytes, so the two never meet), and
+    the block manager never seals pages under it: they are scrubbed when the request ends instead of
+    waiting, unreachable, in the prefix cache until eviction (I2).
     Fields are length-prefixed so that ``("ab", "c")`` and ``("a", "bc")`` never collide.
     """
     if not secret:
         raise ConfigError("the cache-scope secret must not be empty")
     if scope is CacheScope.REQUEST:
-        return secrets.token_bytes(32)
+        return UNSHARED_PREFIX + secrets.token_bytes(32)
     fields: list[str] = [scope.value]
     if scope is not CacheScope.GLOBAL:
         fields.append(identity.organization)
