@@ -10,13 +10,13 @@ earlier requests, the incident's symptom.
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from kvfence.audit.client import EndpointClient, Reply
-from kvfence.audit.discovery import advertised_context, calibrate, kv_capacity
+from kvfence.audit.discovery import kv_capacity
 from kvfence.audit.errors import AuditCannotRun
+from kvfence.audit.preamble import prepare_check
 from kvfence.audit.prompts import TokenModel, make_canary, random_units, spaced
 from kvfence.audit.scan import SecretIndex
 from kvfence.audit.verdict import CheckResult, Evidence, Verdict
@@ -48,9 +48,17 @@ class Probe:
     why: str
 
 
-def plan_probes(max_context: int, capacity: int | None, max_tokens: int, exact: bool) -> list[Probe]:
-    """The prompt sizes to send (pure): around the advertised context and above the KV capacity."""
+def plan_probes(
+    max_context: int, capacity: int | None, max_tokens: int, exact: bool, *, calibrated: bool = True
+) -> list[Probe]:
+    """The prompt sizes to send (pure): around the advertised context and above the KV capacity.
+
+    Without a calibration (``calibrated=False``: sizes assumed, not measured) only the probe far
+    above the context must be rejected; near the limit either answer is accepted, so an
+    assumption can never produce a finding.
+    """
     margin = max(8, max_context // 50)
+    near = False if calibrated else None
     fit = max_context - max_tokens
     if fit < 2:
         raise ConfigError(f"--max-tokens {max_tokens} leaves no room for a prompt in a {max_context}-token context")
@@ -59,16 +67,16 @@ def plan_probes(max_context: int, capacity: int | None, max_tokens: int, exact: 
               f"prompt + max_tokens = {max(1, fit - margin) + max_tokens} <= context {max_context}"),
         Probe("at context", fit, max_tokens, True if exact else None,
               f"prompt + max_tokens = context {max_context} exactly" + ("" if exact else " (size approximate)")),
-        Probe("just above context", fit + (1 if exact else margin), max_tokens, False,
+        Probe("just above context", fit + (1 if exact else margin), max_tokens, near,
               f"prompt + max_tokens exceeds context {max_context}"),
-        Probe("prompt alone over context", max_context + margin, 1, False,
+        Probe("prompt alone over context", max_context + margin, 1, near,
               f"the prompt alone exceeds context {max_context}"),
         Probe("far above context", max_context + max(64, max_context // 4), max_tokens, False,
               f"prompt well beyond context {max_context}"),
     ]
     if capacity is not None:
         over = capacity + margin
-        probes.append(Probe("above KV capacity", over, max_tokens, False,
+        probes.append(Probe("above KV capacity", over, max_tokens, False if calibrated or over >= 1.25 * capacity else None,
                             f"prompt larger than the KV pool of {capacity} tokens"))
     return probes
 
@@ -76,20 +84,16 @@ def plan_probes(max_context: int, capacity: int | None, max_tokens: int, exact: 
 async def run_admission(client: EndpointClient, config: AdmissionConfig) -> CheckResult:
     """Send the planned probes plain and streaming; judge each answer; scan all for canaries."""
     config.validate()
-    started = time.perf_counter()
-    rng = random.Random(config.seed)
     target = client.target
-    model = await client.resolve_model()
-    api = await client.resolve_api()
-    max_context, context_source = await advertised_context(client, target.max_context)
+    setup = await prepare_check(client, config.seed)
+    rng, token_model, max_context = setup.rng, setup.token_model, setup.max_context
     if max_context is None:
-        raise AuditCannotRun("the endpoint does not advertise its context in /v1/models; pass --max-context N")
+        raise AuditCannotRun("the endpoint's context is unknown: /v1/models advertises none (no max_model_len, "
+                             "context_length, ...); pass --max-context N")
     capacity = await kv_capacity(client, target.kv_capacity)
-    token_model, calibration = await calibrate(client, target.tenant_a, rng, max_context)
     result = CheckResult(
-        check="admission", verdict=Verdict.PASS, summary="", endpoint=target.base_url, model=model,
-        parameters={"max_tokens": config.max_tokens, "api": api.value, "seed": config.seed,
-                    "token_calibration": calibration, "tokens_per_letter": round(token_model.tokens_per_unit, 4)},
+        check="admission", verdict=Verdict.PASS, summary="", endpoint=target.base_url, model=setup.model,
+        parameters={"max_tokens": config.max_tokens, "seed": config.seed, **setup.parameters()},
     )
     index = SecretIndex()
     prober = target.tenant_b or target.tenant_a
@@ -104,7 +108,12 @@ async def run_admission(client: EndpointClient, config: AdmissionConfig) -> Chec
                 raise AuditCannotRun(f"a {max_context // 4}-token request failed ({reply.status}): {reply.error}")
             index.add(request_id, prompt, [canary])
     exact = token_model.exact
-    probes = plan_probes(max_context, capacity.tokens if capacity else None, config.max_tokens, exact)
+    probes = plan_probes(max_context, capacity.tokens if capacity else None, config.max_tokens, exact,
+                         calibrated=setup.calibrated)
+    if not setup.calibrated:
+        result.notes.append(
+            "the endpoint reports no usage.prompt_tokens, so prompt sizes assume one token per letter; "
+            "only probes far above the limits count as findings")
     rows: list[dict[str, Any]] = []
     for probe in probes:
         for stream in (False, True):
@@ -142,7 +151,7 @@ async def run_admission(client: EndpointClient, config: AdmissionConfig) -> Chec
         )
     result.measurements = {
         "max_context": max_context,
-        "max_context_source": context_source,
+        "max_context_source": setup.context_source,
         "kv_capacity": capacity.tokens if capacity else None,
         "kv_capacity_source": capacity.source if capacity else "not exposed",
         "exact_sizes": exact,
@@ -157,7 +166,7 @@ async def run_admission(client: EndpointClient, config: AdmissionConfig) -> Chec
         result.summary = (f"every prompt that cannot fit the {max_context}-token context"
                           + (f" or the {capacity.tokens}-token KV pool" if capacity else "")
                           + " was rejected with a 4xx; no answer carried another request's text")
-    result.duration_s = round(time.perf_counter() - started, 3)
+    result.duration_s = setup.elapsed()
     return result
 
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from kvfence.audit.client import EndpointClient, Reply
-from kvfence.audit.discovery import advertised_context, calibrate
 from kvfence.audit.errors import AuditCannotRun
+from kvfence.audit.preamble import prepare_check
 from kvfence.audit.prompts import TokenModel, random_units
 from kvfence.audit.sharing_policy import AllowedSharing, Level, LevelOutcome, decide
 from kvfence.audit.stats import compare_timings
@@ -76,13 +75,9 @@ def default_prompt_tokens(max_context: int | None) -> int:
 async def run_cache_sharing(client: EndpointClient, config: CacheSharingConfig) -> CheckResult:
     """Run the audit at every level the given keys allow and decide the verdict."""
     config.validate()
-    started = time.perf_counter()
-    rng = random.Random(config.seed)
     target = client.target
-    model = await client.resolve_model()
-    api = await client.resolve_api()
-    max_context, context_source = await advertised_context(client, target.max_context)
-    token_model, calibration = await calibrate(client, target.tenant_a, rng, max_context)
+    setup = await prepare_check(client, config.seed)
+    rng, token_model, max_context = setup.rng, setup.token_model, setup.max_context
     prompt_tokens = config.prompt_tokens or default_prompt_tokens(max_context)
     if max_context is not None and prompt_tokens + 8 > max_context:
         raise ConfigError(
@@ -94,7 +89,7 @@ async def run_cache_sharing(client: EndpointClient, config: CacheSharingConfig) 
         verdict=Verdict.INCONCLUSIVE,
         summary="",
         endpoint=target.base_url,
-        model=model,
+        model=setup.model,
         parameters={
             "samples_per_procedure": config.samples,
             "prompt_tokens_target": prompt_tokens,
@@ -105,11 +100,7 @@ async def run_cache_sharing(client: EndpointClient, config: CacheSharingConfig) 
             "alpha": config.alpha,
             "allow_sharing": config.allow_sharing.value,
             "seed": config.seed,
-            "api": api.value,
-            "max_context": max_context,
-            "max_context_source": context_source,
-            "token_calibration": calibration,
-            "tokens_per_letter": round(token_model.tokens_per_unit, 4),
+            **setup.parameters(),
             "test": "one-sided two-sample Kolmogorov-Smirnov (H1: hit TTFT stochastically smaller)",
         },
     )
@@ -150,7 +141,7 @@ async def run_cache_sharing(client: EndpointClient, config: CacheSharingConfig) 
             ))
     result.measurements = {"levels": levels}
     result.verdict, result.summary = decide(outcomes, config.allow_sharing)
-    result.duration_s = round(time.perf_counter() - started, 3)
+    result.duration_s = setup.elapsed()
     return result
 
 

@@ -117,8 +117,13 @@ def _positive_int(value: Any) -> int | None:
 
 async def calibrate(
     client: EndpointClient, tenant: Tenant, rng: random.Random, max_context: int | None
-) -> tuple[TokenModel, str]:
-    """Fit prompt tokens per random letter from ``usage.prompt_tokens`` of three short probes."""
+) -> tuple[TokenModel, str, bool]:
+    """Fit prompt tokens per random letter from ``usage.prompt_tokens`` of three short probes.
+
+    Returns the model, how it was obtained, and whether it was measured (False when the endpoint
+    reports no usage and one token per letter is assumed: a lower bound for the usual tokenizers,
+    which spend at least one token on a space-separated letter, but not a measurement).
+    """
     top = 96 if max_context is None else max(8, min(96, max_context // 8))
     samples: list[tuple[int, int]] = []
     for units in sorted({max(2, top // 12), max(4, top // 3), top}):
@@ -131,7 +136,7 @@ async def calibrate(
         if reply.prompt_tokens is not None:
             samples.append((units, reply.prompt_tokens))
     try:
-        return TokenModel.fit(samples), "fitted from usage.prompt_tokens"
+        return TokenModel.fit(samples), "fitted from usage.prompt_tokens", True
     except ValueError as exc:
         log.warning("token calibration failed (%s); assuming one token per letter", exc)
-        return TokenModel(overhead=0.0, tokens_per_unit=1.0), f"assumed 1 token per letter ({exc})"
+        return TokenModel(overhead=0.0, tokens_per_unit=1.0), f"assumed 1 token per letter ({exc})", False

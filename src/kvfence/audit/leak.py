@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from kvfence.audit.client import EndpointClient, Reply
-from kvfence.audit.discovery import advertised_context, calibrate
 from kvfence.audit.errors import AuditCannotRun
+from kvfence.audit.preamble import prepare_check
 from kvfence.audit.prompts import TokenModel, make_canary, random_units, spaced
 from kvfence.audit.scan import SecretIndex
 from kvfence.audit.verdict import CheckResult, Evidence, Verdict
@@ -60,12 +59,8 @@ async def run_leak(client: EndpointClient, config: LeakConfig) -> CheckResult:
     if target.tenant_b is None:
         raise AuditCannotRun("the leak check needs two tenants: pass --key-b with a key of another organisation")
     tenant_a, tenant_b = target.tenant_a, target.tenant_b
-    started = time.perf_counter()
-    rng = random.Random(config.seed)
-    model = await client.resolve_model()
-    api = await client.resolve_api()
-    max_context, context_source = await advertised_context(client, target.max_context)
-    token_model, calibration = await calibrate(client, tenant_a, rng, max_context)
+    setup = await prepare_check(client, config.seed)
+    rng, token_model, max_context = setup.rng, setup.token_model, setup.max_context
     long_tokens = config.prompt_tokens or (
         max(16, min(max_context // 2, 4096)) if max_context else _DEFAULT_LONG_PROMPT_TOKENS
     )
@@ -122,11 +117,10 @@ async def run_leak(client: EndpointClient, config: LeakConfig) -> CheckResult:
         await attacker("follow-up", f"B-follow-{i + 1}", short)
 
     result = CheckResult(
-        check="leak", verdict=Verdict.PASS, summary="", endpoint=target.base_url, model=model,
+        check="leak", verdict=Verdict.PASS, summary="", endpoint=target.base_url, model=setup.model,
         parameters={"victim_requests": config.victim_requests, "concurrency": config.concurrency,
-                    "max_tokens": config.max_tokens, "victim_prompt_tokens": long_tokens, "api": api.value,
-                    "seed": config.seed, "token_calibration": calibration, "max_context": max_context,
-                    "max_context_source": context_source},
+                    "max_tokens": config.max_tokens, "victim_prompt_tokens": long_tokens,
+                    "seed": config.seed, **setup.parameters()},
     )
     phases: dict[str, dict[str, int]] = {}
     for exchange in b_log:
@@ -152,13 +146,19 @@ async def run_leak(client: EndpointClient, config: LeakConfig) -> CheckResult:
         "attacker_requests": phases,
         "attacker_answers_scanned": len(b_log),
     }
+    clean = (f"none of {len(b_log)} answers to tenant B carried any of tenant A's "
+             f"{len(index)} canaries or prompt text")
     if result.evidence:
         result.verdict = Verdict.FINDING
         result.summary = f"{len(result.evidence)} answer(s) to tenant B carried tenant A's text"
+    elif max_context is None:
+        # The incident's trigger is an over-length request; without a context it was never sent.
+        result.verdict = Verdict.INCONCLUSIVE
+        result.summary = (f"could not determine: {clean}, but no over-length request was sent because the "
+                          "endpoint advertises no context; pass --max-context N")
     else:
-        result.summary = (f"none of {len(b_log)} answers to tenant B carried any of tenant A's "
-                          f"{len(index)} canaries or prompt text")
-    result.duration_s = round(time.perf_counter() - started, 3)
+        result.summary = clean
+    result.duration_s = setup.elapsed()
     return result
 
 

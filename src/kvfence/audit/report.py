@@ -65,7 +65,14 @@ def write_report(results: list[CheckResult], out_dir: Path, exit_code: int | Non
 
 
 def result_tables(result: CheckResult) -> list[Table]:
-    """The tables that summarise a check's measurements (pure)."""
+    """The tables that summarise a check's measurements (pure); a check that measured nothing
+    (it could not run) gets none, and an empty table is left out rather than drawn blank."""
+    if not result.measurements:
+        return []
+    return [t for t in _tables(result) if t.rows]
+
+
+def _tables(result: CheckResult) -> list[Table]:
     m = result.measurements
     if result.check == "cache-sharing":
         rows = []
@@ -95,7 +102,8 @@ def result_tables(result: CheckResult) -> list[Table]:
         return [Table("Tenant B's requests", ["phase", "sent", "200", "4xx", "other"], rows)]
     if result.check == "engine":
         tables = [Table("Fingerprint", ["engine", "version", "features"],
-                        [[m.get("engine"), m.get("version"), ", ".join(m.get("features", []))]]),
+                        [[m.get("engine") or "unknown", m.get("version") or "unknown",
+                          ", ".join(m.get("features", [])) or "none seen"]]),
                   Table("Clues", ["source", "value"], [[c["source"], c["value"]] for c in m.get("clues", [])][:30])]
         advisories = m.get("advisories", [])
         if advisories:
@@ -127,7 +135,8 @@ def _markdown(results: list[CheckResult], plots: dict[str, dict[str, str]], tabl
             lines.append("")
         for title, name in plots[r.check].items():
             lines += [f"![{title}]({name})", ""]
-        lines += ["### Parameters", ""] + [f"- `{k}`: {v}" for k, v in r.parameters.items()]
+        if r.parameters:
+            lines += ["### Parameters", ""] + [f"- `{k}`: {'unknown' if v is None else v}" for k, v in r.parameters.items()]
     return "\n".join(lines) + "\n"
 
 

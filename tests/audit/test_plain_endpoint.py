@@ -1,0 +1,65 @@
+"""`kvfence audit` against an OpenAI-compatible server that is not kvfence and says little about itself.
+
+No usage counts, no advertised context, no capacity endpoint, no metrics, model ids with slashes:
+every check must still run, and each one that cannot decide says so (exit 2), never "pass".
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from kvfence.audit.admission import plan_probes
+from tests.audit.conftest import AuditRun, check_result
+from tests.audit.plain_backend import PlainConfig, run_plain_backend
+
+_FAST = ["--seed", "3", "--samples", "10", "--prompt-tokens", "200"]
+
+
+def test_an_endpoint_that_says_nothing_is_never_passed(run_audit: AuditRun, tmp_path: Path) -> None:
+    with run_plain_backend(PlainConfig(usage="none")) as url:
+        result, data = run_audit("all", url + "/v1/", *_FAST)
+    assert result.exit_code == 2, result.output
+    verdicts = {c["check"]: c["verdict"] for c in data["checks"]}
+    assert verdicts == {"engine": "inconclusive", "admission": "error", "leak": "inconclusive",
+                        "cache-sharing": "inconclusive"}
+    assert all(c["model"] in (None, "acme-ai/Chat-7B-v2") for c in data["checks"])
+    assert "--max-context" in check_result(data, "admission")["summary"]
+    leak = check_result(data, "leak")
+    assert leak["summary"].startswith("could not determine") and "--max-context" in leak["summary"]
+    assert leak["parameters"]["token_calibration"].startswith("assumed")
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "None" not in report
+    assert not re.search(r"^\|(\s*\|)+\s*$", report, re.MULTILINE)  # no blank table rows
+    assert "| unknown | unknown | none seen |" in report
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "<td>None</td>" not in html
+
+
+def test_partial_usage_and_a_known_context(run_audit: AuditRun) -> None:
+    """Sizes are assumed (no prompt_tokens): only prompts far above the context may be findings."""
+    with run_plain_backend(PlainConfig(usage="partial", context_length=512)) as url:
+        result, data = run_audit("admission", url, "--seed", "3")
+        leak_result, leak_data = run_audit("leak", url, "--seed", "3", "--prompt-tokens", "128")
+    assert result.exit_code == 1, result.output
+    admission = check_result(data, "admission")
+    assert admission["measurements"]["max_context"] == 512
+    assert admission["measurements"]["kv_capacity_source"] == "not exposed"
+    assert any("assume one token per letter" in n for n in admission["notes"])
+    findings = [a for a in admission["measurements"]["answers"] if a["outcome"].startswith("finding")]
+    assert findings and {a["probe"] for a in findings} == {"far above context"}
+    near = [a for a in admission["measurements"]["answers"] if a["probe"] == "just above context"]
+    assert near and all(a["expect"] == "either" for a in near)
+    # The over-length phase ran (context known), nothing leaked: a real pass.
+    assert leak_result.exit_code == 0, leak_result.output
+    phases = check_result(leak_data, "leak")["measurements"]["attacker_requests"]
+    assert phases["over-length"]["sent"] == 2
+
+
+def test_uncalibrated_probe_plan_never_relies_on_exact_sizes() -> None:
+    calibrated = plan_probes(4096, 3000, 16, exact=False)
+    assumed = plan_probes(4096, 3000, 16, exact=False, calibrated=False)
+    assert [p.name for p in calibrated] == [p.name for p in assumed]
+    must_reject = {p.name for p in assumed if p.expect_admit is False}
+    assert must_reject == {"far above context"}
+    assert all(p.prompt_tokens >= 1.25 * 4096 for p in assumed if p.expect_admit is False)
