@@ -13,52 +13,20 @@ from typing import Any
 
 import click
 
+from kvfence.engine.cli_options import engine_config, engine_options
+from kvfence.engine.config import EngineConfig
 from kvfence.errors import ConfigError
 
 __all__ = ["disagg"]
 
 
-def _max_model_len(value: str | None) -> int | str | None:
-    if value is None or value == "auto":
-        return value
-    try:
-        return int(value)
-    except ValueError:
-        raise ConfigError(f"--max-model-len must be a positive integer or 'auto', got {value!r}") from None
-
-
 def _engine_options(fn: Any) -> Any:
-    options = [
-        click.option("--model", default=None, help="Local Hugging Face model directory (default: built-in random model)."),
-        click.option("--max-model-len", default=None, help="Maximum context, or 'auto' to fit the KV pool."),
-        click.option("--kv-cache-tokens", type=int, default=None, help="KV pool size in tokens."),
-        click.option("--kv-cache-memory", type=int, default=None, help="KV pool size in bytes."),
-        click.option("--page-size", type=int, default=16, show_default=True),
-        click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True),
-        click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N]."),
-        click.option("--max-num-seqs", type=int, default=64, show_default=True),
-        click.option("--max-num-batched-tokens", type=int, default=2048, show_default=True),
-        click.option("--max-prefill-chunk", type=int, default=512, show_default=True),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--num-threads", type=int, default=None, help="torch CPU threads."),
-        click.option("--unsafe-no-scrub", is_flag=True, help="UNSAFE, benchmarks only: do not zero freed KV pages."),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
+    """The shared engine options plus ``--seed`` (the built-in model's weights, unseeded sampling)."""
+    return engine_options(click.option("--seed", type=int, default=0, show_default=True)(fn))
 
 
-def _engine_config(opts: dict[str, Any]) -> Any:
-    from kvfence.engine.config import EngineConfig
-
-    return EngineConfig(
-        model=opts["model"], max_model_len=_max_model_len(opts["max_model_len"]),  # type: ignore[arg-type]
-        kv_cache_tokens=opts["kv_cache_tokens"], kv_cache_memory=opts["kv_cache_memory"],
-        page_size=opts["page_size"], dtype=opts["dtype"], device=opts["device"],
-        max_num_seqs=opts["max_num_seqs"], max_num_batched_tokens=opts["max_num_batched_tokens"],
-        max_prefill_chunk=opts["max_prefill_chunk"], seed=opts["seed"], num_threads=opts["num_threads"],
-        scrub=not opts["unsafe_no_scrub"],
-    )
+def _engine_config(opts: dict[str, Any]) -> EngineConfig:
+    return engine_config(opts, seed=opts["seed"])
 
 
 def _check_loopback(listen: str, allow_remote: bool) -> None:

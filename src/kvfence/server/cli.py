@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 from typing import Any
 
 import click
 
+from kvfence.engine.cli_options import engine_config as build_engine_config
+from kvfence.engine.cli_options import engine_options, parse_size
 from kvfence.engine.scope import CacheScope
 from kvfence.errors import ConfigError
 from kvfence.server.config import ServerConfig
@@ -16,33 +17,8 @@ from kvfence.server.keys import add_key, load_keys, write_keys
 
 __all__ = ["keys", "parse_size", "serve"]
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4,
-          "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
-          "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
-
-
-def parse_size(text: str) -> int:
-    """Bytes from ``"8GiB"``, ``"512MB"``, ``"2G"`` (binary) or a plain number of bytes."""
-    match = _SIZE.match(text)
-    unit = match.group(2).lower() if match else None
-    if match is None or unit not in _UNITS:
-        raise ConfigError(f"cannot read {text!r} as a size; use e.g. 8GiB, 512MiB, 2G or a number of bytes")
-    return int(float(match.group(1)) * _UNITS[unit])
-
-
-def _max_model_len(value: str | None) -> int | str | None:
-    if value is None or value == "auto":
-        return value
-    if value.isdigit() and int(value) > 0:
-        return int(value)
-    raise ConfigError(f"--max-model-len must be a positive integer or 'auto', got {value!r}")
-
 
 @click.command("serve")
-@click.option("--model", "model", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Local Hugging Face model directory (config.json, tokenizer.json, *.safetensors). "
-                   "Default: the built-in small random-weight model (gibberish output, for testing).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8000, show_default=True, type=int, help="TCP port to listen on.")
 @click.option("--keys", "keys_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -57,34 +33,13 @@ def _max_model_len(value: str | None) -> int | str | None:
               help="File holding the server secret that keys cache scopes (HMAC). Generated with mode 0600 "
                    "if absent. $KVFENCE_SERVER_SECRET overrides it. "
                    "Default: $KVFENCE_HOME/server-secret or ~/.config/kvfence/server-secret.")
-@click.option("--max-model-len", default=None, metavar="N|auto",
-              help="Advertised maximum context (prompt + completion). Refused at start-up if the KV pool "
-                   "cannot hold it (I3); 'auto' lowers it to fit. Default: the model's maximum.")
-@click.option("--kv-cache-tokens", type=int, default=None, help="Size the KV pool to hold this many tokens.")
-@click.option("--kv-cache-memory", default=None, metavar="SIZE",
-              help="Size the KV pool by memory instead, e.g. 4GiB or 512MiB.")
-@click.option("--page-size", type=int, default=16, show_default=True, help="Tokens per KV page.")
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32",
-              show_default=True, help="Weight and KV-cache dtype.")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
-@click.option("--max-num-seqs", type=int, default=64, show_default=True,
-              help="Most sequences decoded together in one batch.")
-@click.option("--max-num-batched-tokens", type=int, default=2048, show_default=True,
-              help="Token budget of one engine step (decode tokens plus prefill chunks).")
 @click.option("--max-queue-len", type=int, default=256, show_default=True,
               help="Requests that may wait beyond --max-num-seqs; more are refused with 429.")
 @click.option("--served-model-name", multiple=True,
               help="Name(s) clients use in the 'model' field. Default: the model's own name.")
-@click.option("--verify-isolation", is_flag=True,
-              help="Paranoid mode: re-check I1 on every step; a violation aborts the request and is "
-                   "counted as an isolation incident.")
-@click.option("--no-scrub", is_flag=True,
-              help="UNSAFE, benchmark only: do not zero freed KV pages (breaks I2).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the built-in model's weights "
               "and of unseeded sampling.")
-@click.option("--num-threads", type=int, default=None, metavar="N",
-              help="Torch CPU threads for the engine (default: torch's choice). On a busy CPU, 1 gives "
-                   "steadier time to first token.")
+@engine_options
 @click.option("--disagg", is_flag=True,
               help="Disaggregated prefill/decode: spawn a local prefill worker; every KV handoff is verified (I4).")
 @click.option("--prefill-address", default=None, metavar="URL",
@@ -115,23 +70,7 @@ def serve(**opts: Any) -> None:
         served_model_names=tuple(opts["served_model_name"]),
         max_queue_len=opts["max_queue_len"],
     )
-    from kvfence.engine.config import EngineConfig
-
-    engine_config = EngineConfig(
-        model=str(opts["model"]) if opts["model"] is not None else None,
-        max_model_len=_max_model_len(opts["max_model_len"]),  # type: ignore[arg-type]
-        kv_cache_tokens=opts["kv_cache_tokens"],
-        kv_cache_memory=parse_size(opts["kv_cache_memory"]) if opts["kv_cache_memory"] else None,
-        page_size=opts["page_size"],
-        dtype=opts["dtype"],
-        device=opts["device"],
-        max_num_seqs=opts["max_num_seqs"],
-        max_num_batched_tokens=opts["max_num_batched_tokens"],
-        scrub=not opts["no_scrub"],
-        verify_isolation=opts["verify_isolation"],
-        seed=opts["seed"],
-        num_threads=opts["num_threads"],
-    )
+    engine_config = build_engine_config(opts, seed=opts["seed"])
     if opts["model"] is not None and not Path(opts["model"]).is_dir():
         raise ConfigError(f"--model {opts['model']} is not a directory")
     disagg_config = None

@@ -1,0 +1,109 @@
+"""The command-line options that configure the engine, shared by ``generate``, ``serve`` and ``disagg``.
+
+One definition per option, so the three commands spell, document and validate them the same way;
+:func:`engine_config` turns the parsed values into an :class:`~kvfence.engine.config.EngineConfig`
+(which validates them once more and names the option to change).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from kvfence.engine.config import EngineConfig
+from kvfence.errors import ConfigError
+
+__all__ = ["ENGINE_OPTION_NAMES", "engine_config", "engine_options", "parse_max_model_len", "parse_size"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4,
+          "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
+          "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``"8GiB"``, ``"512MB"``, ``"2G"`` (binary) or a plain number of bytes."""
+    match = _SIZE.match(text)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS:
+        raise ConfigError(f"cannot read {text!r} as a size; use e.g. 8GiB, 512MiB, 2G or a number of bytes")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def parse_max_model_len(value: str | None) -> int | str | None:
+    """``--max-model-len``: a positive integer, ``auto``, or unset (the model's own maximum)."""
+    if value is None or value == "auto":
+        return value
+    if value.strip().isdigit() and int(value) > 0:
+        return int(value)
+    raise ConfigError(f"--max-model-len must be a positive integer or 'auto', got {value!r}")
+
+
+_OPTIONS = [
+    click.option("--model", type=click.Path(file_okay=False, path_type=Path), default=None,
+                 help="Local Hugging Face model directory (config.json, tokenizer.json, *.safetensors). "
+                      "Default: the built-in small random-weight model (gibberish output, for testing)."),
+    click.option("--max-model-len", default=None, metavar="N|auto",
+                 help="Advertised maximum context (prompt + completion). Refused at start-up if the KV pool "
+                      "cannot hold it (I3); 'auto' lowers it to fit. Default: the model's maximum."),
+    click.option("--kv-cache-tokens", type=int, default=None, help="Size the KV pool to hold this many tokens."),
+    click.option("--kv-cache-memory", default=None, metavar="SIZE",
+                 help="Size the KV pool by memory instead, e.g. 4GiB, 512MiB or a number of bytes."),
+    click.option("--page-size", type=int, default=16, show_default=True, help="Tokens per KV page."),
+    click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32",
+                 show_default=True, help="Weight and KV-cache dtype."),
+    click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N]."),
+    click.option("--max-num-seqs", type=int, default=64, show_default=True,
+                 help="Most sequences decoded together in one batch."),
+    click.option("--max-num-batched-tokens", type=int, default=2048, show_default=True,
+                 help="Token budget of one engine step (decode tokens plus prefill chunks)."),
+    click.option("--max-prefill-chunk", type=int, default=512, show_default=True,
+                 help="Longest piece of one prompt prefilled in one step."),
+    click.option("--num-threads", "--threads", "num_threads", type=int, default=None, metavar="N",
+                 help="Torch CPU threads for the engine (default: torch's choice). On a busy CPU, 1 gives "
+                      "steadier time to first token."),
+    click.option("--unsafe-no-scrub", "--no-scrub", "unsafe_no_scrub", is_flag=True,
+                 help="UNSAFE, benchmarks only: do not zero freed KV pages (breaks I2)."),
+    click.option("--verify-isolation", is_flag=True,
+                 help="Paranoid mode: re-check I1 on every step; a violation aborts the request and is "
+                      "counted as an isolation incident."),
+]
+
+# The parameter names the options above add to a command's keyword arguments.
+ENGINE_OPTION_NAMES = ("model", "max_model_len", "kv_cache_tokens", "kv_cache_memory", "page_size", "dtype",
+                       "device", "max_num_seqs", "max_num_batched_tokens", "max_prefill_chunk", "num_threads",
+                       "unsafe_no_scrub", "verify_isolation")
+
+
+def engine_options(fn: F) -> F:
+    """Add every engine option to a click command (in the order of ``--help``)."""
+    for option in reversed(_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def engine_config(opts: dict[str, Any], **extra: Any) -> EngineConfig:
+    """An ``EngineConfig`` from the parsed engine options (plus ``extra`` fields such as ``seed``)."""
+    memory = opts["kv_cache_memory"]
+    return EngineConfig(
+        model=str(opts["model"]) if opts["model"] is not None else None,
+        max_model_len=parse_max_model_len(opts["max_model_len"]),  # type: ignore[arg-type]
+        kv_cache_tokens=opts["kv_cache_tokens"],
+        kv_cache_memory=parse_size(str(memory)) if memory is not None else None,
+        page_size=opts["page_size"],
+        dtype=opts["dtype"],
+        device=opts["device"],
+        max_num_seqs=opts["max_num_seqs"],
+        max_num_batched_tokens=opts["max_num_batched_tokens"],
+        max_prefill_chunk=opts["max_prefill_chunk"],
+        num_threads=opts["num_threads"],
+        scrub=not opts["unsafe_no_scrub"],
+        verify_isolation=opts["verify_isolation"],
+        **extra,
+    )
