@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.netutil import free_port
+from tests.audit.simbackend import serve_app
 
 __all__ = ["PlainConfig", "run_plain_backend"]
 
@@ -109,18 +107,5 @@ def _app(config: PlainConfig) -> Starlette:
 @contextmanager
 def run_plain_backend(config: PlainConfig | None = None) -> Iterator[str]:
     """Serve the plain backend on 127.0.0.1; yields its base URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(_app(config or PlainConfig()), host="127.0.0.1", port=port,
-                                           log_level="warning", server_header=False, date_header=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the plain backend did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serve_app(_app(config or PlainConfig()), "the plain backend") as url:
+        yield url

@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from tests.netutil import free_port
 
-__all__ = ["SimConfig", "run_backend"]
+__all__ = ["SimConfig", "run_backend", "serve_app"]
 
 _CHAT_OVERHEAD_TOKENS = 3
 
@@ -198,15 +198,22 @@ def build_app(config: SimConfig) -> Starlette:
 @contextmanager
 def run_backend(config: SimConfig) -> Iterator[str]:
     """Serve a simulated backend on a free loopback port; yields its base URL."""
+    with serve_app(build_app(config), "simulated backend") as url:
+        yield url
+
+
+@contextmanager
+def serve_app(app: Starlette, what: str) -> Iterator[str]:
+    """Serve any ASGI test app with uvicorn in a thread on a free loopback port; yields its base URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(build_app(config), host="127.0.0.1", port=port, log_level="error",
-                                           lifespan="off", access_log=False))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
+                                           lifespan="off", access_log=False, server_header=False))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("simulated backend did not start")
+            raise RuntimeError(f"{what} did not start")
         time.sleep(0.01)
     try:
         yield f"http://127.0.0.1:{port}"

@@ -123,6 +123,12 @@ def _stream_failure(rid: str, lease: _Lease, exc: Exception) -> bytes:
                              code="internal_error"))
 
 
+def _usage_chunk(kind: str, rid: str, created: int, name: str, lease: _Lease) -> bytes:
+    """``stream_options.include_usage``: the last chunk before ``[DONE]``, usage and no choices."""
+    return sse({"id": rid, "object": kind, "created": created, "model": name, "choices": [],
+                "usage": usage_body(lease.choices)})
+
+
 def _with_running_usage(req: GenerationRequest, chunk: dict[str, Any], lease: _Lease) -> dict[str, Any]:
     """``stream_options.continuous_usage_stats`` (vLLM): every chunk carries the usage so far."""
     if req.stream_options is not None and req.stream_options.continuous_usage_stats:
@@ -380,8 +386,7 @@ class OpenAIServing:
                                              choice.finish_reason, logprobs)
                     yield sse(_with_running_usage(req, chunk, lease))
             if req.include_usage:
-                yield sse({"id": rid, "object": "text_completion", "created": created, "model": name,
-                           "choices": [], "usage": usage_body(lease.choices)})
+                yield _usage_chunk("text_completion", rid, created, name, lease)
             lease.status = "ok"
             yield sse("[DONE]")
         except Exception as exc:  # whatever failed, the client sees an error event, not a short success
@@ -406,8 +411,7 @@ class OpenAIServing:
                     chunk = chat_chunk(rid, created, name, 0, {}, choice.finish_reason)
                     yield sse(_with_running_usage(req, chunk, lease))
             if req.include_usage:
-                yield sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": name,
-                           "choices": [], "usage": usage_body(lease.choices)})
+                yield _usage_chunk("chat.completion.chunk", rid, created, name, lease)
             lease.status = "ok"
             yield sse("[DONE]")
         except Exception as exc:  # whatever failed, the client sees an error event, not a short success
