@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from kvfence.engine.config import ModelConfig
+from kvfence.engine.kernels import kernel_status
 from kvfence.engine.layers.attention import AttentionMetadata, PrefillChunk
 from kvfence.engine.loader import load_model
 from kvfence.engine.scheduler import ScheduledSeq
@@ -53,6 +54,8 @@ class ModelRunner:
         self.page_size = page_size
         self.num_pages = num_pages
         self.model = load_model(model_dir, cfg, max_len=max_len, dtype=dtype, device=device)
+        if device.type == "cpu" and dtype == torch.float32:
+            kernel_status()  # build the decode kernels now (once per machine), not in the first step
         self.kv_pool = torch.zeros(
             cfg.num_hidden_layers, 2, num_pages + 1, page_size, cfg.num_key_value_heads, cfg.head_dim,
             dtype=dtype, device=device,

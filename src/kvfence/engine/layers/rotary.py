@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from kvfence.engine.kernels import try_rope_
+
 __all__ = ["RotaryEmbedding", "rope_inverse_frequencies"]
 
 
@@ -114,6 +116,13 @@ class RotaryEmbedding(nn.Module):
     def tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin rows for ``positions`` [T], shaped [T, 1, head_dim/2]; gathered once per step."""
         return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+
+    @staticmethod
+    def rotate_(x: torch.Tensor, num_heads: int, cos: torch.Tensor, sin: torch.Tensor) -> None:
+        """Rotate heads ``[0, num_heads)`` of ``x`` [T, heads, head_dim] in place."""
+        if not try_rope_(x, num_heads, cos, sin):
+            heads = x[:, :num_heads]
+            heads.copy_(RotaryEmbedding.rotate(heads, cos, sin))
 
     @staticmethod
     def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

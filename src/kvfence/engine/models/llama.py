@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvfence.engine.config import ModelConfig
+from kvfence.engine.kernels import linear, rms_norm, silu_mul
 from kvfence.engine.layers.attention import AttentionMetadata, paged_attention
 from kvfence.engine.layers.rotary import RotaryEmbedding
 
@@ -44,7 +45,7 @@ class FusedLinear(nn.Module):
         self.bias = _empty(offset, dtype=dtype, device=device) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)
 
 
 class Embedding(nn.Module):
@@ -64,7 +65,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:
-            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+            return rms_norm(x, self.weight, self.eps)
         # Half precision: normalise in float32, round, then scale, in transformers' order.
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -92,8 +93,9 @@ class LlamaAttention(nn.Module):
         # x: [T, hidden]
         num_tokens = x.shape[0]
         qkv = self.qkv_proj(x).view(num_tokens, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
-        qk = RotaryEmbedding.rotate(qkv[:, : self.num_heads + self.num_kv_heads], *rope)
-        q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
+        RotaryEmbedding.rotate_(qkv, self.num_heads + self.num_kv_heads, *rope)  # q and k heads
+        q = qkv[:, : self.num_heads]
+        k = qkv[:, self.num_heads : self.num_heads + self.num_kv_heads]
         v = qkv[:, self.num_heads + self.num_kv_heads :]
         out = paged_attention(q, k, v, k_cache, v_cache, meta)  # [T, H, D]
         return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
@@ -108,9 +110,7 @@ class LlamaMLP(nn.Module):
         self.down_proj = FusedLinear(inter, {"": cfg.hidden_size}, bias=cfg.mlp_bias, dtype=dtype, device=device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate_up = self.gate_up_proj(x)
-        gate, up = gate_up.split(self.intermediate_size, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(silu_mul(self.gate_up_proj(x)))  # gate_up rows: [gate | up]
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -171,4 +171,4 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight).float()
+        return linear(hidden, weight).float()

@@ -1,0 +1,30 @@
+"""CPU kernels for the fp32 decode step, compiled at first use, each with a plain-torch fallback.
+
+``linear`` streams the weights of a decode batch at memory bandwidth over torch's own threads
+(torch's single-row fp32 GEMV reaches a third of it); ``rms_norm``, ``silu_mul`` and ``try_rope_``
+do in one call what torch does in several small ops. See :mod:`.library` for when they apply and
+``KVFENCE_CPU_KERNELS=0`` to turn them off.
+"""
+
+from kvfence.engine.kernels.library import KernelStatus, cpu_kernels, kernel_status, reset_kernels
+from kvfence.engine.kernels.ops import (
+    MAX_ELEMENTWISE_ROWS,
+    MAX_KERNEL_ROWS,
+    linear,
+    rms_norm,
+    silu_mul,
+    try_rope_,
+)
+
+__all__ = [
+    "MAX_ELEMENTWISE_ROWS",
+    "MAX_KERNEL_ROWS",
+    "KernelStatus",
+    "cpu_kernels",
+    "kernel_status",
+    "linear",
+    "reset_kernels",
+    "rms_norm",
+    "silu_mul",
+    "try_rope_",
+]

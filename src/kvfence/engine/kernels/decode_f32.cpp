@@ -1,0 +1,180 @@
+// fp32 kernels for the decode step on x86-64 CPUs with AVX2 and FMA.
+//
+// kvfence_linear_f32: y[b, o] = sum_i x[b, i] * w[o, i] + bias[o] for a few rows b. Batch-1 (and
+// small-batch) decode reads every weight once per token, so it is bound by memory bandwidth.
+// torch's fp32 F.linear on one row runs on one thread here and streams weights at a third of the
+// machine's bandwidth; this kernel streams each weight row once for the whole batch, in the
+// checkpoint's natural [out, in] row-major layout, and splits the output rows over the OpenMP
+// threads torch already uses (the same libgomp, so torch.set_num_threads applies).
+//
+// kvfence_rms_norm_f32, kvfence_silu_mul_f32, kvfence_rope_f32: the decode step's elementwise work
+// in one call each, where torch runs 3 to 12 small ops (each a few microseconds of dispatch).
+// They run on the calling thread: at decode sizes waking other threads costs more than it saves.
+// Compiled with -ffp-contract=off so a*b - c*d rounds as torch's separate ops do.
+//
+// Built at first use by kvfence/engine/kernels/build.py; called through ctypes. No torch headers,
+// so it compiles in about a second.
+
+#include <immintrin.h>
+
+#include <cmath>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace {
+
+constexpr long kBatchChunk = 4;  // batch rows that share one pass over a block of weight rows
+
+inline float horizontal_sum(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v);
+    __m128 hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_hadd_ps(lo, lo);
+    lo = _mm_hadd_ps(lo, lo);
+    return _mm_cvtss_f32(lo);
+}
+
+// R weight rows x B batch rows: R*B accumulators stay in registers; each weight vector is loaded
+// once and used B times.
+template <int R, int B>
+inline void block(const float* w, long in, const float* x, long ldx, float* y, long ldy, const float* bias) {
+    __m256 acc[R][B];
+    for (int r = 0; r < R; ++r)
+        for (int b = 0; b < B; ++b) acc[r][b] = _mm256_setzero_ps();
+    long i = 0;
+    for (; i + 8 <= in; i += 8) {
+        __m256 xv[B];
+        for (int b = 0; b < B; ++b) xv[b] = _mm256_loadu_ps(x + b * ldx + i);
+        for (int r = 0; r < R; ++r) {
+            const __m256 wv = _mm256_loadu_ps(w + r * in + i);
+            for (int b = 0; b < B; ++b) acc[r][b] = _mm256_fmadd_ps(wv, xv[b], acc[r][b]);
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        for (int b = 0; b < B; ++b) {
+            float s = horizontal_sum(acc[r][b]);
+            for (long j = i; j < in; ++j) s += w[r * in + j] * x[b * ldx + j];
+            y[b * ldy + r] = bias != nullptr ? s + bias[r] : s;
+        }
+    }
+}
+
+template <int R>
+inline void rows_block(const float* w, long in, const float* x, long ldx, long batch, float* y, long ldy,
+                       const float* bias) {
+    // The block's weight rows (R * in floats) stay in L1 across the batch chunks, so memory reads
+    // each weight once however large the batch.
+    long b = 0;
+    for (; b + kBatchChunk <= batch; b += kBatchChunk) block<R, 4>(w, in, x + b * ldx, ldx, y + b * ldy, ldy, bias);
+    switch (batch - b) {
+        case 3: block<R, 3>(w, in, x + b * ldx, ldx, y + b * ldy, ldy, bias); break;
+        case 2: block<R, 2>(w, in, x + b * ldx, ldx, y + b * ldy, ldy, bias); break;
+        case 1: block<R, 1>(w, in, x + b * ldx, ldx, y + b * ldy, ldy, bias); break;
+        default: break;
+    }
+}
+
+void rows(const float* x, long ldx, long batch, const float* w, long in, const float* bias, float* y, long ldy,
+          long row_begin, long row_end) {
+    constexpr int R = 4;
+    long o = row_begin;
+    for (; o + R <= row_end; o += R)
+        rows_block<R>(w + o * in, in, x, ldx, batch, y + o, ldy, bias != nullptr ? bias + o : nullptr);
+    for (; o < row_end; ++o)
+        rows_block<1>(w + o * in, in, x, ldx, batch, y + o, ldy, bias != nullptr ? bias + o : nullptr);
+}
+
+}  // namespace
+
+extern "C" {
+
+// x: [batch, in] with row stride ldx; w: [out, in] contiguous; bias: [out] or null; y: [batch, out]
+// contiguous. Threads split the output rows when the weights are large enough to be worth waking them.
+void kvfence_linear_f32(const float* x, long batch, long ldx, const float* w, long out, long in,
+                        const float* bias, float* y, long min_parallel_weights) {
+#ifdef _OPENMP
+    const bool parallel = out * in >= min_parallel_weights && omp_get_max_threads() > 1;
+#pragma omp parallel if (parallel)
+#endif
+    {
+#ifdef _OPENMP
+        const long num_threads = omp_get_num_threads();
+        const long tid = omp_get_thread_num();
+#else
+        const long num_threads = 1, tid = 0;
+        (void)min_parallel_weights;
+#endif
+        // contiguous row ranges, multiples of 4 so every thread runs whole blocks
+        const long per_thread = ((out + num_threads - 1) / num_threads + 3) / 4 * 4;
+        const long begin = tid * per_thread;
+        const long end = begin + per_thread < out ? begin + per_thread : out;
+        if (begin < end) rows(x, ldx, batch, w, in, bias, y, out, begin, end);
+    }
+}
+
+// out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight   (x rows with stride ldx; out contiguous)
+void kvfence_rms_norm_f32(const float* x, long rows, long ldx, long dim, const float* weight, float eps, float* out) {
+    for (long r = 0; r < rows; ++r) {
+        const float* xr = x + r * ldx;
+        float* yr = out + r * dim;
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+        long i = 0;
+        for (; i + 16 <= dim; i += 16) {
+            const __m256 a = _mm256_loadu_ps(xr + i), b = _mm256_loadu_ps(xr + i + 8);
+            acc0 = _mm256_add_ps(acc0, _mm256_mul_ps(a, a));
+            acc1 = _mm256_add_ps(acc1, _mm256_mul_ps(b, b));
+        }
+        for (; i + 8 <= dim; i += 8) {
+            const __m256 a = _mm256_loadu_ps(xr + i);
+            acc0 = _mm256_add_ps(acc0, _mm256_mul_ps(a, a));
+        }
+        float sum = horizontal_sum(_mm256_add_ps(acc0, acc1));
+        for (; i < dim; ++i) sum += xr[i] * xr[i];
+        const float inv = 1.0f / std::sqrt(sum / static_cast<float>(dim) + eps);
+        const __m256 inv_v = _mm256_set1_ps(inv);
+        i = 0;
+        for (; i + 8 <= dim; i += 8)
+            _mm256_storeu_ps(yr + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xr + i), inv_v), _mm256_loadu_ps(weight + i)));
+        for (; i < dim; ++i) yr[i] = (xr[i] * inv) * weight[i];
+    }
+}
+
+// out[r, j] = silu(gate_up[r, j]) * gate_up[r, inter + j]; gate_up rows are [gate | up], contiguous.
+void kvfence_silu_mul_f32(const float* gate_up, long rows, long inter, float* out) {
+    for (long r = 0; r < rows; ++r) {
+        const float* g = gate_up + r * 2 * inter;
+        const float* u = g + inter;
+        float* y = out + r * inter;
+        for (long j = 0; j < inter; ++j) y[j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
+    }
+}
+
+// Rotate-half RoPE in place on the first `heads` heads of each token:
+//   [x1, x2] -> [x1 * cos - x2 * sin, x2 * cos + x1 * sin], cos/sin rows of head_dim / 2.
+void kvfence_rope_f32(float* x, long tokens, long token_stride, long heads, long head_dim, const float* cos,
+                      const float* sin, long table_stride) {
+    const long half = head_dim / 2;
+    for (long t = 0; t < tokens; ++t) {
+        const float* c = cos + t * table_stride;
+        const float* s = sin + t * table_stride;
+        for (long h = 0; h < heads; ++h) {
+            float* x1 = x + t * token_stride + h * head_dim;
+            float* x2 = x1 + half;
+            long i = 0;
+            for (; i + 8 <= half; i += 8) {
+                const __m256 a = _mm256_loadu_ps(x1 + i), b = _mm256_loadu_ps(x2 + i);
+                const __m256 cv = _mm256_loadu_ps(c + i), sv = _mm256_loadu_ps(s + i);
+                _mm256_storeu_ps(x1 + i, _mm256_sub_ps(_mm256_mul_ps(a, cv), _mm256_mul_ps(b, sv)));
+                _mm256_storeu_ps(x2 + i, _mm256_add_ps(_mm256_mul_ps(b, cv), _mm256_mul_ps(a, sv)));
+            }
+            for (; i < half; ++i) {
+                const float a = x1[i], b = x2[i];
+                x1[i] = a * c[i] - b * s[i];
+                x2[i] = b * c[i] + a * s[i];
+            }
+        }
+    }
+}
+
+}  // extern "C"

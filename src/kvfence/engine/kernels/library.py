@@ -1,0 +1,165 @@
+"""Load ``decode_f32.cpp`` (building it at first use) where it applies, or say once why not.
+
+It applies on x86-64 Linux with AVX2 and FMA and a GCC compiler. When it cannot be used (another
+CPU or OS, no compiler, a failed build or a failed self-check) the reason is logged once and the
+callers in :mod:`.ops` use torch. ``KVFENCE_CPU_KERNELS=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from kvfence.engine.kernels.build import KernelBuildError, build_and_load, find_compiler
+
+__all__ = ["KernelStatus", "cpu_kernels", "kernel_status", "reset_kernels"]
+
+log = logging.getLogger(__name__)
+
+_SOURCE = Path(__file__).with_name("decode_f32.cpp")
+_OFF_VALUES = {"0", "false", "off", "no"}
+
+_c_float_p = ctypes.c_void_p
+_SIGNATURES: dict[str, list[type]] = {
+    # x, rows, ldx, w, out, in, bias, y, min_parallel_weights
+    "kvfence_linear_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, _c_float_p, ctypes.c_long, ctypes.c_long,
+                           _c_float_p, _c_float_p, ctypes.c_long],
+    # x, rows, ldx, dim, weight, eps, out
+    "kvfence_rms_norm_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, _c_float_p, ctypes.c_float,
+                             _c_float_p],
+    # gate_up, rows, inter, out
+    "kvfence_silu_mul_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, _c_float_p],
+    # x, tokens, token_stride, heads, head_dim, cos, sin, table_stride
+    "kvfence_rope_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long, _c_float_p,
+                         _c_float_p, ctypes.c_long],
+}
+
+
+@dataclass(frozen=True)
+class KernelStatus:
+    """Whether the CPU kernels are in use, and if not, why."""
+
+    enabled: bool
+    reason: str
+    library: Path | None = None
+
+
+class _State:
+    status: KernelStatus | None = None
+    lib: ctypes.CDLL | None = None
+
+
+_state = _State()
+
+
+def cpu_kernels() -> ctypes.CDLL | None:
+    """The loaded library with typed functions, or ``None`` when torch must be used."""
+    if _state.status is None:
+        kernel_status()
+    return _state.lib
+
+
+def kernel_status() -> KernelStatus:
+    """Decide (building at first use, logged once) whether the CPU kernels are used here."""
+    if _state.status is None:
+        status, lib = _load()
+        _state.status, _state.lib = status, lib
+        if status.enabled:
+            log.info("CPU fp32 decode kernels in use (%s)", status.library)
+        elif status.reason.startswith("disabled"):
+            log.info("CPU fp32 decode kernels %s; using torch", status.reason)
+        else:
+            log.warning("CPU fp32 decode kernels unavailable (%s); using torch", status.reason)
+    return _state.status
+
+
+def reset_kernels() -> None:
+    """Forget the decision so the next call decides again (tests; after changing the env)."""
+    _state.status = None
+    _state.lib = None
+
+
+def _load() -> tuple[KernelStatus, ctypes.CDLL | None]:
+    if os.environ.get("KVFENCE_CPU_KERNELS", "1").strip().lower() in _OFF_VALUES:
+        return KernelStatus(False, "disabled by KVFENCE_CPU_KERNELS"), None
+    if sys.platform != "linux" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return KernelStatus(False, f"need x86-64 Linux, this is {sys.platform}/{platform.machine()}"), None
+    capability = torch.backends.cpu.get_cpu_capability()
+    if not capability.startswith(("AVX2", "AVX512")):
+        return KernelStatus(False, f"need AVX2 and FMA, torch reports CPU capability {capability}"), None
+    compiler = find_compiler()
+    if compiler is not None and not _is_gcc(compiler):
+        # GCC's OpenMP runtime (libgomp) is the one torch uses; the loader then shares it with torch,
+        # so the kernel's threads are torch's threads. Another runtime would fight them for the cores.
+        return KernelStatus(False, f"{compiler} is not GCC; set CXX=g++"), None
+    flags = ["-O3", "-std=c++17", "-mavx2", "-mfma", "-ffp-contract=off"]
+    if "parallel backend: OpenMP" in torch.__config__.parallel_info():
+        flags.append("-fopenmp")
+    try:
+        lib, path = build_and_load(_SOURCE, flags)
+        for name, argtypes in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.argtypes = argtypes
+            fn.restype = None
+    except (KernelBuildError, AttributeError) as exc:
+        return KernelStatus(False, f"build failed: {exc}"), None
+    problem = _self_check(lib)
+    if problem is not None:
+        return KernelStatus(False, f"self-check failed: {problem}", path), None
+    return KernelStatus(True, "in use", path), lib
+
+
+def _is_gcc(compiler: str) -> bool:
+    try:
+        done = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    text = done.stdout.lower()
+    return "clang" not in text and ("gcc" in text or "g++" in text or "free software foundation" in text)
+
+
+def _self_check(lib: ctypes.CDLL) -> str | None:
+    """Compare every kernel with torch in float64 on odd shapes (strided input and bias included)."""
+    gen = torch.Generator().manual_seed(0)
+    for rows, out_features, in_features in ((1, 37, 29), (3, 9, 70), (7, 13, 16)):
+        x = torch.randn(rows, in_features + 3, generator=gen)[:, :in_features]
+        w = torch.randn(out_features, in_features, generator=gen)
+        b = torch.randn(out_features, generator=gen)
+        y = torch.empty(rows, out_features)
+        lib.kvfence_linear_f32(x.data_ptr(), rows, x.stride(0), w.data_ptr(), out_features, in_features,
+                               b.data_ptr(), y.data_ptr(), 0)
+        if not torch.allclose(y.double(), F.linear(x.double(), w.double(), b.double()), rtol=1e-5, atol=1e-4):
+            return f"linear {(rows, in_features)} x {(out_features, in_features)}"
+        norm = torch.empty(rows, in_features)
+        lib.kvfence_rms_norm_f32(x.data_ptr(), rows, x.stride(0), in_features, w[0].data_ptr(), 1e-6, norm.data_ptr())
+        want = F.rms_norm(x.double(), (in_features,), w[0].double(), 1e-6)
+        if not torch.allclose(norm.double(), want, rtol=1e-5, atol=1e-5):
+            return f"rms_norm {(rows, in_features)}"
+        gate_up = torch.randn(rows, 2 * in_features, generator=gen)
+        act = torch.empty(rows, in_features)
+        lib.kvfence_silu_mul_f32(gate_up.data_ptr(), rows, in_features, act.data_ptr())
+        g, u = gate_up.double().chunk(2, dim=-1)
+        if not torch.allclose(act.double(), F.silu(g) * u, rtol=1e-5, atol=1e-6):
+            return f"silu_mul {(rows, in_features)}"
+    heads, head_dim = 5, 22
+    x = torch.randn(3, heads + 2, head_dim, generator=gen)
+    cos, sin = torch.randn(3, head_dim // 2, generator=gen), torch.randn(3, head_dim // 2, generator=gen)
+    x1, x2 = x[:, :heads].double().chunk(2, dim=-1)
+    c, s = cos.double()[:, None], sin.double()[:, None]
+    want = torch.cat((x[:, heads:].double(),), dim=1)
+    rotated = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+    lib.kvfence_rope_f32(x.data_ptr(), 3, x.stride(0), heads, head_dim, cos.data_ptr(), sin.data_ptr(), cos.stride(0))
+    if not torch.allclose(x[:, :heads].double(), rotated, rtol=1e-5, atol=1e-5) or not torch.equal(
+        x[:, heads:].double(), want
+    ):
+        return "rope"
+    return None

@@ -1,0 +1,153 @@
+"""Paged decode attention on CPU in float32: ``paged_attention_f32.cpp``, built at first use.
+
+It runs where the decode kernels of :mod:`.library` run (x86-64 Linux, AVX2 and FMA, GCC, not
+turned off by ``KVFENCE_CPU_KERNELS=0``) and only after a self-check against torch's attention.
+Anywhere else :func:`paged_decode_f32` returns ``None`` and the caller uses torch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from kvfence.engine.kernels.build import KernelBuildError, build_and_load
+from kvfence.engine.kernels.library import kernel_status
+
+__all__ = ["decode_kernel_reason", "paged_decode_f32", "reset_decode_kernel"]
+
+log = logging.getLogger(__name__)
+
+_SOURCE = Path(__file__).with_name("paged_attention_f32.cpp")
+_p = ctypes.c_void_p
+_long = ctypes.c_long
+# q, q_stride, batch, heads, kv_heads, head_dim, k_cache, v_cache, slots, slots_stride, begin, end, scale, out
+_ARGTYPES = [_p, _long, _long, _long, _long, _long, _p, _p, _p, _long, _p, _p, ctypes.c_float, _p]
+
+
+class _State:
+    loaded: bool = False
+    fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
+    reason: str = "not loaded yet"
+
+
+_state = _State()
+
+
+def decode_kernel_reason() -> str:
+    """``"in use"``, or why torch's attention runs instead (loads the kernel on first call)."""
+    _kernel()
+    return _state.reason
+
+
+def reset_decode_kernel() -> None:
+    """Forget the decision so the next call decides again (tests; after changing the env)."""
+    _state.loaded, _state.fn, _state.reason = False, None, "not loaded yet"
+
+
+def paged_decode_f32(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,
+    begin: torch.Tensor,
+    end: torch.Tensor,
+    scale: float,
+) -> torch.Tensor | None:
+    """Each row ``b`` of ``q`` [B, H, D] attends to pool slots ``slots[b, begin[b]:end[b]]``.
+
+    ``k_cache``/``v_cache`` are one layer's pool [num_slots, KV, D]; ``slots`` [B, L], ``begin`` and
+    ``end`` [B] are int64. Returns [B, H, D], or ``None`` when the kernel does not apply here.
+    """
+    fn = _kernel()
+    if fn is None or not _applies(q, k_cache, v_cache, slots, begin, end):
+        return None
+    batch, heads, head_dim = q.shape
+    if q.stride(2) != 1 or q.stride(1) != head_dim:
+        q = q.contiguous()
+    out = torch.empty(batch, heads, head_dim, dtype=torch.float32)
+    status = fn(
+        q.data_ptr(), q.stride(0), batch, heads, k_cache.shape[1], head_dim,
+        k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(), slots.stride(0),
+        begin.data_ptr(), end.data_ptr(), scale, out.data_ptr(),
+    )
+    if status != 0:
+        raise RuntimeError(f"paged decode kernel rejected {heads} heads over {k_cache.shape[1]} KV heads")
+    return out
+
+
+def _applies(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
+             begin: torch.Tensor, end: torch.Tensor) -> bool:
+    if q.dim() != 3 or k_cache.dim() != 3 or slots.dim() != 2 or q.shape[0] != slots.shape[0]:
+        return False
+    if q.dtype != torch.float32 or k_cache.dtype != torch.float32 or v_cache.dtype != torch.float32:
+        return False
+    if not (q.is_cpu and k_cache.is_cpu and v_cache.is_cpu and slots.is_cpu):
+        return False
+    if k_cache.shape != v_cache.shape or q.shape[2] != k_cache.shape[2] or q.shape[1] % k_cache.shape[1]:
+        return False
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()) or slots.stride(1) != 1:
+        return False
+    if any(t.dtype != torch.int64 for t in (slots, begin, end)):
+        return False
+    return begin.is_contiguous() and end.is_contiguous() and not (torch.is_grad_enabled() and q.requires_grad)
+
+
+def _kernel() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    if not _state.loaded:
+        _state.fn, _state.reason = _load()
+        _state.loaded = True
+        if _state.fn is not None:
+            log.info("CPU fp32 paged decode attention kernel in use")
+        else:
+            log.info("CPU fp32 paged decode attention kernel not used (%s); using torch", _state.reason)
+    return _state.fn
+
+
+def _load() -> tuple[ctypes._CFuncPtr | None, str]:  # type: ignore[name-defined]
+    status = kernel_status()  # same platform, compiler and switch as the other decode kernels
+    if not status.enabled:
+        return None, status.reason
+    flags = ["-O3", "-std=c++17", "-mavx2", "-mfma", "-ffp-contract=off"]
+    if "parallel backend: OpenMP" in torch.__config__.parallel_info():
+        flags.append("-fopenmp")
+    try:
+        lib, _ = build_and_load(_SOURCE, flags)
+        fn = lib.kvfence_paged_decode_f32
+    except (KernelBuildError, AttributeError) as exc:
+        return None, f"build failed: {exc}"
+    fn.argtypes = _ARGTYPES
+    fn.restype = ctypes.c_int
+    problem = _self_check(fn)
+    if problem is not None:
+        log.warning("CPU paged decode attention kernel failed its self-check (%s); using torch", problem)
+        return None, f"self-check failed: {problem}"
+    return fn, "in use"
+
+
+def _self_check(fn: ctypes._CFuncPtr) -> str | None:  # type: ignore[name-defined]
+    """Compare with float64 attention on odd shapes: GQA, windows (begin > 0), small and large batches."""
+    gen = torch.Generator().manual_seed(0)
+    for batch, heads, kv_heads, head_dim, length in ((3, 6, 2, 20, 37), (2, 4, 4, 64, 5), (5, 8, 1, 72, 50), (17, 6, 3, 64, 40)):
+        k_cache = torch.randn(length * batch + 7, kv_heads, head_dim, generator=gen)
+        v_cache = torch.randn(length * batch + 7, kv_heads, head_dim, generator=gen)
+        slots = torch.randperm(k_cache.shape[0], generator=gen)[: batch * length].view(batch, length).contiguous()
+        end = torch.randint(1, length + 1, (batch,), generator=gen)
+        begin = torch.clamp(end - torch.randint(1, length + 1, (batch,), generator=gen), min=0)
+        q = torch.randn(batch, heads, head_dim, generator=gen)
+        scale = head_dim**-0.5
+        out = torch.empty(batch, heads, head_dim)
+        fn(q.data_ptr(), heads * head_dim, batch, heads, kv_heads, head_dim, k_cache.data_ptr(),
+           v_cache.data_ptr(), slots.data_ptr(), slots.stride(0), begin.data_ptr(), end.data_ptr(), scale,
+           out.data_ptr())
+        for b in range(batch):
+            s = slots[b, int(begin[b]) : int(end[b])]
+            k = k_cache[s].double().repeat_interleave(heads // kv_heads, dim=1).transpose(0, 1)  # [H, n, D]
+            v = v_cache[s].double().repeat_interleave(heads // kv_heads, dim=1).transpose(0, 1)
+            want = F.scaled_dot_product_attention(q[b].double()[:, None], k, v, scale=scale)[:, 0]
+            if not torch.allclose(out[b].double(), want, rtol=1e-4, atol=1e-5):
+                return f"batch {batch}, heads {heads}/{kv_heads}, head_dim {head_dim}"
+    return None

@@ -1,0 +1,232 @@
+"""The CPU decode kernels equal torch (within fp32 rounding; RoPE bit for bit) and fall back cleanly."""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kvfence.engine.kernels import (
+    MAX_ELEMENTWISE_ROWS,
+    MAX_KERNEL_ROWS,
+    kernel_status,
+    linear,
+    reset_kernels,
+    rms_norm,
+    silu_mul,
+    try_rope_,
+)
+from kvfence.engine.layers.rotary import RotaryEmbedding
+from kvfence.engine.llm import LLM
+from kvfence.engine.sampling_params import SamplingParams
+from tests.engine.tiny_models import build_tiny_model, hf_greedy
+
+needs_kernels = pytest.mark.skipif(
+    os.environ.get("KVFENCE_CPU_KERNELS", "1") in ("0", "false", "off", "no") or not kernel_status().enabled,
+    reason=f"CPU kernels not in use here: {kernel_status().reason}",
+)
+
+
+@pytest.fixture
+def fresh_kernels(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """Decide again under the test's environment, and again after it (the real one)."""
+    reset_kernels()
+    yield monkeypatch
+    monkeypatch.undo()
+    reset_kernels()
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ---- equality with torch -------------------------------------------------------------------------
+
+
+@needs_kernels
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 8, 13, MAX_KERNEL_ROWS])
+@pytest.mark.parametrize(("out_features", "in_features"), [(1, 1), (3, 7), (5, 9), (17, 33), (64, 576), (101, 1536)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_equals_f_linear_on_odd_shapes(rows: int, out_features: int, in_features: int, with_bias: bool) -> None:
+    g = _gen(rows * 1000 + out_features)
+    x = torch.randn(rows, in_features, generator=g)
+    w = torch.randn(out_features, in_features, generator=g)
+    b = torch.randn(out_features, generator=g) if with_bias else None
+    with torch.inference_mode():
+        got = linear(x, w, b)
+    want = F.linear(x.double(), w.double(), None if b is None else b.double())
+    # fp32 sums of in_features products: error grows with the length and the magnitude of the terms
+    tol = 4 * torch.finfo(torch.float32).eps * (x.abs().double() @ w.abs().double().T + 1)
+    assert got.dtype == torch.float32 and got.shape == (rows, out_features)
+    assert bool(((got.double() - want).abs() <= tol).all())
+    assert torch.allclose(got, F.linear(x, w, b), rtol=1e-4, atol=1e-4)
+
+
+@needs_kernels
+def test_linear_reads_strided_input_and_large_products_use_threads() -> None:
+    g = _gen(1)
+    base = torch.randn(3, 600, generator=g)
+    x = base[:, 5:581]  # rows with a stride larger than their length
+    w = torch.randn(2000, 576, generator=g)  # big enough to be split over threads
+    with torch.inference_mode():
+        assert torch.allclose(linear(x, w), F.linear(x, w), rtol=1e-4, atol=1e-4)
+        col = torch.randn(576, 2, generator=g)[:, 0].unsqueeze(0)  # a column view: copied, not misread
+        assert torch.allclose(linear(col, w), F.linear(col, w), rtol=1e-4, atol=1e-4)
+
+
+def test_linear_outside_the_kernel_is_exactly_f_linear() -> None:
+    g = _gen(2)
+    w = torch.randn(9, 12, generator=g)
+    cases = [
+        torch.randn(MAX_KERNEL_ROWS + 1, 12, generator=g),  # a prefill-sized batch
+        torch.randn(2, 12, generator=g).double(),  # another dtype
+        torch.randn(4, 3, 12, generator=g),  # 3-D input
+    ]
+    for x in cases:
+        ww = w.to(x.dtype)
+        assert torch.equal(linear(x, ww), F.linear(x, ww))
+    wt = torch.randn(12, 9, generator=g).T  # non-contiguous weight
+    assert torch.equal(linear(cases[0][:2], wt), F.linear(cases[0][:2], wt))
+    meta = torch.empty(1, 12, device="meta")  # not a CPU tensor (as CUDA): torch's op
+    assert linear(meta, w.to("meta")).device.type == "meta"
+    with pytest.raises(RuntimeError):  # shape errors are torch's
+        linear(torch.randn(1, 11), w)
+
+
+def test_linear_under_autograd_is_torch_and_differentiable() -> None:
+    w = torch.randn(5, 8, requires_grad=True)
+    linear(torch.randn(1, 8), w).sum().backward()
+    assert w.grad is not None
+
+
+@needs_kernels
+@pytest.mark.parametrize("rows", [1, 3, MAX_ELEMENTWISE_ROWS])
+@pytest.mark.parametrize("dim", [1, 7, 16, 31, 576])
+def test_rms_norm_and_silu_mul_equal_torch(rows: int, dim: int) -> None:
+    g = _gen(rows + dim)
+    x = torch.randn(rows, dim, generator=g) * 3
+    w = torch.randn(dim, generator=g)
+    with torch.inference_mode():
+        assert torch.allclose(rms_norm(x, w, 1e-5), F.rms_norm(x, (dim,), w, 1e-5), rtol=1e-5, atol=1e-6)
+        strided = torch.randn(rows, dim + 4, generator=g)[:, 2 : dim + 2]
+        assert torch.allclose(rms_norm(strided, w, 1e-6), F.rms_norm(strided, (dim,), w, 1e-6), rtol=1e-5, atol=1e-6)
+        gate_up = torch.randn(rows, 2 * dim, generator=g) * 4
+        gate, up = gate_up.chunk(2, dim=-1)
+        assert torch.allclose(silu_mul(gate_up), F.silu(gate) * up, rtol=1e-5, atol=1e-6)
+
+
+@needs_kernels
+@pytest.mark.parametrize(("tokens", "heads", "rotated", "head_dim"), [(1, 15, 12, 64), (5, 4, 3, 16), (3, 7, 7, 22)])
+def test_rope_kernel_is_bit_exact_with_torch(tokens: int, heads: int, rotated: int, head_dim: int) -> None:
+    rope = RotaryEmbedding(head_dim, 128, 10000.0, None, 128, torch.float32, torch.device("cpu"))
+    positions = torch.randint(0, 128, (tokens,), generator=_gen(3))
+    cos, sin = rope.tables(positions)
+    x = torch.randn(tokens, heads, head_dim, generator=_gen(4))
+    want = x.clone()
+    want[:, :rotated] = RotaryEmbedding.rotate(want[:, :rotated], cos, sin)
+    with torch.inference_mode():
+        assert try_rope_(x, rotated, cos, sin)
+    assert torch.equal(x, want)  # the unrotated heads (v) untouched, the rotated ones bit for bit
+
+
+def test_rope_falls_back_for_half_precision_and_big_batches() -> None:
+    rope = RotaryEmbedding(16, 256, 10000.0, None, 256, torch.bfloat16, torch.device("cpu"))
+    cos, sin = rope.tables(torch.arange(3))
+    x = torch.randn(3, 4, 16).to(torch.bfloat16)
+    assert not try_rope_(x, 2, cos, sin)
+    big = torch.randn(MAX_ELEMENTWISE_ROWS + 1, 4, 16)
+    cos32, sin32 = RotaryEmbedding(16, 256, 10000.0, None, 256, torch.float32, torch.device("cpu")).tables(
+        torch.arange(MAX_ELEMENTWISE_ROWS + 1)
+    )
+    want = big.clone()
+    want[:, :2] = RotaryEmbedding.rotate(want[:, :2], cos32, sin32)
+    RotaryEmbedding.rotate_(big, 2, cos32, sin32)
+    assert torch.equal(big, want)
+
+
+# ---- the switch and the fallbacks ----------------------------------------------------------------
+
+
+def test_switched_off_by_env_uses_torch(fresh_kernels: pytest.MonkeyPatch) -> None:
+    fresh_kernels.setenv("KVFENCE_CPU_KERNELS", "0")
+    status = kernel_status()
+    assert not status.enabled and "KVFENCE_CPU_KERNELS" in status.reason
+    x, w = torch.randn(1, 40), torch.randn(30, 40)
+    assert torch.equal(linear(x, w), F.linear(x, w))
+    gate_up = torch.randn(2, 20)
+    gate, up = gate_up.chunk(2, dim=-1)
+    assert torch.equal(silu_mul(gate_up), F.silu(gate) * up)
+    assert not try_rope_(torch.randn(1, 2, 8), 1, torch.randn(1, 1, 4), torch.randn(1, 1, 4))
+
+
+def test_no_compiler_falls_back_and_says_so_once(
+    fresh_kernels: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fresh_kernels.delenv("KVFENCE_CPU_KERNELS", raising=False)
+    fresh_kernels.setenv("KVFENCE_KERNEL_DIR", str(tmp_path / "kernels"))
+    fresh_kernels.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    with caplog.at_level(logging.INFO, logger="kvfence.engine.kernels"):
+        x, w = torch.randn(2, 10), torch.randn(3, 10)
+        assert torch.equal(linear(x, w), F.linear(x, w))
+        assert torch.equal(linear(x, w), F.linear(x, w))
+        status = kernel_status()
+    assert not status.enabled
+    if status.reason.startswith("need"):
+        pytest.skip(f"kernels never apply on this machine: {status.reason}")
+    assert "compiler" in status.reason
+    messages = [r.getMessage() for r in caplog.records if "kernels unavailable" in r.getMessage()]
+    assert len(messages) == 1 and "using torch" in messages[0]
+
+
+def test_failed_build_falls_back_with_the_compiler_error(fresh_kernels: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = tmp_path / "g++"
+    fake.write_text('#!/bin/sh\nif [ "$1" = --version ]; then echo "g++ (GCC) 99"; exit 0; fi\n'
+                    'echo "decode_f32.cpp:1: error: simulated" >&2; exit 1\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    fresh_kernels.delenv("KVFENCE_CPU_KERNELS", raising=False)
+    fresh_kernels.setenv("KVFENCE_KERNEL_DIR", str(tmp_path / "kernels"))
+    fresh_kernels.setenv("CXX", str(fake))
+    status = kernel_status()
+    if status.reason.startswith("need"):
+        pytest.skip(f"kernels never apply on this machine: {status.reason}")
+    assert not status.enabled
+    assert "build failed" in status.reason and "simulated" in status.reason
+    assert not list((tmp_path / "kernels").glob("*.so"))  # no half-written library left behind
+    x, w = torch.randn(1, 10), torch.randn(3, 10)
+    assert torch.equal(linear(x, w), F.linear(x, w))
+
+
+@needs_kernels
+def test_build_is_cached_by_content(fresh_kernels: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fresh_kernels.setenv("KVFENCE_KERNEL_DIR", str(tmp_path))
+    first = kernel_status()
+    assert first.enabled and first.library is not None and first.library.parent == tmp_path
+    built = first.library.stat().st_mtime_ns
+    reset_kernels()
+    second = kernel_status()
+    assert second.library == first.library and second.library.stat().st_mtime_ns == built
+
+
+# ---- the engine ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_engine_greedy_matches_transformers_with_kernels_on_and_off(
+    arch: str, fresh_kernels: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    model_dir = build_tiny_model(tmp_path / arch, arch)
+    g = _gen(5)
+    prompts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (5, 23)]
+    reference = hf_greedy(model_dir, prompts, 12)
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    for switch in ("1", "0"):
+        fresh_kernels.setenv("KVFENCE_CPU_KERNELS", switch)
+        reset_kernels()
+        llm = LLM(model=str(model_dir), kv_cache_tokens=1024, page_size=8, device="cpu")
+        assert [o.token_ids for o in llm.generate(prompts, params)] == reference, f"KVFENCE_CPU_KERNELS={switch}"
