@@ -23,9 +23,9 @@ KEYS = {name: f"kvf-gw-test-{name}-key" for name in ("alice", "alice2", "bob", "
 UPSTREAM_ACME = "sk-upstream-acme-1234"
 
 
-def make_policy(a: FakeBackend, b: FakeBackend, audit: Path) -> dict[str, Any]:
+def make_policy(a: FakeBackend, b: FakeBackend, audit: Path, http_client: str = "auto") -> dict[str, Any]:
     closed = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there: a backend that is down
-    return {
+    policy = {
         "gateway": {"audit_log": f"sqlite:///{audit}", "capacity_refresh_s": 0, "backend_retry_after_s": 30,
                     "load_protection": False, "hooks": ["tests.gateway.sample_hooks:build"],
                     "max_body_bytes": 200_000},
@@ -63,18 +63,28 @@ def make_policy(a: FakeBackend, b: FakeBackend, audit: Path) -> dict[str, Any]:
              "workspace": "legal", "default_class": "confidential", "limits": {"max_prompt_tokens": 300}},
         ],
     }
+    for backend in policy["backends"]:
+        backend["http_client"] = http_client
+    return policy
+
+
+# Every test runs through both upstream clients: the lean HTTP/1.1 one the gateway uses for http://
+# backends ("auto") and httpx, which https backends use.
+@pytest.fixture(scope="module", params=["auto", "httpx"])
+def http_client(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 @pytest.fixture(scope="module")
-def audit_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def audit_path(tmp_path_factory: pytest.TempPathFactory, http_client: str) -> Path:
     return tmp_path_factory.mktemp("gw-audit") / "audit.db"
 
 
 @pytest.fixture(scope="module")
-def gateway(backend_a: FakeBackend, backend_b: FakeBackend, audit_path: Path,
+def gateway(backend_a: FakeBackend, backend_b: FakeBackend, audit_path: Path, http_client: str,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     tmp = tmp_path_factory.mktemp("gw")
-    gw = Gateway(make_policy(backend_a, backend_b, audit_path), tmp,
+    gw = Gateway(make_policy(backend_a, backend_b, audit_path, http_client), tmp,
                  env={"KVFENCE_GATEWAY_SECRET": SECRET, "UPSTREAM_ACME_KEY": UPSTREAM_ACME})
     yield gw
     while _OPEN_CLIENTS:
@@ -401,3 +411,9 @@ def test_api_key_header_is_accepted_too(gateway: Gateway) -> None:
     assert ok.status_code == 200
     bad = httpx.post(gateway.url + "/chat/completions", json=body, headers={"api-key": "nope"})
     assert bad.status_code == 401 and bad.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_health_names_the_upstream_client_in_use(gateway: Gateway, http_client: str) -> None:
+    backends = httpx.get(gateway.root + "/health").json()["backends"]
+    expected = "fast" if http_client == "auto" else "httpx"
+    assert {name: b["http_client"] for name, b in backends.items()} == dict.fromkeys(backends, expected)

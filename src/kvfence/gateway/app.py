@@ -12,18 +12,47 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from kvfence.gateway.answer import json_error
 from kvfence.gateway.errors import GatewayError
 from kvfence.gateway.proxy import handle_completion
 from kvfence.gateway.runtime import GatewayRuntime
 
-__all__ = ["build_app"]
+__all__ = ["GatewayApp", "build_app"]
 
 log = logging.getLogger("kvfence.gateway")
 
 
-def build_app(runtime: GatewayRuntime) -> Starlette:
+# The hot endpoints, served without Starlette's router and middleware stack (see GatewayApp).
+_COMPLETION_PATHS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+
+
+class GatewayApp:
+    """Pure ASGI front: ``POST`` to the completion endpoints goes straight to the request path;
+    everything else (``/v1/models``, ``/metrics``, ``/health``, lifespan, 404 and 405 answers) to a
+    Starlette app.
+
+    Starlette's router, exception middlewares and per-send wrappers are cheap for one request but
+    not per streamed chunk at 100 concurrent streams; ``handle_completion`` catches every error of
+    its own, so on this path they had nothing to do.
+    """
+
+    def __init__(self, runtime: GatewayRuntime, rest: Starlette) -> None:
+        self.runtime = runtime
+        self.rest = rest
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = _COMPLETION_PATHS.get(scope["path"])
+            if endpoint is not None:
+                response = await handle_completion(self.runtime, Request(scope, receive), endpoint)
+                await response(scope, receive, send)
+                return
+        await self.rest(scope, receive, send)
+
+
+def build_app(runtime: GatewayRuntime) -> GatewayApp:
     """An app serving ``runtime``; its lifespan starts and closes the runtime."""
 
     async def chat(request: Request) -> Response:
@@ -64,7 +93,8 @@ def build_app(runtime: GatewayRuntime) -> Starlette:
                    "kv_capacity_tokens": state.capacity.kv_capacity_tokens,
                    "advertises_more_than_it_holds": state.capacity.advertises_more_than_it_holds,
                    "capacity_source": state.capacity.source,
-                   "token_count": getattr(state.counter, "description", "")}
+                   "token_count": getattr(state.counter, "description", ""),
+                   "http_client": state.client.kind}
             for name, state in runtime.backends.items()
         }
         return JSONResponse({"status": "ok", "hooks": [type(h).__name__ for h in runtime.hooks],
@@ -94,4 +124,6 @@ def build_app(runtime: GatewayRuntime) -> Starlette:
         error.error_type = "invalid_request_error"
         return json_error(error)
 
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    # The Starlette app keeps the completion routes too: other methods on them still get a JSON 405.
+    rest = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    return GatewayApp(runtime, rest)

@@ -136,6 +136,10 @@ class BackendConfig(_Strict):
     connect_timeout_s: float = Field(default=5.0, gt=0)
     read_timeout_s: float = Field(default=300.0, gt=0)
     max_connections: int = Field(default=1000, ge=1)
+    http_client: Literal["auto", "httpx"] = Field(
+        default="auto",
+        description="auto: the gateway's lean HTTP/1.1 client for http:// URLs, httpx for https://; httpx: always httpx",
+    )
 
     @property
     def base_url(self) -> str:

@@ -36,6 +36,7 @@ from kvfence.gateway.limits import LimitLease
 from kvfence.gateway.routing import choose_backends, salt_scope
 from kvfence.gateway.runtime import BackendState, GatewayRuntime
 from kvfence.gateway.trace import RequestTrace
+from kvfence.gateway.upstream import UpstreamClient, UpstreamResponse
 
 __all__ = ["handle_completion"]
 
@@ -235,16 +236,16 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
                               f"(failing closed): {'; '.join(failures)}{refused}")
 
 
-async def _send(client: httpx.AsyncClient, path: str, content: bytes, headers: dict[str, str]) -> httpx.Response:
+async def _send(client: UpstreamClient, path: str, content: bytes, headers: dict[str, str]) -> UpstreamResponse:
     """Send once; resend once on a fresh connection if a pooled one turned out closed by the server.
 
     A keep-alive connection the backend closed a moment ago fails with no response at all; that says
     nothing about the backend's health, so it must not count as a failure or trigger a fallback.
     """
     try:
-        return await client.send(client.build_request("POST", path, content=content, headers=headers), stream=True)
+        return await client.post(path, content, headers)
     except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
-        return await client.send(client.build_request("POST", path, content=content, headers=headers), stream=True)
+        return await client.post(path, content, headers)
 
 
 def _note_fallback(runtime: GatewayRuntime, states: list[BackendState], attempt: int, trace: RequestTrace) -> None:

@@ -30,6 +30,7 @@ from kvfence.gateway.policy import BackendConfig, Policy
 from kvfence.gateway.routing import BackendView
 from kvfence.gateway.tenants import GatewayTenant, TenantRegistry
 from kvfence.gateway.tokens import TokenCounter, load_counter
+from kvfence.gateway.upstream import UpstreamClient, make_upstream_client
 
 __all__ = ["BackendState", "GatewayRuntime", "load_hooks"]
 
@@ -41,7 +42,7 @@ class BackendState:
     """Live knowledge about one backend."""
 
     config: BackendConfig
-    client: httpx.AsyncClient
+    client: UpstreamClient
     counter: TokenCounter
     capacity: CapacityInfo
     down_until: float = 0.0
@@ -142,12 +143,7 @@ class GatewayRuntime:
     # -- lifecycle --------------------------------------------------------------------------------
     async def start(self) -> None:
         for backend in self.policy.backends:
-            timeout = httpx.Timeout(backend.read_timeout_s, connect=backend.connect_timeout_s, pool=10.0)
-            limits = httpx.Limits(max_connections=backend.max_connections,
-                                  max_keepalive_connections=backend.max_connections,
-                                  keepalive_expiry=4.0)  # under the 5 s idle timeout of uvicorn-based engines (vLLM, kvfence)
-            client = httpx.AsyncClient(base_url=backend.base_url, timeout=timeout, limits=limits,
-                                       trust_env=False, follow_redirects=False)
+            client = make_upstream_client(backend)
             facts = backend.facts
             self.backends[backend.name] = BackendState(
                 backend, client, self._counters[backend.name],

@@ -1,0 +1,380 @@
+"""A lean HTTP/1.1 keep-alive client over asyncio for plain-http upstreams (see ``upstream.py``).
+
+It does only what the gateway's hot path needs: POST a body with the gateway's headers and stream the
+answer back, over a pool of kept-alive connections to one ``host:port``. Responses are parsed by
+httptools (llhttp, the parser uvicorn uses), which also undoes chunked transfer coding. Errors are
+raised as httpx's exception types so callers handle both clients alike::
+
+    httpx.ConnectError / ConnectTimeout   the backend cannot be reached
+    httpx.PoolTimeout                     every pooled connection stayed busy for ``pool_timeout_s``
+    httpx.ReadTimeout                     no byte for ``read_timeout_s``
+    httpx.RemoteProtocolError             the backend closed early or sent something that is not HTTP
+    httpx.LocalProtocolError              a header value that would split the request
+
+Not supported, on purpose: TLS, proxies, redirects, HTTP/2, request streaming. Those backends use
+httpx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import zlib
+from collections.abc import AsyncIterator, Mapping
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+import httpx
+
+__all__ = ["FastResponse", "FastUpstream"]
+
+# Pause reading from the backend when this much answer is buffered and not yet taken by the caller:
+# a slow client must slow the backend down, not grow the gateway's memory.
+_HIGH_WATER = 256 * 1024
+_KEEPALIVE_EXPIRY_S = 4.0  # under the 5 s idle timeout of uvicorn-based engines (vLLM, kvfence)
+_STATUS_NOT_YET = 0
+
+
+class FastResponse:
+    """One upstream answer: status and headers are in; the body streams through :meth:`aiter_raw`."""
+
+    def __init__(self, conn: _Connection, read_timeout_s: float) -> None:
+        self._conn = conn
+        self._read_timeout_s = read_timeout_s
+        self.status_code = _STATUS_NOT_YET
+        self.headers: dict[str, str] = {}
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._buffered = 0
+        self._complete = False
+        self._error: httpx.HTTPError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._released = False
+        self._content: bytes | None = None
+
+    # -- called by the connection (event-loop callbacks) ------------------------------------------
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _fail(self, error: httpx.HTTPError) -> None:
+        if self._error is None and not self._complete:
+            self._error = error
+        self._wake()
+
+    # -- waiting ----------------------------------------------------------------------------------
+    async def _wait(self) -> None:
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(self._read_timeout_s, _time_out, waiter, self._read_timeout_s)
+        try:
+            await waiter
+        except httpx.ReadTimeout:
+            self._release(reusable=False)
+            raise
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+    async def _wait_headers(self) -> None:
+        while self.status_code == _STATUS_NOT_YET:
+            if self._error is not None:
+                self._release(reusable=False)
+                raise self._error
+            await self._wait()
+
+    # -- the caller's side ------------------------------------------------------------------------
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
+        """The body as it arrives (transfer coding undone, content coding kept)."""
+        while True:
+            if self._chunks:
+                data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+                self._chunks.clear()
+                self._buffered = 0
+                self._conn.resume()
+                yield data
+                continue
+            if self._complete:
+                self._release(reusable=True)
+                return
+            if self._error is not None:
+                self._release(reusable=False)
+                raise self._error
+            await self._wait()
+
+    async def aread(self) -> bytes:
+        """The whole body, content coding (gzip, deflate) undone as httpx does."""
+        if self._content is None:
+            body = b"".join([chunk async for chunk in self.aiter_raw()])
+            encoding = self.headers.get("content-encoding", "").strip().lower()
+            if encoding in ("gzip", "deflate"):
+                try:
+                    body = zlib.decompress(body, 47 if encoding == "gzip" else zlib.MAX_WBITS)
+                except zlib.error as exc:
+                    raise httpx.DecodingError(f"cannot decode {encoding} body: {exc}") from None
+            self._content = body
+        return self._content
+
+    async def aclose(self) -> None:
+        """Done with this answer: an unfinished one closes its connection (it cannot be reused)."""
+        self._release(reusable=self._complete)
+
+    def _release(self, *, reusable: bool) -> None:
+        if not self._released:
+            self._released = True
+            self._conn.finish(reusable=reusable)
+
+
+def _time_out(waiter: asyncio.Future[None], seconds: float) -> None:
+    if not waiter.done():
+        waiter.set_exception(httpx.ReadTimeout(f"no data from the backend for {seconds:g} s"))
+
+
+class _Connection(asyncio.Protocol):
+    """One kept-alive TCP connection; httptools calls the ``on_*`` methods while parsing."""
+
+    def __init__(self, pool: FastUpstream) -> None:
+        self._pool = pool
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._response: FastResponse | None = None
+        self._header_names: list[str] = []
+        self._header_values: list[str] = []
+        self._until_close = False  # a body without length or chunking ends when the connection does
+        self._keep_alive = False
+        self._paused = False
+        self.closed = False
+        self.idle_since = 0.0
+
+    # -- asyncio.Protocol -------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+
+    def data_received(self, data: bytes) -> None:
+        if self._response is None:
+            self.close()  # bytes nobody asked for: the connection cannot be trusted any more
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._response._fail(httpx.RemoteProtocolError(f"malformed HTTP response from the backend: {exc}"))
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        response = self._response
+        if response is not None and not response._complete:
+            if response.status_code != _STATUS_NOT_YET and self._until_close:
+                response._complete = True
+                response._wake()
+            elif response.status_code == _STATUS_NOT_YET:
+                response._fail(httpx.RemoteProtocolError("Server disconnected without sending a response."))
+            else:
+                response._fail(httpx.RemoteProtocolError("peer closed connection without sending complete "
+                                                         "message body"))
+        self._pool._forget(self)
+
+    # -- httptools callbacks ----------------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_names.append(name.decode("latin-1").lower())
+        self._header_values.append(value.decode("latin-1"))
+
+    def on_headers_complete(self) -> None:
+        response = self._response
+        assert response is not None
+        headers: dict[str, str] = {}
+        for name, value in zip(self._header_names, self._header_values, strict=True):
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        self._header_names.clear()
+        self._header_values.clear()
+        status = self._parser.get_status_code()
+        if 100 <= status < 200:  # an interim answer (e.g. 103): the real one follows on this connection
+            return
+        self._until_close = "content-length" not in headers and "chunked" not in headers.get(
+            "transfer-encoding", "").lower()
+        response.headers = headers
+        response.status_code = status
+        response._wake()
+
+    def on_body(self, body: bytes) -> None:
+        response = self._response
+        assert response is not None
+        response._chunks.append(body)
+        response._buffered += len(body)
+        if response._buffered > _HIGH_WATER and not self._paused and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()
+        response._wake()
+
+    def on_message_complete(self) -> None:
+        response = self._response
+        assert response is not None
+        if response.status_code == _STATUS_NOT_YET:
+            return  # end of an interim (1xx) answer
+        self._keep_alive = bool(self._parser.should_keep_alive()) and not self._until_close
+        response._complete = True
+        response._wake()
+
+    # -- used by the pool and the response --------------------------------------------------------
+    def is_usable(self, now: float) -> bool:
+        transport = self._transport
+        return (not self.closed and transport is not None and not transport.is_closing()
+                and now - self.idle_since < _KEEPALIVE_EXPIRY_S)
+
+    def start(self, request: bytes, read_timeout_s: float) -> FastResponse:
+        assert self._transport is not None
+        self._response = response = FastResponse(self, read_timeout_s)
+        self._keep_alive = False
+        self._until_close = False
+        self._transport.write(request)
+        return response
+
+    def resume(self) -> None:
+        if self._paused and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+
+    def finish(self, *, reusable: bool) -> None:
+        self._response = None
+        if reusable and self._keep_alive and not self.closed:
+            self.resume()
+            self._pool._put_back(self)
+        else:
+            self.close()
+
+    def close(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()  # connection_lost follows and tells the pool
+
+
+class FastUpstream:
+    """A connection pool to one plain-http backend; ``post`` is the only request it makes."""
+
+    kind = "fast"
+
+    def __init__(self, base_url: str, *, connect_timeout_s: float = 5.0, read_timeout_s: float = 300.0,
+                 max_connections: int = 1000, pool_timeout_s: float = 10.0) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"FastUpstream speaks plain http only, not {base_url!r}")
+        self._host = parts.hostname
+        self._port = parts.port or 80
+        self._prefix = parts.path.rstrip("/")
+        host_header = self._host if ":" not in self._host else f"[{self._host}]"
+        if parts.port is not None:
+            host_header += f":{parts.port}"
+        self._host_header = host_header.encode("ascii")
+        self._connect_timeout_s = connect_timeout_s
+        self._read_timeout_s = read_timeout_s
+        self._pool_timeout_s = pool_timeout_s
+        self._max_connections = max_connections
+        self._idle: collections.deque[_Connection] = collections.deque()
+        self._all: set[_Connection] = set()
+        self._opening = 0
+        self._slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._closed = False
+
+    @property
+    def num_connections(self) -> int:
+        """Open connections (idle or busy), for tests and metrics."""
+        return len(self._all)
+
+    async def post(self, path: str, content: bytes, headers: Mapping[str, str]) -> FastResponse:
+        request = self._request_bytes(path, content, headers)
+        conn = await self._acquire()
+        response = conn.start(request, self._read_timeout_s)
+        await response._wait_headers()
+        return response
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for conn in list(self._all):
+            conn.close()
+        self._idle.clear()
+        while self._slot_waiters:
+            waiter = self._slot_waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(httpx.ConnectError("the gateway is shutting down"))
+
+    # -- request bytes ----------------------------------------------------------------------------
+    def _request_bytes(self, path: str, content: bytes, headers: Mapping[str, str]) -> bytes:
+        lines = [b"POST ", (self._prefix + path).encode("ascii"), b" HTTP/1.1\r\nhost: ", self._host_header,
+                 b"\r\ncontent-length: ", str(len(content)).encode("ascii"), b"\r\n"]
+        for name, value in headers.items():
+            if name.lower() in ("host", "content-length", "transfer-encoding", "connection"):
+                continue  # framing is this client's business
+            if any(c in name or c in value for c in "\r\n\0") or ":" in name:
+                raise httpx.LocalProtocolError(f"invalid character in request header {name!r}")
+            try:
+                lines += (name.encode("ascii"), b": ", value.encode("latin-1"), b"\r\n")
+            except UnicodeEncodeError:
+                raise httpx.LocalProtocolError(f"request header {name!r} is not latin-1 text") from None
+        lines += (b"\r\n", content)
+        return b"".join(lines)
+
+    # -- the pool ---------------------------------------------------------------------------------
+    async def _acquire(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._closed:
+                raise httpx.ConnectError("the gateway is shutting down")
+            now = loop.time()
+            while self._idle:
+                conn = self._idle.pop()  # most recently used first: least likely to have expired
+                if conn.is_usable(now):
+                    return conn
+                conn.close()
+            if len(self._all) + self._opening < self._max_connections:
+                return await self._connect(loop)
+            waiter = loop.create_future()
+            self._slot_waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, self._pool_timeout_s)
+            except TimeoutError:
+                raise httpx.PoolTimeout(f"all {self._max_connections} connections to {self._host}:{self._port} "
+                                        f"stayed busy for {self._pool_timeout_s:g} s") from None
+            finally:
+                if not waiter.done():
+                    waiter.cancel()
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Connection:
+        self._opening += 1
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(lambda: _Connection(self), self._host, self._port),
+                self._connect_timeout_s)
+        except TimeoutError:
+            raise httpx.ConnectTimeout(f"connecting to {self._host}:{self._port} took over "
+                                       f"{self._connect_timeout_s:g} s") from None
+        except OSError as exc:
+            raise httpx.ConnectError(str(exc) or type(exc).__name__) from None
+        finally:
+            self._opening -= 1
+        if conn.closed:
+            raise httpx.ConnectError(f"{self._host}:{self._port} closed the connection as soon as it opened")
+        self._all.add(conn)
+        return conn
+
+    def _put_back(self, conn: _Connection) -> None:
+        if self._closed:
+            conn.close()
+            return
+        conn.idle_since = asyncio.get_running_loop().time()
+        self._idle.append(conn)
+        self._wake_one()
+
+    def _forget(self, conn: _Connection) -> None:
+        self._all.discard(conn)
+        with contextlib.suppress(ValueError):
+            self._idle.remove(conn)
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._slot_waiters:
+            waiter = self._slot_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
