@@ -58,7 +58,8 @@ def test_leak_and_engine_pass_against_kvfence_serve(run_audit: AuditRun, org_ser
     assert check_result(data, "leak")["measurements"]["attacker_requests"]["over-length"]["rejected_4xx"] == 2
     result, data = run_audit("engine", org_server.url, keys=org_server.key_args)
     assert result.exit_code == 0, result.output
-    assert check_result(data, "engine")["measurements"]["engine"] == "kvfence"
+    engine = check_result(data, "engine")["measurements"]
+    assert engine["engine"] == "kvfence" and engine["version"]  # from the server's /version
 
 
 def test_global_scope_shares_across_orgs(run_audit: AuditRun, tmp_path: Path) -> None:

@@ -240,3 +240,15 @@ def test_a_failure_mid_stream_ends_with_an_error_event(server: RunningServer, mo
     monkeypatch.undo()
     server.wait_idle()
     assert _post(server, "/v1/chat/completions", {"messages": HI, "max_tokens": 1}).status_code == 200
+
+
+def test_key_headers_and_version(server: RunningServer) -> None:
+    """x-api-key / api-key work like a Bearer key; a malformed Authorization is not rescued by them."""
+    body = {"messages": HI, "max_tokens": 1}
+    key = server.keys["alice"]
+    for headers, status in (({"x-api-key": key}, 200), ({"api-key": key}, 200), ({"x-api-key": "kvf-wrong"}, 401),
+                            ({"Authorization": "Basic abc", "x-api-key": key}, 401)):
+        r = httpx.post(server.base_url + "/v1/chat/completions", json=body, headers=headers, timeout=60)
+        assert r.status_code == status, (headers, r.text)
+    version = httpx.get(server.base_url + "/version").json()  # public, like vLLM's
+    assert version["engine"] == "kvfence" and version["version"]

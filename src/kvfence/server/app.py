@@ -10,12 +10,14 @@ import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kvfence.server.api_errors import APIError
@@ -32,7 +34,7 @@ __all__ = ["PUBLIC_PATHS", "create_app", "describe_startup"]
 log = logging.getLogger("kvfence.server")
 
 # Readable without an API key: they carry no tenant data.
-PUBLIC_PATHS = frozenset({"/health", "/metrics", "/v1/capacity"})
+PUBLIC_PATHS = frozenset({"/health", "/metrics", "/v1/capacity", "/version"})
 
 
 def _is_protected(path: str) -> bool:
@@ -50,6 +52,13 @@ def describe_startup(config: ServerConfig, model: LoadedModel, num_keys: int | N
         f"({cap.num_pages} pages x {cap.page_size}); advertised max context={cap.max_model_len} tokens; "
         f"cache scope={config.cache_scope.value}; scrubbing={scrub}; auth={auth}"
     )
+
+
+def _package_version() -> str:
+    try:
+        return package_version("kvfence")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _loaded_model(engine: Any, config: ServerConfig) -> LoadedModel:
@@ -122,6 +131,10 @@ def create_app(
         return APIError(405, f"method {request.method} is not allowed on {request.url.path}",
                         code="method_not_allowed").response()
 
+    async def version(request: Request) -> Response:
+        # As vLLM's /version: lets an auditor (kvfence audit engine) match the engine against advisories.
+        return JSONResponse({"engine": "kvfence", "version": _package_version()})
+
     async def internal_error(request: Request, exc: Exception) -> Response:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return APIError.internal().response()
@@ -134,6 +147,7 @@ def create_app(
         Route("/v1/capacity", serving.capacity, methods=["GET"]),
         Route("/health", serving.health, methods=["GET"]),
         Route("/metrics", serving.metrics_text, methods=["GET"]),
+        Route("/version", version, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes,

@@ -35,12 +35,16 @@ LOCAL_TENANT = Tenant(TenantIdentity("local", "default", "local"))
 
 
 def _bearer(scope: Scope) -> str | None:
-    for name, value in scope.get("headers", []):
-        if name == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            if scheme.lower() == "bearer" and token.strip():
-                return token.strip()
-            return None
+    """The key from ``Authorization: Bearer``, else from ``x-api-key`` / ``api-key`` (Anthropic- and
+    Azure-style clients); a malformed Authorization header is not rescued by the others."""
+    headers = dict(scope.get("headers", []))
+    if b"authorization" in headers:
+        scheme, _, token = headers[b"authorization"].decode("latin-1").partition(" ")
+        return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    for name in (b"x-api-key", b"api-key"):
+        token = headers.get(name, b"").decode("latin-1").strip()
+        if token:
+            return token
     return None
 
 
