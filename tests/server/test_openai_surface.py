@@ -139,6 +139,10 @@ def test_continuous_usage_stats(server: RunningServer) -> None:
     assert chunks and all("usage" in c for c in chunks)
     completion = [c["usage"]["completion_tokens"] for c in chunks]
     assert completion == sorted(completion) and completion[-1] == 4
+    # As in vLLM, continuous_usage_stats needs include_usage.
+    r = _post(server, "/v1/completions", {"prompt": "hi", "max_tokens": 2, "stream": True, "ignore_eos": True,
+                                          "stream_options": {"continuous_usage_stats": True}})
+    assert all("usage" not in e for e in _events(r.text) if e != "[DONE]")
 
 
 def test_logprob_shapes(server: RunningServer) -> None:

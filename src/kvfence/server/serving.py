@@ -130,8 +130,9 @@ def _usage_chunk(kind: str, rid: str, created: int, name: str, lease: _Lease) ->
 
 
 def _with_running_usage(req: GenerationRequest, chunk: dict[str, Any], lease: _Lease) -> dict[str, Any]:
-    """``stream_options.continuous_usage_stats`` (vLLM): every chunk carries the usage so far."""
-    if req.stream_options is not None and req.stream_options.continuous_usage_stats:
+    """``stream_options`` with ``include_usage`` and ``continuous_usage_stats`` (as vLLM): every chunk
+    carries the usage so far."""
+    if req.include_usage and req.stream_options is not None and req.stream_options.continuous_usage_stats:
         chunk["usage"] = usage_body(lease.choices)
     return chunk
 
