@@ -35,6 +35,7 @@ class PlainConfig:
     models: tuple[str, ...] = ("acme-ai/Chat-7B-v2", "acme-ai/Embed-1")
     usage: str = "none"  # none | partial (prompt_tokens missing) | full
     context_length: int | None = None  # advertised in /v1/models when set
+    stream_error: str | None = None  # "openai" ({"error": ...}) or "object" (vLLM's older {"object": "error"})
 
 
 def _app(config: PlainConfig) -> Starlette:
@@ -90,6 +91,12 @@ def _app(config: PlainConfig) -> Starlette:
                 choice = ({"index": 0, "delta": {"content": piece}, "finish_reason": None} if chat
                           else {"index": 0, "text": piece, "finish_reason": None})
                 yield f"data: {json.dumps({'id': rid, 'model': body.get('model'), 'choices': [choice]})}\n\n".encode()
+                if config.stream_error is not None:  # fail after the first word, the way engines do
+                    error = {"message": "engine failed", "type": "server_error", "code": 500}
+                    event = {"error": error} if config.stream_error == "openai" else {"object": "error", **error}
+                    yield f"data: {json.dumps(event)}\n\n".encode()
+                    yield b"data: [DONE]\n\n"
+                    return
             last = ({"index": 0, "delta": {}, "finish_reason": "length"} if chat
                     else {"index": 0, "text": "", "finish_reason": "length"})
             yield f"data: {json.dumps({'id': rid, 'choices': [last]})}\n\n".encode()

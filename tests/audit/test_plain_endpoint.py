@@ -6,10 +6,15 @@ every check must still run, and each one that cannot decide says so (exit 2), ne
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
+import pytest
+
 from kvfence.audit.admission import plan_probes
+from kvfence.audit.client import EndpointClient, Reply
+from kvfence.audit.target import AuditTarget
 from tests.audit.conftest import AuditRun, check_result
 from tests.audit.plain_backend import PlainConfig, run_plain_backend
 
@@ -63,3 +68,18 @@ def test_uncalibrated_probe_plan_never_relies_on_exact_sizes() -> None:
     must_reject = {p.name for p in assumed if p.expect_admit is False}
     assert must_reject == {"far above context"}
     assert all(p.prompt_tokens >= 1.25 * 4096 for p in assumed if p.expect_admit is False)
+
+
+@pytest.mark.parametrize("style", ["openai", "object"])
+def test_an_error_event_mid_stream_is_an_error(style: str) -> None:
+    """Both error-event shapes end a streamed answer as an error, not as a short success."""
+
+    async def run(url: str) -> Reply:
+        target = AuditTarget.build(endpoint=url, key="key-a", model="acme-ai/Chat-7B-v2", api="chat")
+        async with EndpointClient(target) as client:
+            return await client.generate(target.tenant_a, "a b c", max_tokens=4, stream=True)
+
+    with run_plain_backend(PlainConfig(stream_error=style)) as url:
+        reply = asyncio.run(run(url))
+    assert reply.status == 200 and reply.text == "lorem"
+    assert reply.error == "engine failed" and not reply.ok

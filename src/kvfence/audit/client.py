@@ -198,7 +198,8 @@ class EndpointClient:
                     except ValueError:
                         reply.body += line + "\n"
                         continue
-                    if isinstance(data, dict) and "error" in data:
+                    # OpenAI-style {"error": {...}}, or vLLM's older {"object": "error", "message": ...}.
+                    if isinstance(data, dict) and ("error" in data or data.get("object") == "error"):
                         reply.error = _error_message(json.dumps(data)) or "error event in stream"
                         reply.body += data_text + "\n"
                         continue
