@@ -1,20 +1,26 @@
-"""The ceiling torch's own fp32 matrix-vector products reach on this CPU for a SmolLM-135M shape.
+"""The matmul-only ceiling of batch-1 fp32 decode for a SmolLM-135M shape: torch vs kvfence's kernel.
 
-Batch-1 decode reads every weight once per token; this runs only those matmuls (30 layers of fused
-qkv, o, gate-up and down projections, then the 49152-row LM head), with no attention, norms or
-Python engine around them. Its tokens/s is what any torch-based engine can reach here at best, to
-set beside the bandwidth roofline that `bench/throughput.py` prints.
+Batch-1 decode reads every weight once per token; this runs only those products (30 layers of
+fused qkv, o, gate-up and down projections, then the 49152-row LM head), with no attention, norms
+or Python engine around them, three ways in one run, interleaved, best of N:
 
-    .venv/bin/python bench/gemv_ceiling.py [--threads N]
+* memory read bandwidth (a ``sum()`` over 1 GiB), the roofline every figure is set against;
+* torch's ``F.linear`` chain: what any torch-only engine can reach here at best;
+* kvfence's CPU kernel chain (``kvfence.engine.kernels.linear``): what the engine's decode can reach.
+
+    .venv/bin/python bench/gemv_ceiling.py [--threads N] [--batch B] [--repeats N]
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+
+from kvfence.engine.kernels import MAX_KERNEL_ROWS, kernel_status, linear
 
 LAYERS, HIDDEN, INTERMEDIATE, VOCAB, KV = 30, 576, 1536, 49152, 192
 
@@ -22,7 +28,9 @@ LAYERS, HIDDEN, INTERMEDIATE, VOCAB, KV = 30, 576, 1536, 49152, 192
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--tokens", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=1, help=f"rows per product (the kernel takes up to {MAX_KERNEL_ROWS})")
+    parser.add_argument("--tokens", type=int, default=10, help="decode steps per timed run")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per variant (best kept)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -33,26 +41,45 @@ def main() -> None:
         for _ in range(LAYERS)
     ]
     lm_head = torch.randn(VOCAB, HIDDEN, generator=gen)
-    x = torch.randn(1, HIDDEN, generator=gen)  # x: [B=1, D]
+    x = torch.randn(args.batch, HIDDEN, generator=gen)  # x: [B, D]
     nbytes = sum(w.numel() for ws in layers for w in ws) * 4 + lm_head.numel() * 4
+    buf = torch.ones(1 << 28, dtype=torch.float32)  # 1 GiB, far larger than the caches
 
-    def one_token() -> torch.Tensor:
-        h = x
-        for qkv, o, gate_up, down in layers:
-            h = F.linear(F.linear(h, qkv)[:, :HIDDEN], o)
-            h = F.linear(F.linear(h, gate_up)[:, :INTERMEDIATE], down)
-        return F.linear(h, lm_head)
+    def chain(mm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(args.tokens):
+                h = x
+                for qkv, o, gate_up, down in layers:
+                    h = mm(mm(h, qkv)[:, :HIDDEN].contiguous(), o)
+                    h = mm(mm(h, gate_up)[:, :INTERMEDIATE].contiguous(), down)
+                mm(h, lm_head)
+        return run
 
+    variants: dict[str, Callable[[], None]] = {"torch F.linear": chain(F.linear)}
+    status = kernel_status()
+    if status.enabled:
+        variants["kvfence kernel"] = chain(linear)
+    best = {name: float("inf") for name in (*variants, "sum")}
     with torch.inference_mode():
-        for _ in range(3):
-            one_token()
-        start = time.perf_counter()
-        for _ in range(args.tokens):
-            one_token()
-        per_token = (time.perf_counter() - start) / args.tokens
-    print(f"torch threads {torch.get_num_threads()}, weights {nbytes / 1e6:.1f} MB per token")
-    print(f"matmul-only batch-1 ceiling: {per_token * 1e3:.1f} ms/token -> {1 / per_token:.1f} tok/s "
-          f"({nbytes / per_token / 1e9:.1f} GB/s effective)")
+        for run in variants.values():
+            run()  # warm-up
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            buf.sum()
+            best["sum"] = min(best["sum"], time.perf_counter() - start)
+            for name, run in variants.items():
+                start = time.perf_counter()
+                run()
+                best[name] = min(best[name], (time.perf_counter() - start) / args.tokens)
+    bandwidth = buf.numel() * 4 / best["sum"]
+    roofline = bandwidth / nbytes
+    print(f"torch threads {torch.get_num_threads()}, batch {args.batch}, weights {nbytes / 1e6:.1f} MB per step; "
+          f"CPU kernel: {status.reason}")
+    print(f"memory read bandwidth {bandwidth / 1e9:.1f} GB/s -> roofline {roofline:.1f} steps/s")
+    for name in variants:
+        per_step = best[name]
+        print(f"{name:15s} matmul-only ceiling: {per_step * 1e3:6.1f} ms/step -> {1 / per_step:5.1f} steps/s "
+              f"({nbytes / per_step / 1e9:4.1f} GB/s, {1 / per_step / roofline:4.0%} of roofline)")
 
 
 if __name__ == "__main__":

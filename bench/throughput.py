@@ -2,10 +2,12 @@
 
 Measures, in one run:
   1. memory read bandwidth, and batch-1 decode tokens/s of kvfence and transformers, each also as a
-     fraction of the bandwidth roofline (bandwidth / bytes of weights read per token);
+     fraction of the bandwidth roofline (bandwidth / bytes of weights read per token); kvfence with
+     its CPU decode kernels and with torch only (KVFENCE_CPU_KERNELS=0), runs interleaved;
   2. a mixed workload (default 64 requests, prompts 64-512 tokens, outputs 64-256 tokens, seeded):
      generated tokens/s of kvfence (continuous batching) vs transformers' best static batching;
-  3. the cost of isolation: the same workload with KV scrubbing on and off (off is UNSAFE).
+  3. the cost of isolation: the same workload with KV scrubbing on and off (off is UNSAFE), and the
+     time the zero-fill itself took inside the scrub-on runs.
 
     python bench/throughput.py            # default: 24 requests, fits in ~10 minutes on 2 idle cores
     python bench/throughput.py --full     # the issue's workload: 64 requests (slow on CPU)
@@ -28,6 +30,7 @@ import torch
 
 from kvfence.engine.config import kvfence_home
 from kvfence.engine.default_model import BOS, EOT, _build_tokenizer
+from kvfence.engine.kernels import kernel_status, reset_kernels
 from kvfence.engine.llm import LLM
 from kvfence.engine.sampling_params import SamplingParams
 
@@ -104,6 +107,26 @@ def ours_decode(llm: LLM, prompt: list[int], num_tokens: int) -> float:
     return steps / (time.perf_counter() - t)
 
 
+def ours_decode_kernels_on_off(llm: LLM, prompt: list[int], num_tokens: int, repeats: int = 3) -> tuple[float, float]:
+    """Median batch-1 decode tok/s with the CPU decode kernels and with torch alone, runs interleaved."""
+    on: list[float] = []
+    off: list[float] = []
+    saved = os.environ.get("KVFENCE_CPU_KERNELS")
+    try:
+        for _ in range(repeats):
+            for switch, runs in (("1", on), ("0", off)):
+                os.environ["KVFENCE_CPU_KERNELS"] = switch
+                reset_kernels()
+                runs.append(ours_decode(llm, prompt, num_tokens))
+    finally:
+        if saved is None:
+            os.environ.pop("KVFENCE_CPU_KERNELS", None)
+        else:
+            os.environ["KVFENCE_CPU_KERNELS"] = saved
+        reset_kernels()
+    return statistics.median(on), statistics.median(off)
+
+
 def hf_decode(model: Any, prompt: list[int], num_tokens: int) -> float:
     ids = torch.tensor([prompt])
 
@@ -126,7 +149,10 @@ def workload(num: int, prompt_range: tuple[int, int], output_range: tuple[int, i
     ]
 
 
-def ours_mixed(model_dir: Path, jobs: list[tuple[list[int], int]], *, scrub: bool, max_num_seqs: int) -> float:
+def ours_mixed(
+    model_dir: Path, jobs: list[tuple[list[int], int]], *, scrub: bool, max_num_seqs: int,
+    stats: dict[str, float] | None = None,
+) -> float:
     pool = sum(len(p) + n for p, n in jobs)
     llm = LLM(model=str(model_dir), kv_cache_tokens=pool, max_model_len="auto", device="cpu",
               scrub=scrub, max_num_seqs=max_num_seqs, cache_scope="request")
@@ -134,6 +160,9 @@ def ours_mixed(model_dir: Path, jobs: list[tuple[list[int], int]], *, scrub: boo
     t = time.perf_counter()
     outs = llm.generate([p for p, _ in jobs], params)
     elapsed = time.perf_counter() - t
+    if stats is not None:  # what zero-filling (I2) cost in this very run, timed inside the runner
+        runner = llm.engine.runner
+        stats |= {"elapsed_s": elapsed, "scrub_s": runner.scrub_seconds, "scrubbed_pages": runner.scrubbed_pages}
     generated = sum(len(o.token_ids) for o in outs)
     if generated != sum(n for _, n in jobs):
         raise RuntimeError("kvfence generated a different number of tokens than asked")
@@ -201,12 +230,17 @@ def main(argv: list[str] | None = None) -> int:
 
     prompt = list(range(65, 65 + 32))
     llm = LLM(model=str(model_dir), kv_cache_tokens=4096, max_model_len="auto", device="cpu", max_num_seqs=1)
-    ours_dec = statistics.median(ours_decode(llm, prompt, decode_tokens) for _ in range(3))
+    kernels = kernel_status()
+    ours_dec, torch_dec = ours_decode_kernels_on_off(llm, prompt, decode_tokens)
     del llm
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     hf_dec = hf_decode(hf_model, prompt, decode_tokens)
-    results |= {"ours_decode_tok_s": ours_dec, "hf_decode_tok_s": hf_dec}
-    print(f"batch-1 decode  kvfence    {ours_dec:8.2f} tok/s  ({ours_dec / roofline:6.1%} of roofline)")
+    results |= {"ours_decode_tok_s": ours_dec, "ours_decode_torch_only_tok_s": torch_dec, "hf_decode_tok_s": hf_dec,
+                "cpu_kernels": kernels.reason}
+    print(f"batch-1 decode  kvfence    {ours_dec:8.2f} tok/s  ({ours_dec / roofline:6.1%} of roofline)"
+          f"  [CPU decode kernels: {kernels.reason}]")
+    print(f"batch-1 decode  kvfence, torch only (KVFENCE_CPU_KERNELS=0) {torch_dec:6.2f} tok/s"
+          f"  ({torch_dec / roofline:6.1%} of roofline)")
     print(f"batch-1 decode  transformers {hf_dec:6.2f} tok/s  ({hf_dec / roofline:6.1%} of roofline)")
     print(f"batch-1 decode  ratio      {ours_dec / hf_dec:8.2f}x")
 
@@ -214,15 +248,23 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(n for _, n in jobs)
     print(f"mixed workload: {num_requests} requests, prompts {prompt_range}, outputs {output_range}, {total} tokens to generate")
     # Alternate on/off runs and keep the best of each, so a noisy neighbour hurts both alike.
-    on_runs, off_runs = [], []
+    on_runs, off_runs, scrub_stats = [], [], []
     for _ in range(max(1, args.repeats)):
-        on_runs.append(ours_mixed(model_dir, jobs, scrub=True, max_num_seqs=num_requests))
+        scrub_stats.append({})
+        on_runs.append(ours_mixed(model_dir, jobs, scrub=True, max_num_seqs=num_requests, stats=scrub_stats[-1]))
         off_runs.append(ours_mixed(model_dir, jobs, scrub=False, max_num_seqs=num_requests))
     ours_mix, scrub_off = max(on_runs), max(off_runs)
     cost = (scrub_off - ours_mix) / scrub_off
-    results |= {"ours_mixed_tok_s": ours_mix, "ours_mixed_noscrub_tok_s": scrub_off, "scrub_cost": cost}
+    # The A/B difference above carries the machine's run-to-run noise; the time spent inside the
+    # zero-fill, measured in the scrub-on runs themselves, is the cost without it.
+    zero_share = max(st["scrub_s"] / st["elapsed_s"] for st in scrub_stats)
+    results |= {"ours_mixed_tok_s": ours_mix, "ours_mixed_noscrub_tok_s": scrub_off, "scrub_cost": cost,
+                "scrub_time_share": zero_share}
     print(f"mixed  kvfence (scrub on)  {ours_mix:8.2f} tok/s")
-    print(f"mixed  kvfence (scrub OFF) {scrub_off:8.2f} tok/s   -> cost of scrubbing {cost:+.1%}")
+    print(f"mixed  kvfence (scrub OFF) {scrub_off:8.2f} tok/s   -> cost of scrubbing {cost:+.1%} (A/B, best of {len(on_runs)})")
+    last = scrub_stats[-1]
+    print(f"mixed  zero-filling itself: {int(last['scrubbed_pages'])} pages in {last['scrub_s'] * 1e3:.1f} ms of a "
+          f"{last['elapsed_s']:.1f} s run; worst run {zero_share:.2%} of its time")
     if not args.skip_hf_mixed:
         best_bs, best = 0, 0.0
         for bs in batch_sizes:

@@ -80,6 +80,24 @@ def test_linear_reads_strided_input_and_large_products_use_threads() -> None:
         assert torch.allclose(linear(col, w), F.linear(col, w), rtol=1e-4, atol=1e-4)
 
 
+@needs_kernels
+@pytest.mark.parametrize("threads", [1, 2, 3, 4])
+def test_linear_shares_rows_with_helper_threads_correctly(threads: int) -> None:
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        g = _gen(threads)
+        with torch.inference_mode():
+            for i in range(40):  # back-to-back products, as in a decode step
+                rows, out_features, in_features = 1 + i % 3, 300 + 97 * i, 64 + 40 * (i % 5)
+                x = torch.randn(rows, in_features, generator=g)
+                w = torch.randn(out_features, in_features, generator=g)
+                b = torch.randn(out_features, generator=g)
+                assert torch.allclose(linear(x, w, b), F.linear(x, w, b), rtol=1e-4, atol=1e-4), (i, threads)
+    finally:
+        torch.set_num_threads(saved)
+
+
 def test_linear_outside_the_kernel_is_exactly_f_linear() -> None:
     g = _gen(2)
     w = torch.randn(9, 12, generator=g)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import torch
@@ -64,6 +65,8 @@ class ModelRunner:
         self.kv_caches = [(flat[i, 0], flat[i, 1]) for i in range(cfg.num_hidden_layers)]
         self.null_page = num_pages
         self.null_slot = num_pages * page_size
+        self.scrubbed_pages = 0  # pages zero-filled so far (I2), and the time it took: the cost of isolation
+        self.scrub_seconds = 0.0
 
     @property
     def pool_bytes(self) -> int:
@@ -73,9 +76,18 @@ class ModelRunner:
 
     def scrub(self, pages: list[int]) -> None:
         """Zero-fill ``pages`` in every layer, K and V (invariant I2). Runs before the next forward."""
-        if pages:
-            index = torch.tensor(pages, dtype=torch.long, device=self.device)
-            self.kv_pool.index_fill_(2, index, 0)
+        if not pages:
+            return
+        start = time.perf_counter()
+        by_page = self.kv_pool.view(self.kv_pool.shape[0] * 2, self.num_pages + 1, -1)  # [layers*2, pages, page]
+        if self.device.type == "cpu":
+            # One strided memset per run of consecutive pages: twice index_fill_'s speed on CPU.
+            for first, last in _runs(pages):
+                by_page[:, first : last + 1].zero_()
+        else:
+            by_page.index_fill_(1, torch.tensor(pages, dtype=torch.long, device=self.device), 0)  # one launch
+        self.scrubbed_pages += len(pages)
+        self.scrub_seconds += time.perf_counter() - start
 
     def pages_are_zero(self, pages: list[int]) -> bool:
         if not pages:
@@ -168,3 +180,14 @@ class ModelRunner:
                 allowed &= k_pos > q_pos - window
             mask = allowed[None, None]
         return PrefillChunk(token_start, token_start + n, context_slots, mask)
+
+
+def _runs(pages: list[int]) -> list[tuple[int, int]]:
+    """Sorted runs of consecutive page ids, as ``(first, last)`` pairs."""
+    runs: list[tuple[int, int]] = []
+    for page in sorted(set(pages)):
+        if runs and page == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], page)
+        else:
+            runs.append((page, page))
+    return runs

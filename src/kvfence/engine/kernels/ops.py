@@ -23,7 +23,8 @@ MAX_ELEMENTWISE_ROWS = 64
 """Most tokens an elementwise kernel takes (single-threaded; torch parallelises larger ones)."""
 
 _MIN_PARALLEL_WEIGHTS = 1 << 15
-"""Weights (floats) below which one thread runs a whole product: waking threads costs more."""
+"""Weights (floats) below which the calling thread runs a whole product: sharing costs more.
+Above it the product is shared with ``torch.get_num_threads() - 1`` helper threads."""
 
 
 def _fp32_cpu(*tensors: torch.Tensor) -> bool:
@@ -59,7 +60,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     y = torch.empty(rows, out_features, dtype=torch.float32)
     lib.kvfence_linear_f32(
         x.data_ptr(), rows, x.stride(0), weight.data_ptr(), out_features, weight.shape[1],
-        None if bias is None else bias.data_ptr(), y.data_ptr(), _MIN_PARALLEL_WEIGHTS,
+        None if bias is None else bias.data_ptr(), y.data_ptr(), _MIN_PARALLEL_WEIGHTS, torch.get_num_threads(),
     )
     return y
 
