@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -25,12 +26,12 @@ _SOURCE = Path(__file__).with_name("paged_attention_f32.cpp")
 _p = ctypes.c_void_p
 _long = ctypes.c_long
 # q, q_stride, batch, heads, kv_heads, head_dim, k_cache, v_cache, slots, slots_stride, begin, end, scale, out
-_ARGTYPES = [_p, _long, _long, _long, _long, _long, _p, _p, _p, _long, _p, _p, ctypes.c_float, _p]
+_ARGTYPES: list[type] = [_p, _long, _long, _long, _long, _long, _p, _p, _p, _long, _p, _p, ctypes.c_float, _p]
 
 
 class _State:
     loaded: bool = False
-    fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
+    fn: Callable[..., int] | None = None
     reason: str = "not loaded yet"
 
 
@@ -96,7 +97,7 @@ def _applies(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot
     return begin.is_contiguous() and end.is_contiguous() and not (torch.is_grad_enabled() and q.requires_grad)
 
 
-def _kernel() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+def _kernel() -> Callable[..., int] | None:
     if not _state.loaded:
         _state.fn, _state.reason = _load()
         _state.loaded = True
@@ -107,7 +108,7 @@ def _kernel() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     return _state.fn
 
 
-def _load() -> tuple[ctypes._CFuncPtr | None, str]:  # type: ignore[name-defined]
+def _load() -> tuple[Callable[..., int] | None, str]:
     status = kernel_status()  # same platform, compiler and switch as the other decode kernels
     if not status.enabled:
         return None, status.reason
@@ -128,7 +129,7 @@ def _load() -> tuple[ctypes._CFuncPtr | None, str]:  # type: ignore[name-defined
     return fn, "in use"
 
 
-def _self_check(fn: ctypes._CFuncPtr) -> str | None:  # type: ignore[name-defined]
+def _self_check(fn: Callable[..., int]) -> str | None:
     """Compare with float64 attention on odd shapes: GQA, windows (begin > 0), small and large batches."""
     gen = torch.Generator().manual_seed(0)
     for batch, heads, kv_heads, head_dim, length in ((3, 6, 2, 20, 37), (2, 4, 4, 64, 5), (5, 8, 1, 72, 50), (17, 6, 3, 64, 40)):

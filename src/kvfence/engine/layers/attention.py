@@ -5,6 +5,11 @@ then each prefill chunk as a contiguous run. New K/V are written into the pool t
 ``slot_mapping``; attention then reads K/V only through the sequence's own block table (I1).
 Padding in the decode gather points at the pool's reserved null slot, which is always zero, so a
 sequence never reads even a masked-out byte of a page that is not in its block table.
+
+Decode on CPU in float32 runs a kernel that reads each visible K/V row straight from the pool
+(:mod:`kvfence.engine.kernels.paged_attention`): torch's gather copies every visible row of every
+layer before attending, and that copy, not arithmetic, is what a large decode batch over long
+contexts spends its time on. Elsewhere (CUDA, half precision, no compiler) torch runs.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from kvfence.engine.kernels.paged_attention import paged_decode_f32
 
 __all__ = ["AttentionMetadata", "PrefillChunk", "paged_attention"]
 
@@ -41,6 +48,28 @@ class AttentionMetadata:
     decode_slots: torch.Tensor | None = None  # [B, L] slots read by each decoding sequence (padded)
     decode_mask: torch.Tensor | None = None  # [B, 1, 1, L] bool; None when nothing is padded
     prefills: list[PrefillChunk] = field(default_factory=list)
+    _decode_bounds: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
+
+    def decode_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(begin, end)`` [B] int64: the visible run of each row of ``decode_slots``.
+
+        Read off ``decode_mask`` (causal and sliding-window visibility is one contiguous run per
+        row) once per step and kept for the other layers.
+        """
+        if self._decode_bounds is None:
+            slots = self.decode_slots
+            if slots is None:
+                raise RuntimeError("decode tokens scheduled without decode_slots")
+            batch, length = slots.shape
+            if self.decode_mask is None:
+                begin = torch.zeros(batch, dtype=torch.long, device=slots.device)
+                end = torch.full((batch,), length, dtype=torch.long, device=slots.device)
+            else:
+                visible = self.decode_mask.reshape(batch, length).to(torch.int8)
+                begin = visible.argmax(dim=1)  # first visible position
+                end = length - visible.flip(1).argmax(dim=1)  # one past the last
+            self._decode_bounds = (begin, end)
+        return self._decode_bounds
 
 
 def paged_attention(
@@ -85,6 +114,11 @@ def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta:
     if slots is None:
         raise RuntimeError("decode tokens scheduled without decode_slots")
     batch, length = slots.shape
+    if q.device.type == "cpu" and q.dtype == torch.float32:
+        begin, end = meta.decode_bounds()
+        out = paged_decode_f32(q[:batch], k_cache, v_cache, slots, begin, end, q.shape[-1] ** -0.5)
+        if out is not None:
+            return out
     flat = slots.view(-1)
     kd = k_cache.index_select(0, flat).view(batch, length, *k_cache.shape[1:]).transpose(1, 2)  # [B, KV, L, D]
     vd = v_cache.index_select(0, flat).view(batch, length, *v_cache.shape[1:]).transpose(1, 2)
