@@ -1,7 +1,9 @@
 """Paged decode attention on CPU in float32: ``paged_attention_f32.cpp``, built at first use.
 
-It runs where the decode kernels of :mod:`.library` run (x86-64 Linux, AVX2 and FMA, GCC, not
-turned off by ``KVFENCE_CPU_KERNELS=0``) and only after a self-check against torch's attention.
+It runs where the decode kernels of :mod:`.library` run (x86-64 Linux, AVX2 and FMA, a C++17
+compiler, not turned off by ``KVFENCE_CPU_KERNELS=0``) and only after a self-check against torch's
+attention. Its threads are torch's OpenMP threads when the compiler is GCC; otherwise it runs on
+the calling thread.
 Anywhere else :func:`paged_decode_f32` returns ``None`` and the caller uses torch.
 """
 
@@ -9,13 +11,14 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from kvfence.engine.kernels.build import KernelBuildError, build_and_load
+from kvfence.engine.kernels.build import KernelBuildError, build_and_load, find_compiler
 from kvfence.engine.kernels.library import kernel_status
 
 __all__ = ["decode_kernel_reason", "paged_decode_f32", "reset_decode_kernel"]
@@ -112,9 +115,7 @@ def _load() -> tuple[Callable[..., int] | None, str]:
     status = kernel_status()  # same platform, compiler and switch as the other decode kernels
     if not status.enabled:
         return None, status.reason
-    flags = ["-O3", "-std=c++17", "-mavx2", "-mfma", "-ffp-contract=off"]
-    if "parallel backend: OpenMP" in torch.__config__.parallel_info():
-        flags.append("-fopenmp")
+    flags = ["-O3", "-std=c++17", "-mavx2", "-mfma", "-ffp-contract=off", *_openmp_flags()]
     try:
         lib, _ = build_and_load(_SOURCE, flags)
         fn = lib.kvfence_paged_decode_f32
@@ -127,6 +128,22 @@ def _load() -> tuple[Callable[..., int] | None, str]:
         log.warning("CPU paged decode attention kernel failed its self-check (%s); using torch", problem)
         return None, f"self-check failed: {problem}"
     return fn, "in use"
+
+
+def _openmp_flags() -> list[str]:
+    """``-fopenmp`` when torch runs on OpenMP and the compiler is GCC, so the kernel shares torch's
+    libgomp and its thread count; otherwise the kernel runs on the calling thread alone (another
+    OpenMP runtime in the same process would fight torch's threads for the cores)."""
+    compiler = find_compiler()
+    if compiler is None or "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        return []
+    try:
+        done = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    text = done.stdout.lower()
+    is_gcc = "clang" not in text and ("gcc" in text or "free software foundation" in text)
+    return ["-fopenmp"] if is_gcc else []
 
 
 def _self_check(fn: Callable[..., int]) -> str | None:
