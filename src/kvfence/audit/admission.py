@@ -9,6 +9,7 @@ earlier requests, the incident's symptom.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -22,7 +23,14 @@ from kvfence.audit.scan import SecretIndex
 from kvfence.audit.verdict import CheckResult, Evidence, Verdict
 from kvfence.errors import ConfigError
 
-__all__ = ["AdmissionConfig", "Probe", "plan_probes", "run_admission"]
+__all__ = ["FIT_TOLERANCE", "AdmissionConfig", "Probe", "plan_probes", "run_admission"]
+
+# How far a letters-to-tokens fit may miss one prompt's size when the tokenizer is not exact.
+# Measured with the GPT-2 byte-level BPE and Llama-2 SentencePiece tokenizers of
+# tests/server/foreign_models.py, 485-token targets in a 512-token context (calibration probes of
+# 10-128 letters), 40 seeds each: standard deviation 2.0 %, worst miss 4.5 %. 8 % is four
+# standard deviations, so a probe meant to be over the limit is not under it by chance.
+FIT_TOLERANCE = 0.08
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,29 +61,37 @@ def plan_probes(
 ) -> list[Probe]:
     """The prompt sizes to send (pure): around the advertised context and above the KV capacity.
 
-    Without a calibration (``calibrated=False``: sizes assumed, not measured) only the probe far
-    above the context must be rejected; near the limit either answer is accepted, so an
+    ``exact``: the endpoint's tokenizer spends a fixed number of tokens per letter, so sizes are
+    exact and the limits are probed to the token. Otherwise sizes come from a fit that is good to
+    :data:`FIT_TOLERANCE`, and the probes that must fit or must be refused stay that far from the
+    limit. Without a calibration (``calibrated=False``: sizes assumed, not measured) only the probe
+    far above the context must be rejected; near the limit either answer is accepted, so an
     assumption can never produce a finding.
     """
     margin = max(8, max_context // 50)
+
+    def slack(tokens: int) -> int:
+        return 0 if exact else max(margin, math.ceil(FIT_TOLERANCE * tokens))
+
     near = False if calibrated else None
     fit = max_context - max_tokens
     if fit < 2:
         raise ConfigError(f"--max-tokens {max_tokens} leaves no room for a prompt in a {max_context}-token context")
+    below = max(1, fit - max(margin, slack(fit)))
     probes = [
-        Probe("below context", max(1, fit - margin), max_tokens, True,
-              f"prompt + max_tokens = {max(1, fit - margin) + max_tokens} <= context {max_context}"),
+        Probe("below context", below, max_tokens, True,
+              f"prompt + max_tokens = {below + max_tokens} <= context {max_context}"),
         Probe("at context", fit, max_tokens, True if exact else None,
               f"prompt + max_tokens = context {max_context} exactly" + ("" if exact else " (size approximate)")),
-        Probe("just above context", fit + (1 if exact else margin), max_tokens, near,
+        Probe("just above context", fit + (1 if exact else slack(fit)), max_tokens, near,
               f"prompt + max_tokens exceeds context {max_context}"),
-        Probe("prompt alone over context", max_context + margin, 1, near,
+        Probe("prompt alone over context", max_context + max(margin, slack(max_context)), 1, near,
               f"the prompt alone exceeds context {max_context}"),
         Probe("far above context", max_context + max(64, max_context // 4), max_tokens, False,
               f"prompt well beyond context {max_context}"),
     ]
     if capacity is not None:
-        over = capacity + margin
+        over = capacity + max(margin, slack(capacity))
         probes.append(Probe("above KV capacity", over, max_tokens, False if calibrated or over >= 1.25 * capacity else None,
                             f"prompt larger than the KV pool of {capacity} tokens"))
     return probes
@@ -123,7 +139,7 @@ async def run_admission(client: EndpointClient, config: AdmissionConfig) -> Chec
             reply = await client.generate(prober, prompt, max_tokens=probe.max_tokens, stream=stream)
             client.raise_for_auth(reply, prober)
             index.add(request_id, prompt, [canary])
-            row = _judge(probe, reply, token_model, prompt, stream, result)
+            row = _judge(probe, reply, token_model, prompt, stream, result, max_context)
             for hit in index.scan(reply.scannable_text, exclude=[request_id]):
                 row["leak"] = True
                 result.evidence.append(Evidence(
@@ -179,8 +195,11 @@ def _prompt(rng: random.Random, token_model: TokenModel, tokens: int, *, over: b
     return " ".join([*head, *random_units(rng, letters)]), canary
 
 
+_NEAR_PROBES = ("just above context", "prompt alone over context")
+
+
 def _judge(probe: Probe, reply: Reply, token_model: TokenModel, prompt: str, stream: bool,
-           result: CheckResult) -> dict[str, Any]:
+           result: CheckResult, max_context: int) -> dict[str, Any]:
     """Compare one answer to the probe's expectation; record findings and notes on ``result``."""
     sent_tokens = token_model.tokens(len(prompt.split()))
     row: dict[str, Any] = {
@@ -192,7 +211,17 @@ def _judge(probe: Probe, reply: Reply, token_model: TokenModel, prompt: str, str
     }
     label = f"{probe.name} ({'stream' if stream else 'plain'}, ~{sent_tokens} prompt tokens)"
     answered = reply.status == 200 and (bool(reply.text) or reply.finish_reason is not None)
-    if probe.expect_admit is False:
+    fits_after_all = (probe.expect_admit is False and not token_model.exact and probe.name in _NEAR_PROBES
+                      and reply.prompt_tokens is not None and reply.prompt_tokens >= 0.9 * sent_tokens
+                      and reply.prompt_tokens + probe.max_tokens <= max_context)
+    if fits_after_all:
+        # The size estimate missed by more than FIT_TOLERANCE and the endpoint's own count says the
+        # prompt fit. A server that truncates to the limit would look the same here, but the
+        # "far above context" probe (+25 %) is never excused and catches it.
+        row["outcome"] = "admitted: it fit after all"
+        result.notes.append(f"{label}: the endpoint counted {reply.prompt_tokens} prompt tokens, so this probe "
+                            "was within the context after all; answered 200 correctly")
+    elif probe.expect_admit is False:
         if answered:
             row["outcome"] = "finding: answered 200"
             truncated = reply.prompt_tokens is not None and reply.prompt_tokens < sent_tokens

@@ -9,10 +9,12 @@ answer B receives, error bodies included, is scanned for A's canaries and prompt
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from dataclasses import dataclass
 from typing import Any
 
+from kvfence.audit.admission import FIT_TOLERANCE
 from kvfence.audit.client import EndpointClient, Reply
 from kvfence.audit.errors import AuditCannotRun
 from kvfence.audit.preamble import prepare_check
@@ -94,8 +96,10 @@ async def run_leak(client: EndpointClient, config: LeakConfig) -> CheckResult:
         first = victim_log[0].reply
         raise AuditCannotRun(f"tenant A's requests all failed ({first.status}): {first.error or first.transport_error}")
     # Phase 2: B's over-length requests, right after A's.
-    if max_context is not None:
-        over = max_context + max(8, max_context // 50)
+    # Over the context even when the letters-to-tokens fit misses (see admission.FIT_TOLERANCE).
+    over = (max_context + max(8, max_context // 50, 0 if token_model.exact else math.ceil(FIT_TOLERANCE * max_context))
+            if max_context is not None else None)
+    if over is not None:
         await attacker("over-length", "B-over-plain", over)
         await attacker("over-length", "B-over-stream", over, stream=True)
     # Phase 3: B abandons streams mid-answer, then asks again.
@@ -107,8 +111,8 @@ async def run_leak(client: EndpointClient, config: LeakConfig) -> CheckResult:
     burst: list[Any] = []
     for i in range(config.concurrency):
         burst.append(victim(f"A-burst-{i + 1}", abort=i % 3 == 2))
-        if max_context is not None and i % 4 == 3:
-            burst.append(attacker("concurrent", f"B-burst-over-{i + 1}", max_context + 32, stream=True))
+        if over is not None and i % 4 == 3:
+            burst.append(attacker("concurrent", f"B-burst-over-{i + 1}", over + 32, stream=True))
         else:
             burst.append(attacker("concurrent", f"B-burst-{i + 1}", short, stream=i % 2 == 0))
     await asyncio.gather(*burst)
