@@ -119,3 +119,12 @@ def test_explicit_nulls_mean_defaults() -> None:
 def test_seed_range() -> None:
     assert parse_body(b'{"prompt": "x", "seed": -5}', CompletionRequest).seed == -5
     _err(b'{"prompt": "x", "seed": 99999999999999999999999}')
+
+
+def test_lone_surrogate_escapes_are_a_400_paired_ones_are_text() -> None:
+    paired = parse_body(b'{"prompt": "party \\ud83c\\udf89"}', CompletionRequest)
+    assert paired.prompt == "party 🎉"
+    for body in (b'{"prompt": "a\\ud83c b"}', b'{"prompt": ["ok", "x\\uDC00"]}', b'{"prompt": "x", "stop": ["\\ud800"]}'):
+        with pytest.raises(APIError) as err:
+            parse_body(body, CompletionRequest)
+        assert err.value.status_code == 400 and err.value.code == "invalid_encoding"

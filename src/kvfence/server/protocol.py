@@ -9,6 +9,7 @@ refused with a message instead of being ignored.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -224,6 +225,19 @@ def _describe(exc: ValidationError) -> APIError:
     return APIError.bad_request(f"invalid value for '{path}': {err['msg']} (got {shown})", param=field)
 
 
+# JSON may spell a UTF-16 surrogate as an escape; paired ones decode to one character, a lone one
+# leaves a string that no tokenizer (and no UTF-8 answer) can hold.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _refuse_lone_surrogates(data: Any) -> None:
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise APIError.bad_request("request body contains a lone UTF-16 surrogate escape (e.g. \\ud83c "
+                                   "without its pair); send valid Unicode text", code="invalid_encoding") from None
+
+
 def parse_body(body: bytes, model: type[_R]) -> _R:
     """Decode (UTF-8), parse (JSON) and validate a request body; every failure is a 400."""
     try:
@@ -240,6 +254,8 @@ def parse_body(body: bytes, model: type[_R]) -> _R:
         raise APIError.bad_request("request body is nested too deeply", code="invalid_json") from None
     if not isinstance(data, dict):
         raise APIError.bad_request("request body must be a JSON object", code="invalid_json")
+    if _SURROGATE_ESCAPE.search(text) is not None:
+        _refuse_lone_surrogates(data)
     try:
         request = model.model_validate(data)
     except ValidationError as exc:
