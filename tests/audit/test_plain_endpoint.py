@@ -83,3 +83,13 @@ def test_an_error_event_mid_stream_is_an_error(style: str) -> None:
         reply = asyncio.run(run(url))
     assert reply.status == 200 and reply.text == "lorem"
     assert reply.error == "engine failed" and not reply.ok
+
+
+def test_a_text_model_is_preferred_over_listed_embedding_and_speech_models() -> None:
+    async def run(url: str) -> str:
+        async with EndpointClient(AuditTarget.build(endpoint=url, key="key-a")) as client:
+            return await client.resolve_model()
+
+    listed = ("text-embedding-3-small", "whisper-1", "acme-ai/Chat-7B-v2", "other-chat")
+    with run_plain_backend(PlainConfig(models=listed)) as url:
+        assert asyncio.run(run(url)) == "acme-ai/Chat-7B-v2"

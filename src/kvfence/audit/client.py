@@ -8,6 +8,7 @@ servers send before prefill are skipped, so the measurement covers prefill.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,7 @@ class EndpointClient:
         self.target = target
         self.api: Api = target.api
         self.model: str | None = target.model
+        self._listed: list[str] = []  # the model ids /v1/models gave, for error messages
         self._http = httpx.AsyncClient(
             base_url=target.base_url,
             timeout=httpx.Timeout(target.timeout_s, connect=min(10.0, target.timeout_s)),
@@ -97,14 +99,19 @@ class EndpointClient:
         return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
 
     async def resolve_model(self) -> str:
-        """The model to audit: ``--model``, else the first one the endpoint lists."""
+        """The model to audit: ``--model``, else the first text-generation model the endpoint lists.
+
+        Hosted APIs list embedding, speech and image models too, often first; their names give them
+        away, and a text model is preferred. :meth:`resolve_api` then checks that it answers.
+        """
         if self.model:
             return self.model
         models = await self.models()
         ids = [str(m["id"]) for m in models if m.get("id")]
         if not ids:
             raise AuditCannotRun(f"{self.target.base_url}/v1/models lists no model; pass --model NAME")
-        self.model = ids[0]
+        self.model = next((i for i in ids if not _NOT_TEXT_MODEL.search(i)), ids[0])
+        self._listed = ids
         return self.model
 
     async def resolve_api(self) -> Api:
@@ -120,8 +127,11 @@ class EndpointClient:
                 return api
             last = reply
         detail = last.error or last.transport_error or last.body[:200] if last else "no answer"
+        others = [i for i in self._listed if i != self.model][:8]
+        hint = f"; pass --model NAME (the endpoint also lists: {', '.join(others)})" if others else ""
         raise AuditCannotRun(
-            f"neither /v1/chat/completions nor /v1/completions answered a one-token request: {detail}"
+            f"neither /v1/chat/completions nor /v1/completions answered a one-token request "
+            f"for model {self.model!r}: {detail}{hint}"
         )
 
     def raise_for_auth(self, reply: Reply, tenant: Tenant) -> None:
@@ -218,6 +228,10 @@ class EndpointClient:
                 reply.transport_error = _describe(exc)
             reply.total_s = time.perf_counter() - started
             return reply
+
+
+# Model ids that are not text generators (embeddings, speech, images, moderation, reranking).
+_NOT_TEXT_MODEL = re.compile(r"embed|whisper|tts|dall-e|moderation|rerank|transcribe|image|audio", re.IGNORECASE)
 
 
 def _request(api: Api, model: str, prompt: str, max_tokens: int, stream: bool) -> tuple[str, dict[str, Any]]:
