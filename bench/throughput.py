@@ -30,7 +30,7 @@ import torch
 
 from kvfence.engine.config import kvfence_home
 from kvfence.engine.default_model import BOS, EOT, _build_tokenizer
-from kvfence.engine.kernels import kernel_status, reset_kernels
+from kvfence.engine.kernels import gemv_kernel_in_use, kernel_status, reset_kernels
 from kvfence.engine.llm import LLM
 from kvfence.engine.sampling_params import SamplingParams
 
@@ -231,14 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     prompt = list(range(65, 65 + 32))
     llm = LLM(model=str(model_dir), kv_cache_tokens=4096, max_model_len="auto", device="cpu", max_num_seqs=1)
     kernels = kernel_status()
+    products = "kernel" if gemv_kernel_in_use() else "torch (faster here, per the engine's calibration)"
     ours_dec, torch_dec = ours_decode_kernels_on_off(llm, prompt, decode_tokens)
     del llm
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     hf_dec = hf_decode(hf_model, prompt, decode_tokens)
     results |= {"ours_decode_tok_s": ours_dec, "ours_decode_torch_only_tok_s": torch_dec, "hf_decode_tok_s": hf_dec,
-                "cpu_kernels": kernels.reason}
+                "cpu_kernels": kernels.reason, "decode_products": products}
     print(f"batch-1 decode  kvfence    {ours_dec:8.2f} tok/s  ({ours_dec / roofline:6.1%} of roofline)"
-          f"  [CPU decode kernels: {kernels.reason}]")
+          f"  [CPU decode kernels: {kernels.reason}; products: {products}]")
     print(f"batch-1 decode  kvfence, torch only (KVFENCE_CPU_KERNELS=0) {torch_dec:6.2f} tok/s"
           f"  ({torch_dec / roofline:6.1%} of roofline)")
     print(f"batch-1 decode  transformers {hf_dec:6.2f} tok/s  ({hf_dec / roofline:6.1%} of roofline)")

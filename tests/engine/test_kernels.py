@@ -15,12 +15,15 @@ import torch.nn.functional as F
 from kvfence.engine.kernels import (
     MAX_ELEMENTWISE_ROWS,
     MAX_KERNEL_ROWS,
+    calibrate_linear,
+    gemv_kernel_in_use,
     kernel_status,
     linear,
     reset_kernels,
     rms_norm,
     silu_mul,
     try_rope_,
+    use_gemv_kernel,
 )
 from kvfence.engine.layers.rotary import RotaryEmbedding
 from kvfence.engine.llm import LLM
@@ -31,6 +34,14 @@ needs_kernels = pytest.mark.skipif(
     os.environ.get("KVFENCE_CPU_KERNELS", "1") in ("0", "false", "off", "no") or not kernel_status().enabled,
     reason=f"CPU kernels not in use here: {kernel_status().reason}",
 )
+
+
+@pytest.fixture(autouse=True)
+def gemv_kernel_on() -> Iterator[None]:
+    """Products go to the kernel here whatever an engine's calibration chose before."""
+    use_gemv_kernel(True)
+    yield
+    use_gemv_kernel(True)
 
 
 @pytest.fixture
@@ -96,6 +107,20 @@ def test_linear_shares_rows_with_helper_threads_correctly(threads: int) -> None:
                 assert torch.allclose(linear(x, w, b), F.linear(x, w, b), rtol=1e-4, atol=1e-4), (i, threads)
     finally:
         torch.set_num_threads(saved)
+
+
+@needs_kernels
+def test_calibration_keeps_the_faster_of_torch_and_the_kernel() -> None:
+    g = _gen(9)
+    weights = [torch.randn(512, 256, generator=g) for _ in range(8)]
+    timings = calibrate_linear(weights, repeats=2)
+    assert timings is not None and all(t > 0 for t in timings)
+    torch_s, kernel_s = timings
+    assert gemv_kernel_in_use() == (kernel_s < torch_s)
+    x = torch.randn(1, 256, generator=g)
+    use_gemv_kernel(False)  # torch chosen: exactly F.linear
+    assert torch.equal(linear(x, weights[0]), F.linear(x, weights[0]))
+    assert calibrate_linear([torch.randn(4, 4, dtype=torch.float64)]) is None  # nothing it applies to
 
 
 def test_linear_outside_the_kernel_is_exactly_f_linear() -> None:

@@ -9,9 +9,10 @@ from pathlib import Path
 import torch
 
 from kvfence.engine.config import ModelConfig
-from kvfence.engine.kernels import kernel_status
+from kvfence.engine.kernels import calibrate_linear, gemv_kernel_in_use, kernel_status
 from kvfence.engine.layers.attention import AttentionMetadata, PrefillChunk
 from kvfence.engine.loader import load_model
+from kvfence.engine.models.llama import FusedLinear
 from kvfence.engine.scheduler import ScheduledSeq
 
 __all__ = ["ModelRunner", "resolve_device", "torch_dtype"]
@@ -55,8 +56,11 @@ class ModelRunner:
         self.page_size = page_size
         self.num_pages = num_pages
         self.model = load_model(model_dir, cfg, max_len=max_len, dtype=dtype, device=device)
-        if device.type == "cpu" and dtype == torch.float32:
-            kernel_status()  # build the decode kernels now (once per machine), not in the first step
+        if device.type == "cpu" and dtype == torch.float32 and kernel_status().enabled:  # built once per machine
+            timings = calibrate_linear([m.weight for m in self.model.modules() if isinstance(m, FusedLinear)])
+            if timings is not None:
+                log.info("decode products: torch %.2f ms, kvfence kernel %.2f ms over the same weights -> %s",
+                         timings[0] * 1e3, timings[1] * 1e3, "kernel" if gemv_kernel_in_use() else "torch")
         self.kv_pool = torch.zeros(
             cfg.num_hidden_layers, 2, num_pages + 1, page_size, cfg.num_key_value_heads, cfg.head_dim,
             dtype=dtype, device=device,

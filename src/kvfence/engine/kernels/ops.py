@@ -9,12 +9,25 @@ own order (eight lanes, then the lanes), as MKL sums in its own. RoPE is bit-exa
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 
 from kvfence.engine.kernels.library import cpu_kernels
 
-__all__ = ["MAX_ELEMENTWISE_ROWS", "MAX_KERNEL_ROWS", "linear", "rms_norm", "silu_mul", "try_rope_"]
+__all__ = [
+    "MAX_ELEMENTWISE_ROWS",
+    "MAX_KERNEL_ROWS",
+    "calibrate_linear",
+    "gemv_kernel_in_use",
+    "linear",
+    "rms_norm",
+    "silu_mul",
+    "try_rope_",
+    "use_gemv_kernel",
+]
 
 MAX_KERNEL_ROWS = 16
 """Most tokens a matrix product runs in the kernel; larger batches are compute-bound GEMMs for torch."""
@@ -25,6 +38,53 @@ MAX_ELEMENTWISE_ROWS = 64
 _MIN_PARALLEL_WEIGHTS = 1 << 15
 """Weights (floats) below which the calling thread runs a whole product: sharing costs more.
 Above it the product is shared with ``torch.get_num_threads() - 1`` helper threads."""
+
+
+class _Backend:
+    gemv_kernel = True  # the products' kernel; calibrate_linear() may choose torch instead
+
+
+def use_gemv_kernel(enabled: bool) -> None:
+    """Use (or not) the kernel for decode products; the elementwise kernels are unaffected."""
+    _Backend.gemv_kernel = enabled
+
+
+def gemv_kernel_in_use() -> bool:
+    return _Backend.gemv_kernel and cpu_kernels() is not None
+
+
+def calibrate_linear(weights: Sequence[torch.Tensor], *, max_bytes: int = 64 << 20, repeats: int = 3) -> tuple[float, float] | None:
+    """Time one-row products over ``weights`` (up to ``max_bytes`` of them) with torch and with the
+    kernel, interleaved, best of ``repeats``, at the current thread count; keep the faster one for
+    decode. Returns ``(torch_seconds, kernel_seconds)``, or ``None`` when the kernel does not apply.
+
+    Why measure: torch's own fp32 GEMV is MKL's, which reaches the memory bandwidth on some CPUs
+    (Intel Xeon: about 90 % of it, a little ahead of this kernel) and a third of it on others
+    (AMD EPYC: single-threaded, 7 of 21 GB/s).
+    """
+    if cpu_kernels() is None:
+        return None
+    chosen: list[torch.Tensor] = []
+    total = 0
+    for w in weights:
+        if w.dim() == 2 and w.is_contiguous() and w.dtype == torch.float32 and w.is_cpu and total < max_bytes:
+            chosen.append(w)
+            total += w.numel() * 4
+    if not chosen:
+        return None
+    gen = torch.Generator().manual_seed(0)
+    inputs = {w.shape[1]: torch.randn(1, w.shape[1], generator=gen) for w in chosen}
+    best = {True: float("inf"), False: float("inf")}
+    with torch.inference_mode():
+        for _ in range(repeats):
+            for kernel in (False, True):
+                _Backend.gemv_kernel = kernel
+                start = time.perf_counter()
+                for w in chosen:
+                    linear(inputs[w.shape[1]], w)
+                best[kernel] = min(best[kernel], time.perf_counter() - start)
+    _Backend.gemv_kernel = best[True] < best[False]
+    return best[False], best[True]
 
 
 def _fp32_cpu(*tensors: torch.Tensor) -> bool:
@@ -44,6 +104,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     lib = cpu_kernels()
     if (
         lib is None
+        or not _Backend.gemv_kernel
         or x.dim() != 2
         or weight.dim() != 2
         or not 0 < x.shape[0] <= MAX_KERNEL_ROWS
