@@ -256,3 +256,25 @@ def test_key_headers_and_version(server: RunningServer) -> None:
         assert r.status_code == status, (headers, r.text)
     version = httpx.get(server.base_url + "/version").json()  # public, like vLLM's
     assert version["engine"] == "kvfence" and version["version"]
+
+
+def test_tokenize_and_detokenize(server: RunningServer) -> None:
+    """vLLM's /tokenize and /detokenize: the same ids the generation endpoints count, key required."""
+    tok = server.app.state.serving.model.tokenizer
+    r = _post(server, "/tokenize", {"model": _model(server), "prompt": "Grüße 🎉"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["tokens"] == tok.encode("Grüße 🎉") and body["count"] == len(body["tokens"])
+    assert body["max_model_len"] == server.app.state.serving.model.capacity.max_model_len
+    bare = _post(server, "/tokenize", {"prompt": "Grüße 🎉", "add_special_tokens": False}).json()
+    assert bare["tokens"] == tok.encode("Grüße 🎉", add_special_tokens=False)
+    chat = _post(server, "/tokenize", {"messages": HI}).json()
+    answer = _post(server, "/v1/chat/completions", {"messages": HI, "max_tokens": 1}).json()
+    assert chat["count"] == answer["usage"]["prompt_tokens"]
+    back = _post(server, "/detokenize", {"tokens": bare["tokens"]}).json()
+    assert back == {"prompt": "Grüße 🎉"}
+    for path, body in (("/tokenize", {}), ("/tokenize", {"prompt": "x", "messages": HI}),
+                       ("/detokenize", {"tokens": []}), ("/detokenize", {"tokens": [10**9]}),
+                       ("/tokenize", {"prompt": "x", "model": "nope"})):
+        assert _post(server, path, body).status_code == 400, (path, body)
+    assert httpx.post(server.base_url + "/tokenize", json={"prompt": "x"}).status_code == 401

@@ -28,6 +28,7 @@ from kvfence.server.keys import KeyRing
 from kvfence.server.metrics import ServerMetrics
 from kvfence.server.prepare import LoadedModel
 from kvfence.server.serving import OpenAIServing
+from kvfence.server.tokenize import detokenize, tokenize
 
 __all__ = ["PUBLIC_PATHS", "create_app", "describe_startup"]
 
@@ -37,8 +38,12 @@ log = logging.getLogger("kvfence.server")
 PUBLIC_PATHS = frozenset({"/health", "/metrics", "/v1/capacity", "/version"})
 
 
+# vLLM's tokenizer routes live outside /v1 but run for a caller, so they need a key too.
+_PROTECTED_OUTSIDE_V1 = frozenset({"/tokenize", "/detokenize"})
+
+
 def _is_protected(path: str) -> bool:
-    return path.startswith("/v1/") and path not in PUBLIC_PATHS
+    return (path.startswith("/v1/") and path not in PUBLIC_PATHS) or path in _PROTECTED_OUTSIDE_V1
 
 
 def describe_startup(config: ServerConfig, model: LoadedModel, num_keys: int | None) -> str:
@@ -135,6 +140,12 @@ def create_app(
         # As vLLM's /version: lets an auditor (kvfence audit engine) match the engine against advisories.
         return JSONResponse({"engine": "kvfence", "version": _package_version()})
 
+    async def tokenize_route(request: Request) -> Response:
+        return await tokenize(serving, request)
+
+    async def detokenize_route(request: Request) -> Response:
+        return await detokenize(serving, request)
+
     async def internal_error(request: Request, exc: Exception) -> Response:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return APIError.internal().response()
@@ -148,6 +159,8 @@ def create_app(
         Route("/health", serving.health, methods=["GET"]),
         Route("/metrics", serving.metrics_text, methods=["GET"]),
         Route("/version", version, methods=["GET"]),
+        Route("/tokenize", tokenize_route, methods=["POST"]),
+        Route("/detokenize", detokenize_route, methods=["POST"]),
     ]
     app = Starlette(
         routes=routes,

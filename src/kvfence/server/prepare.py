@@ -67,11 +67,10 @@ def tokenize_prompt(prompt: str | list[int], model: LoadedModel) -> list[int]:
     return prompt
 
 
-def chat_prompt(req: ChatCompletionRequest, model: LoadedModel) -> list[int]:
+def chat_prompt(messages: list[dict[str, str]], add_generation_prompt: bool, model: LoadedModel) -> list[int]:
     """Token ids of the chat template rendered over the messages."""
     tok = model.tokenizer
-    text = tok.apply_chat_template(req.template_messages(),
-                                  add_generation_prompt=req.add_generation_prompt is not False)
+    text = tok.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
     # A real template renders its own special tokens (BOS included); the plain fallback does not.
     ids: list[int] = tok.encode(text, add_special_tokens=tok.chat_template is None)
     return ids

@@ -23,6 +23,7 @@ __all__ = [
     "GenerationRequest",
     "StreamOptions",
     "parse_body",
+    "template_messages",
 ]
 
 MAX_LOGPROBS = 20
@@ -30,6 +31,9 @@ MAX_LOGPROBS = 20
 
 class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
+
+    def check_supported(self) -> None:
+        """Refuse values the types allow but this server does not serve (subclasses add checks)."""
 
 
 class StreamOptions(_Strict):
@@ -201,16 +205,21 @@ class ChatCompletionRequest(GenerationRequest):
 
     def template_messages(self) -> list[dict[str, str]]:
         """Messages as plain dicts for the chat template."""
-        out: list[dict[str, str]] = []
-        for i, m in enumerate(self.messages):
-            entry = {"role": m.role, "content": m.text(i)}
-            if m.name:
-                entry["name"] = m.name
-            out.append(entry)
-        return out
+        return template_messages(self.messages)
 
 
-_R = TypeVar("_R", bound=GenerationRequest)
+def template_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
+    """Chat messages as the plain dicts a chat template reads (content parts joined to one string)."""
+    out: list[dict[str, str]] = []
+    for i, m in enumerate(messages):
+        entry = {"role": m.role, "content": m.text(i)}
+        if m.name:
+            entry["name"] = m.name
+        out.append(entry)
+    return out
+
+
+_R = TypeVar("_R", bound=_Strict)
 
 
 def _describe(exc: ValidationError) -> APIError:

@@ -237,7 +237,8 @@ class OpenAIServing:
             log.exception("unexpected error while serving %s", request.url.path)
             return self.reject(APIError.internal())
 
-    def _ready(self) -> tuple[AsyncEngine, LoadedModel]:
+    def ready(self) -> tuple[AsyncEngine, LoadedModel]:
+        """The engine and model, or the 503 to answer while loading / after an engine failure."""
         engine, model = self.engine, self.model
         if engine is None or model is None:
             raise APIError.unavailable("the model is still loading; retry shortly")
@@ -245,7 +246,8 @@ class OpenAIServing:
             raise APIError.unavailable("the engine has failed; see the server log", code="engine_failed")
         return engine, model
 
-    async def _read_body(self, request: Request) -> bytes:
+    async def read_body(self, request: Request) -> bytes:
+        """The request body, refused with a 413 beyond ``max_body_bytes`` (checked while reading)."""
         limit = self.config.max_body_bytes
         too_large = APIError(413, f"request body is larger than {limit} bytes", code="request_too_large")
         declared = request.headers.get("content-length")
@@ -262,13 +264,14 @@ class OpenAIServing:
 
     async def _generate(self, request: Request, endpoint: str) -> Response:
         tenant: Tenant = request.scope["state"]["tenant"]
-        engine, model = self._ready()
-        body = await self._read_body(request)
+        engine, model = self.ready()
+        body = await self.read_body(request)
         is_chat = endpoint == "chat"
         req: GenerationRequest = parse_body(body, ChatCompletionRequest if is_chat else CompletionRequest)
         public_name = resolve_model_name(req.model, model)
         if isinstance(req, ChatCompletionRequest):
-            prompts, param = [chat_prompt(req, model)], "messages"
+            prompts = [chat_prompt(req.template_messages(), req.add_generation_prompt is not False, model)]
+            param = "messages"
         else:
             assert isinstance(req, CompletionRequest)
             prompts, param = [tokenize_prompt(p, model) for p in req.prompts()], "prompt"

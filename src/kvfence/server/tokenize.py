@@ -1,0 +1,85 @@
+"""``POST /tokenize`` and ``POST /detokenize``, shaped as vLLM's, so clients that count tokens work.
+
+``/tokenize`` takes a completion ``prompt`` (string) or chat ``messages`` (rendered with the
+model's template, as ``/v1/chat/completions`` would) and answers ``{"count", "max_model_len",
+"tokens"}``; ``/detokenize`` takes ``tokens`` and answers ``{"prompt"}``. Both need an API key like
+every ``/v1`` route: they run the server's tokenizer on the caller's behalf, though nothing they
+return depends on another tenant.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from kvfence.errors import RequestError
+from kvfence.server.api_errors import APIError, from_request_error
+from kvfence.server.prepare import chat_prompt, resolve_model_name, tokenize_prompt
+from kvfence.server.protocol import ChatMessage, _Strict, parse_body, template_messages
+
+if TYPE_CHECKING:
+    from kvfence.server.serving import OpenAIServing
+
+__all__ = ["DetokenizeRequest", "TokenizeRequest", "detokenize", "tokenize"]
+
+
+class TokenizeRequest(_Strict):
+    """Body of ``POST /tokenize``: a ``prompt`` or chat ``messages``."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool | None = True
+    add_generation_prompt: bool | None = True
+
+    def check_supported(self) -> None:
+        if (self.prompt is None) == (self.messages is None):
+            raise APIError.bad_request("send exactly one of 'prompt' (a string) or 'messages'", param="prompt")
+
+
+class DetokenizeRequest(_Strict):
+    """Body of ``POST /detokenize``."""
+
+    model: str | None = None
+    tokens: list[int] = Field(min_length=1)
+
+    def check_supported(self) -> None:
+        if any(t < 0 for t in self.tokens):
+            raise APIError.bad_request("'tokens' must be non-negative token ids", param="tokens")
+
+
+async def tokenize(serving: OpenAIServing, request: Request) -> Response:
+    """Token ids of a prompt or of the rendered chat messages, and how many fit."""
+    try:
+        _, model = serving.ready()
+        req = parse_body(await serving.read_body(request), TokenizeRequest)
+        resolve_model_name(req.model, model)
+        if req.messages is not None:
+            ids = chat_prompt(template_messages(req.messages), req.add_generation_prompt is not False, model)
+        else:
+            assert req.prompt is not None
+            ids = (tokenize_prompt(req.prompt, model) if req.add_special_tokens is not False
+                   else model.tokenizer.encode(req.prompt, add_special_tokens=False))
+    except APIError as exc:
+        return serving.reject(exc)
+    except RequestError as exc:
+        return serving.reject(from_request_error(exc))
+    return JSONResponse({"count": len(ids), "max_model_len": int(model.capacity.max_model_len), "tokens": ids})
+
+
+async def detokenize(serving: OpenAIServing, request: Request) -> Response:
+    """The text of a list of token ids (special tokens kept, as vLLM does)."""
+    try:
+        _, model = serving.ready()
+        req = parse_body(await serving.read_body(request), DetokenizeRequest)
+        resolve_model_name(req.model, model)
+        vocab = model.vocab_size
+        if vocab is not None and any(t >= vocab for t in req.tokens):
+            raise APIError.bad_request(f"a token id is out of range: the vocabulary has {vocab} tokens",
+                                       param="tokens")
+    except APIError as exc:
+        return serving.reject(exc)
+    return JSONResponse({"prompt": model.tokenizer.decode(req.tokens, skip_special_tokens=False)})
