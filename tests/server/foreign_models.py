@@ -161,3 +161,43 @@ def build_foreign_model(out: Path, kind: str, *, seed: int = 0, eos_after: str |
     (out / "generation_config.json").write_text(
         json.dumps({"bos_token_id": config.bos_token_id, "eos_token_id": [eos_id, extra_id]}), encoding="utf-8")
     return ForeignModel(out, kind, eos_token, "<|eom|>", extra_id)
+
+
+def build_parrot_model(out: Path, kind: str, text: str, prompts: list[str]) -> list[int]:
+    """A model of tokenizer ``kind`` whose greedy continuation of each of ``prompts`` is ``text``, then EOS.
+
+    Attention and MLP outputs are zero, so the last hidden state is the current token's embedding
+    (random unit vectors, nearly orthogonal); the output row of each token of ``text`` points at the
+    embedding of the token before it. Byte-level and byte-fallback tokenizers split a multi-byte
+    character over several such tokens, so a server must stream a character it only gets in pieces.
+    ``prompts`` are completion prompts or chat messages rendered by the template; their last token
+    starts the chain. Returns the token ids of ``text``.
+    """
+    import transformers
+
+    from kvfence.engine.tokenizer import Tokenizer as KvTokenizer
+
+    model_info = build_foreign_model(out, kind)
+    tok = KvTokenizer.from_dir(out)
+    chain = tok.encode(text, add_special_tokens=False)
+    starts = {tok.encode(p)[-1] for p in prompts}
+    if len(set(chain)) != len(chain) or starts & set(chain):
+        raise ValueError(f"{text!r} needs distinct tokens that no prompt ends with, got {chain}")
+    successor = {s: chain[0] for s in starts} | dict(zip(chain, chain[1:], strict=False))
+    successor[chain[-1]] = tok.eos_token_ids[0]
+    model = transformers.LlamaForCausalLM.from_pretrained(out)
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(0)
+        embed = torch.randn(model.config.vocab_size, model.config.hidden_size, generator=generator)
+        embed /= embed.norm(dim=1, keepdim=True)
+        model.model.embed_tokens.weight.copy_(embed)
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        head = torch.zeros_like(model.lm_head.weight)
+        for token, nxt in successor.items():
+            head[nxt] += 10.0 * embed[token]
+        model.lm_head.weight.copy_(head)
+    model.save_pretrained(out, safe_serialization=True)
+    del model_info
+    return chain

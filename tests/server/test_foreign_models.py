@@ -17,7 +17,7 @@ import pytest
 from kvfence.engine.detokenizer import IncrementalDetokenizer
 from kvfence.engine.tokenizer import Tokenizer
 from tests.server.conftest import RunningServer, engine_factory, serve
-from tests.server.foreign_models import ForeignModel, build_foreign_model
+from tests.server.foreign_models import ForeignModel, build_foreign_model, build_parrot_model
 
 KINDS = ["gpt2_bpe", "llama2_sentencepiece", "wordpiece"]
 EOS_PROMPT = "Hello world"
@@ -120,3 +120,34 @@ def test_token_bytes_of_byte_tokens(kind: str, tmp_path: Path) -> None:
     assert all(r is not None for r in raw)
     assert b"".join(r for r in raw if r is not None).lstrip(b" ") == "🎉".encode()
     assert len(raw) > 1  # the emoji really is split across tokens
+
+
+@pytest.mark.parametrize("kind", ["gpt2_bpe", "llama2_sentencepiece"])
+def test_a_character_split_over_tokens_streams_whole(kind: str, tmp_path: Path) -> None:
+    """The model emits 世界🎉 one byte token at a time: no chunk carries half a character or U+FFFD,
+    the chunks join to the text, and the non-streamed answer is the same, on both endpoints."""
+    text = "世界🎉"
+    prompt, messages = "Say it:", [{"role": "user", "content": "Say it:"}]
+    probe = build_foreign_model(tmp_path / "probe", kind)
+    rendered = Tokenizer.from_dir(probe.path).apply_chat_template(messages)
+    chain = build_parrot_model(tmp_path / "parrot", kind, text, [prompt, rendered])
+    assert len(chain) >= 9  # one token per UTF-8 byte (plus SentencePiece's leading "▁")
+    factory = engine_factory(model=str(tmp_path / "parrot"), max_model_len=256, kv_cache_tokens=1024)
+    with serve(tmp_path / "srv", factory=factory) as server, _client(server) as client:
+        for chat in (False, True):
+            kwargs = {"model": _name(server), "max_tokens": 32, "temperature": 0}
+            if chat:
+                full = client.chat.completions.create(messages=messages, **kwargs).choices[0]  # type: ignore[call-overload]
+                full_text, finish = full.message.content, full.finish_reason
+                deltas = [c.choices[0].delta.content or "" for c in client.chat.completions.create(  # type: ignore[call-overload]
+                    messages=messages, stream=True, **kwargs) if c.choices]
+            else:
+                one = client.completions.create(prompt=prompt, **kwargs).choices[0]  # type: ignore[call-overload]
+                full_text, finish = one.text, one.finish_reason
+                deltas = [c.choices[0].text for c in client.completions.create(  # type: ignore[call-overload]
+                    prompt=prompt, stream=True, **kwargs) if c.choices]
+            assert finish == "stop"
+            assert full_text is not None and full_text.strip() == text
+            assert "".join(deltas) == full_text
+            assert all("\ufffd" not in d for d in deltas)
+            assert sum(1 for d in deltas if d) >= 2  # the characters arrived in separate chunks
