@@ -10,6 +10,7 @@ style), one of which only that file declares.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,13 +178,13 @@ def build_parrot_model(out: Path, kind: str, text: str, prompts: list[str]) -> l
 
     from kvfence.engine.tokenizer import Tokenizer as KvTokenizer
 
-    model_info = build_foreign_model(out, kind)
+    build_foreign_model(out, kind)
     tok = KvTokenizer.from_dir(out)
     chain = tok.encode(text, add_special_tokens=False)
     starts = {tok.encode(p)[-1] for p in prompts}
     if len(set(chain)) != len(chain) or starts & set(chain):
         raise ValueError(f"{text!r} needs distinct tokens that no prompt ends with, got {chain}")
-    successor = {s: chain[0] for s in starts} | dict(zip(chain, chain[1:], strict=False))
+    successor = {s: chain[0] for s in starts} | dict(itertools.pairwise(chain))
     successor[chain[-1]] = tok.eos_token_ids[0]
     model = transformers.LlamaForCausalLM.from_pretrained(out)
     with torch.no_grad():
@@ -199,5 +200,4 @@ def build_parrot_model(out: Path, kind: str, text: str, prompts: list[str]) -> l
             head[nxt] += 10.0 * embed[token]
         model.lm_head.weight.copy_(head)
     model.save_pretrained(out, safe_serialization=True)
-    del model_info
     return chain
