@@ -151,3 +151,8 @@ def test_a_character_split_over_tokens_streams_whole(kind: str, tmp_path: Path) 
             assert "".join(deltas) == full_text
             assert all("\ufffd" not in d for d in deltas)
             assert sum(1 for d in deltas if d) >= 2  # the characters arrived in separate chunks
+        # A stop string made of one multi-byte character, assembled from three byte tokens.
+        cut = client.completions.create(prompt=prompt, stop=["界"], **kwargs).choices[0]  # type: ignore[call-overload]
+        streamed_cut = "".join(c.choices[0].text for c in client.completions.create(  # type: ignore[call-overload]
+            prompt=prompt, stop=["界"], stream=True, **kwargs) if c.choices)
+        assert cut.finish_reason == "stop" and cut.text.strip() == "世" and streamed_cut == cut.text
