@@ -36,6 +36,12 @@ class PlainConfig:
     usage: str = "none"  # none | partial (prompt_tokens missing) | full
     context_length: int | None = None  # advertised in /v1/models when set
     stream_error: str | None = None  # "openai" ({"error": ...}) or "object" (vLLM's older {"object": "error"})
+    reasoning: bool = False  # refuses max_tokens and non-default temperatures, as OpenAI's o-series does
+
+
+def _refuse(message: str) -> Response:
+    return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "param": None,
+                                   "code": "unsupported_parameter"}}, status_code=400)
 
 
 def _app(config: PlainConfig) -> Starlette:
@@ -68,6 +74,12 @@ def _app(config: PlainConfig) -> Starlette:
         if (denied := auth(request)) is not None:
             return denied
         body = await request.json()
+        if config.reasoning and "max_tokens" in body:
+            return _refuse("Unsupported parameter: 'max_tokens' is not supported with this model. "
+                           "Use 'max_completion_tokens' instead.")
+        if config.reasoning and body.get("temperature", 1) != 1:
+            return _refuse("Unsupported value: 'temperature' does not support 0.0 with this model. "
+                           "Only the default (1) value is supported.")
         chat = request.url.path.endswith("/chat/completions")
         prompt = (" ".join(str(m.get("content", "")) for m in body.get("messages", [])) if chat
                   else str(body.get("prompt", "")))

@@ -93,3 +93,12 @@ def test_a_text_model_is_preferred_over_listed_embedding_and_speech_models() -> 
     listed = ("text-embedding-3-small", "whisper-1", "acme-ai/Chat-7B-v2", "other-chat")
     with run_plain_backend(PlainConfig(models=listed)) as url:
         assert asyncio.run(run(url)) == "acme-ai/Chat-7B-v2"
+
+
+def test_a_reasoning_model_that_refuses_max_tokens_and_temperature(run_audit: AuditRun) -> None:
+    """The client switches to max_completion_tokens and the default temperature, and the checks run."""
+    with run_plain_backend(PlainConfig(reasoning=True, usage="full", context_length=512)) as url:
+        result, data = run_audit("leak", url, "--seed", "3", "--prompt-tokens", "128")
+    assert result.exit_code == 0, result.output
+    leak = check_result(data, "leak")
+    assert leak["measurements"]["attacker_requests"]["follow-up"]["answered_200"] > 0

@@ -55,6 +55,8 @@ class EndpointClient:
         self.api: Api = target.api
         self.model: str | None = target.model
         self._listed: list[str] = []  # the model ids /v1/models gave, for error messages
+        self._token_field = "max_tokens"  # or max_completion_tokens, for models that refuse max_tokens
+        self._send_temperature = True  # False for models that take only their default temperature
         self._http = httpx.AsyncClient(
             base_url=target.base_url,
             timeout=httpx.Timeout(target.timeout_s, connect=min(10.0, target.timeout_s)),
@@ -154,10 +156,37 @@ class EndpointClient:
         abort_after_chunks: int | None = None,
         api: Api | None = None,
     ) -> Reply:
-        """Send one greedy generation request as ``tenant``; never raises for an HTTP error status."""
+        """Send one greedy generation request as ``tenant``; never raises for an HTTP error status.
+
+        Models that refuse ``max_tokens`` (they want ``max_completion_tokens``) or any temperature
+        but their default say so in a 400; the request is then adapted once and sent again, and
+        every later request goes out in the accepted form.
+        """
         api = api or (self.api if self.api is not Api.AUTO else Api.CHAT)
         model = self.model or await self.resolve_model()
+        for _ in range(3):
+            reply = await self._send(tenant, api, model, prompt, max_tokens, stream, abort_after_chunks)
+            if reply.status != 400 or not reply.error or not self._adapt(reply.error):
+                return reply
+        return reply
+
+    def _adapt(self, error: str) -> bool:
+        """Learn from a 400 which request field the model refuses; True when there is a change to try."""
+        if self._token_field == "max_tokens" and _REFUSES_MAX_TOKENS.search(error):
+            self._token_field = "max_completion_tokens"
+            return True
+        if self._send_temperature and _REFUSES_TEMPERATURE.search(error):
+            self._send_temperature = False
+            return True
+        return False
+
+    async def _send(self, tenant: Tenant, api: Api, model: str, prompt: str, max_tokens: int, stream: bool,
+                    abort_after_chunks: int | None) -> Reply:
         path, payload = _request(api, model, prompt, max_tokens, stream)
+        if self._token_field != "max_tokens":
+            payload[self._token_field] = payload.pop("max_tokens")
+        if not self._send_temperature:
+            payload.pop("temperature")
         headers = {**tenant.headers, "Content-Type": "application/json"}
         started = time.perf_counter()
         try:
@@ -229,6 +258,13 @@ class EndpointClient:
             reply.total_s = time.perf_counter() - started
             return reply
 
+
+# OpenAI's words when a (reasoning) model refuses a field: "Unsupported parameter: 'max_tokens' is
+# not supported with this model. Use 'max_completion_tokens' instead." / "Unsupported value:
+# 'temperature' does not support 0.0 with this model. Only the default (1) value is supported."
+_REFUSES_MAX_TOKENS = re.compile(r"max_tokens'? is not supported|use '?max_completion_tokens", re.IGNORECASE)
+_REFUSES_TEMPERATURE = re.compile(r"'?temperature'? (does not support|is not supported)|unsupported value: '?temperature",
+                                  re.IGNORECASE)
 
 # Model ids that are not text generators (embeddings, speech, images, moderation, reranking).
 _NOT_TEXT_MODEL = re.compile(r"embed|whisper|tts|dall-e|moderation|rerank|transcribe|image|audio", re.IGNORECASE)
