@@ -12,6 +12,7 @@ Measures, in one run:
     python bench/throughput.py            # default: 24 requests, fits in ~10 minutes on 2 idle cores
     python bench/throughput.py --full     # the issue's workload: 64 requests (slow on CPU)
     python bench/throughput.py --quick    # a small run for a smoke test
+    python bench/throughput.py --decode-only --threads 2   # batch-1 decode figures alone
 """
 
 from __future__ import annotations
@@ -201,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-hf-mixed", action="store_true", help="skip transformers on the mixed workload (slow)")
     ap.add_argument("--repeats", type=int, default=1, help="kvfence mixed runs per scrub setting (best kept)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    ap.add_argument("--decode-only", action="store_true", help="stop after the batch-1 decode figures")
     args = ap.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     if args.threads:
@@ -244,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
           f"  ({torch_dec / roofline:6.1%} of roofline)")
     print(f"batch-1 decode  transformers {hf_dec:6.2f} tok/s  ({hf_dec / roofline:6.1%} of roofline)")
     print(f"batch-1 decode  ratio      {ours_dec / hf_dec:8.2f}x")
+    if args.decode_only:
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2))
+        return 0
 
     jobs = workload(num_requests, prompt_range, output_range, seed=1)
     total = sum(n for _, n in jobs)
