@@ -128,3 +128,20 @@ def test_lone_surrogate_escapes_are_a_400_paired_ones_are_text() -> None:
         with pytest.raises(APIError) as err:
             parse_body(body, CompletionRequest)
         assert err.value.status_code == 400 and err.value.code == "invalid_encoding"
+
+
+def test_tool_calls_of_earlier_turns_reach_the_template() -> None:
+    call = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}
+    req = parse_body(json.dumps({"messages": [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]}).encode(), ChatCompletionRequest)
+    assistant, tool = req.template_messages()[1:]
+    assert assistant["tool_calls"][0]["function"] == {"name": "weather", "arguments": {"city": "Oslo"}}
+    assert tool == {"role": "tool", "content": "sunny", "tool_call_id": "call_1"}
+    bad = {**call, "function": {"name": "weather", "arguments": "{not json"}}
+    req = parse_body(json.dumps({"messages": [{"role": "assistant", "tool_calls": [bad]}]}).encode(),
+                     ChatCompletionRequest)
+    with pytest.raises(APIError, match="arguments"):
+        req.template_messages()

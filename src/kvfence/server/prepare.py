@@ -67,7 +67,7 @@ def tokenize_prompt(prompt: str | list[int], model: LoadedModel) -> list[int]:
     return prompt
 
 
-def chat_prompt(messages: list[dict[str, str]], add_generation_prompt: bool, model: LoadedModel) -> list[int]:
+def chat_prompt(messages: list[dict[str, Any]], add_generation_prompt: bool, model: LoadedModel) -> list[int]:
     """Token ids of the chat template rendered over the messages."""
     tok = model.tokenizer
     text = tok.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)

@@ -160,6 +160,9 @@ class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
+    # Earlier tool calls in the history (no new ones are served): the template renders them.
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
 
     def text(self, index: int) -> str:
         """The message content as one string; only text parts are accepted."""
@@ -203,20 +206,40 @@ class ChatCompletionRequest(GenerationRequest):
         if self.response_format and self.response_format.get("type", "text") != "text":
             raise APIError.bad_request("only response_format {'type': 'text'} is supported", param="response_format")
 
-    def template_messages(self) -> list[dict[str, str]]:
+    def template_messages(self) -> list[dict[str, Any]]:
         """Messages as plain dicts for the chat template."""
         return template_messages(self.messages)
 
 
-def template_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
-    """Chat messages as the plain dicts a chat template reads (content parts joined to one string)."""
-    out: list[dict[str, str]] = []
+def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """Chat messages as the plain dicts a chat template reads (content parts joined to one string).
+
+    Tool calls of earlier turns are passed on with their JSON ``arguments`` string decoded, since
+    Hugging Face templates expect a mapping there (they render it with ``tojson``).
+    """
+    out: list[dict[str, Any]] = []
     for i, m in enumerate(messages):
-        entry = {"role": m.role, "content": m.text(i)}
+        entry: dict[str, Any] = {"role": m.role, "content": m.text(i)}
         if m.name:
             entry["name"] = m.name
+        if m.tool_call_id:
+            entry["tool_call_id"] = m.tool_call_id
+        if m.tool_calls:
+            entry["tool_calls"] = [_decoded_arguments(call, i) for call in m.tool_calls]
         out.append(entry)
     return out
+
+
+def _decoded_arguments(call: dict[str, Any], index: int) -> dict[str, Any]:
+    function = call.get("function")
+    if not isinstance(function, dict) or not isinstance(function.get("arguments"), str):
+        return call
+    try:
+        arguments = json.loads(function["arguments"])
+    except json.JSONDecodeError:
+        raise APIError.bad_request(f"messages[{index}].tool_calls: 'arguments' must be a JSON string",
+                                   param=f"messages[{index}].tool_calls") from None
+    return {**call, "function": {**function, "arguments": arguments}}
 
 
 _R = TypeVar("_R", bound=_Strict)
