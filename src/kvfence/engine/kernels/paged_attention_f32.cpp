@@ -8,12 +8,14 @@
 // and a large decode batch over long contexts is bound by exactly that traffic.
 //
 // Work is split over the OpenMP threads torch already uses (the same libgomp, so
-// torch.set_num_threads applies). A task is one sequence and a run of its KV heads: the whole row
-// of KV heads when the batch alone keeps every thread busy (each pool row, all heads, is then read
-// once and in order within a page), one KV head per task when the batch is small. The G = H / KV
-// query heads that share a KV head are done together, so each K/V vector is loaded once for all of
-// them (grouped-query attention). Rows a few positions ahead are prefetched: pages are scattered in
-// the pool, so the hardware prefetcher loses the stream at every page boundary.
+// torch.set_num_threads applies), unless the step reads too little to be worth waking them:
+// batch-1 decode over a short context runs on the calling thread. A task is one sequence and a run
+// of its KV heads: the whole row of KV heads when the batch alone keeps every thread busy (each
+// pool row, all heads, is then read once and in order within a page), one KV head per task when
+// the batch is small. The G = H / KV query heads that share a KV head are done together, so each
+// K/V vector is loaded once for all of them (grouped-query attention). Rows a few positions ahead
+// are prefetched: pages are scattered in the pool, so the hardware prefetcher loses the stream at
+// every page boundary.
 //
 // Softmax is exact (scores kept, max subtracted, then normalised), in float32.
 // Compiled with -ffp-contract=off like the other kernels, so rounding matches separate ops.
@@ -35,6 +37,7 @@ namespace {
 
 constexpr long kPrefetchRows = 4;      // positions ahead whose K/V rows are prefetched
 constexpr long kTasksPerThread = 4;    // whole-row tasks once the batch gives each thread this many
+constexpr long kMinParallelFloats = 1L << 17;  // K+V floats read below which one thread does it all
 
 inline float horizontal_sum(__m256 v) {
     __m128 lo = _mm256_castps256_ps128(v);
@@ -143,7 +146,12 @@ int kvfence_paged_decode_f32(const float* q, long q_stride, long batch, long hea
     const long split = batch >= kTasksPerThread * threads ? 1 : kv_heads;  // tasks per sequence
     const long per_task = kv_heads / split;
     const long tasks = batch * split;
-#pragma omp parallel if (tasks > 1)
+    long visible = 0;
+    for (long b = 0; b < batch; ++b) visible += end[b] - begin[b];
+    // Waking the other threads costs microseconds when idle and much more when a thread has been
+    // descheduled on a busy machine (a parallel region ends at a barrier): small work stays here.
+    const bool parallel = tasks > 1 && threads > 1 && 2 * visible * kv_heads * head_dim >= kMinParallelFloats;
+#pragma omp parallel if (parallel)
     {
         std::vector<float> scores;
 #pragma omp for schedule(dynamic, 1)
