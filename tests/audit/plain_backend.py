@@ -37,6 +37,7 @@ class PlainConfig:
     context_length: int | None = None  # advertised in /v1/models when set
     stream_error: str | None = None  # "openai" ({"error": ...}) or "object" (vLLM's older {"object": "error"})
     reasoning: bool = False  # refuses max_tokens and non-default temperatures, as OpenAI's o-series does
+    ignores_stream: bool = False  # answers stream=true with one JSON body, as some proxies do
 
 
 def _refuse(message: str) -> Response:
@@ -87,7 +88,7 @@ def _app(config: PlainConfig) -> Starlette:
         words = [WORDS[i % len(WORDS)] for i in range(n)]
         rid, created = f"x-{time.monotonic_ns()}", int(time.time())
         used = usage(len(prompt.split()), n)
-        if not body.get("stream"):
+        if not body.get("stream") or config.ignores_stream:
             choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant", "content": " ".join(words)},
                                        "finish_reason": "length"} if chat else
                                       {"index": 0, "text": " ".join(words), "finish_reason": "length"})

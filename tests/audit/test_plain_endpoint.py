@@ -102,3 +102,16 @@ def test_a_reasoning_model_that_refuses_max_tokens_and_temperature(run_audit: Au
     assert result.exit_code == 0, result.output
     leak = check_result(data, "leak")
     assert leak["measurements"]["attacker_requests"]["follow-up"]["answered_200"] > 0
+
+
+def test_an_endpoint_that_does_not_stream(run_audit: AuditRun) -> None:
+    """stream=true answered with one JSON body: no TTFT to measure (said so), and the answer still counts."""
+    with run_plain_backend(PlainConfig(ignores_stream=True, usage="full", context_length=512)) as url:
+        result, data = run_audit("cache-sharing", url, *_FAST)
+        admission_result, admission_data = run_audit("admission", url, "--seed", "3")
+    assert result.exit_code == 2, result.output
+    assert "one JSON body" in check_result(data, "cache-sharing")["summary"]
+    answers = check_result(admission_data, "admission")["measurements"]["answers"]
+    streamed_far = [a for a in answers if a["probe"] == "far above context" and a["stream"]]
+    assert streamed_far and all(a["outcome"] == "finding: answered 200" for a in streamed_far)
+    assert admission_result.exit_code == 1

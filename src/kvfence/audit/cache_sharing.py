@@ -176,6 +176,9 @@ async def _measure_level(
             (hit_s if kind == "hit" else miss_s).append(reply.ttft_s)
         else:
             failures.append(_failure(reply) if not reply.ok else "stream carried no token")
+        if reply.not_streamed:
+            raise AuditCannotRun("the endpoint answers stream=true with one JSON body, so the time to the first "
+                                 "token cannot be measured; audit the engine behind it, or a route that streams")
         if len(failures) > _MAX_FAILED_FRACTION * len(trials) + 2:
             raise AuditCannotRun(
                 f"too many failed requests ({len(failures)}) while measuring {victim.label} vs "

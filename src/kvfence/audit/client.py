@@ -36,6 +36,7 @@ class Reply:
     finish_reason: str | None = None
     aborted_by_client: bool = False
     transport_error: str | None = None
+    not_streamed: bool = False  # asked to stream, answered with one JSON body: no time to first token
 
     @property
     def ok(self) -> bool:
@@ -223,6 +224,16 @@ class EndpointClient:
                 reply.body = (await response.aread()).decode("utf-8", "replace")
                 reply.error = _error_message(reply.body) or response.reason_phrase or "no message"
                 reply.total_s = time.perf_counter() - started
+                return reply
+            if "json" in response.headers.get("content-type", ""):
+                # A server (or proxy) that ignores stream=true: keep the answer, but there is no first token to time.
+                reply.body = (await response.aread()).decode("utf-8", "replace")
+                reply.total_s = time.perf_counter() - started
+                reply.not_streamed = True
+                try:
+                    _absorb(reply, json.loads(reply.body))
+                except ValueError:
+                    reply.error = "200 answer is not JSON"
                 return reply
             chunks = 0
             try:
