@@ -93,7 +93,7 @@ def test_linear_reads_strided_input_and_large_products_use_threads() -> None:
 
 @needs_kernels
 @pytest.mark.parametrize("threads", [1, 2, 3, 4])
-def test_linear_shares_rows_with_helper_threads_correctly(threads: int) -> None:
+def test_linear_shares_rows_over_threads_correctly(threads: int) -> None:
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

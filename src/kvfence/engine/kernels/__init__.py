@@ -1,6 +1,6 @@
 """CPU kernels for the fp32 decode step, compiled at first use, each with a plain-torch fallback.
 
-``linear`` streams the weights of a decode batch close to memory bandwidth on its own helper
+``linear`` streams the weights of a decode batch close to memory bandwidth on torch's own
 threads (on AMD EPYC torch's single-row fp32 GEMV reaches a third of it; where torch's is as
 fast, ``calibrate_linear`` keeps torch's); ``rms_norm``, ``silu_mul`` and ``try_rope_``
 do in one call what torch does in several small ops. See :mod:`.library` for when they apply and

@@ -2,15 +2,9 @@
 //
 // kvfence_linear_f32: y[b, o] = sum_i x[b, i] * w[o, i] + bias[o] for a few rows b. Batch-1 (and
 // small-batch) decode reads every weight once per token, so it is bound by memory bandwidth.
-// torch's fp32 F.linear on one row runs on one thread here and streams weights at a third of the
-// machine's bandwidth; this kernel streams each weight row once for the whole batch, in the
-// checkpoint's natural [out, in] row-major layout, and shares the rows out to helper threads.
-//
-// Why its own helper threads and not OpenMP: an OpenMP region ends at a barrier, so on a busy
-// machine every product waits for the slowest thread to be scheduled again (measured: 3x slower
-// than one thread, 121 products per token). Here the calling thread claims chunks of rows from a
-// shared counter like the helpers do and waits only for chunks a helper actually took: if no
-// helper is running, the caller does all the work and never waits.
+// torch's fp32 F.linear on one row streams weights at a third of the bandwidth on some CPUs (MKL
+// on AMD EPYC); this kernel streams each weight row once for the whole batch, in the checkpoint's
+// natural [out, in] row-major layout, and shares the rows with torch's OpenMP threads.
 //
 // kvfence_rms_norm_f32, kvfence_silu_mul_f32, kvfence_rope_f32: the decode step's elementwise work
 // in one call each, where torch runs 3 to 12 small ops (each a few microseconds of dispatch).
@@ -21,15 +15,14 @@
 // so it compiles in about a second.
 
 #include <immintrin.h>
-#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
-#include <cstdint>
 #include <mutex>
-#include <thread>
 
 namespace {
 
@@ -94,192 +87,91 @@ void rows(const float* x, long ldx, long batch, const float* w, long in, const f
         rows_block<1>(w + o * in, in, x, ldx, batch, y + o, ldy, bias != nullptr ? bias + o : nullptr);
 }
 
-// ---- helper threads for the products ---------------------------------------------------------
+// ---- sharing a product over threads -------------------------------------------------------------
 //
-// One job at a time (the engine drives one forward pass at a time; a lock keeps concurrent callers
-// correct, just serial). The job's state is one 64-bit word: epoch (24 bits) | number of chunks
-// (20 bits) | next chunk to claim (20 bits), so a claim is a single compare-and-swap that also
-// proves the job is still the one whose fields the claimer is about to read.
+// Threads are OpenMP's, i.e. torch's own (GCC's libgomp, which the loader shares with torch): on a
+// small machine torch's worker threads are awake throughout a decode step (attention runs on them),
+// and a separate pool would fight them for the same cores. Chunks of rows are claimed from a shared
+// counter, so a slower thread takes fewer. An OpenMP region ends at a barrier, though: on a machine
+// busier than its cores every product then waits for a descheduled thread (measured: 3x slower
+// than one thread). So the caller times its wait at the barrier, and when waiting takes over a
+// fifth of the time of a window of products, it runs the next ones alone.
 
-struct LinearJob {
-    const float* x;
-    long batch, ldx;
-    const float* w;
-    long out, in;
-    const float* bias;
-    float* y;
-    long chunk_rows;
+#ifdef _OPENMP
+using Clock = std::chrono::steady_clock;
+
+struct ShareState {
+    std::mutex mutex;
+    long solo_left = 0;
+    long window_jobs = 0;
+    Clock::duration window_total{}, window_waited{};
 };
 
-constexpr int kChunkBits = 20;
-constexpr uint64_t kChunkMask = (uint64_t{1} << kChunkBits) - 1;
-constexpr long kMaxChunks = static_cast<long>(kChunkMask);
-
-inline uint64_t pack(uint64_t epoch, uint64_t chunks, uint64_t next) {
-    return (epoch << (2 * kChunkBits)) | (chunks << kChunkBits) | next;
+ShareState& share_state() {
+    static ShareState* state = new ShareState();  // never destroyed (may be used until exit)
+    return *state;
 }
 
-void run_chunk(const LinearJob& job, long chunk) {
-    const long begin = chunk * job.chunk_rows;
-    const long end = begin + job.chunk_rows < job.out ? begin + job.chunk_rows : job.out;
-    rows(job.x, job.ldx, job.batch, job.w, job.in, job.bias, job.y, job.out, begin, end);
+constexpr long kWindowJobs = 64;  // about half a decode step of a 30-layer model
+constexpr long kSoloJobs = 4096;  // then share again (some tens of tokens later)
+
+// True when this product should run on the caller alone (counts one solo job).
+bool run_alone() {
+    ShareState& st = share_state();
+    std::lock_guard<std::mutex> lock(st.mutex);
+    if (st.solo_left > 0) {
+        --st.solo_left;
+        return true;
+    }
+    return false;
 }
 
-class HelperPool {
-  public:
-    // Run the job over `threads` threads (the caller included), or on the caller alone while the
-    // helpers are found to make it wait (a busy machine, see below).
-    void run(const LinearJob& job, long num_chunks, long threads) {
-        std::lock_guard<std::mutex> one_job(job_mutex_);
-        if (solo_jobs_left_ > 0) {
-            --solo_jobs_left_;
-            for (long chunk = 0; chunk < num_chunks; ++chunk) run_chunk(job, chunk);
-            return;
-        }
-        const auto start = Clock::now();
-        ensure_helpers(threads - 1);
-        active_helpers_.store(threads - 1);
-        job_ = job;
-        done_.store(0);
-        epoch_ = (epoch_ + 1) & 0xFFFFFF;
-        state_.store(pack(epoch_, static_cast<uint64_t>(num_chunks), 0));  // publishes job_ (seq_cst)
-        if (sleepers_.load() > 0) {
-            std::lock_guard<std::mutex> lock(sleep_mutex_);
-            wake_.notify_all();
-        }
-        long mine = 0;
-        long chunk;
-        while ((chunk = claim(epoch_)) >= 0) {
-            run_chunk(job_, chunk);
-            ++mine;
-        }
-        // Wait only for chunks helpers claimed (they are running them now, unless the OS has
-        // taken their core away: then yield, in case it is this core they wait for).
-        const auto mine_done = Clock::now();
-        for (int i = 0; done_.load(std::memory_order_acquire) + mine < num_chunks; ++i) {
-            if (i < 2000) {
-                _mm_pause();
-            } else {
-                std::this_thread::yield();
-            }
-        }
-        account(start, mine_done, Clock::now());
-    }
-
-  private:
-    using Clock = std::chrono::steady_clock;
-
-    // On a machine busier than its cores, a helper that claimed a chunk is often descheduled in
-    // the middle of it and the caller waits a whole time slice: far slower than running alone.
-    // When waiting takes over a fifth of the time of a window of jobs, run the next jobs alone.
-    void account(Clock::time_point start, Clock::time_point mine_done, Clock::time_point end) {
-        window_total_ += end - start;
-        window_waited_ += end - mine_done;
-        if (++window_jobs_ < kWindowJobs) return;
-        if (window_waited_ * 5 > window_total_) solo_jobs_left_ = kSoloJobs;
-        window_jobs_ = 0;
-        window_total_ = window_waited_ = Clock::duration::zero();
-    }
-
-    static constexpr long kWindowJobs = 64;  // about half a decode step of a 30-layer model
-    static constexpr long kSoloJobs = 4096;  // then try helpers again (some tens of tokens later)
-    long solo_jobs_left_ = 0;
-    long window_jobs_ = 0;
-    Clock::duration window_total_{}, window_waited_{};
-
-  private:
-    // A chunk of job `epoch`, or -1 when all are claimed or the job is no longer current.
-    long claim(uint64_t epoch) {
-        uint64_t s = state_.load();
-        for (;;) {
-            const uint64_t chunks = (s >> kChunkBits) & kChunkMask, next = s & kChunkMask;
-            if ((s >> (2 * kChunkBits)) != epoch || next >= chunks) return -1;
-            if (state_.compare_exchange_weak(s, s + 1)) return static_cast<long>(next);
-        }
-    }
-
-    void ensure_helpers(long wanted) {
-        for (; num_helpers_ < wanted; ++num_helpers_) {
-            const long index = num_helpers_;
-            std::thread([this, index] { helper_loop(index); }).detach();  // they live as long as the process
-        }
-    }
-
-    void helper_loop(long index) {
-        uint64_t seen = state_.load() >> (2 * kChunkBits);
-        for (;;) {
-            uint64_t epoch = wait_for_job(seen);
-            seen = epoch;
-            if (index >= active_helpers_.load()) continue;  // fewer threads wanted now
-            long chunk;
-            while ((chunk = claim(epoch)) >= 0) {
-                run_chunk(job_, chunk);
-                done_.fetch_add(1, std::memory_order_release);
-            }
-        }
-    }
-
-    // Spin a little (jobs of one decode step come tens of microseconds apart), then sleep, so an
-    // idle engine or a busy machine does not lose a core to spinning.
-    uint64_t wait_for_job(uint64_t seen) {
-        const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-        for (int i = 0;; ++i) {
-            const uint64_t epoch = state_.load() >> (2 * kChunkBits);
-            if (epoch != seen) return epoch;
-            _mm_pause();
-            if ((i & 255) == 255 && std::chrono::steady_clock::now() > spin_until) break;
-        }
-        std::unique_lock<std::mutex> lock(sleep_mutex_);
-        sleepers_.fetch_add(1);
-        uint64_t epoch;
-        while ((epoch = state_.load() >> (2 * kChunkBits)) == seen) wake_.wait(lock);
-        sleepers_.fetch_sub(1);
-        return epoch;
-    }
-
-    std::mutex job_mutex_;
-    LinearJob job_{};
-    uint64_t epoch_ = 0;
-    std::atomic<uint64_t> state_{0};
-    std::atomic<long> done_{0};
-    std::atomic<long> active_helpers_{0};
-    std::atomic<int> sleepers_{0};
-    std::mutex sleep_mutex_;
-    std::condition_variable wake_;
-    long num_helpers_ = 0;
-};
-
-HelperPool& helper_pool() {
-    // Never destroyed: detached helpers use it until exit. A new one after fork(), whose child has
-    // none of the parent's threads (and maybe a mutex some helper held at that instant).
-    static std::mutex guard;
-    static HelperPool* pool = nullptr;
-    static pid_t owner = 0;
-    std::lock_guard<std::mutex> lock(guard);
-    if (pool == nullptr || owner != getpid()) {
-        pool = new HelperPool();
-        owner = getpid();
-    }
-    return *pool;
+void account(Clock::duration total, Clock::duration waited) {
+    ShareState& st = share_state();
+    std::lock_guard<std::mutex> lock(st.mutex);
+    st.window_total += total;
+    st.window_waited += waited;
+    if (++st.window_jobs < kWindowJobs) return;
+    if (st.window_waited * 5 > st.window_total) st.solo_left = kSoloJobs;
+    st.window_jobs = 0;
+    st.window_total = st.window_waited = Clock::duration::zero();
 }
+#endif
 
 }  // namespace
 
 extern "C" {
 
 // x: [batch, in] with row stride ldx; w: [out, in] contiguous; bias: [out] or null; y: [batch, out]
-// contiguous. With threads > 1 and at least min_parallel_weights weights, helper threads share
-// the rows (chunks of about 64 KiB of weights); otherwise the caller runs them all.
+// contiguous. With threads > 1 and at least min_parallel_weights weights, `threads` OpenMP threads
+// share the rows in chunks of about 64 KiB of weights; otherwise the caller runs them all.
 void kvfence_linear_f32(const float* x, long batch, long ldx, const float* w, long out, long in,
                         const float* bias, float* y, long min_parallel_weights, long threads) {
-    if (threads <= 1 || out * in < min_parallel_weights) {
-        rows(x, ldx, batch, w, in, bias, y, out, 0, out);
+#ifdef _OPENMP
+    if (threads > 1 && out * in >= min_parallel_weights && !omp_in_parallel() && !run_alone()) {
+        const long chunk_rows = ((16384 + in - 1) / in + 3) / 4 * 4;  // ~64 KiB of fp32 weights, whole blocks of 4
+        const long num_chunks = (out + chunk_rows - 1) / chunk_rows;
+        std::atomic<long> next{0};
+        const auto start = Clock::now();
+        auto caller_done = start;
+#pragma omp parallel num_threads(static_cast<int>(threads))
+        {
+            for (long chunk; (chunk = next.fetch_add(1, std::memory_order_relaxed)) < num_chunks;) {
+                const long begin = chunk * chunk_rows;
+                const long end = begin + chunk_rows < out ? begin + chunk_rows : out;
+                rows(x, ldx, batch, w, in, bias, y, out, begin, end);
+            }
+            if (omp_get_thread_num() == 0) caller_done = Clock::now();
+        }
+        const auto end = Clock::now();
+        account(end - start, end - caller_done);
         return;
     }
-    long chunk_rows = ((16384 + in - 1) / in + 3) / 4 * 4;  // ~64 KiB of fp32 weights, whole blocks of 4
-    while ((out + chunk_rows - 1) / chunk_rows > kMaxChunks) chunk_rows *= 2;
-    const long num_chunks = (out + chunk_rows - 1) / chunk_rows;
-    helper_pool().run(LinearJob{x, batch, ldx, w, out, in, bias, y, chunk_rows}, num_chunks, threads);
+#else
+    (void)min_parallel_weights;
+    (void)threads;
+#endif
+    rows(x, ldx, batch, w, in, bias, y, out, 0, out);
 }
 
 // out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight   (x rows with stride ldx; out contiguous)

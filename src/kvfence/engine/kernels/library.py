@@ -1,6 +1,7 @@
 """Load ``decode_f32.cpp`` (building it at first use) where it applies, or say once why not.
 
-It applies on x86-64 Linux with AVX2 and FMA and a C++17 compiler. When it cannot be used (another
+It applies on x86-64 Linux with AVX2 and FMA and a C++17 compiler; the products run on torch's
+OpenMP threads when the compiler is GCC (whose libgomp torch uses), else on the calling thread. When it cannot be used (another
 CPU or OS, no compiler, a failed build or a failed self-check) the reason is logged once and the
 callers in :mod:`.ops` use torch. ``KVFENCE_CPU_KERNELS=0`` turns it off.
 """
@@ -11,6 +12,7 @@ import ctypes
 import logging
 import os
 import platform
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from kvfence.engine.kernels.build import KernelBuildError, build_and_load
+from kvfence.engine.kernels.build import KernelBuildError, build_and_load, find_compiler
 
 __all__ = ["KernelStatus", "cpu_kernels", "kernel_status", "reset_kernels"]
 
@@ -95,7 +97,17 @@ def _load() -> tuple[KernelStatus, ctypes.CDLL | None]:
     capability = torch.backends.cpu.get_cpu_capability()
     if not capability.startswith(("AVX2", "AVX512")):
         return KernelStatus(False, f"need AVX2 and FMA, torch reports CPU capability {capability}"), None
-    flags = ["-O3", "-std=c++17", "-mavx2", "-mfma", "-ffp-contract=off", "-pthread"]
+    flags = ["-O3", "-std=c++17", "-mavx2", "-mfma", "-ffp-contract=off"]
+    threads_note = ""
+    compiler = find_compiler()
+    if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        threads_note = " (products on one thread: torch does not use OpenMP here)"
+    elif compiler is not None and not _is_gcc(compiler):
+        # Only GCC's OpenMP runtime (libgomp) is the one torch uses, shared by the loader, so the
+        # products run on torch's own threads; another runtime would fight them for the cores.
+        threads_note = f" (products on one thread: {compiler} is not GCC, set CXX=g++)"
+    else:
+        flags.append("-fopenmp")
     try:
         lib, path = build_and_load(_SOURCE, flags)
         for name, argtypes in _SIGNATURES.items():
@@ -107,7 +119,16 @@ def _load() -> tuple[KernelStatus, ctypes.CDLL | None]:
     problem = _self_check(lib)
     if problem is not None:
         return KernelStatus(False, f"self-check failed: {problem}", path), None
-    return KernelStatus(True, "in use", path), lib
+    return KernelStatus(True, "in use" + threads_note, path), lib
+
+
+def _is_gcc(compiler: str) -> bool:
+    try:
+        done = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    text = done.stdout.lower()
+    return "clang" not in text and ("gcc" in text or "g++" in text or "free software foundation" in text)
 
 
 def _self_check(lib: ctypes.CDLL) -> str | None:
@@ -118,7 +139,7 @@ def _self_check(lib: ctypes.CDLL) -> str | None:
         w = torch.randn(out_features, in_features, generator=gen)
         b = torch.randn(out_features, generator=gen)
         y = torch.empty(rows, out_features)
-        for threads in (1, 3):  # the caller alone, and with helper threads (tiny chunks of rows)
+        for threads in (1, max(2, torch.get_num_threads())):  # the caller alone, and shared (small chunks)
             y.fill_(float("nan"))
             lib.kvfence_linear_f32(x.data_ptr(), rows, x.stride(0), w.data_ptr(), out_features, in_features,
                                    b.data_ptr(), y.data_ptr(), 0, threads)

@@ -37,7 +37,7 @@ MAX_ELEMENTWISE_ROWS = 64
 
 _MIN_PARALLEL_WEIGHTS = 1 << 15
 """Weights (floats) below which the calling thread runs a whole product: sharing costs more.
-Above it the product is shared with ``torch.get_num_threads() - 1`` helper threads."""
+Above it the product is shared over ``torch.get_num_threads()`` (OpenMP) threads."""
 
 
 class _Backend:
