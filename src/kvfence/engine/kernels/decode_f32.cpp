@@ -77,14 +77,25 @@ inline void rows_block(const float* w, long in, const float* x, long ldx, long b
     }
 }
 
-void rows(const float* x, long ldx, long batch, const float* w, long in, const float* bias, float* y, long ldy,
-          long row_begin, long row_end) {
-    constexpr int R = 4;
+template <int R>
+void rows_by(const float* x, long ldx, long batch, const float* w, long in, const float* bias, float* y, long ldy,
+             long row_begin, long row_end) {
     long o = row_begin;
     for (; o + R <= row_end; o += R)
         rows_block<R>(w + o * in, in, x, ldx, batch, y + o, ldy, bias != nullptr ? bias + o : nullptr);
     for (; o < row_end; ++o)
         rows_block<1>(w + o * in, in, x, ldx, batch, y + o, ldy, bias != nullptr ? bias + o : nullptr);
+}
+
+// Rows [row_begin, row_end) of y for every batch row. Blocks of 4 weight rows for one or two batch
+// rows, of 2 beyond: R * min(batch, 4) accumulators plus the inputs must fit the 16 AVX registers.
+void rows(const float* x, long ldx, long batch, const float* w, long in, const float* bias, float* y, long ldy,
+          long row_begin, long row_end) {
+    if (batch <= 2) {
+        rows_by<4>(x, ldx, batch, w, in, bias, y, ldy, row_begin, row_end);
+    } else {
+        rows_by<2>(x, ldx, batch, w, in, bias, y, ldy, row_begin, row_end);
+    }
 }
 
 // ---- sharing a product over threads -------------------------------------------------------------
