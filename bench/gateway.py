@@ -1,18 +1,30 @@
-"""Overhead of `kvfence gateway` against calling the backend directly, measured in the same run.
+"""Added latency of `kvfence gateway` against calling the backend directly, measured in the same run.
 
-    .venv/bin/python bench/gateway.py [--concurrency 100] [--requests 3000] [--chunks 16] [--json]
+    .venv/bin/python bench/gateway.py                       # all four scenarios below
+    .venv/bin/python bench/gateway.py --scenario paced:100  # one of them
+    .venv/bin/python bench/gateway.py --json
 
-A fast local OpenAI-compatible backend (a bare ASGI app under uvicorn, in its own process) streams
-``--chunks`` SSE chunks per answer. The same closed-loop load (``--concurrency`` streams in flight,
-official-client-shaped requests over httpx) runs first straight at the backend, then through the
-gateway (its own process, no data-protection hooks: scanners off), then straight again. Reported:
+Setup: a fast local OpenAI-compatible backend (a bare ASGI app under uvicorn, its own process) streams
+``--chunks`` SSE chunks per answer; the gateway (its own process, policy with one backend, no
+data-protection hooks: scanners off) sits in front of it. The load generator (this process, one
+``httpx.AsyncClient`` or the lean client, ``--client``) keeps N streams in flight: each stream sends
+its next request as soon as its last answer ended (closed loop). Each scenario runs direct, then
+through the gateway, then direct again (``--rounds`` repeats the pair), with the same requests and
+the same client; added latency = gateway percentile minus the mean of the direct runs' percentiles.
 
-- end-to-end latency per streamed request (to the last byte), p50/p99, and requests/s, both paths;
-- added latency = gateway percentile minus direct percentile (direct = mean of the two direct runs);
-- the gateway's own overhead header (``X-Kvfence-Overhead-Ms``: time spent in the gateway before the
-  upstream request left plus between upstream headers and its own), p50/p99.
+Scenarios (``--scenario KIND:STREAMS``, repeatable; default: all four):
 
-Peer figures for context (not measured here): LiteLLM publishes 2-12 ms p50 and 13-43 ms p99 added
+- ``paced:100`` / ``paced:10``: the backend paces its chunks like a model decoding (``--interval-ms``
+  between chunks, the first after one interval), so 100 streams are in flight while the cores are
+  not saturated. This is the regime of the target: "p50 overhead under 2 ms and p99 under 10 ms at
+  100 concurrent streams, without data-protection scanners".
+- ``saturating:100`` / ``saturating:10``: the backend answers as fast as it can; the loop saturates
+  the machine's cores (load generator, backend and gateway share them), so added latency there is
+  mostly queueing for CPU: reported with each process's CPU per request.
+
+Per request: time to the first answer byte (TTFT) and to the last (end to end). Also reported: the
+gateway's own overhead header (``X-Kvfence-Overhead-Ms``), each process's CPU use, the load average.
+Peer figures for context (published, not measured here): LiteLLM 2-12 ms p50, 13-43 ms p99 added
 latency on 4-CPU instances.
 """
 
@@ -28,6 +40,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +51,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 KEY = "kvf-gw-bench-key"
+TARGET_P50_MS, TARGET_P99_MS = 2.0, 10.0
 
 BACKEND_SOURCE = r'''
 import asyncio, json, sys
 import uvicorn
 
-CHUNKS = int(sys.argv[2])
+PACE = {"chunks": int(sys.argv[2]), "interval_s": 0.0}
+BASE = b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"bench","choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null}]}\n\n'
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
@@ -59,25 +75,81 @@ async def app(scope, receive, send):
         body += message.get("body", b"")
         if not message.get("more_body"):
             break
-    if scope["path"].endswith("/models"):
+    path = scope["path"]
+    if path == "/_pace":
+        PACE.update(json.loads(body))
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    if path.endswith("/models"):
         payload = json.dumps({"object": "list", "data": [{"id": "bench", "max_model_len": 32768}]}).encode()
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": payload})
         return
-    if scope["path"] != "/v1/chat/completions":
+    if path != "/v1/chat/completions":
         await send({"type": "http.response.start", "status": 404, "headers": []})
         await send({"type": "http.response.body", "body": b""})
         return
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"text/event-stream")]})
-    base = '{"id":"c1","object":"chat.completion.chunk","created":1,"model":"bench","choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null}]}'
-    for _ in range(CHUNKS):
-        await send({"type": "http.response.body", "body": b"data: " + base.encode() + b"\n\n", "more_body": True})
-        await asyncio.sleep(0)
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+    interval = PACE["interval_s"]
+    for _ in range(PACE["chunks"]):
+        await asyncio.sleep(interval)  # 0: just yield, as fast as the loop goes
+        await send({"type": "http.response.body", "body": BASE, "more_body": True})
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error", access_log=False, timeout_keep_alive=75)
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error", access_log=False,
+            timeout_keep_alive=75)
 '''
+
+# A proxy hop that does nothing: bytes in, bytes out (uvloop, no HTTP parsing). On a machine whose
+# cores are shared, every extra process on the path costs wake-ups and scheduling delay; this relay
+# measures that floor in the same run, so the gateway's figure can be read against it.
+RELAY_SOURCE = r'''
+import asyncio, sys
+import uvloop
+
+UPSTREAM = ("127.0.0.1", int(sys.argv[2]))
+
+class Pipe(asyncio.Protocol):
+    def __init__(self):
+        self.peer = None
+        self.transport = None
+        self.pending = []
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        if self.peer is not None:
+            self.peer.transport.write(data)
+        else:
+            self.pending.append(data)
+
+    def connection_lost(self, exc):
+        if self.peer is not None:
+            self.peer.transport.close()
+
+class Downstream(Pipe):
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        asyncio.ensure_future(self.open())
+
+    async def open(self):
+        _, upstream = await asyncio.get_running_loop().create_connection(Pipe, *UPSTREAM)
+        upstream.peer, self.peer = self, upstream
+        for data in self.pending:
+            upstream.transport.write(data)
+        self.pending.clear()
+
+async def main():
+    server = await asyncio.get_running_loop().create_server(Downstream, "127.0.0.1", int(sys.argv[1]))
+    await server.serve_forever()
+
+uvloop.run(main())
+'''
+
+REQUEST_BODY = {"model": "bench", "stream": True, "max_tokens": 16,
+                "messages": [{"role": "user", "content": "Say something short about benchmarks."}]}
 
 
 def free_port() -> int:
@@ -98,59 +170,18 @@ def wait_ready(url: str, headers: dict[str, str] | None = None, timeout: float =
     raise RuntimeError(f"{url} did not come up")
 
 
-async def load(base_url: str, concurrency: int, total: int, headers: dict[str, str]) -> dict[str, Any]:
-    body = {"model": "bench", "stream": True, "max_tokens": 16,
-            "messages": [{"role": "user", "content": "Say something short about benchmarks."}]}
-    latencies: list[float] = []
-    overheads: list[float] = []
-    errors = 0
-    kinds: dict[str, int] = {}
-    remaining = total
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=120, headers=headers) as client:
-        async def worker() -> None:
-            nonlocal remaining, errors
-            while remaining > 0:
-                remaining -= 1
-                started = time.perf_counter()
-                try:
-                    async with client.stream("POST", "/chat/completions", json=body) as response:
-                        async for _ in response.aiter_raw():
-                            pass
-                        if response.status_code != 200:
-                            errors += 1
-                            kinds[f"HTTP {response.status_code}"] = kinds.get(f"HTTP {response.status_code}", 0) + 1
-                            continue
-                        header = response.headers.get("x-kvfence-overhead-ms")
-                except httpx.HTTPError as exc:
-                    errors += 1
-                    kinds[type(exc).__name__] = kinds.get(type(exc).__name__, 0) + 1
-                    continue
-                latencies.append((time.perf_counter() - started) * 1000)
-                if header is not None:
-                    overheads.append(float(header))
-
-        # warm-up: open the pool's connections before timing
-        warm = min(total // 10, concurrency)
-        remaining = warm
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        latencies.clear()
-        overheads.clear()
-        remaining = total
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - started
-    return {"latencies": latencies, "overheads": overheads, "errors": errors, "error_kinds": kinds,
-            "rps": len(latencies) / elapsed}
-
-
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc), or NaN elsewhere."""
+    """CPU time of all a process's threads so far, in ns precision (Linux schedstat), NaN elsewhere."""
+    total = 0
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (OSError, IndexError, ValueError):
+                continue  # a thread that just ended
     except OSError:
         return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total / 1e9
 
 
 def pct(values: list[float], q: float) -> float:
@@ -160,98 +191,277 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
 
 
+# -- load generators: one streamed POST, returning (status, ttft_s, e2e_s, overhead header) ----------
+Stream = Callable[[], Awaitable[tuple[int, float, float, str | None]]]
+
+
+# httpcore's pool scans every connection on each request and each response close, so one
+# AsyncClient with 100 busy connections spends ~25 ms of CPU per request (measured here); callers
+# with 100 streams are rarely one client. The httpx load generator therefore shards its streams
+# over one client per HTTPX_STREAMS_PER_CLIENT.
+HTTPX_STREAMS_PER_CLIENT = 10
+
+
+async def _httpx_client(base_url: str, concurrency: int, headers: dict[str, str]
+                        ) -> tuple[Callable[[int], Stream], Any]:
+    limits = httpx.Limits(max_connections=HTTPX_STREAMS_PER_CLIENT, max_keepalive_connections=HTTPX_STREAMS_PER_CLIENT)
+    clients = [httpx.AsyncClient(base_url=base_url, limits=limits, timeout=120, headers=headers)
+               for _ in range(-(-concurrency // HTTPX_STREAMS_PER_CLIENT))]
+    payload = json.dumps(REQUEST_BODY).encode()
+
+    async def close() -> None:
+        for client in clients:
+            await client.aclose()
+
+    return lambda worker: _httpx_stream(clients[worker // HTTPX_STREAMS_PER_CLIENT], payload), close
+
+
+def _httpx_stream(client: httpx.AsyncClient, payload: bytes) -> Stream:
+    async def one() -> tuple[int, float, float, str | None]:
+        started = time.perf_counter()
+        first = 0.0
+        async with client.stream("POST", "/chat/completions", content=payload,
+                                 headers={"content-type": "application/json"}) as response:
+            async for _ in response.aiter_raw():
+                if not first:
+                    first = time.perf_counter()
+            return response.status_code, first - started, time.perf_counter() - started, \
+                response.headers.get("x-kvfence-overhead-ms")
+
+    return one
+
+
+async def _fast_client(base_url: str, concurrency: int, headers: dict[str, str]
+                       ) -> tuple[Callable[[int], Stream], Any]:
+    from kvfence.gateway.fast_http import FastUpstream
+
+    client = FastUpstream(base_url, read_timeout_s=120, max_connections=concurrency)
+    payload = json.dumps(REQUEST_BODY).encode()
+    all_headers = {**headers, "content-type": "application/json", "accept": "text/event-stream"}
+
+    async def one() -> tuple[int, float, float, str | None]:
+        started = time.perf_counter()
+        response = await client.post("/chat/completions", payload, all_headers)
+        first = 0.0
+        async for _ in response.aiter_raw():
+            if not first:
+                first = time.perf_counter()
+        await response.aclose()
+        return response.status_code, first - started, time.perf_counter() - started, \
+            response.headers.get("x-kvfence-overhead-ms")
+
+    return lambda worker: one, client.aclose
+
+
+@dataclass
+class Run:
+    ttft_ms: list[float] = field(default_factory=list)
+    e2e_ms: list[float] = field(default_factory=list)
+    overhead_ms: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    rps: float = 0.0
+    wall_s: float = 0.0
+    cpu_s: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        n = len(self.e2e_ms)
+        return {"n": n, "ttft_p50_ms": pct(self.ttft_ms, 50), "ttft_p99_ms": pct(self.ttft_ms, 99),
+                "e2e_p50_ms": pct(self.e2e_ms, 50), "e2e_p99_ms": pct(self.e2e_ms, 99),
+                "e2e_mean_ms": statistics.fmean(self.e2e_ms) if n else float("nan"), "rps": self.rps,
+                "errors": sum(self.errors.values()), "error_kinds": self.errors,
+                "cpu_ms_per_request": {k: v * 1000 / max(1, n) for k, v in self.cpu_s.items()},
+                "cpu_percent_of_one_core": {k: 100 * v / self.wall_s for k, v in self.cpu_s.items()}}
+
+
+async def load(base_url: str, concurrency: int, total: int, headers: dict[str, str], client_kind: str,
+               pids: dict[str, int]) -> Run:
+    make = _httpx_client if client_kind == "httpx" else _fast_client
+    stream_for, close = await make(base_url, concurrency, headers)
+    run = Run()
+    remaining = 0
+    record = False
+
+    async def worker(index: int) -> None:
+        nonlocal remaining
+        one = stream_for(index)
+        while remaining > 0:
+            remaining -= 1
+            try:
+                status, ttft, e2e, overhead = await one()
+            except httpx.HTTPError as exc:
+                run.errors[type(exc).__name__] = run.errors.get(type(exc).__name__, 0) + 1
+                continue
+            if status != 200:
+                run.errors[f"HTTP {status}"] = run.errors.get(f"HTTP {status}", 0) + 1
+                continue
+            if record:
+                run.ttft_ms.append(ttft * 1000)
+                run.e2e_ms.append(e2e * 1000)
+                if overhead is not None:
+                    run.overhead_ms.append(float(overhead))
+
+    try:
+        remaining = max(concurrency, total // 10)  # warm-up: open every connection, fill the pools
+        await asyncio.gather(*(worker(i) for i in range(concurrency)))
+        run.errors.clear()
+        remaining, record = total, True
+        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        client_before = time.process_time()
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(i) for i in range(concurrency)))
+        run.wall_s = time.perf_counter() - started
+        run.cpu_s = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+        run.cpu_s["load generator"] = time.process_time() - client_before
+        run.rps = len(run.e2e_ms) / run.wall_s
+    finally:
+        await close()
+    return run
+
+
+def set_pace(backend_root: str, chunks: int, interval_ms: float) -> None:
+    httpx.post(backend_root + "/_pace", json={"chunks": chunks, "interval_s": interval_ms / 1000}, timeout=5)
+
+
+def run_scenario(kind: str, streams: int, args: argparse.Namespace, urls: dict[str, str],
+                 pids: dict[str, int]) -> dict[str, Any]:
+    interval = args.interval_ms if kind == "paced" else 0.0
+    set_pace(urls["backend_root"], args.chunks, interval)
+    total = args.requests or (30 * streams if kind == "paced" else max(500, 10 * streams))
+    auth = {"authorization": f"Bearer {KEY}"}
+    order = ["direct"] + ["relay", "gateway", "direct"] * args.rounds
+    runs: list[tuple[str, Run]] = []
+    for path in order:
+        headers = auth if path == "gateway" else {}
+        runs.append((path, asyncio.run(load(urls[path], streams, total, headers, args.client, pids))))
+    by_path = {path: [r.summary() for p, r in runs if p == path] for path in ("direct", "relay", "gateway")}
+    overheads = [v for p, r in runs if p == "gateway" for v in r.overhead_ms]
+
+    def added(metric: str, path: str = "gateway") -> float:
+        return (statistics.fmean(g[metric] for g in by_path[path])
+                - statistics.fmean(d[metric] for d in by_path["direct"]))
+
+    result: dict[str, Any] = {
+        "scenario": f"{kind}:{streams}", "streams": streams, "requests_per_run": total,
+        "chunks_per_answer": args.chunks, "chunk_interval_ms": interval, "client": args.client,
+        "runs": [{"path": p, **r.summary()} for p, r in runs],
+        "added_ttft_p50_ms": added("ttft_p50_ms"), "added_ttft_p99_ms": added("ttft_p99_ms"),
+        "added_e2e_p50_ms": added("e2e_p50_ms"), "added_e2e_p99_ms": added("e2e_p99_ms"),
+        "relay_added_ttft_p50_ms": added("ttft_p50_ms", "relay"),
+        "relay_added_ttft_p99_ms": added("ttft_p99_ms", "relay"),
+        "relay_added_e2e_p50_ms": added("e2e_p50_ms", "relay"),
+        "relay_added_e2e_p99_ms": added("e2e_p99_ms", "relay"),
+        "gateway_overhead_header_p50_ms": pct(overheads, 50),
+        "gateway_overhead_header_p99_ms": pct(overheads, 99),
+    }
+    return result
+
+
+def print_scenario(result: dict[str, Any]) -> None:
+    kind, streams = result["scenario"].split(":")
+    if kind == "paced":
+        how = (f"backend paces {result['chunks_per_answer']} chunks {result['chunk_interval_ms']:g} ms apart "
+               "(like a model decoding)")
+    else:
+        how = f"backend sends {result['chunks_per_answer']} chunks as fast as it can (saturates the cores)"
+    print(f"\n== {result['scenario']}: {streams} concurrent streams, closed loop, {how}; "
+          f"{result['requests_per_run']} requests per run, load generator: {result['client']}")
+    print(f"{'run':9} {'TTFT p50':>9} {'TTFT p99':>9} {'e2e p50':>9} {'e2e p99':>9} {'req/s':>7} {'err':>4}"
+          "   CPU ms/request (% of one core): gateway | relay | backend | load generator")
+    for run in result["runs"]:
+        cpu, share = run["cpu_ms_per_request"], run["cpu_percent_of_one_core"]
+        cols = " | ".join(f"{cpu[k]:.2f} ({share[k]:.0f}%)" for k in ("gateway", "relay", "backend", "load generator"))
+        print(f"{run['path']:9} {run['ttft_p50_ms']:9.2f} {run['ttft_p99_ms']:9.2f} {run['e2e_p50_ms']:9.2f} "
+              f"{run['e2e_p99_ms']:9.2f} {run['rps']:7.1f} {run['errors']:4d}   {cols}")
+        if run["error_kinds"]:
+            print(f"          errors: {run['error_kinds']}")
+    p50, p99 = result["added_e2e_p50_ms"], result["added_e2e_p99_ms"]
+    print(f"added by the gateway (gateway - mean of direct runs): TTFT p50 {result['added_ttft_p50_ms']:.2f} ms, "
+          f"p99 {result['added_ttft_p99_ms']:.2f} ms; end to end p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+    print(f"  vs target (p50 < {TARGET_P50_MS:g} ms, p99 < {TARGET_P99_MS:g} ms): TTFT p50 x"
+          f"{result['added_ttft_p50_ms'] / TARGET_P50_MS:.2f}, p99 x{result['added_ttft_p99_ms'] / TARGET_P99_MS:.2f}; "
+          f"e2e p50 x{p50 / TARGET_P50_MS:.2f}, p99 x{p99 / TARGET_P99_MS:.2f} (x1.00 = at target; the target is "
+          "stated for 100 streams)")
+    print(f"  a do-nothing TCP relay in the same place (the floor of any extra process hop here): TTFT p50 "
+          f"{result['relay_added_ttft_p50_ms']:.2f} ms, p99 {result['relay_added_ttft_p99_ms']:.2f} ms; end to end "
+          f"p50 {result['relay_added_e2e_p50_ms']:.2f} ms, p99 {result['relay_added_e2e_p99_ms']:.2f} ms")
+    print(f"  gateway's own overhead header: p50 {result['gateway_overhead_header_p50_ms']:.3f} ms, "
+          f"p99 {result['gateway_overhead_header_p99_ms']:.3f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--concurrency", type=int, default=100)
-    parser.add_argument("--requests", type=int, default=3000)
-    parser.add_argument("--chunks", type=int, default=16)
+    parser.add_argument("--scenario", action="append", default=None,
+                        help="KIND:STREAMS, KIND paced or saturating (repeatable; default: paced:100 paced:10 "
+                             "saturating:100 saturating:10)")
+    parser.add_argument("--chunks", type=int, default=16, help="SSE chunks per answer")
+    parser.add_argument("--interval-ms", type=float, default=40.0, help="chunk spacing of paced scenarios")
+    parser.add_argument("--requests", type=int, default=0,
+                        help="requests per run (default 30 x streams paced, max(500, 10 x streams) saturating)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="relay/gateway/direct triples after the first direct run")
+    parser.add_argument("--client", choices=["httpx", "fast"], default="fast",
+                        help="load generator, the same for both paths: the gateway's lean HTTP/1.1 client (least CPU "
+                             "taken from the cores under test) or httpx.AsyncClient (what the openai SDK uses; one "
+                             f"client per {HTTPX_STREAMS_PER_CLIENT} streams)")
+    parser.add_argument("--gateway-http-client", choices=["auto", "httpx"], default="auto",
+                        help="the gateway's upstream client (policy http_client)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    scenarios = args.scenario or ["paced:100", "paced:10", "saturating:100", "saturating:10"]
+    parsed = []
+    for spec in scenarios:
+        kind, _, streams = spec.partition(":")
+        if kind not in ("paced", "saturating") or not streams.isdigit():
+            parser.error(f"--scenario {spec!r}: expected paced:N or saturating:N")
+        parsed.append((kind, int(streams)))
 
     from kvfence.gateway.tenants import hash_api_key
 
     tmp = Path(tempfile.mkdtemp(prefix="kvfence-bench-gw-"))
-    backend_port, gateway_port = free_port(), free_port()
+    backend_port, gateway_port, relay_port = free_port(), free_port(), free_port()
     (tmp / "backend.py").write_text(BACKEND_SOURCE)
-    policy = f"""
+    (tmp / "relay.py").write_text(RELAY_SOURCE)
+    (tmp / "gateway.yaml").write_text(f"""
 gateway: {{audit_log: "sqlite:///{tmp}/audit.db", capacity_refresh_s: 0, load_protection: false}}
 data_classes: [{{name: public, allowed_tiers: [shared]}}]
 backends:
   - {{name: fast, url: "http://127.0.0.1:{backend_port}/v1", tier: shared, capacity: policy,
-      facts: {{advertised_context: 32768, kv_capacity_tokens: 32768}}}}
+      http_client: {args.gateway_http_client}, facts: {{advertised_context: 32768, kv_capacity_tokens: 32768}}}}
 tenants:
   - {{name: bench, key_sha256: {hash_api_key(KEY)}, organization: bench, default_class: public}}
-"""
-    (tmp / "gateway.yaml").write_text(policy)
+""")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    procs = [
-        subprocess.Popen([sys.executable, str(tmp / "backend.py"), str(backend_port), str(args.chunks)], env=env),
-        subprocess.Popen([str(Path(sys.executable).parent / "kvfence"), "gateway", "--config", str(tmp / "gateway.yaml"),
-                          "--port", str(gateway_port), "--log-level", "error"], env=env),
-    ]
+    backend = subprocess.Popen([sys.executable, str(tmp / "backend.py"), str(backend_port), str(args.chunks)], env=env)
+    gateway = subprocess.Popen([str(Path(sys.executable).parent / "kvfence"), "gateway", "--config",
+                                str(tmp / "gateway.yaml"), "--port", str(gateway_port), "--log-level", "error"], env=env)
+    relay = subprocess.Popen([sys.executable, str(tmp / "relay.py"), str(relay_port), str(backend_port)], env=env)
+    urls = {"direct": f"http://127.0.0.1:{backend_port}/v1", "gateway": f"http://127.0.0.1:{gateway_port}/v1",
+            "relay": f"http://127.0.0.1:{relay_port}/v1", "backend_root": f"http://127.0.0.1:{backend_port}"}
+    load_before = os.getloadavg()
+    results = []
     try:
-        direct_url = f"http://127.0.0.1:{backend_port}/v1"
-        gateway_url = f"http://127.0.0.1:{gateway_port}/v1"
-        auth = {"authorization": f"Bearer {KEY}"}
-        wait_ready(direct_url + "/models")
-        wait_ready(gateway_url + "/models", auth)
-        runs = {}
-        cpu: dict[str, float] = {}
-        client_cpu = time.process_time()
-        runs["direct_1"] = asyncio.run(load(direct_url, args.concurrency, args.requests, {}))
-        # the bench client is itself an httpx client doing one streamed request each: the same
-        # per-request client work the gateway has to do towards its backend
-        cpu["bench_client_httpx_ms_per_request"] = (time.process_time() - client_cpu) * 1000 / max(1, args.requests)
-        before = cpu_seconds(procs[1].pid)
-        runs["gateway"] = asyncio.run(load(gateway_url, args.concurrency, args.requests, auth))
-        cpu["gateway_ms_per_request"] = (cpu_seconds(procs[1].pid) - before) * 1000 / max(1, args.requests)
-        before = cpu_seconds(procs[0].pid)
-        runs["direct_2"] = asyncio.run(load(direct_url, args.concurrency, args.requests, {}))
-        cpu["backend_ms_per_request"] = (cpu_seconds(procs[0].pid) - before) * 1000 / max(1, args.requests)
+        wait_ready(urls["direct"] + "/models")
+        wait_ready(urls["gateway"] + "/models", {"authorization": f"Bearer {KEY}"})
+        wait_ready(urls["relay"] + "/models")
+        pids = {"gateway": gateway.pid, "relay": relay.pid, "backend": backend.pid}
+        for kind, streams in parsed:
+            result = run_scenario(kind, streams, args, urls, pids)
+            results.append(result)
+            if not args.json:
+                print_scenario(result)
     finally:
-        for proc in procs:
+        for proc in (gateway, relay, backend):
             proc.terminate()
-        for proc in procs:
+        for proc in (gateway, relay, backend):
             proc.wait(timeout=10)
-
-    def summary(run: dict[str, Any]) -> dict[str, float]:
-        lat = run["latencies"]
-        return {"p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "mean_ms": statistics.fmean(lat) if lat else 0.0,
-                "rps": run["rps"], "errors": run["errors"], "n": len(lat)}
-
-    direct = [summary(runs["direct_1"]), summary(runs["direct_2"])]
-    gw = summary(runs["gateway"])
-    direct_p50 = statistics.fmean(d["p50_ms"] for d in direct)
-    direct_p99 = statistics.fmean(d["p99_ms"] for d in direct)
-    result = {
-        "setup": {"concurrency": args.concurrency, "requests": args.requests, "chunks_per_answer": args.chunks,
-                  "cpus": os.cpu_count(), "scanners": "off"},
-        "direct": direct,
-        "gateway": gw,
-        "added_latency_p50_ms": gw["p50_ms"] - direct_p50,
-        "added_latency_p99_ms": gw["p99_ms"] - direct_p99,
-        "gateway_overhead_header_p50_ms": pct(runs["gateway"]["overheads"], 50),
-        "gateway_overhead_header_p99_ms": pct(runs["gateway"]["overheads"], 99),
-        **cpu,
-    }
+    setup = {"cpus": os.cpu_count(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
+             "scanners": "off", "gateway_http_client": args.gateway_http_client}
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps({"setup": setup, "scenarios": results}, indent=2))
         return
-    print(f"kvfence gateway overhead: {args.concurrency} concurrent streams, {args.requests} requests per run, "
-          f"{args.chunks} chunks per answer, {os.cpu_count()} CPUs, scanners off")
-    print(f"{'path':10} {'p50 ms':>9} {'p99 ms':>9} {'req/s':>9} {'errors':>7}")
-    for name, s in (("direct #1", direct[0]), ("gateway", gw), ("direct #2", direct[1])):
-        print(f"{name:10} {s['p50_ms']:9.2f} {s['p99_ms']:9.2f} {s['rps']:9.1f} {s['errors']:7d}")
-    for name, run in runs.items():
-        if run["error_kinds"]:
-            print(f"  errors in {name}: {run['error_kinds']}")
-    print(f"added latency (gateway - direct): p50 {result['added_latency_p50_ms']:.2f} ms, "
-          f"p99 {result['added_latency_p99_ms']:.2f} ms")
-    print(f"gateway's own overhead header: p50 {result['gateway_overhead_header_p50_ms']:.3f} ms, "
-          f"p99 {result['gateway_overhead_header_p99_ms']:.3f} ms")
-    print(f"CPU per request (includes warm-up): gateway {cpu['gateway_ms_per_request']:.2f} ms, "
-          f"backend {cpu['backend_ms_per_request']:.2f} ms, "
-          f"bench client (httpx, direct run) {cpu['bench_client_httpx_ms_per_request']:.2f} ms")
+    print(f"\n{os.cpu_count()} CPUs shared by load generator, backend and gateway; load average before "
+          f"{load_before[0]:.2f}, after {setup['load_average_after'][0]:.2f}; scanners off; gateway upstream "
+          f"client: {args.gateway_http_client}")
     print("peer (published, not measured here): LiteLLM 2-12 ms p50, 13-43 ms p99 added on 4-CPU instances")
 
 

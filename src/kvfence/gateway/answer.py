@@ -51,18 +51,21 @@ class ClosingStream(Response):
     Starlette's ``StreamingResponse`` runs every stream in an anyio task group to notice a hang-up,
     which costs more CPU than the rest of a streamed answer's pass through the gateway. Here one
     small asyncio task waits on ``receive``: when the client disconnects it cancels the stream
-    (whatever upstream read it is waiting on included), and the stream ends quietly.
+    (whatever upstream read it is waiting on included), and the stream ends quietly. An exception
+    from ``content`` becomes the stream's last event through ``on_error``; the chunks go out with no
+    wrapper in between (one less generator per chunk).
     """
 
-    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]], *,
-                 status_code: int = 200, media_type: str | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]],
+                 on_error: Callable[[Exception], bytes], *, status_code: int = 200,
+                 media_type: str | None = None, headers: Mapping[str, str] | None = None) -> None:
         self.body_iterator = content
         self.status_code = status_code
         self.media_type = media_type
         self.background = None
         self.init_headers(headers)
         self._on_close = on_close
+        self._on_error = on_error
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
@@ -76,9 +79,17 @@ class ClosingStream(Response):
                 task.cancel()
 
         watcher = asyncio.create_task(watch_for_hang_up())
+        content = self.body_iterator
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-            async for chunk in self.body_iterator:
+            while True:
+                try:
+                    chunk = await content.__anext__()
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:
+                    await send({"type": "http.response.body", "body": self._on_error(exc), "more_body": True})
+                    break
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             state["finishing"] = True
             await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -89,7 +100,7 @@ class ClosingStream(Response):
         finally:
             state["finishing"] = True
             watcher.cancel()
-            closer = getattr(self.body_iterator, "aclose", None)
+            closer = getattr(content, "aclose", None)
             if closer is not None:
                 await closer()
             await self._on_close()
@@ -139,7 +150,7 @@ async def whole_response(runtime: GatewayRuntime, ctx: RequestContext, upstream:
     trace.overhead_s += time.perf_counter() - after_upstream
     outcome = "ok" if status < 400 else "upstream_error"
     runtime.metrics.overhead.observe(trace.overhead_s)
-    runtime.metrics.requests.labels(ctx.endpoint, ctx.data_class, trace.backend or "-", str(status)).inc()
+    runtime.metrics.count_request(ctx.endpoint, ctx.data_class, trace.backend or "-", status)
     runtime.audit.record_decision(trace.decision(status, outcome, None if status < 400 else f"upstream HTTP {status}"))
     passed = {k: v for k, v in upstream.headers.items() if k.lower() in _PASSED_HEADERS
               or k.lower().startswith("x-ratelimit-")}
@@ -176,38 +187,36 @@ def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: Upst
         if out:
             yield b"".join(out)
 
-    async def body() -> AsyncIterator[bytes]:
-        try:
-            async for piece in (filtered(filters) if filters is not None else upstream.aiter_raw()):
-                yield piece
-        except LeakSuspected as exc:
+    def ending(exc: Exception) -> bytes:
+        """The last event of a stream that could not go on, and what the audit log says about it."""
+        if isinstance(exc, LeakSuspected):
             end.status, end.outcome, end.reason = exc.status_code, "leak", f"{exc.code}: {exc.message}"
             runtime.metrics.leaks.inc()
-            yield encode_event(exc.to_body())
-        except (httpx.HTTPError, _UnreadableStream) as exc:
+            return encode_event(exc.to_body())
+        if isinstance(exc, httpx.HTTPError | _UnreadableStream):
             end.status, end.outcome, end.reason = 502, "upstream_error", f"stream broke: {type(exc).__name__}"
             error = GatewayError(f"backend {trace.backend} broke off the stream ({exc})", code="upstream_stream_error")
-            yield encode_event(error.to_body())
-        except GatewayError as exc:
+            return encode_event(error.to_body())
+        if isinstance(exc, GatewayError):
             # e.g. a filter that cannot check the rest of the answer: stop it, say why (fail closed)
             end.status, end.outcome, end.reason = exc.status_code, "error", f"{exc.code}: {exc.message}"
-            yield encode_event(exc.to_body())
-        except Exception as exc:
-            log.exception("request %s: the answer stream failed", trace.request_id)
-            end.status, end.outcome, end.reason = 500, "error", f"internal: {type(exc).__name__}"
-            yield encode_event(GatewayError(f"internal gateway error (request {trace.request_id})").to_body())
+            return encode_event(exc.to_body())
+        log.error("request %s: the answer stream failed", trace.request_id, exc_info=exc)
+        end.status, end.outcome, end.reason = 500, "error", f"internal: {type(exc).__name__}"
+        return encode_event(GatewayError(f"internal gateway error (request {trace.request_id})").to_body())
 
     async def on_close() -> None:
         await upstream.aclose()
         await lease.release()
         runtime.metrics.in_flight.dec()
         runtime.metrics.overhead.observe(trace.overhead_s)
-        runtime.metrics.requests.labels(ctx.endpoint, ctx.data_class, trace.backend or "-", str(end.status)).inc()
+        runtime.metrics.count_request(ctx.endpoint, ctx.data_class, trace.backend or "-", end.status)
         runtime.audit.record_decision(trace.decision(end.status, end.outcome, end.reason))
 
     overhead = trace.overhead_s + (time.perf_counter() - received_at)
     trace.overhead_s = overhead
-    return ClosingStream(body(), on_close, status_code=200, media_type="text/event-stream",
+    content = filtered(filters) if filters is not None else upstream.aiter_raw()
+    return ClosingStream(content, on_close, ending, status_code=200, media_type="text/event-stream",
                          headers={"cache-control": "no-cache", **_response_headers(trace, overhead)})
 
 

@@ -40,9 +40,13 @@ _STATUS_NOT_YET = 0
 class FastResponse:
     """One upstream answer: status and headers are in; the body streams through :meth:`aiter_raw`."""
 
-    def __init__(self, conn: _Connection, read_timeout_s: float) -> None:
+    def __init__(self, conn: _Connection, loop: asyncio.AbstractEventLoop, read_timeout_s: float) -> None:
         self._conn = conn
+        self._loop = loop
         self._read_timeout_s = read_timeout_s
+        # One deadline timer per answer, pushed back as bytes arrive, instead of a timer per wait.
+        self._timer: asyncio.TimerHandle | None = None
+        self.last_activity = loop.time()
         self.status_code = _STATUS_NOT_YET
         self.headers: dict[str, str] = {}
         self._chunks: collections.deque[bytes] = collections.deque()
@@ -66,17 +70,29 @@ class FastResponse:
 
     # -- waiting ----------------------------------------------------------------------------------
     async def _wait(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(self._read_timeout_s, _time_out, waiter, self._read_timeout_s)
+        self.last_activity = loop.time()  # the timeout counts from the later of this and the last byte
+        if self._timer is None:
+            self._timer = loop.call_at(self.last_activity + self._read_timeout_s, self._check_deadline)
         try:
             await waiter
         except httpx.ReadTimeout:
             self._release(reusable=False)
             raise
         finally:
-            timer.cancel()
             self._waiter = None
+
+    def _check_deadline(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # not waiting now: the next wait arms a new deadline
+        deadline = self.last_activity + self._read_timeout_s
+        if self._loop.time() < deadline:
+            self._timer = self._loop.call_at(deadline, self._check_deadline)
+        else:
+            waiter.set_exception(httpx.ReadTimeout(f"no data from the backend for {self._read_timeout_s:g} s"))
 
     async def _wait_headers(self) -> None:
         while self.status_code == _STATUS_NOT_YET:
@@ -124,12 +140,10 @@ class FastResponse:
     def _release(self, *, reusable: bool) -> None:
         if not self._released:
             self._released = True
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             self._conn.finish(reusable=reusable)
-
-
-def _time_out(waiter: asyncio.Future[None], seconds: float) -> None:
-    if not waiter.done():
-        waiter.set_exception(httpx.ReadTimeout(f"no data from the backend for {seconds:g} s"))
 
 
 class _Connection(asyncio.Protocol):
@@ -137,6 +151,7 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, pool: FastUpstream) -> None:
         self._pool = pool
+        self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
         self._response: FastResponse | None = None
@@ -156,6 +171,7 @@ class _Connection(asyncio.Protocol):
         if self._response is None:
             self.close()  # bytes nobody asked for: the connection cannot be trusted any more
             return
+        self._response.last_activity = self._loop.time()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -225,7 +241,7 @@ class _Connection(asyncio.Protocol):
 
     def start(self, request: bytes, read_timeout_s: float) -> FastResponse:
         assert self._transport is not None
-        self._response = response = FastResponse(self, read_timeout_s)
+        self._response = response = FastResponse(self, self._loop, read_timeout_s)
         self._keep_alive = False
         self._until_close = False
         self._transport.write(request)

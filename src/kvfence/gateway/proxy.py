@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import time
-import uuid
 from typing import Any
 
 import httpx
@@ -53,7 +53,7 @@ _UNHEALTHY_STATUS = frozenset({502, 503, 504})
 
 async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint: str) -> Response:
     """Serve ``/v1/chat/completions`` (endpoint="chat") or ``/v1/completions``."""
-    trace = RequestTrace(request_id="gwreq-" + uuid.uuid4().hex[:20], endpoint=endpoint, started=time.perf_counter())
+    trace = RequestTrace(request_id="gwreq-" + secrets.token_hex(10), endpoint=endpoint, started=time.perf_counter())
     metrics = runtime.metrics
     lease: LimitLease | None = None
     ctx: RequestContext | None = None
