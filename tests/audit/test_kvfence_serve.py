@@ -16,7 +16,7 @@ from tests.audit.kvfence_server import KvfenceServer, kvfence_serve
 
 # A short context keeps the admission probes cheap on a 2-core machine; ~190 letters are 400 tokens
 # of the built-in byte-level tokenizer, long enough for a prefix hit to show in TTFT.
-_SERVE_ARGS = ("--max-model-len", "512", "--kv-cache-tokens", "16384", "--device", "cpu")
+_SERVE_ARGS = ("--max-model-len", "512", "--kv-cache-tokens", "16384", "--device", "cpu", "--num-threads", "1")
 # Thirty samples per procedure keep the test short (twelve, then twenty, each missed the global
 # scope's sharing once on a busy machine, load average 4); alpha 1e-3 instead of the default 1e-4
 # keeps it powerful at that size (a false "shares" verdict across orgs has odds 1e-3). The sample-size study
