@@ -184,6 +184,17 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds all processes on the machine have used (every core, /proc/stat), NaN elsewhere."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except OSError:
+        return float("nan")
+    values = [int(v) for v in fields]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    return (sum(values[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -307,11 +318,14 @@ async def load(base_url: str, concurrency: int, total: int, headers: dict[str, s
         remaining, record = total, True
         cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         client_before = time.process_time()
+        machine_before = machine_busy_seconds()
         started = time.perf_counter()
         await asyncio.gather(*(worker(i) for i in range(concurrency)))
         run.wall_s = time.perf_counter() - started
         run.cpu_s = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
         run.cpu_s["load generator"] = time.process_time() - client_before
+        # everything else that ran on the machine meanwhile (other jobs): the cores the bench did not get
+        run.cpu_s["other processes"] = max(0.0, machine_busy_seconds() - machine_before - sum(run.cpu_s.values()))
         run.rps = len(run.e2e_ms) / run.wall_s
     finally:
         await close()
@@ -366,10 +380,11 @@ def print_scenario(result: dict[str, Any]) -> None:
     print(f"\n== {result['scenario']}: {streams} concurrent streams, closed loop, {how}; "
           f"{result['requests_per_run']} requests per run, load generator: {result['client']}")
     print(f"{'run':9} {'TTFT p50':>9} {'TTFT p99':>9} {'e2e p50':>9} {'e2e p99':>9} {'req/s':>7} {'err':>4}"
-          "   CPU ms/request (% of one core): gateway | relay | backend | load generator")
+          "   CPU ms/request (% of one core): gateway | relay | backend | load generator | rest of machine")
     for run in result["runs"]:
         cpu, share = run["cpu_ms_per_request"], run["cpu_percent_of_one_core"]
         cols = " | ".join(f"{cpu[k]:.2f} ({share[k]:.0f}%)" for k in ("gateway", "relay", "backend", "load generator"))
+        cols += f" | other processes {share['other processes']:.0f}%"
         print(f"{run['path']:9} {run['ttft_p50_ms']:9.2f} {run['ttft_p99_ms']:9.2f} {run['e2e_p50_ms']:9.2f} "
               f"{run['e2e_p99_ms']:9.2f} {run['rps']:7.1f} {run['errors']:4d}   {cols}")
         if run["error_kinds"]:
@@ -459,7 +474,8 @@ tenants:
     if args.json:
         print(json.dumps({"setup": setup, "scenarios": results}, indent=2))
         return
-    print(f"\n{os.cpu_count()} CPUs shared by load generator, backend and gateway; load average before "
+    print(f"\n{os.cpu_count()} CPUs shared by load generator, backend, relay and gateway (and whatever else runs: "
+          "'other processes' above is the CPU the rest of the machine used during each run); load average before "
           f"{load_before[0]:.2f}, after {setup['load_average_after'][0]:.2f}; scanners off; gateway upstream "
           f"client: {args.gateway_http_client}")
     print("peer (published, not measured here): LiteLLM 2-12 ms p50, 13-43 ms p99 added on 4-CPU instances")

@@ -255,3 +255,21 @@ def test_a_large_answer_streams_through_backpressure() -> None:
             await client.aclose()
 
     run(main())
+
+
+def test_client_choice_follows_scheme_and_policy() -> None:
+    from kvfence.gateway.policy import BackendConfig
+    from kvfence.gateway.upstream import make_upstream_client
+
+    def kind(url: str, http_client: str = "auto") -> str:
+        async def main() -> str:
+            client = make_upstream_client(BackendConfig.model_validate(
+                {"name": "b", "url": url, "tier": "shared", "http_client": http_client}))
+            await client.aclose()
+            return client.kind
+
+        return asyncio.run(main())
+
+    assert kind("http://127.0.0.1:8000/v1") == "fast"
+    assert kind("https://api.example.com/v1") == "httpx"  # TLS is httpx's business
+    assert kind("http://127.0.0.1:8000/v1", "httpx") == "httpx"

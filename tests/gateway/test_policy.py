@@ -46,6 +46,7 @@ def test_good_policy_loads() -> None:
     policy = parse_policy(GOOD)
     assert policy.class_names() == ("public", "restricted")
     assert policy.backends[1].base_url == "http://127.0.0.1:8000/v1"
+    assert policy.backends[1].http_client == "auto"  # the lean client for http://, httpx for https://
 
 
 def _error(text: str) -> str:
@@ -85,6 +86,8 @@ MALFORMED = [
     ("unknown tenant in per_tenant auth", ("      retention_days: 30\n",
                                            "      retention_days: 30\n    auth:\n      per_tenant:\n        mallory: K\n"),
      19, ["backends[0].auth.per_tenant.mallory", "no tenant named 'mallory'"]),
+    ("unknown upstream client", ("    tier: on_prem\n", "    tier: on_prem\n    http_client: aiohttp\n"), 20,
+     ["backends[1].http_client", "auto", "httpx"]),
 ]
 
 

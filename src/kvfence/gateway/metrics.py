@@ -47,6 +47,7 @@ class GatewayMetrics:
         self.leaks = Counter("kvfence_gateway_leak_suspected",
                              "Answers withheld as suspected cross-tenant leaks.", registry=r)
         self._request_children: dict[tuple[str, str, str, int], Any] = {}
+        self._upstream_children: dict[str, Any] = {}
 
     def count_request(self, endpoint: str, data_class: str, backend: str, status: int) -> None:
         """``requests{...}.inc()`` with the labelled child kept: ``labels()`` costs more than the
@@ -56,3 +57,10 @@ class GatewayMetrics:
         if child is None:
             child = self._request_children[key] = self.requests.labels(endpoint, data_class, backend, str(status))
         child.inc()
+
+    def observe_upstream(self, backend: str, seconds: float) -> None:
+        """``upstream_latency{backend}.observe(seconds)`` with the labelled child kept."""
+        child = self._upstream_children.get(backend)
+        if child is None:
+            child = self._upstream_children[backend] = self.upstream_latency.labels(backend)
+        child.observe(seconds)

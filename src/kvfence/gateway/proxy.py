@@ -131,12 +131,17 @@ async def _read_limited(request: Request, limit: int) -> bytes:
         raise _body_too_large(limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:  # the ASGI messages themselves: Request.stream() adds a generator per request
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise GatewayRequestError("the client hung up before sending the whole request body")
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise _body_too_large(limit)
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _body_too_large(limit: int) -> PayloadTooLarge:
@@ -213,7 +218,7 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
             failures.append(f"{state.config.name}: {reason}")
             _note_fallback(runtime, states, attempt, trace)
             continue
-        runtime.metrics.upstream_latency.labels(state.config.name).observe(time.perf_counter() - sent_at)
+        runtime.metrics.observe_upstream(state.config.name, time.perf_counter() - sent_at)
         if upstream.status_code in _RETRYABLE_STATUS and attempt + 1 < len(states):
             await upstream.aread()
             await upstream.aclose()

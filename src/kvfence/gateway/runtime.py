@@ -47,6 +47,7 @@ class BackendState:
     capacity: CapacityInfo
     down_until: float = 0.0
     last_error: str | None = None
+    reported_up: bool = False
 
     def is_down(self, now: float) -> bool:
         return now < self.down_until
@@ -221,13 +222,15 @@ class GatewayRuntime:
     def mark_down(self, state: BackendState, reason: str) -> None:
         state.down_until = time.monotonic() + self.policy.gateway.backend_retry_after_s
         state.last_error = reason
+        state.reported_up = False
         self.metrics.backend_up.labels(state.config.name).set(0)
 
     def mark_up(self, state: BackendState) -> None:
-        if state.down_until:
+        if state.down_until or not state.reported_up:
             state.down_until = 0.0
             state.last_error = None
-        self.metrics.backend_up.labels(state.config.name).set(1)
+            state.reported_up = True  # the gauge is set on a change, not on every answer
+            self.metrics.backend_up.labels(state.config.name).set(1)
 
 
 def _resolve_sqlite(url: str, base_dir: Path | None) -> str:
