@@ -342,12 +342,13 @@ def run_scenario(kind: str, streams: int, args: argparse.Namespace, urls: dict[s
     set_pace(urls["backend_root"], args.chunks, interval)
     total = args.requests or (30 * streams if kind == "paced" else max(500, 10 * streams))
     auth = {"authorization": f"Bearer {KEY}"}
-    order = ["direct"] + ["relay", "gateway", "direct"] * args.rounds
+    middle = ["relay", "before", "gateway"] if "before" in urls else ["relay", "gateway"]
+    order = ["direct"] + [*middle, "direct"] * args.rounds
     runs: list[tuple[str, Run]] = []
     for path in order:
-        headers = auth if path == "gateway" else {}
+        headers = auth if path in ("gateway", "before") else {}
         runs.append((path, asyncio.run(load(urls[path], streams, total, headers, args.client, pids))))
-    by_path = {path: [r.summary() for p, r in runs if p == path] for path in ("direct", "relay", "gateway")}
+    by_path = {path: [r.summary() for p, r in runs if p == path] for path in ("direct", *middle)}
     overheads = [v for p, r in runs if p == "gateway" for v in r.overhead_ms]
 
     def added(metric: str, path: str = "gateway") -> float:
@@ -364,6 +365,10 @@ def run_scenario(kind: str, streams: int, args: argparse.Namespace, urls: dict[s
         "relay_added_ttft_p99_ms": added("ttft_p99_ms", "relay"),
         "relay_added_e2e_p50_ms": added("e2e_p50_ms", "relay"),
         "relay_added_e2e_p99_ms": added("e2e_p99_ms", "relay"),
+        **({"before_added_ttft_p50_ms": added("ttft_p50_ms", "before"),
+            "before_added_ttft_p99_ms": added("ttft_p99_ms", "before"),
+            "before_added_e2e_p50_ms": added("e2e_p50_ms", "before"),
+            "before_added_e2e_p99_ms": added("e2e_p99_ms", "before")} if "before" in by_path else {}),
         "gateway_overhead_header_p50_ms": pct(overheads, 50),
         "gateway_overhead_header_p99_ms": pct(overheads, 99),
     }
@@ -383,7 +388,8 @@ def print_scenario(result: dict[str, Any]) -> None:
           "   CPU ms/request (% of one core): gateway | relay | backend | load generator | rest of machine")
     for run in result["runs"]:
         cpu, share = run["cpu_ms_per_request"], run["cpu_percent_of_one_core"]
-        cols = " | ".join(f"{cpu[k]:.2f} ({share[k]:.0f}%)" for k in ("gateway", "relay", "backend", "load generator"))
+        gateway_cpu = "before" if run["path"] == "before" else "gateway"
+        cols = " | ".join(f"{cpu[k]:.2f} ({share[k]:.0f}%)" for k in (gateway_cpu, "relay", "backend", "load generator"))
         cols += f" | other processes {share['other processes']:.0f}%"
         print(f"{run['path']:9} {run['ttft_p50_ms']:9.2f} {run['ttft_p99_ms']:9.2f} {run['e2e_p50_ms']:9.2f} "
               f"{run['e2e_p99_ms']:9.2f} {run['rps']:7.1f} {run['errors']:4d}   {cols}")
@@ -399,6 +405,10 @@ def print_scenario(result: dict[str, Any]) -> None:
     print(f"  a do-nothing TCP relay in the same place (the floor of any extra process hop here): TTFT p50 "
           f"{result['relay_added_ttft_p50_ms']:.2f} ms, p99 {result['relay_added_ttft_p99_ms']:.2f} ms; end to end "
           f"p50 {result['relay_added_e2e_p50_ms']:.2f} ms, p99 {result['relay_added_e2e_p99_ms']:.2f} ms")
+    if "before_added_e2e_p50_ms" in result:
+        print(f"  the gateway from --before-src in the same run: TTFT p50 {result['before_added_ttft_p50_ms']:.2f} ms, "
+              f"p99 {result['before_added_ttft_p99_ms']:.2f} ms; end to end p50 {result['before_added_e2e_p50_ms']:.2f} ms, "
+              f"p99 {result['before_added_e2e_p99_ms']:.2f} ms")
     print(f"  gateway's own overhead header: p50 {result['gateway_overhead_header_p50_ms']:.3f} ms, "
           f"p99 {result['gateway_overhead_header_p99_ms']:.3f} ms")
 
@@ -420,6 +430,9 @@ def main() -> None:
                              f"client per {HTTPX_STREAMS_PER_CLIENT} streams)")
     parser.add_argument("--gateway-http-client", choices=["auto", "httpx"], default="auto",
                         help="the gateway's upstream client (policy http_client)")
+    parser.add_argument("--before-src", type=Path, default=None,
+                        help="also run a second gateway from another source tree (its src/ directory, e.g. an "
+                             "older commit from `git archive`), interleaved in the same run: path 'before'")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     scenarios = args.scenario or ["paced:100", "paced:10", "saturating:100", "saturating:10"]
@@ -436,19 +449,25 @@ def main() -> None:
     backend_port, gateway_port, relay_port = free_port(), free_port(), free_port()
     (tmp / "backend.py").write_text(BACKEND_SOURCE)
     (tmp / "relay.py").write_text(RELAY_SOURCE)
+    client_line = "" if args.gateway_http_client == "auto" else f"http_client: {args.gateway_http_client}, "
     (tmp / "gateway.yaml").write_text(f"""
 gateway: {{audit_log: "sqlite:///{tmp}/audit.db", capacity_refresh_s: 0, load_protection: false}}
 data_classes: [{{name: public, allowed_tiers: [shared]}}]
 backends:
   - {{name: fast, url: "http://127.0.0.1:{backend_port}/v1", tier: shared, capacity: policy,
-      http_client: {args.gateway_http_client}, facts: {{advertised_context: 32768, kv_capacity_tokens: 32768}}}}
+      {client_line}facts: {{advertised_context: 32768, kv_capacity_tokens: 32768}}}}
 tenants:
   - {{name: bench, key_sha256: {hash_api_key(KEY)}, organization: bench, default_class: public}}
 """)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     backend = subprocess.Popen([sys.executable, str(tmp / "backend.py"), str(backend_port), str(args.chunks)], env=env)
-    gateway = subprocess.Popen([str(Path(sys.executable).parent / "kvfence"), "gateway", "--config",
-                                str(tmp / "gateway.yaml"), "--port", str(gateway_port), "--log-level", "error"], env=env)
+    kvfence = str(Path(sys.executable).parent / "kvfence")
+    gateway = subprocess.Popen([kvfence, "gateway", "--config", str(tmp / "gateway.yaml"), "--port", str(gateway_port),
+                                "--log-level", "error"], env=env)
+    before_port = free_port()
+    before = None if args.before_src is None else subprocess.Popen(
+        [kvfence, "gateway", "--config", str(tmp / "gateway.yaml"), "--port", str(before_port), "--log-level",
+         "error"], env={**env, "PYTHONPATH": str(args.before_src.resolve())})
     relay = subprocess.Popen([sys.executable, str(tmp / "relay.py"), str(relay_port), str(backend_port)], env=env)
     urls = {"direct": f"http://127.0.0.1:{backend_port}/v1", "gateway": f"http://127.0.0.1:{gateway_port}/v1",
             "relay": f"http://127.0.0.1:{relay_port}/v1", "backend_root": f"http://127.0.0.1:{backend_port}"}
@@ -459,25 +478,31 @@ tenants:
         wait_ready(urls["gateway"] + "/models", {"authorization": f"Bearer {KEY}"})
         wait_ready(urls["relay"] + "/models")
         pids = {"gateway": gateway.pid, "relay": relay.pid, "backend": backend.pid}
+        if before is not None:
+            urls["before"] = f"http://127.0.0.1:{before_port}/v1"
+            wait_ready(urls["before"] + "/models", {"authorization": f"Bearer {KEY}"})
+            pids["before"] = before.pid
         for kind, streams in parsed:
             result = run_scenario(kind, streams, args, urls, pids)
             results.append(result)
             if not args.json:
                 print_scenario(result)
     finally:
-        for proc in (gateway, relay, backend):
+        procs = [p for p in (gateway, before, relay, backend) if p is not None]
+        for proc in procs:
             proc.terminate()
-        for proc in (gateway, relay, backend):
+        for proc in procs:
             proc.wait(timeout=10)
     setup = {"cpus": os.cpu_count(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
-             "scanners": "off", "gateway_http_client": args.gateway_http_client}
+             "scanners": "off", "gateway_http_client": args.gateway_http_client,
+             "before_src": str(args.before_src) if args.before_src else None}
     if args.json:
         print(json.dumps({"setup": setup, "scenarios": results}, indent=2))
         return
     print(f"\n{os.cpu_count()} CPUs shared by load generator, backend, relay and gateway (and whatever else runs: "
           "'other processes' above is the CPU the rest of the machine used during each run); load average before "
           f"{load_before[0]:.2f}, after {setup['load_average_after'][0]:.2f}; scanners off; gateway upstream "
-          f"client: {args.gateway_http_client}")
+          f"client: {args.gateway_http_client}" + (f"; 'before' = gateway from {args.before_src}" if args.before_src else ""))
     print("peer (published, not measured here): LiteLLM 2-12 ms p50, 13-43 ms p99 added on 4-CPU instances")
 
 
