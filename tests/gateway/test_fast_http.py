@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 
+from kvfence.errors import ConfigError
 from kvfence.gateway.fast_http import FastUpstream
 from tests.netutil import free_port
 
@@ -257,7 +258,7 @@ def test_a_large_answer_streams_through_backpressure() -> None:
     run(main())
 
 
-def test_client_choice_follows_scheme_and_policy() -> None:
+def test_client_choice_follows_scheme_and_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     from kvfence.gateway.policy import BackendConfig
     from kvfence.gateway.upstream import make_upstream_client
 
@@ -270,6 +271,12 @@ def test_client_choice_follows_scheme_and_policy() -> None:
 
         return asyncio.run(main())
 
+    monkeypatch.delenv("KVFENCE_GATEWAY_HTTP_CLIENT", raising=False)
     assert kind("http://127.0.0.1:8000/v1") == "fast"
     assert kind("https://api.example.com/v1") == "httpx"  # TLS is httpx's business
     assert kind("http://127.0.0.1:8000/v1", "httpx") == "httpx"
+    monkeypatch.setenv("KVFENCE_GATEWAY_HTTP_CLIENT", "httpx")  # the whole-suite switch
+    assert kind("http://127.0.0.1:8000/v1") == "httpx"
+    monkeypatch.setenv("KVFENCE_GATEWAY_HTTP_CLIENT", "aiohttp")
+    with pytest.raises(ConfigError, match="expected httpx or auto"):
+        kind("http://127.0.0.1:8000/v1")

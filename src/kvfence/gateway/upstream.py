@@ -15,14 +15,16 @@ Both raise httpx's exception types (``httpx.ConnectError``, ``httpx.ReadTimeout`
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
 
 import httpx
 
+from kvfence.errors import ConfigError
 from kvfence.gateway.policy import BackendConfig
 
-__all__ = ["HttpxUpstream", "UpstreamClient", "UpstreamResponse", "make_upstream_client"]
+__all__ = ["FORCE_HTTPX_ENV", "HttpxUpstream", "UpstreamClient", "UpstreamResponse", "make_upstream_client"]
 
 
 class UpstreamResponse(Protocol):
@@ -74,9 +76,17 @@ class HttpxUpstream:
         await self._client.aclose()
 
 
+# Set to "httpx" to put every backend on httpx whatever the policy says: a switch for ruling the lean
+# client out when chasing a problem, and how the whole test suite is run against httpx as well.
+FORCE_HTTPX_ENV = "KVFENCE_GATEWAY_HTTP_CLIENT"
+
+
 def make_upstream_client(backend: BackendConfig) -> UpstreamClient:
     """The fast client for plain-http backends (unless the policy asks for httpx), httpx otherwise."""
-    if backend.http_client == "httpx" or not backend.base_url.startswith("http://"):
+    forced = os.environ.get(FORCE_HTTPX_ENV, "").strip().lower()
+    if forced not in ("", "auto", "httpx"):
+        raise ConfigError(f"{FORCE_HTTPX_ENV}={forced!r}: expected httpx or auto")
+    if forced == "httpx" or backend.http_client == "httpx" or not backend.base_url.startswith("http://"):
         return HttpxUpstream(backend)
     from kvfence.gateway.fast_http import FastUpstream
 
