@@ -45,6 +45,9 @@ def test_stop_token_ids_end_the_completion(llm: LLM) -> None:
     out = llm.generate(PROMPT, SamplingParams(max_tokens=12, temperature=0, stop_token_ids=[greedy[stop_at]]))[0]
     assert out.token_ids == greedy[: stop_at + 1]
     assert out.finish_reason == "stop"
+    # The stop token ends the answer but its text is not part of it (as in vLLM).
+    assert out.text == llm.engine.tokenizer.decode(greedy[:stop_at])
+    assert out.text != llm.engine.tokenizer.decode(greedy[: stop_at + 1])
 
 
 def test_min_tokens_suppresses_early_stop(llm: LLM) -> None:

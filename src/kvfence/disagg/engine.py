@@ -41,7 +41,7 @@ from kvfence.engine.block_manager import PageState
 from kvfence.engine.capacity import Capacity
 from kvfence.engine.config import EngineConfig
 from kvfence.engine.detokenizer import IncrementalDetokenizer
-from kvfence.engine.llm_engine import LLMEngine
+from kvfence.engine.llm_engine import LLMEngine, advance_text
 from kvfence.engine.outputs import EngineStats, RequestOutput
 from kvfence.engine.sampling_params import SamplingParams
 from kvfence.engine.scheduler import SchedulerConfig
@@ -559,18 +559,10 @@ class DisaggregatedEngine:
 
     def _progress(self, req: _Request, token_id: int) -> RequestOutput:
         seq = req.seq
-        req.detokenizer.add(token_id)
-        if req.detokenizer.stopped_on is not None:
-            if seq.is_finished:
-                seq.finish_reason = FinishReason.STOP
-            else:
-                self.scheduler.finish(seq, FinishReason.STOP)
+        delta = advance_text(req.detokenizer, seq, token_id, self.scheduler.finish)
         if seq.is_finished:
-            delta = req.detokenizer.take_final_delta()
             self._requests.pop(seq.request_id, None)
             self.runner.scrub(self.block_manager.take_scrub_list())
-        else:
-            delta = req.detokenizer.take_delta()
         return self._output(req, [token_id], delta, finished=seq.is_finished)
 
     def _output(self, req: _Request, new_ids: list[int], delta: str, *, finished: bool) -> RequestOutput:

@@ -31,7 +31,7 @@ from kvfence.engine.sequence import FinishReason, Sequence
 from kvfence.engine.tokenizer import Tokenizer
 from kvfence.errors import InvalidParameterError, IsolationViolation
 
-__all__ = ["LLMEngine", "SamplingState"]
+__all__ = ["LLMEngine", "SamplingState", "advance_text"]
 
 log = logging.getLogger(__name__)
 
@@ -252,17 +252,9 @@ class LLMEngine:
     def _progress(self, request_id: str, token_id: int) -> RequestOutput:
         req = self._requests[request_id]
         seq = req.seq
-        req.detokenizer.add(token_id)
-        if req.detokenizer.stopped_on is not None:
-            if seq.is_finished:
-                seq.finish_reason = FinishReason.STOP
-            else:
-                self.scheduler.finish(seq, FinishReason.STOP)
+        delta = advance_text(req.detokenizer, seq, token_id, self.scheduler.finish)
         if seq.is_finished:
-            delta = req.detokenizer.take_final_delta()
             self._requests.pop(request_id, None)
-        else:
-            delta = req.detokenizer.take_delta()
         return self._output(req, [token_id], delta, finished=seq.is_finished)
 
     def _output(self, req: _Request, new_ids: list[int], delta: str, *, finished: bool) -> RequestOutput:
@@ -306,6 +298,27 @@ class LLMEngine:
     def pool_is_zero(self, pages: list[int] | None = None) -> bool:
         """Debug/test helper: True when ``pages`` (default: every free page) are all zero in the pool."""
         return self.runner.pages_are_zero(self.free_pages() if pages is None else list(pages))
+
+
+def advance_text(
+    detokenizer: IncrementalDetokenizer,
+    seq: Sequence,
+    token_id: int,
+    finish: Callable[[Sequence, FinishReason], None],
+) -> str:
+    """Feed one sampled token to the request's text and return the text to stream now.
+
+    A token that ended the request as a stop token (``stop_token_ids`` or EOS) is not part of the
+    answer's text, as in vLLM; a stop string found in the text ends the request through ``finish``.
+    """
+    if not (seq.is_finished and seq.finish_reason is FinishReason.STOP):
+        detokenizer.add(token_id)
+    if detokenizer.stopped_on is not None:
+        if seq.is_finished:
+            seq.finish_reason = FinishReason.STOP
+        else:
+            finish(seq, FinishReason.STOP)
+    return detokenizer.take_final_delta() if seq.is_finished else detokenizer.take_delta()
 
 
 def _default_pool_memory(device: torch.device, model_dir: Path) -> int:
