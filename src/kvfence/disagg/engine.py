@@ -41,7 +41,13 @@ from kvfence.engine.block_manager import PageState
 from kvfence.engine.capacity import Capacity
 from kvfence.engine.config import EngineConfig
 from kvfence.engine.detokenizer import IncrementalDetokenizer
-from kvfence.engine.llm_engine import LLMEngine, advance_text
+from kvfence.engine.llm_engine import (
+    LLMEngine,
+    advance_text,
+    banned_until_min_tokens,
+    check_prompt,
+    seeded_generator,
+)
 from kvfence.engine.outputs import EngineStats, RequestOutput
 from kvfence.engine.sampling_params import SamplingParams
 from kvfence.engine.scheduler import SchedulerConfig
@@ -265,14 +271,8 @@ class DisaggregatedEngine:
         """Submit a request to the prefill worker. Raises before anything is allocated anywhere (I3)."""
         if request_id in self._requests or self.scheduler.get(request_id) is not None:
             raise InvalidParameterError(f"request id {request_id!r} is already in use", param="request_id")
-        if not prompt_token_ids:
-            raise InvalidParameterError("the prompt must contain at least one token", param="prompt")
         vocab = self.model_config.vocab_size
-        bad = next((t for t in prompt_token_ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab), None)
-        if bad is not None:
-            raise InvalidParameterError(f"prompt token id {bad!r} is outside the vocabulary [0, {vocab})", param="prompt")
-        if not scope_key:
-            raise InvalidParameterError("scope_key must not be empty", param="scope_key")
+        check_prompt(prompt_token_ids, vocab, scope_key)
         self.scheduler.check_admissible(len(prompt_token_ids), params.max_tokens)  # I3, decode pool
         total = len(prompt_token_ids) + params.max_tokens
         if self.block_manager.pages_needed(total) > self.prefill_num_pages:
@@ -286,9 +286,6 @@ class DisaggregatedEngine:
         # Pages are allocated under a one-off staging scope, so the fresh pages can never be a
         # prefix-cache hit that other requests share: the payload is written into them.
         seq = Sequence(request_id, prompt_token_ids, secrets.token_bytes(16), params)
-        generator = None if params.seed is None else torch.Generator(device=self.runner.device).manual_seed(params.seed)
-        banned = [] if params.min_tokens == 0 else sorted(
-            set(params.stop_token_ids) | set([] if params.ignore_eos else self.tokenizer.eos_token_ids))
         receiver = HandoffReceiver(
             Expectation(request_id, self.sender_id, tuple(prompt_token_ids), scope_key, self.block_manager.page_size,
                         self.page_nbytes, vocab, self.key),
@@ -297,9 +294,9 @@ class DisaggregatedEngine:
         self._requests[request_id] = _Request(
             seq=seq,
             detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.stop),
-            generator=generator,
+            generator=seeded_generator(params, self.runner.device),
             logprobs=[] if params.logprobs is not None else None,
-            banned_until_min_tokens=banned,
+            banned_until_min_tokens=banned_until_min_tokens(params, self.tokenizer.eos_token_ids),
             scope_key=scope_key,
             receiver=receiver,
             deadline=time.monotonic() + self.config.handoff_timeout_s,

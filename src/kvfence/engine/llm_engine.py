@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -31,7 +31,9 @@ from kvfence.engine.sequence import FinishReason, Sequence
 from kvfence.engine.tokenizer import Tokenizer
 from kvfence.errors import InvalidParameterError, IsolationViolation
 
-__all__ = ["LLMEngine", "SamplingState", "advance_text"]
+__all__ = [
+    "LLMEngine", "SamplingState", "advance_text", "banned_until_min_tokens", "check_prompt", "seeded_generator",
+]
 
 log = logging.getLogger(__name__)
 
@@ -120,27 +122,15 @@ class LLMEngine:
         """Queue a request. Raises before anything is allocated when it can never run (I3)."""
         if request_id in self._requests:
             raise InvalidParameterError(f"request id {request_id!r} is already in use", param="request_id")
-        if not prompt_token_ids:
-            raise InvalidParameterError("the prompt must contain at least one token", param="prompt")
-        vocab = self.model_config.vocab_size
-        bad = next((t for t in prompt_token_ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab), None)
-        if bad is not None:
-            raise InvalidParameterError(f"prompt token id {bad!r} is outside the vocabulary [0, {vocab})", param="prompt")
-        if not scope_key:
-            raise InvalidParameterError("scope_key must not be empty", param="scope_key")
+        check_prompt(prompt_token_ids, self.model_config.vocab_size, scope_key)
         seq = Sequence(request_id, prompt_token_ids, scope_key, params)
         self.scheduler.add(seq)
-        generator = None
-        if params.seed is not None:
-            generator = torch.Generator(device=self.runner.device).manual_seed(params.seed)
-        banned = [] if params.min_tokens == 0 else sorted(set(params.stop_token_ids) | set(
-            [] if params.ignore_eos else self.tokenizer.eos_token_ids))
         self._requests[request_id] = _Request(
             seq=seq,
             detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.stop),
-            generator=generator,
+            generator=seeded_generator(params, self.runner.device),
             logprobs=[] if params.logprobs is not None else None,
-            banned_until_min_tokens=banned,
+            banned_until_min_tokens=banned_until_min_tokens(params, self.tokenizer.eos_token_ids),
         )
 
     def abort_request(self, request_id: str) -> None:
@@ -298,6 +288,29 @@ class LLMEngine:
     def pool_is_zero(self, pages: list[int] | None = None) -> bool:
         """Debug/test helper: True when ``pages`` (default: every free page) are all zero in the pool."""
         return self.runner.pages_are_zero(self.free_pages() if pages is None else list(pages))
+
+
+def check_prompt(prompt_token_ids: list[int], vocab_size: int, scope_key: bytes) -> None:
+    """The checks on a new request that every engine makes before allocating anything (I3)."""
+    if not prompt_token_ids:
+        raise InvalidParameterError("the prompt must contain at least one token", param="prompt")
+    bad = next((t for t in prompt_token_ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise InvalidParameterError(f"prompt token id {bad!r} is outside the vocabulary [0, {vocab_size})", param="prompt")
+    if not scope_key:
+        raise InvalidParameterError("scope_key must not be empty", param="scope_key")
+
+
+def seeded_generator(params: SamplingParams, device: torch.device) -> torch.Generator | None:
+    """The request's own random generator when it has a seed (so its samples do not depend on the batch)."""
+    return None if params.seed is None else torch.Generator(device=device).manual_seed(params.seed)
+
+
+def banned_until_min_tokens(params: SamplingParams, eos_token_ids: Iterable[int]) -> list[int]:
+    """Tokens that may not be sampled before ``min_tokens``: the stop token ids, and EOS unless ignored."""
+    if params.min_tokens == 0:
+        return []
+    return sorted(set(params.stop_token_ids) | set([] if params.ignore_eos else eos_token_ids))
 
 
 def advance_text(
