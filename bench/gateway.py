@@ -244,7 +244,7 @@ def _httpx_stream(client: httpx.AsyncClient, payload: bytes) -> Stream:
 
 async def _fast_client(base_url: str, concurrency: int, headers: dict[str, str]
                        ) -> tuple[Callable[[int], Stream], Any]:
-    from kvfence.gateway.fast_http import FastUpstream
+    from kvfence.gateway.fast_pool import FastUpstream
 
     client = FastUpstream(base_url, read_timeout_s=120, max_connections=concurrency)
     payload = json.dumps(REQUEST_BODY).encode()

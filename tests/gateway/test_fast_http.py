@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from kvfence.errors import ConfigError
-from kvfence.gateway.fast_http import FastUpstream
+from kvfence.gateway.fast_pool import FastUpstream
 from tests.netutil import free_port
 
 Reply = bytes | Callable[[asyncio.StreamWriter], Awaitable[None]]

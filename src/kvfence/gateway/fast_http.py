@@ -1,4 +1,5 @@
-"""A lean HTTP/1.1 keep-alive client over asyncio for plain-http upstreams (see ``upstream.py``).
+"""A lean HTTP/1.1 keep-alive client over asyncio for plain-http upstreams (see ``upstream.py``):
+one connection and the answer it is reading; the pool is ``fast_pool.py``.
 
 It does only what the gateway's hot path needs: POST a body with the gateway's headers and stream the
 answer back, over a pool of kept-alive connections to one ``host:port``. Responses are parsed by
@@ -19,16 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import zlib
-from collections.abc import AsyncIterator, Mapping
-from typing import cast
-from urllib.parse import urlsplit
+from collections.abc import AsyncIterator
+from typing import Protocol, cast
 
 import httptools
 import httpx
 
-__all__ = ["FastResponse", "FastUpstream"]
+__all__ = ["Connection", "ConnectionPool", "FastResponse"]
 
 # Pause reading from the backend when this much answer is buffered and not yet taken by the caller:
 # a slow client must slow the backend down, not grow the gateway's memory.
@@ -40,7 +39,7 @@ _STATUS_NOT_YET = 0
 class FastResponse:
     """One upstream answer: status and headers are in; the body streams through :meth:`aiter_raw`."""
 
-    def __init__(self, conn: _Connection, loop: asyncio.AbstractEventLoop, read_timeout_s: float) -> None:
+    def __init__(self, conn: Connection, loop: asyncio.AbstractEventLoop, read_timeout_s: float) -> None:
         self._conn = conn
         self._loop = loop
         self._read_timeout_s = read_timeout_s
@@ -146,10 +145,18 @@ class FastResponse:
             self._conn.finish(reusable=reusable)
 
 
-class _Connection(asyncio.Protocol):
+class ConnectionPool(Protocol):
+    """What a connection tells its pool (``fast_pool.FastUpstream``)."""
+
+    def _put_back(self, conn: Connection) -> None: ...
+
+    def _forget(self, conn: Connection) -> None: ...
+
+
+class Connection(asyncio.Protocol):
     """One kept-alive TCP connection; httptools calls the ``on_*`` methods while parsing."""
 
-    def __init__(self, pool: FastUpstream) -> None:
+    def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
@@ -263,134 +270,3 @@ class _Connection(asyncio.Protocol):
     def close(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()  # connection_lost follows and tells the pool
-
-
-class FastUpstream:
-    """A connection pool to one plain-http backend; ``post`` is the only request it makes."""
-
-    kind = "fast"
-
-    def __init__(self, base_url: str, *, connect_timeout_s: float = 5.0, read_timeout_s: float = 300.0,
-                 max_connections: int = 1000, pool_timeout_s: float = 10.0) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"FastUpstream speaks plain http only, not {base_url!r}")
-        self._host = parts.hostname
-        self._port = parts.port or 80
-        self._prefix = parts.path.rstrip("/")
-        host_header = self._host if ":" not in self._host else f"[{self._host}]"
-        if parts.port is not None:
-            host_header += f":{parts.port}"
-        self._host_header = host_header.encode("ascii")
-        self._connect_timeout_s = connect_timeout_s
-        self._read_timeout_s = read_timeout_s
-        self._pool_timeout_s = pool_timeout_s
-        self._max_connections = max_connections
-        self._idle: collections.deque[_Connection] = collections.deque()
-        self._all: set[_Connection] = set()
-        self._opening = 0
-        self._slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._closed = False
-
-    @property
-    def num_connections(self) -> int:
-        """Open connections (idle or busy), for tests and metrics."""
-        return len(self._all)
-
-    async def post(self, path: str, content: bytes, headers: Mapping[str, str]) -> FastResponse:
-        request = self._request_bytes(path, content, headers)
-        conn = await self._acquire()
-        response = conn.start(request, self._read_timeout_s)
-        await response._wait_headers()
-        return response
-
-    async def aclose(self) -> None:
-        self._closed = True
-        for conn in list(self._all):
-            conn.close()
-        self._idle.clear()
-        while self._slot_waiters:
-            waiter = self._slot_waiters.popleft()
-            if not waiter.done():
-                waiter.set_exception(httpx.ConnectError("the gateway is shutting down"))
-
-    # -- request bytes ----------------------------------------------------------------------------
-    def _request_bytes(self, path: str, content: bytes, headers: Mapping[str, str]) -> bytes:
-        lines = [b"POST ", (self._prefix + path).encode("ascii"), b" HTTP/1.1\r\nhost: ", self._host_header,
-                 b"\r\ncontent-length: ", str(len(content)).encode("ascii"), b"\r\n"]
-        for name, value in headers.items():
-            if name.lower() in ("host", "content-length", "transfer-encoding", "connection"):
-                continue  # framing is this client's business
-            if any(c in name or c in value for c in "\r\n\0") or ":" in name:
-                raise httpx.LocalProtocolError(f"invalid character in request header {name!r}")
-            try:
-                lines += (name.encode("ascii"), b": ", value.encode("latin-1"), b"\r\n")
-            except UnicodeEncodeError:
-                raise httpx.LocalProtocolError(f"request header {name!r} is not latin-1 text") from None
-        lines += (b"\r\n", content)
-        return b"".join(lines)
-
-    # -- the pool ---------------------------------------------------------------------------------
-    async def _acquire(self) -> _Connection:
-        loop = asyncio.get_running_loop()
-        while True:
-            if self._closed:
-                raise httpx.ConnectError("the gateway is shutting down")
-            now = loop.time()
-            while self._idle:
-                conn = self._idle.pop()  # most recently used first: least likely to have expired
-                if conn.is_usable(now):
-                    return conn
-                conn.close()
-            if len(self._all) + self._opening < self._max_connections:
-                return await self._connect(loop)
-            waiter = loop.create_future()
-            self._slot_waiters.append(waiter)
-            try:
-                await asyncio.wait_for(waiter, self._pool_timeout_s)
-            except TimeoutError:
-                raise httpx.PoolTimeout(f"all {self._max_connections} connections to {self._host}:{self._port} "
-                                        f"stayed busy for {self._pool_timeout_s:g} s") from None
-            finally:
-                if not waiter.done():
-                    waiter.cancel()
-
-    async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Connection:
-        self._opening += 1
-        try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Connection(self), self._host, self._port),
-                self._connect_timeout_s)
-        except TimeoutError:
-            raise httpx.ConnectTimeout(f"connecting to {self._host}:{self._port} took over "
-                                       f"{self._connect_timeout_s:g} s") from None
-        except OSError as exc:
-            raise httpx.ConnectError(str(exc) or type(exc).__name__) from None
-        finally:
-            self._opening -= 1
-        if conn.closed:
-            raise httpx.ConnectError(f"{self._host}:{self._port} closed the connection as soon as it opened")
-        self._all.add(conn)
-        return conn
-
-    def _put_back(self, conn: _Connection) -> None:
-        if self._closed:
-            conn.close()
-            return
-        conn.idle_since = asyncio.get_running_loop().time()
-        self._idle.append(conn)
-        self._wake_one()
-
-    def _forget(self, conn: _Connection) -> None:
-        self._all.discard(conn)
-        with contextlib.suppress(ValueError):
-            self._idle.remove(conn)
-        self._wake_one()
-
-    def _wake_one(self) -> None:
-        while self._slot_waiters:
-            waiter = self._slot_waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-

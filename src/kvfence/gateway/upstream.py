@@ -4,10 +4,11 @@ Two clients with one small interface (:class:`UpstreamClient`: POST a body, stre
 
 - :class:`HttpxUpstream` wraps ``httpx.AsyncClient``: https upstreams, and any backend whose policy
   says ``http_client: httpx``;
-- :class:`FastUpstream` (``fast_http.py``) speaks plain HTTP/1.1 over asyncio with the httptools parser,
-  for ``http://`` upstreams by default (``http_client: auto``). Per streamed completion httpx costs
-  several milliseconds of CPU (httpcore, h11 and anyio layers, per chunk), which at 100 concurrent
-  streams is the gateway's whole overhead; the fast client does the same work in a fraction of that.
+- :class:`FastUpstream` (``fast_pool.py`` over ``fast_http.py``) speaks plain HTTP/1.1 over asyncio
+  with the httptools parser, for ``http://`` upstreams by default (``http_client: auto``). Per
+  streamed completion httpx costs milliseconds of CPU (httpcore, h11 and anyio layers per chunk; its
+  pool scans every connection per request, ~25 ms at 100 busy connections), which was most of the
+  gateway's overhead; the fast client does the same work in a fraction of that (README, "Overhead").
 
 Both raise httpx's exception types (``httpx.ConnectError``, ``httpx.ReadTimeout``,
 ``httpx.RemoteProtocolError`` ...), so the request path treats them alike.
@@ -88,7 +89,7 @@ def make_upstream_client(backend: BackendConfig) -> UpstreamClient:
         raise ConfigError(f"{FORCE_HTTPX_ENV}={forced!r}: expected httpx or auto")
     if forced == "httpx" or backend.http_client == "httpx" or not backend.base_url.startswith("http://"):
         return HttpxUpstream(backend)
-    from kvfence.gateway.fast_http import FastUpstream
+    from kvfence.gateway.fast_pool import FastUpstream
 
     return FastUpstream(backend.base_url, connect_timeout_s=backend.connect_timeout_s,
                         read_timeout_s=backend.read_timeout_s, max_connections=backend.max_connections)
