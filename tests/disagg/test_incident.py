@@ -32,7 +32,7 @@ from tests.disagg.helpers import (
 from tests.disagg.mitm import Mitm
 
 SCOPE_A, SCOPE_B = b"tenant-a-scope", b"tenant-b-scope"
-A_PARAMS = SamplingParams(max_tokens=24, temperature=0.0)
+A_PARAMS = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)  # no early EOS: A holds its pages
 A_PROMPTS = [[(7 * i + j) % 250 + 5 for j in range(200)] for i in range(4)]  # 4 x 13-14 pages of the 64
 B_PROMPT = [(3 * j) % 250 + 5 for j in range(WORKER_MAX_MODEL_LEN + 90)]  # longer than the prefill side holds
 
