@@ -56,8 +56,9 @@ def build_and_load(source: Path, flags: list[str]) -> tuple[ctypes.CDLL, Path]:
     except OSError as exc:
         raise KernelBuildError(f"cannot read kernel source {source}: {exc}") from exc
     version = _compiler_version(compiler)
+    headers = [h.read_bytes() for h in sorted(source.parent.glob("*.h"))]  # the kernels' shared headers
     digest = hashlib.sha256(
-        b"\0".join([text, " ".join(flags).encode(), version.encode(), platform.machine().encode()])
+        b"\0".join([text, *headers, " ".join(flags).encode(), version.encode(), platform.machine().encode()])
     ).hexdigest()[:16]
     out_dir = kernel_cache_dir()
     target = out_dir / f"{source.stem}-{digest}.so"

@@ -24,18 +24,11 @@
 #include <cmath>
 #include <mutex>
 
+#include "simd.h"
+
 namespace {
 
 constexpr long kBatchChunk = 4;  // batch rows that share one pass over a block of weight rows
-
-inline float horizontal_sum(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v);
-    __m128 hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_hadd_ps(lo, lo);
-    lo = _mm_hadd_ps(lo, lo);
-    return _mm_cvtss_f32(lo);
-}
 
 // R weight rows x B batch rows: R*B accumulators stay in registers; each weight vector is loaded
 // once and used B times.

@@ -33,20 +33,13 @@
 #include <omp.h>
 #endif
 
+#include "simd.h"
+
 namespace {
 
 constexpr long kPrefetchRows = 4;      // positions ahead whose K/V rows are prefetched
 constexpr long kTasksPerThread = 4;    // whole-row tasks once the batch gives each thread this many
 constexpr long kMinParallelFloats = 1L << 17;  // K+V floats read below which one thread does it all
-
-inline float horizontal_sum(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v);
-    __m128 hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_hadd_ps(lo, lo);
-    lo = _mm_hadd_ps(lo, lo);
-    return _mm_cvtss_f32(lo);
-}
 
 inline float dot(const float* a, const float* b, long d) {
     __m256 acc0 = _mm256_setzero_ps();
