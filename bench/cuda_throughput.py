@@ -70,28 +70,6 @@ def ours_mixed(model_dir: Path, dtype: str, jobs: list[tuple[list[int], int]], s
     return sum(n for _, n in jobs) / elapsed
 
 
-def hf_static(model: Any, jobs: list[tuple[list[int], int]], batch_size: int) -> float:
-    useful, elapsed = 0, 0.0
-    for i in range(0, len(jobs), batch_size):
-        chunk = jobs[i : i + batch_size]
-        width = max(len(p) for p, _ in chunk)
-        ids = torch.zeros(len(chunk), width, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for row, (p, _) in enumerate(chunk):
-            ids[row, width - len(p) :] = torch.tensor(p)
-            mask[row, width - len(p) :] = 1
-        longest = max(n for _, n in chunk)
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        with torch.no_grad():
-            model.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=longest, min_new_tokens=longest,
-                           do_sample=False, pad_token_id=0, use_cache=True)
-        torch.cuda.synchronize()
-        elapsed += time.perf_counter() - start
-        useful += sum(n for _, n in chunk)
-    return useful / elapsed
-
-
 def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA device: see bench/throughput.py for the CPU figures", file=sys.stderr)
@@ -117,7 +95,7 @@ def main() -> int:
     print(f"mixed kvfence scrub on {on:.1f} tok/s, off {off:.1f} tok/s, A/B {(off - on) / off:+.1%}")
     best = 0.0
     for bs in (16, 32, 64):
-        rate = hf_static(hf, jobs, bs)
+        rate = throughput.hf_static(hf, jobs, bs)
         best = max(best, rate)
         print(f"mixed transformers static batch {bs}: {rate:.1f} tok/s")
     print(f"mixed ratio kvfence / best transformers {on / best:.2f}x")

@@ -170,13 +170,19 @@ def ours_mixed(
     return generated / elapsed
 
 
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # time the GPU's work, not its queueing
+
+
 def hf_static(model: Any, jobs: list[tuple[list[int], int]], batch_size: int) -> float:
     """Static batching: fixed batches in arrival order, left-padded, each run to its longest output.
 
     transformers' own recipe for batched generation: left padding with an attention mask, its KV
     cache on, the same weights, dtype and torch threads as kvfence. The caller tries several batch
-    sizes and keeps the best.
+    sizes and keeps the best. Runs on the model's device (``bench/cuda_throughput.py`` uses it on a GPU).
     """
+    device = model.device
     useful, elapsed = 0, 0.0
     for i in range(0, len(jobs), batch_size):
         chunk = jobs[i : i + batch_size]
@@ -187,10 +193,13 @@ def hf_static(model: Any, jobs: list[tuple[list[int], int]], batch_size: int) ->
             ids[row, width - len(p) :] = torch.tensor(p)
             mask[row, width - len(p) :] = 1
         longest = max(n for _, n in chunk)
+        ids, mask = ids.to(device), mask.to(device)
+        _sync(device)
         t = time.perf_counter()
         with torch.no_grad():
             model.generate(ids, attention_mask=mask, max_new_tokens=longest, min_new_tokens=longest,
                            do_sample=False, pad_token_id=0, use_cache=True)
+        _sync(device)
         elapsed += time.perf_counter() - t
         useful += sum(n for _, n in chunk)
     return useful / elapsed
