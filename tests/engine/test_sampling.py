@@ -97,3 +97,26 @@ def test_streamed_deltas_add_up_to_the_text(llm: LLM) -> None:
     assert final is not None and final.finished
     assert "".join(deltas) == final.text
     assert final.text == engine.tokenizer.decode(final.token_ids)
+
+
+def test_logits_processors_see_the_output_so_far_and_steer_every_step(llm: LLM) -> None:
+    forced = [65, 66, 67, 68, 69, 70]
+    seen: list[list[int]] = []
+
+    def force(output_token_ids, logits):  # type: ignore[no-untyped-def]
+        seen.append(list(output_token_ids))
+        logits.fill_(float("-inf"))
+        logits[forced[len(output_token_ids)]] = 0.0
+        return logits
+
+    params = SamplingParams(max_tokens=len(forced), temperature=1.0, seed=3, ignore_eos=True, logits_processors=[force])
+    plain = SamplingParams(max_tokens=len(forced), temperature=0, ignore_eos=True)
+    out = llm.generate([PROMPT, PROMPT], [params, plain])
+    assert out[0].token_ids == forced
+    assert out[1].token_ids == _greedy(llm, len(forced)) != forced  # the other row of the batch is untouched
+    assert seen == [forced[:i] for i in range(len(forced))]
+
+
+def test_logits_processors_must_be_callables() -> None:
+    with pytest.raises(Exception, match="logits_processors"):
+        SamplingParams(logits_processors=[1])  # type: ignore[list-item]

@@ -273,6 +273,12 @@ class DisaggregatedEngine:
             raise InvalidParameterError(f"request id {request_id!r} is already in use", param="request_id")
         vocab = self.model_config.vocab_size
         check_prompt(prompt_token_ids, vocab, scope_key)
+        if params.logits_processors:
+            # The first token is sampled on the prefill worker, which cannot run a caller's code.
+            raise InvalidParameterError(
+                "logits processors (structured outputs) are not supported in disaggregated mode",
+                param="logits_processors",
+            )
         self.scheduler.check_admissible(len(prompt_token_ids), params.max_tokens)  # I3, decode pool
         total = len(prompt_token_ids) + params.max_tokens
         if self.block_manager.pages_needed(total) > self.prefill_num_pages:
@@ -603,9 +609,10 @@ class DisaggregatedEngine:
 
 
 def _params_to_wire(params: SamplingParams) -> dict[str, Any]:
-    from dataclasses import asdict
+    from dataclasses import fields
 
-    return asdict(params)
+    # Plain values only: logits processors are code, refused for this mode in add_request.
+    return {f.name: getattr(params, f.name) for f in fields(params) if f.name != "logits_processors"}
 
 
 def _int(value: Any) -> int:

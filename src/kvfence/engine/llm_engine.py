@@ -48,7 +48,9 @@ class SamplingState(Protocol):
 
 
 def _sample_row(req: SamplingState) -> SampleRow:
-    return SampleRow(req.seq.params, req.generator, req.seq.num_completion_tokens, req.banned_until_min_tokens)
+    seq = req.seq
+    outputs = seq.completion_token_ids if seq.params.logits_processors else ()
+    return SampleRow(seq.params, req.generator, seq.num_completion_tokens, req.banned_until_min_tokens, outputs)
 
 
 @dataclass

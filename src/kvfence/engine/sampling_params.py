@@ -8,18 +8,34 @@ gives the value and the valid range, so the server can answer HTTP 400 without f
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import torch
 
 from kvfence.errors import InvalidParameterError
 
-__all__ = ["GREEDY_TEMPERATURE", "MAX_LOGPROBS", "SamplingParams"]
+__all__ = ["GREEDY_TEMPERATURE", "MAX_LOGPROBS", "LogitsProcessor", "SamplingParams"]
 
 MAX_LOGPROBS = 20
 # Below this, dividing logits by the temperature only risks overflow: sample greedily instead.
 GREEDY_TEMPERATURE = 1e-5
 # What a torch.Generator accepts as a seed; outside it the engine would fail mid-request.
 _SEED_RANGE = (-(2**63), 2**64 - 1)
+
+
+class LogitsProcessor(Protocol):
+    """Changes one sequence's next-token logits before sampling (constraints, biases).
+
+    Called with the tokens generated so far and the float32 logits row ``[V]`` of that sequence; it
+    returns the logits to sample from (it may change the row in place and return it). It must be a
+    function of its arguments: the engine may call it again for the same position (preemption
+    recomputes), and one :class:`SamplingParams` may serve several sequences.
+    """
+
+    def __call__(self, output_token_ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor: ...
 
 
 def _is_int(value: Any) -> bool:
@@ -44,6 +60,8 @@ class SamplingParams:
     returned); ``stop_token_ids`` and the model's EOS tokens (unless ``ignore_eos``) end the
     completion once at least ``min_tokens`` tokens were generated. ``logprobs=n`` returns the
     chosen token's log-probability and the ``n`` most likely alternatives per generated token.
+    ``logits_processors`` change the logits before anything else (see :class:`LogitsProcessor`);
+    log-probabilities are those of the processed logits.
     """
 
     max_tokens: int = 16
@@ -56,6 +74,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None
     min_tokens: int = 0
+    logits_processors: list[LogitsProcessor] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
@@ -82,6 +101,9 @@ class SamplingParams:
             raise _fail("logprobs", self.logprobs, f"an integer in [0, {MAX_LOGPROBS}] or null")
         if not _is_int(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
             raise _fail("min_tokens", self.min_tokens, f"an integer in [0, max_tokens={self.max_tokens}]")
+        if not isinstance(self.logits_processors, list | tuple) or not all(map(callable, self.logits_processors)):
+            raise _fail("logits_processors", self.logits_processors, "a list of callables")
+        self.logits_processors = list(self.logits_processors)
 
     @staticmethod
     def _validate_stop(stop: Any) -> list[str]:

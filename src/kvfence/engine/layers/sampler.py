@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +20,7 @@ class SampleRow:
     generator: torch.Generator | None  # per-request when a seed was given (reproducible)
     num_generated: int
     banned_until_min_tokens: list[int]  # EOS / stop ids that may not end it before min_tokens
+    output_token_ids: Sequence[int] = ()  # generated so far (read by logits processors)
 
 
 @dataclass
@@ -31,6 +33,8 @@ class SampledToken:
 def sample(logits: torch.Tensor, rows: list[SampleRow], default_generator: torch.Generator) -> list[SampledToken]:
     """Sample one token per row of ``logits`` [N, V] (float32)."""
     for i, row in enumerate(rows):
+        for processor in row.params.logits_processors:
+            logits[i] = processor(row.output_token_ids, logits[i])
         if row.num_generated < row.params.min_tokens and row.banned_until_min_tokens:
             logits[i, row.banned_until_min_tokens] = float("-inf")
     want_logprobs = any(row.params.logprobs is not None for row in rows)
