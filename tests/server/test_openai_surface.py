@@ -73,8 +73,8 @@ def test_accepted_fields_that_change_nothing(server: RunningServer) -> None:
 
 @pytest.mark.parametrize(("body", "param"), [
     ({"n": 2}, "n"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
+    ({"response_format": {"type": "structural_tag"}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format"),
     ({"messages": []}, "messages"),
     ({"messages": "hi"}, "messages"),
     ({"messages": [{"role": "user", "content": 5}]}, "messages"),

@@ -14,6 +14,7 @@ from kvfence.errors import InvalidParameterError
 from kvfence.server.api_errors import APIError, from_request_error
 from kvfence.server.keys import ApiKey
 from kvfence.server.protocol import ChatCompletionRequest, CompletionRequest, GenerationRequest
+from kvfence.server.structured import structured_output
 
 __all__ = [
     "DEFAULT_COMPLETION_MAX_TOKENS",
@@ -110,6 +111,7 @@ def sampling_params(
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
     elif isinstance(req, CompletionRequest):
         logprobs = req.logprobs
+    structured = structured_output(req, model)  # a 400 for a bad schema / regex / grammar
     try:
         return SamplingParams(
             max_tokens=requested,
@@ -118,10 +120,11 @@ def sampling_params(
             top_p=1.0 if req.top_p is None else req.top_p,
             seed=None if req.seed is None else req.seed % (2**63),  # any JSON int, one generator seed
             stop=req.stop_list,
-            stop_token_ids=list(req.stop_token_ids or []),
+            stop_token_ids=[*(req.stop_token_ids or []), *structured.stop_token_ids],
             ignore_eos=bool(req.ignore_eos),
             logprobs=logprobs,
             min_tokens=req.min_tokens or 0,
+            logits_processors=structured.logits_processors,
         )
     except InvalidParameterError as exc:
         raise from_request_error(exc) from exc

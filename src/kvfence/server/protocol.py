@@ -65,6 +65,14 @@ class GenerationRequest(_Strict):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     repetition_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
+    # Structured outputs, vLLM's spellings; shapes are checked in kvfence.server.structured.
+    structured_outputs: Any = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    guided_whitespace_pattern: Any = None
+    guided_decoding_backend: Any = None  # one backend here: ignored
 
     def check_supported(self) -> None:
         """Refuse fields that would change the answer but that this server does not implement."""
@@ -203,8 +211,6 @@ class ChatCompletionRequest(GenerationRequest):
             raise APIError.bad_request("'top_logprobs' requires 'logprobs': true", param="top_logprobs")
         if self.tools:
             raise APIError.bad_request("tool calling is not supported", param="tools")
-        if self.response_format and self.response_format.get("type", "text") != "text":
-            raise APIError.bad_request("only response_format {'type': 'text'} is supported", param="response_format")
 
     def template_messages(self) -> list[dict[str, Any]]:
         """Messages as plain dicts for the chat template."""

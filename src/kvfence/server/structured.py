@@ -1,0 +1,161 @@
+"""Structured outputs on the HTTP API: from request fields to a grammar logits processor.
+
+Accepted spellings (one constraint per request; two are a 400):
+
+- chat ``response_format``: ``{"type": "text"}``, ``{"type": "json_object"}`` (any JSON object),
+  ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``;
+- vLLM's ``structured_outputs`` on both endpoints: ``{"json": schema}``, ``{"regex": str}``,
+  ``{"choice": [str, ...]}``, ``{"grammar": lark_or_gbnf}``, ``{"json_object": true}``, with
+  ``whitespace_pattern`` / ``disable_any_whitespace`` for the JSON ones;
+- vLLM's older top-level ``guided_json``, ``guided_regex``, ``guided_choice``, ``guided_grammar``
+  and ``guided_whitespace_pattern`` (``guided_decoding_backend`` is ignored: there is one backend).
+
+Every error (bad schema, unsupported schema keyword, bad regex, a tokenizer whose tokens are not
+bytes) is a 400 whose ``param`` names the field the constraint came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvfence.engine.sampling_params import LogitsProcessor
+from kvfence.engine.structured import GrammarLogitsProcessor, GrammarSpec, compile_grammar
+from kvfence.errors import InvalidParameterError
+from kvfence.server.api_errors import APIError
+
+__all__ = ["StructuredOutput", "grammar_spec", "structured_output"]
+
+_GUIDED_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
+# Keys of vLLM's StructuredOutputsParams this server reads, and ones that change nothing here.
+_CONSTRAINT_KEYS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+_OPTION_KEYS = ("whitespace_pattern", "disable_any_whitespace", "disable_fallback",
+                "disable_additional_properties", "backend")
+
+
+@dataclass(frozen=True)
+class StructuredOutput:
+    """What the sampling parameters of a constrained request get: a processor, extra stop ids."""
+
+    logits_processors: list[LogitsProcessor] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+
+
+def structured_output(req: Any, model: Any) -> StructuredOutput:
+    """The processor for the constraint ``req`` asks for (none: an empty StructuredOutput).
+
+    ``ignore_eos`` keeps EOS out until the grammar is complete; then EOS is the only token left and
+    it is added to the stop tokens, so the answer ends with finish_reason "stop" rather than EOS
+    tokens up to max_tokens.
+    """
+    found = grammar_spec(req)
+    if found is None:
+        return StructuredOutput()
+    spec, param = found
+    if req.min_tokens:
+        # The engine bans EOS before min_tokens; a grammar that is complete earlier has no other token.
+        raise APIError.bad_request("min_tokens cannot be combined with structured outputs; leave it out",
+                                   param="min_tokens")
+    try:
+        compiled = compile_grammar(model.tokenizer, spec)
+    except InvalidParameterError as exc:
+        raise APIError.bad_request(f"{param}: {exc.message}", param=param) from exc
+    ignore_eos = bool(req.ignore_eos)
+    stop_ids = list(compiled.vocabulary.eos_token_ids) if ignore_eos else []
+    return StructuredOutput([GrammarLogitsProcessor(compiled, ignore_eos=ignore_eos)], stop_ids)
+
+
+def grammar_spec(req: Any) -> tuple[GrammarSpec, str] | None:
+    """The constraint of a request and the field it came from, or None; shapes are checked here."""
+    found: list[tuple[GrammarSpec, str]] = []
+    response_format = getattr(req, "response_format", None)
+    if response_format is not None:
+        spec = _from_response_format(response_format)
+        if spec is not None:
+            found.append((spec, "response_format"))
+    if getattr(req, "structured_outputs", None) is not None:
+        found.append((_from_structured_outputs(req.structured_outputs), "structured_outputs"))
+    whitespace = getattr(req, "guided_whitespace_pattern", None)
+    for name in _GUIDED_FIELDS:
+        value = getattr(req, name, None)
+        if value is not None:
+            found.append((_checked(name, lambda v=value, n=name: _guided(n, v, whitespace)), name))
+    if len(found) > 1:
+        names = ", ".join(param for _, param in found)
+        raise APIError.bad_request(f"only one structured-output constraint per request; got {names}",
+                                   param=found[1][1])
+    return found[0] if found else None
+
+
+def _checked(param: str, build: Any) -> GrammarSpec:
+    try:
+        spec: GrammarSpec = build()
+    except InvalidParameterError as exc:
+        raise APIError.bad_request(f"{param}: {exc.message}", param=param) from exc
+    return spec
+
+
+def _from_response_format(value: Any) -> GrammarSpec | None:
+    param = "response_format"
+    if not isinstance(value, dict):
+        raise APIError.bad_request("response_format must be an object", param=param)
+    kind = value.get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return GrammarSpec.json_object()
+    if kind == "json_schema":
+        body = value.get("json_schema")
+        if not isinstance(body, dict):
+            raise APIError.bad_request("response_format.json_schema must be an object with a 'schema'", param=param)
+        if "schema" not in body:
+            raise APIError.bad_request("response_format.json_schema.schema is required", param=param)
+        strict = body.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise APIError.bad_request("response_format.json_schema.strict must be a boolean", param=param)
+        return _checked(param, lambda: GrammarSpec.json_schema(body["schema"]))
+    raise APIError.bad_request(
+        f"response_format type {kind!r} is not supported; use 'text', 'json_object' or 'json_schema'", param=param)
+
+
+def _from_structured_outputs(value: Any) -> GrammarSpec:
+    param = "structured_outputs"
+    if not isinstance(value, dict):
+        raise APIError.bad_request("structured_outputs must be an object", param=param)
+    unknown = sorted(set(value) - set(_CONSTRAINT_KEYS) - set(_OPTION_KEYS))
+    if unknown:
+        raise APIError.bad_request(f"structured_outputs: unknown key(s) {', '.join(unknown)}; supported: "
+                                   f"{', '.join(_CONSTRAINT_KEYS[:5] + _OPTION_KEYS[:2])}", param=param)
+    given = [k for k in _CONSTRAINT_KEYS if value.get(k) not in (None, False)]
+    if len(given) != 1:
+        raise APIError.bad_request(
+            "structured_outputs needs exactly one of json, regex, choice, grammar, json_object; "
+            f"got {', '.join(given) or 'none'}", param=param)
+    if value.get("disable_additional_properties"):
+        raise APIError.bad_request("structured_outputs.disable_additional_properties is not supported; "
+                                   "set additionalProperties: false in the schema", param=param)
+    kind = given[0]
+    if kind == "structural_tag":
+        raise APIError.bad_request("structured_outputs.structural_tag is not supported", param=param)
+    compact = value.get("disable_any_whitespace", False)
+    whitespace = value.get("whitespace_pattern")
+    if not isinstance(compact, bool) or (whitespace is not None and not isinstance(whitespace, str)):
+        raise APIError.bad_request("structured_outputs: disable_any_whitespace must be a boolean and "
+                                   "whitespace_pattern a string", param=param)
+    if kind == "json_object":
+        if value["json_object"] is not True:
+            raise APIError.bad_request("structured_outputs.json_object must be true", param=param)
+        return GrammarSpec.json_object(compact=compact, whitespace_pattern=whitespace)
+    return _checked(param, lambda: _guided(f"guided_{kind}", value[kind], whitespace, compact=compact))
+
+
+def _guided(name: str, value: Any, whitespace: Any, *, compact: bool = False) -> GrammarSpec:
+    if name == "guided_json":
+        if whitespace is not None and not isinstance(whitespace, str):
+            raise InvalidParameterError("whitespace_pattern must be a string", param="whitespace_pattern")
+        return GrammarSpec.json_schema(value, compact=compact, whitespace_pattern=whitespace)
+    if name == "guided_regex":
+        return GrammarSpec.regex(value)
+    if name == "guided_choice":
+        return GrammarSpec.choice(value)
+    return GrammarSpec.grammar(value)
