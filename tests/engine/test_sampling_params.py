@@ -41,6 +41,23 @@ def test_valid_edges() -> None:
     SamplingParams(seed=-(2**63))
 
 
+def test_penalty_bias_and_choice_edges() -> None:
+    params = SamplingParams(presence_penalty=-2, frequency_penalty=2, repetition_penalty=0.01, min_p=1,
+                            logit_bias={"17": 100, 3: -100}, n=128, best_of=128)
+    assert params.logit_bias == {17: 100.0, 3: -100.0}  # OpenAI's string keys become token ids
+    assert params.has_penalties and params.num_sequences == 128
+    plain = SamplingParams()
+    assert not plain.has_penalties and plain.num_sequences == 1 and plain.logit_bias == {}
+    assert SamplingParams(n=3).num_sequences == 3
+    assert SamplingParams(n=2, best_of=5).num_sequences == 5
+
+
+def test_best_of_below_n_names_best_of() -> None:
+    with pytest.raises(InvalidParameterError) as info:
+        SamplingParams(n=3, best_of=2)
+    assert info.value.param == "best_of" and "n=3" in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [
@@ -75,6 +92,27 @@ def test_valid_edges() -> None:
         ("stop_token_ids", ["a"]),
         ("stop_token_ids", 5),
         ("ignore_eos", "yes"),
+        ("presence_penalty", 2.01),
+        ("presence_penalty", -2.5),
+        ("presence_penalty", float("nan")),
+        ("frequency_penalty", 3),
+        ("frequency_penalty", "1"),
+        ("repetition_penalty", 0),
+        ("repetition_penalty", -1.0),
+        ("repetition_penalty", float("inf")),
+        ("logit_bias", {"5": 101}),
+        ("logit_bias", {5: -100.5}),
+        ("logit_bias", {"x": 1}),
+        ("logit_bias", {-1: 1}),
+        ("logit_bias", {1: float("nan")}),
+        ("logit_bias", [1, 2]),
+        ("min_p", -0.1),
+        ("min_p", 1.5),
+        ("n", 0),
+        ("n", 129),
+        ("n", 2.0),
+        ("best_of", 0),
+        ("best_of", 129),
     ],
 )
 def test_invalid_field_raises_naming_the_field(field: str, value: Any) -> None:

@@ -249,7 +249,9 @@ class PrefillWorker:
         p = job.params
         banned = [] if p.min_tokens == 0 else sorted(
             set(p.stop_token_ids) | (set() if p.ignore_eos else set(self.engine.tokenizer.eos_token_ids)))
-        return SampleRow(p, job.generator, 0, banned)
+        # The first token has no output yet; the repetition penalty also counts the prompt.
+        prompt = job.prompt if p.repetition_penalty != 1.0 else ()
+        return SampleRow(p, job.generator, 0, banned, (), prompt)
 
     def _capture(
         self, seq: Sequence, job: _Job, first_token: int, logprobs: dict[int, float] | None

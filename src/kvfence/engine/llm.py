@@ -4,25 +4,45 @@ from __future__ import annotations
 
 import itertools
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from kvfence.engine.config import DType, EngineConfig
 from kvfence.engine.llm_engine import LLMEngine
 from kvfence.engine.outputs import RequestOutput
+from kvfence.engine.parallel_sampling import check_choices_fit, choice_params, cumulative_logprob, rank_best
 from kvfence.engine.sampling_params import SamplingParams
 from kvfence.engine.scope import CacheScope, TenantIdentity, compute_scope_key
 from kvfence.engine.tokenizer import Tokenizer
 from kvfence.errors import InvalidParameterError
 
-__all__ = ["LLM", "CompletionOutput"]
+__all__ = ["LLM", "CompletionOutput", "SampleOutput"]
 
 _ANONYMOUS = TenantIdentity(organization="anonymous")
 
 
 @dataclass
+class SampleOutput:
+    """One choice of a prompt (``SamplingParams.n`` of them). ``cumulative_logprob`` is the sum of
+    the chosen tokens' log-probabilities when they were recorded (``logprobs`` or ``best_of``)."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None
+    logprobs: list[dict[int, float]] | None = None
+    cumulative_logprob: float | None = None
+
+
+@dataclass
 class CompletionOutput:
-    """One prompt's result. ``num_cached_tokens`` counts prompt tokens served from the tenant's cache scope."""
+    """One prompt's result. ``num_cached_tokens`` counts prompt tokens served from the tenant's cache scope.
+
+    ``outputs`` holds the prompt's ``n`` choices (with ``best_of``: the best ``n``, best first);
+    ``text``, ``token_ids``, ``finish_reason`` and ``logprobs`` are those of ``outputs[0]``.
+    With several choices ``num_cached_tokens`` is the fewest any choice had (the prompt was
+    computed at least once; the others map its pages).
+    """
 
     request_id: str
     prompt_token_ids: list[int]
@@ -32,6 +52,7 @@ class CompletionOutput:
     num_prompt_tokens: int
     num_cached_tokens: int
     logprobs: list[dict[int, float]] | None = None
+    outputs: list[SampleOutput] = field(default_factory=list)
 
 
 class LLM:
@@ -97,9 +118,11 @@ class LLM:
         params: SamplingParams | list[SamplingParams] | None = None,
         tenant: TenantIdentity | None = None,
     ) -> list[CompletionOutput]:
-        """Run every prompt to completion in one continuous batch; results in prompt order.
+        """Run every prompt to completion in one continuous batch; one result per prompt, in order.
 
-        Every prompt is checked (I3) before any is queued, so a bad one leaves nothing behind.
+        A prompt with ``n`` (or ``best_of``) > 1 runs as that many engine requests, seeded per
+        choice. Every prompt is checked (I3: each choice fits the context, all of a prompt's
+        choices fit the pool at once) before any is queued, so a bad one leaves nothing behind.
         """
         items: list[str] | list[list[int]] = [prompts] if isinstance(prompts, str) else prompts
         if not items:
@@ -113,17 +136,24 @@ class LLM:
         else:
             per_prompt = [params or SamplingParams()] * len(items)
         token_lists = [self._tokens(p) for p in items]
+        bm = self.engine.block_manager
+        shares = self.cache_scope is not CacheScope.REQUEST
         for ids, sp in zip(token_lists, per_prompt, strict=True):
             self.engine.scheduler.check_admissible(len(ids), sp.max_tokens)
-        request_ids = [f"llm-{next(self._ids)}" for _ in token_lists]
+            check_choices_fit(len(ids), sp, bm.num_pages, bm.page_size, shares_prefix=shares)
+        # request ids per prompt, one per choice
+        request_ids = [[f"llm-{next(self._ids)}" for _ in range(sp.num_sequences)] for sp in per_prompt]
         added: list[str] = []
         try:
-            for rid, ids, sp in zip(request_ids, token_lists, per_prompt, strict=True):
-                # each request gets its own key under the "request" scope, so compute per request
-                self.engine.add_request(rid, ids, sp, self.scope_key(tenant))
-                added.append(rid)
+            for rids, ids, sp in zip(request_ids, token_lists, per_prompt, strict=True):
+                # One key per prompt, shared by its choices (a fresh, unshared one per prompt
+                # under the "request" scope, where nothing is shared, not even between choices).
+                scope_key = self.scope_key(tenant)
+                for index, rid in enumerate(rids):
+                    self.engine.add_request(rid, ids, choice_params(sp, index), scope_key)
+                    added.append(rid)
             finals: dict[str, RequestOutput] = {}
-            while len(finals) < len(request_ids):
+            while len(finals) < len(added):
                 if not self.engine.has_unfinished_requests():
                     raise RuntimeError("the engine stopped with requests unfinished")
                 for out in self.engine.step():
@@ -133,7 +163,7 @@ class LLM:
             for rid in added:
                 self.engine.abort_request(rid)
             raise
-        return [_completion(finals[rid]) for rid in request_ids]
+        return [_completion([finals[rid] for rid in rids], sp) for rids, sp in zip(request_ids, per_prompt, strict=True)]
 
     def _tokens(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
@@ -143,14 +173,30 @@ class LLM:
         raise InvalidParameterError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}", param="prompt")
 
 
-def _completion(out: RequestOutput) -> CompletionOutput:
+def _completion(choices: list[RequestOutput], params: SamplingParams) -> CompletionOutput:
+    """One prompt's result from its choices' final outputs (ranked and trimmed for ``best_of``)."""
+    scores = [cumulative_logprob(c.token_ids, c.logprobs) for c in choices]
+    order = rank_best(scores, params.n) if len(choices) > params.n else list(range(len(choices)))
+    samples = [
+        SampleOutput(
+            index=i,
+            text=choices[k].text,
+            token_ids=choices[k].token_ids,
+            finish_reason=choices[k].finish_reason,
+            logprobs=choices[k].logprobs if params.logprobs is not None else None,
+            cumulative_logprob=scores[k] if choices[k].logprobs is not None else None,
+        )
+        for i, k in enumerate(order)
+    ]
+    first = choices[order[0]]
     return CompletionOutput(
-        request_id=out.request_id,
-        prompt_token_ids=out.prompt_token_ids,
-        text=out.text,
-        token_ids=out.token_ids,
-        finish_reason=out.finish_reason,
-        num_prompt_tokens=out.num_prompt_tokens,
-        num_cached_tokens=out.num_cached_tokens,
-        logprobs=out.logprobs,
+        request_id=first.request_id,
+        prompt_token_ids=first.prompt_token_ids,
+        text=samples[0].text,
+        token_ids=samples[0].token_ids,
+        finish_reason=samples[0].finish_reason,
+        num_prompt_tokens=first.num_prompt_tokens,
+        num_cached_tokens=min(c.num_cached_tokens for c in choices),
+        logprobs=samples[0].logprobs,
+        outputs=samples,
     )

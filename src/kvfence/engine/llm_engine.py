@@ -27,12 +27,14 @@ from kvfence.engine.model_runner import ModelRunner, resolve_device, torch_dtype
 from kvfence.engine.outputs import EngineStats, RequestOutput
 from kvfence.engine.sampling_params import SamplingParams
 from kvfence.engine.scheduler import ScheduledSeq, Scheduler, SchedulerConfig, SchedulerOutput
-from kvfence.engine.sequence import FinishReason, Sequence
+from kvfence.engine.sequence import FinishReason, Sequence, SequenceStatus
+from kvfence.engine.shared_prefill import SharedPrefill
 from kvfence.engine.tokenizer import Tokenizer
 from kvfence.errors import InvalidParameterError, IsolationViolation
 
 __all__ = [
-    "LLMEngine", "SamplingState", "advance_text", "banned_until_min_tokens", "check_prompt", "seeded_generator",
+    "LLMEngine", "SamplingState", "advance_text", "banned_until_min_tokens", "check_params", "check_prompt",
+    "seeded_generator",
 ]
 
 log = logging.getLogger(__name__)
@@ -48,9 +50,11 @@ class SamplingState(Protocol):
 
 
 def _sample_row(req: SamplingState) -> SampleRow:
-    seq = req.seq
-    outputs = seq.completion_token_ids if seq.params.logits_processors else ()
-    return SampleRow(seq.params, req.generator, seq.num_completion_tokens, req.banned_until_min_tokens, outputs)
+    seq, params = req.seq, req.seq.params
+    # Token lists are copied only for the rows that read them.
+    outputs = seq.completion_token_ids if params.logits_processors or params.has_penalties else ()
+    prompt = seq.prompt_token_ids if params.repetition_penalty != 1.0 else ()
+    return SampleRow(params, req.generator, seq.num_completion_tokens, req.banned_until_min_tokens, outputs, prompt)
 
 
 @dataclass
@@ -107,6 +111,7 @@ class LLMEngine:
         )
         self._generator = torch.Generator(device=device).manual_seed(config.seed)
         self._requests: dict[str, _Request] = {}
+        self._shared_prefill = SharedPrefill(config.page_size)
         self.isolation_incidents = 0
         if self.is_random_weights:
             log.warning("model %s has RANDOM WEIGHTS (built-in test model): its output is gibberish", self.model_name)
@@ -121,12 +126,22 @@ class LLMEngine:
     def add_request(
         self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, scope_key: bytes
     ) -> None:
-        """Queue a request. Raises before anything is allocated when it can never run (I3)."""
+        """Queue a request (one choice: ``params.n`` and ``best_of`` must be 1, see
+        :func:`~kvfence.engine.parallel_sampling.choice_params`). Raises before anything is
+        allocated when it can never run (I3).
+
+        A request whose prompt and scope equal those of one still computing its prompt waits for
+        that prompt's pages and maps them as prefix hits (:class:`SharedPrefill`).
+        """
         if request_id in self._requests:
             raise InvalidParameterError(f"request id {request_id!r} is already in use", param="request_id")
         check_prompt(prompt_token_ids, self.model_config.vocab_size, scope_key)
+        check_params(params, self.model_config.vocab_size)
         seq = Sequence(request_id, prompt_token_ids, scope_key, params)
-        self.scheduler.add(seq)
+        if self._shared_prefill.hold(seq):
+            self.scheduler.check_admissible(seq.num_prompt_tokens, params.max_tokens)  # I3 now, queued later
+        else:
+            self.scheduler.add(seq)
         self._requests[request_id] = _Request(
             seq=seq,
             detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.stop),
@@ -137,12 +152,21 @@ class LLMEngine:
 
     def abort_request(self, request_id: str) -> None:
         """Abort a request; its pages are released and zero-filled now (I2). Unknown id: no-op."""
-        if self.scheduler.abort(request_id) is not None:
+        held = self._shared_prefill.discard(request_id)
+        if held is not None:
+            held.status, held.finish_reason = SequenceStatus.FINISHED, FinishReason.ABORT  # never had pages
+        elif self.scheduler.abort(request_id) is not None:
             self.runner.scrub(self.block_manager.take_scrub_list())
+            self._queue_released()
         self._requests.pop(request_id, None)
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return self.scheduler.has_unfinished() or self._shared_prefill.num_held > 0
+
+    def _queue_released(self) -> None:
+        """Queue held requests whose leader has computed (and sealed) its prompt, or ended."""
+        for seq in self._shared_prefill.release():
+            self.scheduler.add(seq)
 
     # ---- one iteration -----------------------------------------------------------------------
 
@@ -157,6 +181,7 @@ class LLMEngine:
         self.scheduler.postprocess(batch, sampled)
         for request_id, token_id in sampled.items():
             outputs.append(self._progress(request_id, token_id))
+        self._queue_released()
         # Pages released in this step (finished requests) are zeroed now rather than next step,
         # so stale KV does not sit in the pool while the engine idles (I2, defence in depth).
         self.runner.scrub(self.block_manager.take_scrub_list())
@@ -276,7 +301,7 @@ class LLMEngine:
             num_pages=bm.num_pages,
             num_free_pages=bm.num_free_pages,
             num_used_pages=bm.num_used_pages,
-            num_waiting=self.scheduler.num_waiting,
+            num_waiting=self.scheduler.num_waiting + self._shared_prefill.num_held,
             num_running=self.scheduler.num_running,
             num_preemptions=self.scheduler.num_preemptions,
             prefix_hit_tokens_by_scope=dict(bm.prefix_hit_tokens_by_scope),
@@ -301,6 +326,19 @@ def check_prompt(prompt_token_ids: list[int], vocab_size: int, scope_key: bytes)
         raise InvalidParameterError(f"prompt token id {bad!r} is outside the vocabulary [0, {vocab_size})", param="prompt")
     if not scope_key:
         raise InvalidParameterError("scope_key must not be empty", param="scope_key")
+
+
+def check_params(params: SamplingParams, vocab_size: int) -> None:
+    """Request checks that need the model: one choice per engine request, logit-bias ids in the vocabulary."""
+    if params.num_sequences != 1:
+        raise InvalidParameterError(
+            "an engine request samples one choice; expand n / best_of with parallel_sampling.choice_params "
+            "(LLM.generate and the server do)", param="n",
+        )
+    bad = next((t for t in params.logit_bias if t >= vocab_size), None)
+    if bad is not None:
+        raise InvalidParameterError(f"logit_bias token id {bad} is outside the vocabulary [0, {vocab_size})",
+                                    param="logit_bias")
 
 
 def seeded_generator(params: SamplingParams, device: torch.device) -> torch.Generator | None:

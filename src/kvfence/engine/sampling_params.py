@@ -17,9 +17,14 @@ if TYPE_CHECKING:
 
 from kvfence.errors import InvalidParameterError
 
-__all__ = ["GREEDY_TEMPERATURE", "MAX_LOGPROBS", "LogitsProcessor", "SamplingParams"]
+__all__ = [
+    "GREEDY_TEMPERATURE", "MAX_LOGIT_BIAS", "MAX_LOGPROBS", "MAX_N", "MAX_PENALTY", "LogitsProcessor", "SamplingParams",
+]
 
 MAX_LOGPROBS = 20
+MAX_N = 128  # choices (n, best_of) per prompt: each is a sequence in the batch
+MAX_PENALTY = 2.0  # OpenAI's range for presence and frequency penalties: [-2, 2]
+MAX_LOGIT_BIAS = 100.0  # OpenAI's range for a logit bias: [-100, 100]
 # Below this, dividing logits by the temperature only risks overflow: sample greedily instead.
 GREEDY_TEMPERATURE = 1e-5
 # What a torch.Generator accepts as a seed; outside it the engine would fail mid-request.
@@ -60,8 +65,25 @@ class SamplingParams:
     returned); ``stop_token_ids`` and the model's EOS tokens (unless ``ignore_eos``) end the
     completion once at least ``min_tokens`` tokens were generated. ``logprobs=n`` returns the
     chosen token's log-probability and the ``n`` most likely alternatives per generated token.
-    ``logits_processors`` change the logits before anything else (see :class:`LogitsProcessor`);
-    log-probabilities are those of the processed logits.
+    ``logits_processors`` change the logits before anything else (see :class:`LogitsProcessor`).
+
+    Then, in this order: the ``min_tokens`` bans, ``logit_bias`` (``{token_id: bias}``, bias in
+    [-100, 100], added to the logit), ``repetition_penalty`` (Hugging Face / vLLM semantics over
+    the prompt *and* the generated tokens: a positive logit of a token seen there is divided by
+    it, a negative one multiplied; 1 is off), ``frequency_penalty`` and ``presence_penalty``
+    (OpenAI semantics over the generated tokens only: ``logit -= frequency * count +
+    presence * (count > 0)``, both in [-2, 2]). Greedy decoding is the argmax of these processed
+    logits, and **log-probabilities are those of the processed logits** (after processors, bans,
+    bias and penalties; before temperature, ``min_p``, ``top_k`` and ``top_p``), so the top
+    alternative of a greedy answer is the token it chose. (vLLM V1 returns the raw model
+    logprobs by default; V0 returned processed ones after temperature.) ``min_p`` drops tokens
+    whose probability, after temperature, is below ``min_p`` times the most likely one's.
+
+    ``n`` independent choices are sampled per prompt (``best_of`` >= ``n`` are sampled and the
+    ``n`` with the highest cumulative log-probability kept); with a ``seed``, choice ``i`` uses its
+    own generator derived from ``(seed, i)`` (see :mod:`kvfence.engine.parallel_sampling`), so
+    the choices are reproducible and differ from each other. The step-wise ``LLMEngine`` runs one
+    choice per request: ``LLM.generate`` and the server expand ``n`` into requests.
     """
 
     max_tokens: int = 16
@@ -75,6 +97,13 @@ class SamplingParams:
     logprobs: int | None = None
     min_tokens: int = 0
     logits_processors: list[LogitsProcessor] = field(default_factory=list)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    min_p: float = 0.0
+    n: int = 1
+    best_of: int | None = None
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
@@ -104,6 +133,43 @@ class SamplingParams:
         if not isinstance(self.logits_processors, list | tuple) or not all(map(callable, self.logits_processors)):
             raise _fail("logits_processors", self.logits_processors, "a list of callables")
         self.logits_processors = list(self.logits_processors)
+        self._validate_penalties()
+        self.logit_bias = self._validate_logit_bias(self.logit_bias)
+        if not _is_real(self.min_p) or not 0 <= self.min_p <= 1:
+            raise _fail("min_p", self.min_p, "a number in [0, 1] (0 disables it)")
+        self.min_p = float(self.min_p)
+        if not _is_int(self.n) or not 1 <= self.n <= MAX_N:
+            raise _fail("n", self.n, f"an integer in [1, {MAX_N}]")
+        if self.best_of is not None and (not _is_int(self.best_of) or not self.n <= self.best_of <= MAX_N):
+            raise _fail("best_of", self.best_of, f"an integer in [n={self.n}, {MAX_N}] or null")
+
+    def _validate_penalties(self) -> None:
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not _is_real(value) or not -MAX_PENALTY <= value <= MAX_PENALTY:
+                raise _fail(name, value, f"a number in [-{MAX_PENALTY:g}, {MAX_PENALTY:g}] (0 disables it)")
+            setattr(self, name, float(value))
+        if not _is_real(self.repetition_penalty) or self.repetition_penalty <= 0:
+            raise _fail("repetition_penalty", self.repetition_penalty, "a number > 0 (1 disables it)")
+        self.repetition_penalty = float(self.repetition_penalty)
+
+    @staticmethod
+    def _validate_logit_bias(bias: Any) -> dict[int, float]:
+        if bias is None:
+            return {}
+        if not isinstance(bias, dict):
+            raise _fail("logit_bias", bias, "a mapping of token ids to numbers")
+        out: dict[int, float] = {}
+        for key, value in bias.items():
+            # OpenAI's JSON keys are strings of digits; the Python API may use ints.
+            token = int(key) if isinstance(key, str) and key.isascii() and key.isdigit() else key
+            if not _is_int(token) or token < 0:
+                raise _fail("logit_bias", bias, f"keyed by non-negative token ids (got key {key!r})")
+            if not _is_real(value) or not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS:
+                raise _fail("logit_bias", bias,
+                            f"biases in [-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}] (token {key}: {value!r})")
+            out[token] = float(value)
+        return out
 
     @staticmethod
     def _validate_stop(stop: Any) -> list[str]:
@@ -122,6 +188,16 @@ class SamplingParams:
         if not isinstance(ids, list | tuple) or not all(_is_int(t) and t >= 0 for t in ids):
             raise _fail("stop_token_ids", ids, "a list of non-negative integer token ids")
         return list(ids)
+
+    @property
+    def num_sequences(self) -> int:
+        """Sequences sampled for one prompt: ``best_of`` when set, else ``n``."""
+        return self.best_of if self.best_of is not None else self.n
+
+    @property
+    def has_penalties(self) -> bool:
+        """True when the sampler must count tokens (frequency, presence or repetition penalty)."""
+        return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0)
 
     @property
     def is_greedy(self) -> bool:

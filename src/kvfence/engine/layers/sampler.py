@@ -1,4 +1,9 @@
-"""Turn the last-position logits of a batch into tokens: greedy, temperature, top-k, top-p, seeds."""
+"""Turn the last-position logits of a batch into tokens.
+
+Order per row: logits processors, ``min_tokens`` bans, logit bias, repetition / frequency /
+presence penalties (these four decide greedy picks and the returned log-probabilities), then,
+for sampled rows, temperature, ``min_p``, ``top_k``, ``top_p`` and a draw from the row's generator.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvfence.engine.layers.penalties import apply_logit_bias, apply_penalties
 from kvfence.engine.sampling_params import SamplingParams
 
 __all__ = ["SampleRow", "SampledToken", "sample"]
@@ -20,7 +26,8 @@ class SampleRow:
     generator: torch.Generator | None  # per-request when a seed was given (reproducible)
     num_generated: int
     banned_until_min_tokens: list[int]  # EOS / stop ids that may not end it before min_tokens
-    output_token_ids: Sequence[int] = ()  # generated so far (read by logits processors)
+    output_token_ids: Sequence[int] = ()  # generated so far (logits processors, penalties)
+    prompt_token_ids: Sequence[int] = ()  # the prompt (repetition penalty); may be empty when unused
 
 
 @dataclass
@@ -37,6 +44,8 @@ def sample(logits: torch.Tensor, rows: list[SampleRow], default_generator: torch
             logits[i] = processor(row.output_token_ids, logits[i])
         if row.num_generated < row.params.min_tokens and row.banned_until_min_tokens:
             logits[i, row.banned_until_min_tokens] = float("-inf")
+    apply_logit_bias(logits, rows)
+    apply_penalties(logits, rows)
     want_logprobs = any(row.params.logprobs is not None for row in rows)
     logprobs = torch.log_softmax(logits, dim=-1) if want_logprobs else None
 
@@ -66,6 +75,9 @@ def sample(logits: torch.Tensor, rows: list[SampleRow], default_generator: torch
 
 def _sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
     scaled = logits / params.temperature
+    if params.min_p > 0:
+        probs = scaled.softmax(dim=-1)
+        scaled = scaled.masked_fill(probs < params.min_p * probs.max(), float("-inf"))
     if params.top_k is not None and params.top_k < scaled.shape[-1]:
         kth = scaled.topk(params.top_k).values[-1]
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))
