@@ -7,7 +7,12 @@ streamed in small chunks or whole. Test-only controls:
 - ``POST /_control`` with ``{"status": 503}`` (fail every request), ``{"reply": "..."}``,
   ``{"chunk_chars": 3}``, ``{"echo": true}`` (reply with the last user message),
   ``{"break_after": 2}`` (drop the connection after that many stream chunks),
-  ``{"ignore_stream": true}`` (answer whole JSON even when asked to stream).
+  ``{"ignore_stream": true}`` (answer whole JSON even when asked to stream),
+  ``{"usage": false}`` (never report usage, as some backends do), ``{"delay_s": 2}`` (wait before
+  answering; a client that leaves meanwhile is recorded as ``client_disconnected`` on its request).
+
+Streamed answers end with a usage chunk (no choices) when the request asks for
+``stream_options.include_usage``. Usage is 5 prompt tokens and 7 completion tokens per answer.
 
 Run: ``python -m tests.gateway.fake_backend --port P --name NAME [--max-model-len N]
 [--vllm-blocks N --block-size B]``.
@@ -31,7 +36,7 @@ from starlette.routing import Route
 def build(name: str, max_model_len: int | None, vllm_blocks: int | None, block_size: int) -> Starlette:
     received: list[dict[str, Any]] = []
     control: dict[str, Any] = {"status": 200, "reply": f"hello from {name}", "chunk_chars": 4, "echo": False,
-                               "delay_s": 0.0, "break_after": None}
+                               "delay_s": 0.0, "break_after": None, "usage": True}
 
     def reply_text(body: dict[str, Any], endpoint: str) -> str:
         if endpoint == "chat":
@@ -47,12 +52,18 @@ def build(name: str, max_model_len: int | None, vllm_blocks: int | None, block_s
 
     async def generate(request: Request, endpoint: str) -> Response:
         body = await request.json()
-        received.append({"endpoint": endpoint, "body": body, "headers": dict(request.headers)})
+        entry: dict[str, Any] = {"endpoint": endpoint, "body": body, "headers": dict(request.headers)}
+        received.append(entry)
         if control["status"] != 200:
             return JSONResponse({"error": {"message": f"{name} is failing on purpose", "type": "server_error",
                                            "code": None, "param": None}}, status_code=int(control["status"]))
         if control["delay_s"]:
-            await asyncio.sleep(float(control["delay_s"]))
+            deadline = time.monotonic() + float(control["delay_s"])
+            while time.monotonic() < deadline:
+                if await request.is_disconnected():
+                    entry["client_disconnected"] = True
+                    return Response(status_code=499)
+                await asyncio.sleep(0.02)
         text = reply_text(body, endpoint)
         n = int(body.get("n") or 1)
         created = int(time.time())
@@ -65,8 +76,11 @@ def build(name: str, max_model_len: int | None, vllm_blocks: int | None, block_s
                             "finish_reason": "stop"} for i in range(n)]
             else:
                 choices = [{"index": i, "text": text, "finish_reason": "stop"} for i in range(n)]
-            return JSONResponse({"id": rid, "object": obj, "created": created, "model": body.get("model"),
-                                 "choices": choices, "usage": usage})
+            whole: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": body.get("model"),
+                                     "choices": choices}
+            if control["usage"]:
+                whole["usage"] = usage
+            return JSONResponse(whole)
 
         step = max(1, int(control["chunk_chars"]))
         pieces = [text[i:i + step] for i in range(0, len(text), step)] or [""]
@@ -92,6 +106,9 @@ def build(name: str, max_model_len: int | None, vllm_blocks: int | None, block_s
                 last: dict[str, Any] = ({"index": i, "delta": {}, "finish_reason": "stop"} if endpoint == "chat"
                                         else {"index": i, "text": "", "finish_reason": "stop"})
                 yield f"data: {json.dumps({**base, 'choices': [last]})}\n\n"
+            options = body.get("stream_options") or {}
+            if options.get("include_usage") and control["usage"]:
+                yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n"
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")

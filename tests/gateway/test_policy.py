@@ -88,6 +88,18 @@ MALFORMED = [
      19, ["backends[0].auth.per_tenant.mallory", "no tenant named 'mallory'"]),
     ("unknown upstream client", ("    tier: on_prem\n", "    tier: on_prem\n    http_client: aiohttp\n"), 20,
      ["backends[1].http_client", "auto", "httpx"]),
+    ("zero tokens per minute", ("    default_class: public\n",
+                                "    default_class: public\n    limits:\n      tokens_per_minute: 0\n"),
+     28, ["tenants[0].limits.tokens_per_minute", "greater than 0"]),
+    ("tokens per minute not a number", ("    default_class: public\n",
+                                        "    default_class: public\n    limits:\n      tokens_per_minute: lots\n"),
+     28, ["tenants[0].limits.tokens_per_minute", "integer"]),
+    ("misspelt limit", ("    default_class: public\n",
+                        "    default_class: public\n    limits:\n      token_per_minute: 100\n"),
+     28, ["tenants[0].limits.token_per_minute", "unknown field"]),
+    ("zero limit window", ("  audit_log: sqlite:///audit.db\n",
+                           "  audit_log: sqlite:///audit.db\n  limit_window_s: 0\n"),
+     3, ["gateway.limit_window_s", "greater than 0"]),
 ]
 
 

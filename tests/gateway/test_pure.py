@@ -225,7 +225,7 @@ def test_tool_call_arguments_are_filtered_stream_and_whole() -> None:
 @given(st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=30),
        st.sampled_from(["\n\n", "\r\n\r\n"]))
 def test_sse_stream_split_anywhere_restores_every_choice(cuts: list[int], sep: str) -> None:
-    from kvfence.gateway.answer import _filter_event
+    from kvfence.gateway.answer import _process_event
 
     texts = {0: f"hi {PLACEHOLDER}!", 1: f"{PLACEHOLDER} and {PLACEHOLDER}"}
     events = []
@@ -244,10 +244,10 @@ def test_sse_stream_split_anywhere_restores_every_choice(cuts: list[int], sep: s
         if position >= len(raw):
             break
         for event in decoder.feed(raw[position:position + size]):
-            out.extend(_filter_event(event, f))
+            out.extend(_process_event(event, f, None))
         position += size
     for event in decoder.feed(raw[position:]):
-        out.extend(_filter_event(event, f))
+        out.extend(_process_event(event, f, None))
     got = {0: "", 1: ""}
     for event in b"".join(out).split(b"\n\n"):
         data = event_data(event)

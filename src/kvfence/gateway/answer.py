@@ -1,32 +1,42 @@
 """The answer path: whole or streamed upstream answers back to the caller, through the hooks' filters.
 
 Every way a stream can end (done, leak suspected, upstream broke off, client hung up) releases the
-request's limits, closes the upstream response and writes the audit row exactly once. A stream that
-must stop ends with an OpenAI-shaped error event, never with a silent truncation.
+request's limits, closes the upstream response, charges the answer's tokens to a token-limited tenant
+and writes the audit row exactly once. A stream that must stop ends with an OpenAI-shaped error event,
+never with a silent truncation.
+
+A stream is served one of three ways: relayed byte for byte from the lean client's read callback when
+nothing needs to see it (no hooks, no token limit: ``stream_out.RelayStream``); passed through chunk
+by chunk from httpx; or decoded event by event when hooks filter it or its usage must be counted.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
 
 from kvfence.gateway.answer_filter import AnswerFilter, FilterChain, SSEDecoder, encode_event, event_data
 from kvfence.gateway.errors import GatewayError, LeakSuspected, UpstreamUnavailable
+from kvfence.gateway.fast_http import FastResponse
+from kvfence.gateway.hang_up import CLIENT_GONE_STATUS, HangUpWatch
 from kvfence.gateway.hooks import RequestContext
 from kvfence.gateway.limits import LimitLease
 from kvfence.gateway.runtime import GatewayRuntime
+from kvfence.gateway.stream_out import ClosingStream, OwnedStream, RelayStream
+from kvfence.gateway.tokens import TokenCounter
 from kvfence.gateway.trace import RequestTrace
 from kvfence.gateway.upstream import UpstreamResponse
+from kvfence.gateway.usage import StreamUsage, answer_completion_tokens
 
-__all__ = ["OVERHEAD_HEADER", "ClosingStream", "json_error", "stream_response", "whole_response"]
+__all__ = ["OVERHEAD_HEADER", "OwnedStream", "charge_completion", "json_error", "stream_response",
+           "whole_response"]
 
 log = logging.getLogger("kvfence.gateway")
 
@@ -43,67 +53,6 @@ def json_error(error: GatewayError, extra_headers: dict[str, str] | None = None)
     """An OpenAI-shaped error answer for ``error``."""
     return JSONResponse(error.to_body(), status_code=error.status_code,
                         headers={**error.headers(), **(extra_headers or {})})
-
-
-class ClosingStream(Response):
-    """A streamed answer sent straight through ASGI; ``on_close`` runs however it ends (even unstarted).
-
-    Starlette's ``StreamingResponse`` runs every stream in an anyio task group to notice a hang-up,
-    which costs more CPU than the rest of a streamed answer's pass through the gateway. Here one
-    small asyncio task waits on ``receive``: when the client disconnects it cancels the stream
-    (whatever upstream read it is waiting on included), and the stream ends quietly. An exception
-    from ``content`` becomes the stream's last event through ``on_error``; the chunks go out with no
-    wrapper in between (one less generator per chunk).
-    """
-
-    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]],
-                 on_error: Callable[[Exception], bytes], *, status_code: int = 200,
-                 media_type: str | None = None, headers: Mapping[str, str] | None = None) -> None:
-        self.body_iterator = content
-        self.status_code = status_code
-        self.media_type = media_type
-        self.background = None
-        self.init_headers(headers)
-        self._on_close = on_close
-        self._on_error = on_error
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        task = asyncio.current_task()
-        state = {"client_gone": False, "finishing": False}
-
-        async def watch_for_hang_up() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            if not state["finishing"] and task is not None:
-                state["client_gone"] = True
-                task.cancel()
-
-        watcher = asyncio.create_task(watch_for_hang_up())
-        content = self.body_iterator
-        try:
-            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-            while True:
-                try:
-                    chunk = await content.__anext__()
-                except StopAsyncIteration:
-                    break
-                except Exception as exc:
-                    await send({"type": "http.response.body", "body": self._on_error(exc), "more_body": True})
-                    break
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            state["finishing"] = True
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except asyncio.CancelledError:
-            if not state["client_gone"] or task is None:
-                raise
-            task.uncancel()  # the hang-up was ours to handle: end this stream, not the server's task
-        finally:
-            state["finishing"] = True
-            watcher.cancel()
-            closer = getattr(content, "aclose", None)
-            if closer is not None:
-                await closer()
-            await self._on_close()
 
 
 def _response_headers(trace: RequestTrace, overhead_s: float) -> dict[str, str]:
@@ -126,9 +75,19 @@ def _answer_filter(runtime: GatewayRuntime, ctx: RequestContext) -> AnswerFilter
     return AnswerFilter(ctx.endpoint, lambda: FilterChain([h.response_filter(ctx) for h in hooks]))
 
 
+async def charge_completion(runtime: GatewayRuntime, ctx: RequestContext, lease: LimitLease, tokens: int,
+                            source: str) -> None:
+    """Charge an answer's completion tokens to its tenant's tokens-per-minute window; note them."""
+    ctx.annotations["completion_tokens"] = tokens
+    ctx.annotations["completion_tokens_source"] = source
+    await lease.add_completion(tokens)
+    runtime.metrics.count_tokens(ctx.tenant.name, "completion", source, tokens)
+
+
 async def whole_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: UpstreamResponse,
-                         trace: RequestTrace) -> Response:
-    """Read a non-streamed answer (or an upstream error), filter it, log it, answer it."""
+                         trace: RequestTrace, lease: LimitLease, counter: TokenCounter | None) -> Response:
+    """Read a non-streamed answer (or an upstream error), filter it, log it, answer it. With a
+    ``counter`` (the tenant has a token limit) its completion tokens are charged to ``lease``."""
     try:
         raw = await upstream.aread()
     except httpx.HTTPError as exc:
@@ -139,11 +98,17 @@ async def whole_response(runtime: GatewayRuntime, ctx: RequestContext, upstream:
     status = upstream.status_code
     content_type = upstream.headers.get("content-type", "application/json")
     filters = _answer_filter(runtime, ctx)
-    if status == 200 and filters is not None:
+    answer: Any = None
+    if status == 200 and (filters is not None or counter is not None):
         try:
             answer = json.loads(raw)
         except ValueError:
-            raise UpstreamUnavailable(f"backend {trace.backend} answered with invalid JSON") from None
+            if filters is not None:
+                raise UpstreamUnavailable(f"backend {trace.backend} answered with invalid JSON") from None
+        if counter is not None:
+            # counted before the filters: what the backend generated is what the tenant used
+            await charge_completion(runtime, ctx, lease, *answer_completion_tokens(answer, counter))
+    if status == 200 and filters is not None:
         filters.filter_completion(answer)  # may raise LeakSuspected: the answer is withheld
         raw = json.dumps(answer, ensure_ascii=False).encode()
         content_type = "application/json"
@@ -166,24 +131,27 @@ class _StreamEnd:
 
 
 def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: UpstreamResponse, trace: RequestTrace,
-                    lease: LimitLease, received_at: float) -> Response:
-    """Pass a streamed answer through (filtered when hooks are configured); the stream owns ``lease``."""
+                    lease: LimitLease, received_at: float, watch: HangUpWatch | None,
+                    usage: StreamUsage | None) -> OwnedStream:
+    """Pass a streamed answer through (filtered when hooks are configured, its usage counted when
+    ``usage`` is given); the stream owns ``lease``."""
     filters = _answer_filter(runtime, ctx)
     end = _StreamEnd()
 
-    async def filtered(filters: AnswerFilter) -> AsyncIterator[bytes]:
+    async def processed() -> AsyncIterator[bytes]:
         decoder = SSEDecoder()
         async for chunk in upstream.aiter_raw():
             started = time.perf_counter()
             out: list[bytes] = []
             for event in decoder.feed(chunk):
-                out.extend(_filter_event(event, filters))
+                out.extend(_process_event(event, filters, usage))
             trace.overhead_s += time.perf_counter() - started
             if out:
                 yield b"".join(out)
         tail = decoder.rest()
-        out = list(_filter_event(tail, filters)) if tail.strip() else []
-        out.extend(encode_event(c) for c in filters.flush())
+        out = list(_process_event(tail, filters, usage)) if tail.strip() else []
+        if filters is not None:
+            out.extend(encode_event(c) for c in filters.flush())
         if out:
             yield b"".join(out)
 
@@ -205,32 +173,54 @@ def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: Upst
         end.status, end.outcome, end.reason = 500, "error", f"internal: {type(exc).__name__}"
         return encode_event(GatewayError(f"internal gateway error (request {trace.request_id})").to_body())
 
-    async def on_close() -> None:
+    async def on_close(client_gone: bool) -> None:
         await upstream.aclose()
-        await lease.release()
-        runtime.metrics.in_flight.dec()
-        runtime.metrics.overhead.observe(trace.overhead_s)
-        runtime.metrics.count_request(ctx.endpoint, ctx.data_class, trace.backend or "-", end.status)
-        runtime.audit.record_decision(trace.decision(end.status, end.outcome, end.reason))
+        if client_gone:
+            end.status, end.outcome, end.reason = CLIENT_GONE_STATUS, "client_gone", "the client hung up mid-stream"
+        try:
+            if usage is not None:
+                # whatever the ending: the tokens generated so far were generated for this tenant
+                await charge_completion(runtime, ctx, lease, *usage.completion_tokens())
+        finally:
+            await lease.release()
+            runtime.metrics.in_flight.dec()
+            runtime.metrics.overhead.observe(trace.overhead_s)
+            runtime.metrics.count_request(ctx.endpoint, ctx.data_class, trace.backend or "-", end.status)
+            runtime.audit.record_decision(trace.decision(end.status, end.outcome, end.reason))
 
     overhead = trace.overhead_s + (time.perf_counter() - received_at)
     trace.overhead_s = overhead
-    content = filtered(filters) if filters is not None else upstream.aiter_raw()
-    return ClosingStream(content, on_close, ending, status_code=200, media_type="text/event-stream",
-                         headers={"cache-control": "no-cache", **_response_headers(trace, overhead)})
+    headers = {"cache-control": "no-cache", **_response_headers(trace, overhead)}
+    if filters is None and usage is None:
+        if isinstance(upstream, FastResponse):
+            return RelayStream(upstream, on_close, ending, watch, status_code=200, media_type="text/event-stream",
+                               headers=headers)
+        return ClosingStream(upstream.aiter_raw(), on_close, ending, watch, status_code=200,
+                             media_type="text/event-stream", headers=headers)
+    return ClosingStream(processed(), on_close, ending, watch, status_code=200, media_type="text/event-stream",
+                         headers=headers)
 
 
-def _filter_event(event: bytes, filters: AnswerFilter) -> list[bytes]:
+def _process_event(event: bytes, filters: AnswerFilter | None, usage: StreamUsage | None) -> list[bytes]:
     data = event_data(event)
     if data is None:
         return [event + b"\n\n"]  # comments / keep-alives pass through
     if data.strip() == "[DONE]":
-        return [*(encode_event(c) for c in filters.flush()), encode_event("[DONE]")]
+        flushed = [encode_event(c) for c in filters.flush()] if filters is not None else []
+        return [*flushed, encode_event("[DONE]")]
     try:
         chunk = json.loads(data)
     except ValueError:
+        if filters is None:
+            return [event + b"\n\n"]  # nothing to filter, nothing to count in it
         # An event we cannot read is an event we cannot filter: end the stream rather than pass it on.
         raise _UnreadableStream("the backend sent a stream event that is not JSON") from None
-    if isinstance(chunk, dict) and "choices" in chunk:
+    action = usage.observe(chunk) if usage is not None else "pass"
+    if action == "drop":
+        return []  # the usage chunk the gateway asked for, not the client
+    if filters is not None and isinstance(chunk, dict) and "choices" in chunk:
         filters.filter_chunk(chunk)
-    return [encode_event(chunk)]
+        return [encode_event(chunk)]
+    if action == "edited" or filters is not None:
+        return [encode_event(chunk)]
+    return [event + b"\n\n"]

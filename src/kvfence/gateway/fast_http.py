@@ -27,7 +27,7 @@ from typing import Protocol, cast
 import httptools
 import httpx
 
-__all__ = ["Connection", "ConnectionPool", "FastResponse"]
+__all__ = ["BodySink", "Connection", "ConnectionPool", "FastResponse"]
 
 # Pause reading from the backend when this much answer is buffered and not yet taken by the caller:
 # a slow client must slow the backend down, not grow the gateway's memory.
@@ -36,8 +36,21 @@ _KEEPALIVE_EXPIRY_S = 4.0  # under the 5 s idle timeout of uvicorn-based engines
 _STATUS_NOT_YET = 0
 
 
+class BodySink(Protocol):
+    """Where :meth:`FastResponse.relay_to` delivers the body, from the event loop's read callback."""
+
+    def body(self, data: bytes) -> None:
+        """One piece of the body, as it arrived (transfer coding undone)."""
+        ...
+
+    def end(self, error: httpx.HTTPError | None) -> None:
+        """The body is complete (``None``) or broke off (``error``); nothing follows."""
+        ...
+
+
 class FastResponse:
-    """One upstream answer: status and headers are in; the body streams through :meth:`aiter_raw`."""
+    """One upstream answer: status and headers are in; the body streams through :meth:`aiter_raw`, or
+    is pushed to a :class:`BodySink` (:meth:`relay_to`)."""
 
     def __init__(self, conn: Connection, loop: asyncio.AbstractEventLoop, read_timeout_s: float) -> None:
         self._conn = conn
@@ -55,6 +68,8 @@ class FastResponse:
         self._waiter: asyncio.Future[None] | None = None
         self._released = False
         self._content: bytes | None = None
+        self._sink: BodySink | None = None
+        self._sink_paused = False  # the sink asked to stop reading (its client is slow)
 
     # -- called by the connection (event-loop callbacks) ------------------------------------------
     def _wake(self) -> None:
@@ -65,7 +80,30 @@ class FastResponse:
     def _fail(self, error: httpx.HTTPError) -> None:
         if self._error is None and not self._complete:
             self._error = error
+            sink = self._sink
+            if sink is not None:
+                self._sink = None
+                sink.end(error)
         self._wake()
+
+    def _body(self, data: bytes) -> bool:
+        """A piece of body from the parser: pushed to the sink if there is one (True), else buffered."""
+        sink = self._sink
+        if sink is None:
+            self._chunks.append(data)
+            self._buffered += len(data)
+            return False
+        sink.body(data)
+        return True
+
+    def _completed(self) -> None:
+        self._complete = True
+        sink = self._sink
+        if sink is not None:
+            self._sink = None
+            sink.end(None)
+        else:
+            self._wake()
 
     # -- waiting ----------------------------------------------------------------------------------
     async def _wait(self) -> None:
@@ -84,6 +122,9 @@ class FastResponse:
 
     def _check_deadline(self) -> None:
         self._timer = None
+        if self._sink is not None:
+            self._check_sink_deadline()
+            return
         waiter = self._waiter
         if waiter is None or waiter.done():
             return  # not waiting now: the next wait arms a new deadline
@@ -92,6 +133,16 @@ class FastResponse:
             self._timer = self._loop.call_at(deadline, self._check_deadline)
         else:
             waiter.set_exception(httpx.ReadTimeout(f"no data from the backend for {self._read_timeout_s:g} s"))
+
+    def _check_sink_deadline(self) -> None:
+        now = self._loop.time()
+        if self._sink_paused:
+            self.last_activity = now  # waiting for our own client is not the backend's silence
+        deadline = self.last_activity + self._read_timeout_s
+        if now < deadline:
+            self._timer = self._loop.call_at(deadline, self._check_deadline)
+        else:
+            self._fail(httpx.ReadTimeout(f"no data from the backend for {self._read_timeout_s:g} s"))
 
     async def _wait_headers(self) -> None:
         while self.status_code == _STATUS_NOT_YET:
@@ -119,6 +170,36 @@ class FastResponse:
                 raise self._error
             await self._wait()
 
+    def relay_to(self, sink: BodySink) -> None:
+        """Push the body to ``sink`` from now on, straight from the connection's read callback: no
+        task wake-up and no buffering per piece. What arrived before is delivered first (in one piece);
+        ``sink.end`` may be called before this returns. The caller still calls :meth:`aclose`."""
+        if self._chunks:
+            data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+            self._chunks.clear()
+            self._buffered = 0
+            self._conn.resume()
+            sink.body(data)
+        if self._complete:
+            sink.end(None)
+            return
+        if self._error is not None:
+            sink.end(self._error)
+            return
+        self._sink = sink
+        self.last_activity = self._loop.time()
+        if self._timer is None:
+            self._timer = self._loop.call_at(self.last_activity + self._read_timeout_s, self._check_deadline)
+
+    def pause_reading(self) -> None:
+        """The sink cannot take more now: stop reading from the backend (it is slowed down by TCP)."""
+        self._sink_paused = True
+        self._conn.pause()
+
+    def resume_reading(self) -> None:
+        self._sink_paused = False
+        self._conn.resume()
+
     async def aread(self) -> bytes:
         """The whole body, content coding (gzip, deflate) undone as httpx does."""
         if self._content is None:
@@ -139,6 +220,7 @@ class FastResponse:
     def _release(self, *, reusable: bool) -> None:
         if not self._released:
             self._released = True
+            self._sink = None
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
@@ -190,8 +272,7 @@ class Connection(asyncio.Protocol):
         response = self._response
         if response is not None and not response._complete:
             if response.status_code != _STATUS_NOT_YET and self._until_close:
-                response._complete = True
-                response._wake()
+                response._completed()
             elif response.status_code == _STATUS_NOT_YET:
                 response._fail(httpx.RemoteProtocolError("Server disconnected without sending a response."))
             else:
@@ -224,11 +305,10 @@ class Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         response = self._response
         assert response is not None
-        response._chunks.append(body)
-        response._buffered += len(body)
-        if response._buffered > _HIGH_WATER and not self._paused and self._transport is not None:
-            self._paused = True
-            self._transport.pause_reading()
+        if response._body(body):
+            return  # relayed as it came
+        if response._buffered > _HIGH_WATER:
+            self.pause()
         response._wake()
 
     def on_message_complete(self) -> None:
@@ -237,8 +317,7 @@ class Connection(asyncio.Protocol):
         if response.status_code == _STATUS_NOT_YET:
             return  # end of an interim (1xx) answer
         self._keep_alive = bool(self._parser.should_keep_alive()) and not self._until_close
-        response._complete = True
-        response._wake()
+        response._completed()
 
     # -- used by the pool and the response --------------------------------------------------------
     def is_usable(self, now: float) -> bool:
@@ -253,6 +332,11 @@ class Connection(asyncio.Protocol):
         self._until_close = False
         self._transport.write(request)
         return response
+
+    def pause(self) -> None:
+        if not self._paused and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()
 
     def resume(self) -> None:
         if self._paused and self._transport is not None:

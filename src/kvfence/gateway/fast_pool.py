@@ -57,7 +57,13 @@ class FastUpstream:
         request = self._request_bytes(path, content, headers)
         conn = await self._acquire()
         response = conn.start(request, self._read_timeout_s)
-        await response._wait_headers()
+        try:
+            await response._wait_headers()
+        except asyncio.CancelledError:
+            # The caller gave up (its client hung up): closing the connection is how the backend learns
+            # the request is abandoned, and a half-answered connection can never be reused anyway.
+            response._release(reusable=False)
+            raise
         return response
 
     async def aclose(self) -> None:

@@ -1,4 +1,12 @@
-"""Per-tenant limits: requests per minute (sliding 60 s window) and concurrent requests.
+"""Per-tenant limits: requests per minute, tokens per minute (both over a sliding window, 60 s unless
+``gateway.limit_window_s`` says otherwise) and concurrent requests.
+
+Tokens per minute counts what LiteLLM users expect it to: a request's prompt tokens when it is admitted
+(:meth:`LimitLease.admit_prompt`, counted with the same tokenizer as the length caps) plus its
+completion tokens once the answer says how many there were (:meth:`LimitLease.add_completion`). A
+request is refused when the window already holds the limit (before its body is read), or when its
+prompt would push the window over; completion tokens are added after the fact, so concurrent answers
+can carry a tenant past its limit for one window, never longer.
 
 Two stores with one interface: in process (one replica; pure logic with an injectable clock), or
 Redis (several replicas share the counts; ``gateway.redis_url``). Each admission is one atomic Lua
@@ -8,24 +16,34 @@ refused (503): a configured limit is never silently dropped.
 
 from __future__ import annotations
 
-import contextlib
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-from kvfence.gateway.errors import LimitStoreUnavailable, RateLimited
+from kvfence.gateway.errors import RateLimited
 from kvfence.gateway.tenants import GatewayTenant
 
-__all__ = ["LimitLease", "Limiter", "RedisTenantLimiter", "TenantLimiter"]
+__all__ = ["WINDOW_S", "LimitLease", "Limiter", "TenantLimiter"]
 
 WINDOW_S = 60.0
 
 
 class LimitLease(Protocol):
-    async def release(self) -> None: ...
+    """One admitted request's hold on its tenant's limits."""
+
+    async def admit_prompt(self, tokens: int) -> None:
+        """Charge the prompt's tokens, or raise :class:`RateLimited` (tokens per minute)."""
+        ...
+
+    async def add_completion(self, tokens: int) -> None:
+        """Charge the answer's tokens (never refuses: the answer is already out)."""
+        ...
+
+    async def release(self) -> None:
+        """The request ended: free its concurrency slot (idempotent)."""
+        ...
 
 
 class Limiter(Protocol):
@@ -45,17 +63,45 @@ def _rate_error(tenant: GatewayTenant, retry_after_s: float) -> RateLimited:
                        "requests per minute", retry_after_s=retry_after_s)
 
 
+def _tokens_error(tenant: GatewayTenant, used: int, asked: int, retry_after_s: float | None) -> RateLimited:
+    limit = tenant.limits.tokens_per_minute
+    if retry_after_s is None:
+        # As OpenAI's "Request too large": waiting cannot help, so no Retry-After.
+        return RateLimited(f"request too large for tenant {tenant.name!r}: its prompt is {asked} tokens, over "
+                           f"its whole limit of {limit} tokens per minute", code="tokens_per_minute_exceeded")
+    return RateLimited(f"tenant {tenant.name!r} is over its limit of {limit} tokens per minute (used {used}, "
+                       f"requested {asked})", retry_after_s=retry_after_s, code="tokens_per_minute_exceeded")
+
+
+def _tokens_retry_after(entries: deque[tuple[float, int]], need: int, now: float, window_s: float) -> float:
+    """Seconds until the oldest entries have left the window and freed ``need`` tokens."""
+    freed = 0
+    for at, tokens in entries:
+        freed += tokens
+        if freed >= need:
+            return max(0.0, at + window_s - now)
+    return window_s  # not reached: need is never more than what the window holds
+
+
 @dataclass
 class _TenantState:
     starts: deque[float] = field(default_factory=deque)
     in_flight: int = 0
+    tokens: deque[tuple[float, int]] = field(default_factory=deque)  # (when, how many), oldest first
+    tokens_in_window: int = 0
 
 
 class _LocalLease:
-    def __init__(self, limiter: TenantLimiter, tenant: str) -> None:
+    def __init__(self, limiter: TenantLimiter, tenant: GatewayTenant) -> None:
         self._limiter = limiter
         self._tenant = tenant
         self._released = False
+
+    async def admit_prompt(self, tokens: int) -> None:
+        self._limiter.admit_tokens(self._tenant, tokens)
+
+    async def add_completion(self, tokens: int) -> None:
+        self._limiter.add_tokens(self._tenant, tokens)
 
     async def release(self) -> None:
         self.release_now()
@@ -63,14 +109,15 @@ class _LocalLease:
     def release_now(self) -> None:
         if not self._released:  # idempotent
             self._released = True
-            self._limiter._release(self._tenant)
+            self._limiter._release(self._tenant.name)
 
 
 class TenantLimiter:
     """In-process limits for a single gateway replica."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, *, window_s: float = WINDOW_S) -> None:
         self._clock = clock
+        self._window_s = window_s
         self._state: dict[str, _TenantState] = {}
 
     def in_flight(self, tenant: str) -> int:
@@ -87,14 +134,55 @@ class TenantLimiter:
         now = self._clock()
         if limits.max_concurrent is not None and state.in_flight >= limits.max_concurrent:
             raise _concurrency_error(tenant, state.in_flight)
+        if limits.tokens_per_minute is not None:
+            # A window already full refuses before the body is even read.
+            used = self._tokens_used(state, now)
+            if used >= limits.tokens_per_minute:
+                retry = _tokens_retry_after(state.tokens, used - limits.tokens_per_minute + 1, now, self._window_s)
+                raise _tokens_error(tenant, used, 0, retry)
         if limits.requests_per_minute is not None:
-            while state.starts and state.starts[0] <= now - WINDOW_S:
+            while state.starts and state.starts[0] <= now - self._window_s:
                 state.starts.popleft()
             if len(state.starts) >= limits.requests_per_minute:
-                raise _rate_error(tenant, state.starts[0] + WINDOW_S - now)
+                raise _rate_error(tenant, state.starts[0] + self._window_s - now)
             state.starts.append(now)
         state.in_flight += 1
-        return _LocalLease(self, tenant.name)
+        return _LocalLease(self, tenant)
+
+    def tokens_used(self, tenant: str) -> int:
+        """Tokens counted in the current window (for tests and metrics)."""
+        state = self._state.get(tenant)
+        return self._tokens_used(state, self._clock()) if state else 0
+
+    def _tokens_used(self, state: _TenantState, now: float) -> int:
+        horizon = now - self._window_s
+        while state.tokens and state.tokens[0][0] <= horizon:
+            state.tokens_in_window -= state.tokens.popleft()[1]
+        return state.tokens_in_window
+
+    def admit_tokens(self, tenant: GatewayTenant, tokens: int) -> None:
+        """Charge a prompt's ``tokens``, or raise :class:`RateLimited` if they would not fit the window."""
+        limit = tenant.limits.tokens_per_minute
+        if limit is None or tokens <= 0:
+            return
+        state = self._state.setdefault(tenant.name, _TenantState())
+        now = self._clock()
+        used = self._tokens_used(state, now)
+        if tokens > limit:
+            raise _tokens_error(tenant, used, tokens, None)
+        if used + tokens > limit:
+            retry = _tokens_retry_after(state.tokens, used + tokens - limit, now, self._window_s)
+            raise _tokens_error(tenant, used, tokens, retry)
+        state.tokens.append((now, tokens))
+        state.tokens_in_window += tokens
+
+    def add_tokens(self, tenant: GatewayTenant, tokens: int) -> None:
+        """Charge an answer's ``tokens`` (never refuses)."""
+        if tenant.limits.tokens_per_minute is None or tokens <= 0:
+            return
+        state = self._state.setdefault(tenant.name, _TenantState())
+        state.tokens.append((self._clock(), tokens))
+        state.tokens_in_window += tokens
 
     def _release(self, tenant: str) -> None:
         state = self._state.get(tenant)
@@ -103,81 +191,3 @@ class TenantLimiter:
 
     async def aclose(self) -> None:
         return None
-
-
-# KEYS: rate zset, in-flight zset. ARGV: now, member, rpm (0 = none), max_concurrent (0 = none), lease ttl.
-# Returns {0, 0} admitted; {1, in_flight} over concurrency; {2, retry_after_ms} over rate.
-_ACQUIRE = """
-local now = tonumber(ARGV[1])
-local rpm = tonumber(ARGV[3])
-local conc = tonumber(ARGV[4])
-if conc > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  local n = redis.call('ZCARD', KEYS[2])
-  if n >= conc then return {1, n} end
-end
-if rpm > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 60000)
-  if redis.call('ZCARD', KEYS[1]) >= rpm then
-    local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-    return {2, math.max(1, tonumber(oldest[2]) + 60000 - now)}
-  end
-  redis.call('ZADD', KEYS[1], now, ARGV[2])
-  redis.call('PEXPIRE', KEYS[1], 61000)
-end
-if conc > 0 then
-  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[5]), ARGV[2])
-  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[5]) + 1000)
-end
-return {0, 0}
-"""
-
-
-class _RedisLease:
-    def __init__(self, client: Any, key: str | None, member: str) -> None:
-        self._client, self._key, self._member = client, key, member
-        self._released = False
-
-    async def release(self) -> None:
-        if self._released or self._key is None:
-            return
-        self._released = True
-        # If this fails the lease expires on its own (lease ttl); never fail a finished answer.
-        with contextlib.suppress(Exception):
-            await self._client.zrem(self._key, self._member)
-
-
-class RedisTenantLimiter:
-    """Limits shared by every gateway replica through Redis (time from the Redis server's clock)."""
-
-    def __init__(self, url: str, *, lease_ttl_s: float = 900.0, prefix: str = "kvfence:gw") -> None:
-        import redis.asyncio as redis_asyncio
-
-        self._client = redis_asyncio.from_url(url)
-        self._script = self._client.register_script(_ACQUIRE)
-        self._ttl_ms = int(lease_ttl_s * 1000)
-        self._prefix = prefix
-
-    async def acquire(self, tenant: GatewayTenant) -> _RedisLease:
-        limits = tenant.limits
-        if limits.requests_per_minute is None and limits.max_concurrent is None:
-            return _RedisLease(self._client, None, "")
-        member = uuid.uuid4().hex
-        rate_key = f"{self._prefix}:rpm:{tenant.name}"
-        flight_key = f"{self._prefix}:inflight:{tenant.name}"
-        try:
-            seconds, micros = await self._client.time()
-            now_ms = int(seconds) * 1000 + int(micros) // 1000
-            kind, value = await self._script(keys=[rate_key, flight_key], args=[
-                now_ms, member, limits.requests_per_minute or 0, limits.max_concurrent or 0, self._ttl_ms])
-        except Exception as exc:
-            raise LimitStoreUnavailable("the shared rate-limit store (Redis) is unreachable; refusing rather "
-                                        "than serving without the tenant's limits") from exc
-        if int(kind) == 1:
-            raise _concurrency_error(tenant, int(value))
-        if int(kind) == 2:
-            raise _rate_error(tenant, int(value) / 1000)
-        return _RedisLease(self._client, flight_key if limits.max_concurrent else None, member)
-
-    async def aclose(self) -> None:
-        await self._client.aclose()

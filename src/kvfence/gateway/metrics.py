@@ -46,7 +46,12 @@ class GatewayMetrics:
         self.in_flight = Gauge("kvfence_gateway_in_flight", "Requests being served.", registry=r)
         self.leaks = Counter("kvfence_gateway_leak_suspected",
                              "Answers withheld as suspected cross-tenant leaks.", registry=r)
+        self.tokens = Counter("kvfence_gateway_tokens",
+                              "Tokens charged to tenants' tokens_per_minute limits, by kind (prompt, completion) "
+                              "and source (count: the gateway's tokenizer or approximation; usage: the backend's).",
+                              ["tenant", "kind", "source"], registry=r)
         self._request_children: dict[tuple[str, str, str, int], Any] = {}
+        self._token_children: dict[tuple[str, str, str], Any] = {}
         self._upstream_children: dict[str, Any] = {}
 
     def count_request(self, endpoint: str, data_class: str, backend: str, status: int) -> None:
@@ -57,6 +62,14 @@ class GatewayMetrics:
         if child is None:
             child = self._request_children[key] = self.requests.labels(endpoint, data_class, backend, str(status))
         child.inc()
+
+    def count_tokens(self, tenant: str, kind: str, source: str, tokens: int) -> None:
+        """``tokens{tenant, kind, source}.inc(tokens)`` with the labelled child kept."""
+        key = (tenant, kind, source)
+        child = self._token_children.get(key)
+        if child is None:
+            child = self._token_children[key] = self.tokens.labels(tenant, kind, source)
+        child.inc(tokens)
 
     def observe_upstream(self, backend: str, seconds: float) -> None:
         """``upstream_latency{backend}.observe(seconds)`` with the labelled child kept."""

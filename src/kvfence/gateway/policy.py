@@ -129,6 +129,10 @@ class BackendConfig(_Strict):
         description='who may use it: "org" or "org/workspace"; empty = every tenant',
     )
     accepts_cache_salt: bool = False
+    stream_usage: bool = Field(
+        default=True,
+        description="may the gateway add stream_options.include_usage to a streamed request (to count a "
+                    "token-limited tenant's completion tokens); false for backends that reject the field")
     capacity: CapacitySource = CapacitySource.AUTO
     tokenizer: str | None = Field(default=None, description="local directory or tokenizer.json file")
     auth: BackendAuth = Field(default_factory=BackendAuth)
@@ -188,7 +192,11 @@ class DataClassConfig(_Strict):
 
 
 class TenantLimits(_Strict):
+    """Per-tenant limits; the per-minute ones count over a sliding window (``gateway.limit_window_s``)."""
+
     requests_per_minute: int | None = Field(default=None, gt=0)
+    tokens_per_minute: int | None = Field(
+        default=None, gt=0, description="prompt tokens (counted at admission) + completion tokens (from usage)")
     max_concurrent: int | None = Field(default=None, gt=0)
     max_prompt_tokens: int | None = Field(default=None, gt=0)
 
@@ -216,6 +224,10 @@ class GatewaySettings(_Strict):
     hooks: list[str] = Field(default_factory=list, description="extra hooks as module:factory")
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0, description="larger requests get a 413")
     redis_url: str | None = Field(default=None, description="share rate-limit state between replicas")
+    limit_window_s: float = Field(
+        default=60.0, gt=0, le=3600,
+        description="sliding window of requests_per_minute / tokens_per_minute: 60 means per minute, as their "
+                    "names say; shorter only for tests and demos")
     load_protection: bool = Field(default=True, description="build kvfence.gateway.protection hooks when installed")
     protection: dict[str, Any] = Field(default_factory=dict, description="read by the protection hooks")
 

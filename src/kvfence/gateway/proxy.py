@@ -19,7 +19,7 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from kvfence.gateway.answer import ClosingStream, json_error, stream_response, whole_response
+from kvfence.gateway.answer import OwnedStream, json_error, stream_response, whole_response
 from kvfence.gateway.cache_salt import apply_cache_salt, tenant_cache_salt
 from kvfence.gateway.caps import CapResult, enforce_cap
 from kvfence.gateway.errors import (
@@ -31,12 +31,14 @@ from kvfence.gateway.errors import (
     PromptTooLongError,
     UpstreamUnavailable,
 )
+from kvfence.gateway.hang_up import CLIENT_GONE_STATUS, HangUpWatch
 from kvfence.gateway.hooks import RequestContext
 from kvfence.gateway.limits import LimitLease
 from kvfence.gateway.routing import choose_backends, salt_scope
 from kvfence.gateway.runtime import BackendState, GatewayRuntime
 from kvfence.gateway.trace import RequestTrace
 from kvfence.gateway.upstream import UpstreamClient, UpstreamResponse
+from kvfence.gateway.usage import StreamUsage, wants_usage_injection
 
 __all__ = ["handle_completion"]
 
@@ -57,6 +59,7 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
     metrics = runtime.metrics
     lease: LimitLease | None = None
     ctx: RequestContext | None = None
+    watch: HangUpWatch | None = None
     handed_off = False
     metrics.in_flight.inc()
     try:
@@ -65,6 +68,8 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
         trace.tenant, trace.organization, trace.workspace = tenant.name, tenant.organization, tenant.workspace
         lease = await runtime.limiter.acquire(tenant)
         raw_body = await _read_limited(request, runtime.policy.gateway.max_body_bytes)
+        # From here on the only message left is the disconnect: a hang-up cancels whatever we wait on.
+        watch = HangUpWatch(request.receive)
         body = _parse_body(raw_body)
         model = body.get("model")
         if not isinstance(model, str) or not model:
@@ -94,9 +99,19 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
         trace.data_class = ctx.data_class
         if ctx.data_class != ctx.initial_class:
             metrics.class_raised.labels(ctx.data_class).inc()
-        response = await _route_and_forward(runtime, ctx, body, trace, lease, big=len(raw_body) > _BIG_BODY)
-        handed_off = isinstance(response, ClosingStream)
+        response = await _route_and_forward(runtime, ctx, body, trace, lease, watch,
+                                            big=len(raw_body) > _BIG_BODY)
+        handed_off = isinstance(response, OwnedStream)  # the stream stops the watch when it ends
         return response
+    except asyncio.CancelledError:
+        if watch is None or not watch.absorb():
+            raise
+        if ctx is not None:
+            trace.data_class = ctx.data_class
+        runtime.metrics.count_request(endpoint, trace.data_class or "-", trace.backend or "-", CLIENT_GONE_STATUS)
+        runtime.audit.record_decision(trace.decision(CLIENT_GONE_STATUS, "client_gone",
+                                                     "the client hung up before the answer started"))
+        return Response(b"", status_code=CLIENT_GONE_STATUS)  # nobody will read it
     except GatewayError as exc:
         if ctx is not None:
             trace.data_class = ctx.data_class  # a class raised just before the refusal is still logged
@@ -107,6 +122,8 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
         return _refuse(runtime, trace, error, outcome="error")
     finally:
         if not handed_off:
+            if watch is not None:
+                watch.stop()
             if lease is not None:
                 await lease.release()
             metrics.in_flight.dec()
@@ -159,8 +176,9 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
 
 
 def _prepare(runtime: GatewayRuntime, state: BackendState, ctx: RequestContext, body: dict[str, Any],
-             trace: RequestTrace) -> tuple[dict[str, Any], CapResult]:
-    """Per-backend copy of the body: upstream model name, cap (maybe trimmed), salt."""
+             trace: RequestTrace) -> tuple[dict[str, Any], CapResult, bool]:
+    """Per-backend copy of the body: upstream model name, cap (maybe trimmed), salt, and for a
+    token-limited tenant's stream a request for usage (True when the gateway added it)."""
     backend = state.config
     out = dict(body)
     out["model"] = backend.upstream_model(ctx.model)
@@ -173,11 +191,18 @@ def _prepare(runtime: GatewayRuntime, state: BackendState, ctx: RequestContext, 
         salt = tenant_cache_salt(ctx.tenant, salt_scope(runtime.policy, klass), runtime.secret)
     trace.salt_stripped = apply_cache_salt(out, salt) or trace.salt_stripped
     trace.salt_injected = salt is not None
-    return out, cap
+    usage_injected = False
+    if (trace.stream and ctx.tenant.limits.tokens_per_minute is not None and backend.stream_usage
+            and wants_usage_injection(out)):
+        options = out.get("stream_options")
+        out["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+        usage_injected = True
+    return out, cap, usage_injected
 
 
 async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body: dict[str, Any],
-                             trace: RequestTrace, lease: LimitLease, *, big: bool) -> Response:
+                             trace: RequestTrace, lease: LimitLease, watch: HangUpWatch | None, *,
+                             big: bool) -> Response:
     decision = choose_backends(runtime.policy, ctx.tenant, ctx.data_class, ctx.model, runtime.views(ctx.tenant))
     if decision.refused:
         ctx.annotations["refused_backends"] = dict(decision.refused)
@@ -187,17 +212,25 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
     states.sort(key=lambda s: s.is_down(now))
     failures: list[str] = []
     cap_error: PromptTooLongError | None = None
+    prompt_charged = False
     for attempt, state in enumerate(states):
         try:
             if big:
-                upstream_body, cap = await asyncio.to_thread(_prepare, runtime, state, ctx, body, trace)
+                upstream_body, cap, usage_injected = await asyncio.to_thread(_prepare, runtime, state, ctx, body,
+                                                                             trace)
             else:
-                upstream_body, cap = _prepare(runtime, state, ctx, body, trace)
+                upstream_body, cap, usage_injected = _prepare(runtime, state, ctx, body, trace)
         except PromptTooLongError as exc:
             cap_error = cap_error or exc
             failures.append(f"{state.config.name}: over its cap")
             continue
         trace.cap, trace.backend, ctx.backend = cap, state.config.name, state.config
+        token_limited = ctx.tenant.limits.tokens_per_minute is not None
+        if token_limited and not prompt_charged:
+            # counted by the same tokenizer as the cap, once (a fallback resends the same prompt)
+            await lease.admit_prompt(cap.prompt_tokens)  # may refuse: 429 tokens_per_minute_exceeded
+            prompt_charged = True
+            runtime.metrics.count_tokens(ctx.tenant.name, "prompt", "count", cap.prompt_tokens)
         if cap.tokens_cut:
             runtime.metrics.tokens_cut.inc(cap.tokens_cut)
         if trace.salt_stripped:
@@ -220,8 +253,10 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
             continue
         runtime.metrics.observe_upstream(state.config.name, time.perf_counter() - sent_at)
         if upstream.status_code in _RETRYABLE_STATUS and attempt + 1 < len(states):
-            await upstream.aread()
-            await upstream.aclose()
+            try:
+                await upstream.aread()
+            finally:
+                await upstream.aclose()
             if upstream.status_code in _UNHEALTHY_STATUS:
                 runtime.mark_down(state, f"HTTP {upstream.status_code}")
             failures.append(f"{state.config.name}: HTTP {upstream.status_code}")
@@ -232,8 +267,9 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
         # A backend that ignored `stream` answers with one JSON body: treat it as the whole answer.
         is_sse = "text/event-stream" in upstream.headers.get("content-type", "")
         if trace.stream and upstream.status_code == 200 and is_sse:
-            return stream_response(runtime, ctx, upstream, trace, lease, received_at)
-        return await whole_response(runtime, ctx, upstream, trace)
+            usage = StreamUsage(state.counter, injected=usage_injected) if token_limited else None
+            return stream_response(runtime, ctx, upstream, trace, lease, received_at, watch, usage)
+        return await whole_response(runtime, ctx, upstream, trace, lease, state.counter if token_limited else None)
     if cap_error is not None:
         raise cap_error  # no allowed backend that is up can hold it: a 400 the caller can act on
     refused = "".join(f"; {name}: not allowed ({why})" for name, why in decision.refused.items())

@@ -24,7 +24,8 @@ from kvfence.gateway.accounts import UpstreamAccounts
 from kvfence.gateway.audit_log import AuditLog
 from kvfence.gateway.capacity import CapacityInfo, discover_capacity
 from kvfence.gateway.hooks import RequestHook
-from kvfence.gateway.limits import Limiter, RedisTenantLimiter, TenantLimiter
+from kvfence.gateway.limits import Limiter, TenantLimiter
+from kvfence.gateway.limits_redis import RedisTenantLimiter
 from kvfence.gateway.metrics import GatewayMetrics
 from kvfence.gateway.policy import BackendConfig, Policy
 from kvfence.gateway.routing import BackendView
@@ -100,8 +101,9 @@ class GatewayRuntime:
         self.metrics = metrics
         self.accounts = accounts
         self.tenants = TenantRegistry(policy.tenants)
-        self.limiter: Limiter = (RedisTenantLimiter(policy.gateway.redis_url) if policy.gateway.redis_url
-                                 else TenantLimiter())
+        window_s = policy.gateway.limit_window_s
+        self.limiter: Limiter = (RedisTenantLimiter(policy.gateway.redis_url, window_s=window_s)
+                                 if policy.gateway.redis_url else TenantLimiter(window_s=window_s))
         self.class_order = policy.class_names()
         self._counters = counters
         self.backends: dict[str, BackendState] = {}

@@ -1,0 +1,52 @@
+"""Noticing that the client hung up, from the moment its request body is in to the end of the answer.
+
+Once the body is read, the only ASGI message left to receive is ``http.disconnect``. One small task
+per request waits for it and cancels the request's task, wherever it is waiting: for the upstream's
+first byte (``FastUpstream.post`` then closes the upstream connection, which is how the backend
+learns the request was abandoned), for a whole answer, or in the middle of a stream. The request
+path turns that cancellation into a quiet end: limits released, upstream closed, one audit row
+(status 499, outcome ``client_gone``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.types import Receive
+
+__all__ = ["CLIENT_GONE_STATUS", "HangUpWatch"]
+
+CLIENT_GONE_STATUS = 499  # as nginx logs it: the client closed the connection before the answer ended
+
+
+class HangUpWatch:
+    """Cancels the task that created it when the client disconnects (until :meth:`stop`)."""
+
+    def __init__(self, receive: Receive) -> None:
+        self.client_gone = False
+        self._receive = receive
+        self._task = asyncio.current_task()
+        self._stopped = False
+        self._absorbed = False
+        self._watcher = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+        if not self._stopped and self._task is not None:
+            self.client_gone = True
+            self._task.cancel()
+
+    def stop(self) -> None:
+        """The answer is complete (or the request ended otherwise): a disconnect no longer matters."""
+        self._stopped = True
+        self._watcher.cancel()
+
+    def absorb(self) -> bool:
+        """Called on ``CancelledError``: True (and the cancellation undone) if it was the hang-up."""
+        if not self.client_gone or self._task is None:
+            return False
+        if not self._absorbed:
+            self._absorbed = True
+            self._task.uncancel()
+        return True

@@ -1,0 +1,219 @@
+"""Streamed answers out through ASGI: from an async iterator (:class:`ClosingStream`), or pushed from
+the upstream connection's read callback (:class:`RelayStream`, the lean client's pass-through).
+
+Starlette's ``StreamingResponse`` runs every stream in an anyio task group to notice a hang-up, which
+costs more CPU than the rest of a streamed answer's pass through the gateway; here the request's
+:class:`~kvfence.gateway.hang_up.HangUpWatch` does it. Both end the same ways: done, upstream broke
+off (an exception becomes the stream's last event through ``on_error``), client gone (quietly).
+``on_close(client_gone)`` runs however the stream ends, even unstarted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from typing import Any
+
+import httpx
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from kvfence.gateway.fast_http import FastResponse
+from kvfence.gateway.hang_up import HangUpWatch
+
+__all__ = ["ClosingStream", "OwnedStream", "RelayStream", "SendPump"]
+
+OnClose = Callable[[bool], Awaitable[None]]
+OnError = Callable[[Exception], bytes]
+
+
+class OwnedStream(Response):
+    """A streamed answer that owns the rest of its request: ``on_close`` releases what it holds."""
+
+    def __init__(self, on_close: OnClose, on_error: OnError, watch: HangUpWatch | None, *, status_code: int,
+                 media_type: str | None, headers: Mapping[str, str] | None) -> None:
+        self.status_code = status_code
+        self.media_type = media_type
+        self.background = None
+        self.init_headers(headers)
+        self._on_close = on_close
+        self._on_error = on_error
+        self._watch = watch
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watch = self._watch if self._watch is not None else HangUpWatch(receive)
+        client_gone = False
+        try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            await self._body(send)
+            watch.stop()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not watch.absorb():
+                raise
+            client_gone = True  # the hang-up was ours to handle: end this stream, not the server's task
+        finally:
+            watch.stop()
+            await self._cleanup()
+            await self._on_close(client_gone)
+
+    async def _body(self, send: Send) -> None:
+        raise NotImplementedError
+
+    async def _cleanup(self) -> None:
+        raise NotImplementedError
+
+
+class ClosingStream(OwnedStream):
+    """A stream whose chunks come from an async iterator (filtered answers, httpx upstreams)."""
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: OnClose, on_error: OnError,
+                 watch: HangUpWatch | None = None, *, status_code: int = 200, media_type: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(on_close, on_error, watch, status_code=status_code, media_type=media_type,
+                         headers=headers)
+        self.body_iterator = content
+
+    async def _body(self, send: Send) -> None:
+        content = self.body_iterator
+        while True:
+            try:
+                chunk = await content.__anext__()
+            except StopAsyncIteration:
+                return
+            except Exception as exc:
+                await send({"type": "http.response.body", "body": self._on_error(exc), "more_body": True})
+                return
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+    async def _cleanup(self) -> None:
+        closer = getattr(self.body_iterator, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+async def _await(awaitable: Awaitable[None]) -> None:
+    await awaitable
+
+
+class SendPump:
+    """Runs the ASGI server's ``send`` from event-loop callbacks, as the upstream's bytes arrive.
+
+    An ASGI ``send`` is a coroutine, but servers (uvicorn's, among others) only suspend it when the
+    client's socket applies backpressure; the rest of the time it writes and returns without waiting.
+    So each piece is sent by stepping that coroutine right in the upstream's read callback: no task
+    wake-up, no queue, no generator per piece (the do-nothing relay's path, plus HTTP framing). When a
+    send does suspend, the pump stops reading from the upstream, finishes that send when the server
+    says so (what an asyncio task would do: resume the coroutine once the future it waits on is done),
+    then flushes what came meanwhile in one piece and reads on.
+    """
+
+    def __init__(self, send: Send, upstream: FastResponse) -> None:
+        self._send = send
+        self._upstream = upstream
+        self._loop = asyncio.get_running_loop()
+        self._pending: collections.deque[bytes] = collections.deque()
+        self._busy: Coroutine[Any, Any, None] | None = None  # a send the server suspended
+        self._ended = False
+        self._paused = False
+        self._end_error: httpx.HTTPError | None = None
+        self.done: asyncio.Future[httpx.HTTPError | BaseException | None] = self._loop.create_future()
+
+    # -- BodySink ---------------------------------------------------------------------------------
+    def body(self, data: bytes) -> None:
+        if self._busy is not None or self.done.done():
+            self._pending.append(data)
+            return
+        self._start(data)
+
+    def end(self, error: httpx.HTTPError | None) -> None:
+        self._ended, self._end_error = True, error
+        if self._busy is None and not self._pending:
+            self._finish(error)
+
+    # -- driving the send coroutine ---------------------------------------------------------------
+    def _start(self, data: bytes) -> None:
+        sending = self._send({"type": "http.response.body", "body": data, "more_body": True})
+        if inspect.iscoroutine(sending):
+            self._step(sending)
+        else:  # some other awaitable: let a task drive it, and wait as for a suspended send
+            self._step(_await(sending))
+
+    def _step(self, coro: Coroutine[Any, Any, None]) -> None:
+        try:
+            yielded = coro.send(None)
+        except StopIteration:
+            self._busy = None
+            self._after_send()
+            return
+        except BaseException as exc:  # the server refused the message: nothing more can be sent
+            self._busy = None
+            self._finish(exc)
+            return
+        if not self._paused:
+            self._paused = True
+            self._upstream.pause_reading()
+        self._busy = coro
+        if asyncio.isfuture(yielded):
+            yielded._asyncio_future_blocking = False
+            yielded.add_done_callback(self._resume)
+        else:  # a bare yield (asyncio.sleep(0)): run again on the next loop iteration
+            self._loop.call_soon(self._resume, None)
+
+    def _resume(self, _: object) -> None:
+        coro = self._busy
+        if coro is not None and not self.done.done():
+            self._step(coro)
+
+    def _after_send(self) -> None:
+        if self._pending:
+            data = b"".join(self._pending)
+            self._pending.clear()
+            self._start(data)
+            return
+        if self._ended:
+            self._finish(self._end_error)
+        elif self._paused:
+            self._paused = False
+            self._upstream.resume_reading()
+
+    def _finish(self, result: httpx.HTTPError | BaseException | None) -> None:
+        if not self.done.done():
+            self.done.set_result(result)
+
+    def close(self) -> None:
+        """Abandon a send the server suspended (the stream is being torn down)."""
+        coro, self._busy = self._busy, None
+        if coro is not None:
+            coro.close()
+        self._pending.clear()
+
+
+class RelayStream(OwnedStream):
+    """An unprocessed stream from the lean client, relayed by a :class:`SendPump` (no scanners, no
+    per-chunk accounting: the answer goes out byte for byte as it came)."""
+
+    def __init__(self, upstream: FastResponse, on_close: OnClose, on_error: OnError,
+                 watch: HangUpWatch | None = None, *, status_code: int = 200, media_type: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(on_close, on_error, watch, status_code=status_code, media_type=media_type,
+                         headers=headers)
+        self._upstream = upstream
+        self._pump: SendPump | None = None
+
+    async def _body(self, send: Send) -> None:
+        pump = self._pump = SendPump(send, self._upstream)
+        self._upstream.relay_to(pump)
+        outcome = await pump.done
+        if isinstance(outcome, Exception) and not isinstance(outcome, httpx.HTTPError):
+            raise outcome  # the server's own failure: as a send raising in a task would
+        if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+            raise outcome
+        if outcome is not None:
+            await send({"type": "http.response.body", "body": self._on_error(outcome), "more_body": True})
+
+    async def _cleanup(self) -> None:
+        if self._pump is not None:
+            self._pump.close()

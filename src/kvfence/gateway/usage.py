@@ -1,0 +1,108 @@
+"""How many tokens an answer cost, for the tokens-per-minute limit (``limits.py``).
+
+The backend's own ``usage`` is the source whenever it gives one: ``usage.completion_tokens`` of a whole
+answer, or of a streamed answer's usage chunk (``stream_options.include_usage``, which the gateway asks
+for on behalf of a token-limited tenant when the client did not: that extra chunk, usage and no
+choices, is then taken out of what the client sees). A backend that gives no usage gets its answer's
+text counted with the same counter as the prompt caps (``tokens.py``: the backend's tokenizer, or the
+stated over-counting approximation). Pure logic: JSON in, counts out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvfence.gateway.tokens import TokenCounter
+
+__all__ = ["StreamUsage", "answer_completion_tokens", "wants_usage_injection"]
+
+# Text fields of a chat delta / message that the model generated.
+_CHAT_TEXT_FIELDS = ("content", "reasoning_content", "reasoning", "refusal")
+
+
+def wants_usage_injection(body: dict[str, Any]) -> bool:
+    """True when a streamed request did not ask for usage itself (so the gateway should, and hide it)."""
+    options = body.get("stream_options")
+    return not (isinstance(options, dict) and options.get("include_usage") is True)
+
+
+def _usage_completion_tokens(chunk: dict[str, Any]) -> int | None:
+    usage = chunk.get("usage")
+    if isinstance(usage, dict):
+        value = usage.get("completion_tokens")
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
+
+
+def _choice_texts(choice: Any, key: str) -> list[str]:
+    """Generated text of one choice: ``key`` is "delta" (chat chunk), "message" (chat answer) or "text"."""
+    if not isinstance(choice, dict):
+        return []
+    if key == "text":
+        text = choice.get("text")
+        return [text] if isinstance(text, str) else []
+    part = choice.get(key)
+    if not isinstance(part, dict):
+        return []
+    out = [v for f in _CHAT_TEXT_FIELDS if isinstance(v := part.get(f), str)]
+    for call in part.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            out += [v for f in ("name", "arguments") if isinstance(v := function.get(f), str)]
+    return out
+
+
+def answer_completion_tokens(answer: Any, counter: TokenCounter) -> tuple[int, str]:
+    """Completion tokens of a whole (non-streamed) answer and where the figure came from
+    ("usage" or "count")."""
+    if not isinstance(answer, dict):
+        return 0, "count"
+    reported = _usage_completion_tokens(answer)
+    if reported is not None:
+        return reported, "usage"
+    texts: list[str] = []
+    for choice in answer.get("choices") or ():
+        texts += _choice_texts(choice, "text" if isinstance(choice, dict) and "text" in choice else "message")
+    return (counter.count_text("".join(texts)) if texts else 0), "count"
+
+
+class StreamUsage:
+    """Watches a streamed answer's chunks; says which chunk to hide and what the answer cost.
+
+    ``injected``: the gateway added ``include_usage`` to the request, so the usage the backend sends
+    is for the gateway only: a usage-only chunk is hidden, usage riding on a chunk with choices removed.
+    """
+
+    def __init__(self, counter: TokenCounter, *, injected: bool) -> None:
+        self._counter = counter
+        self._injected = injected
+        self._reported: int | None = None
+        self._texts: list[str] = []
+
+    def observe(self, chunk: Any) -> str:
+        """Look at one decoded chunk: "pass" it unchanged, "drop" it, or it was "edited" (re-encode it)."""
+        if not isinstance(chunk, dict):
+            return "pass"
+        choices = chunk.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:
+                self._texts += _choice_texts(choice, "delta" if isinstance(choice, dict) and "delta" in choice
+                                             else "text")
+        if "usage" not in chunk:
+            return "pass"
+        reported = _usage_completion_tokens(chunk)
+        if reported is not None:
+            self._reported = reported  # cumulative when a backend sends usage on every chunk: last wins
+        if not self._injected:
+            return "pass"
+        if not choices:
+            return "drop"
+        del chunk["usage"]
+        return "edited"
+
+    def completion_tokens(self) -> tuple[int, str]:
+        """What the answer cost: the backend's usage if it sent one, else its text counted."""
+        if self._reported is not None:
+            return self._reported, "usage"
+        return (self._counter.count_text("".join(self._texts)) if self._texts else 0), "count"
