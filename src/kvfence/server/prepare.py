@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvfence.engine.parallel_sampling import check_choices_fit
 from kvfence.engine.sampling_params import SamplingParams
-from kvfence.errors import InvalidParameterError
+from kvfence.errors import InvalidParameterError, RequestError
 from kvfence.server.api_errors import APIError, from_request_error
 from kvfence.server.keys import ApiKey
 from kvfence.server.protocol import ChatCompletionRequest, CompletionRequest, GenerationRequest
@@ -20,6 +21,7 @@ __all__ = [
     "DEFAULT_COMPLETION_MAX_TOKENS",
     "LoadedModel",
     "chat_prompt",
+    "check_choices",
     "resolve_model_name",
     "sampling_params",
     "tokenize_prompt",
@@ -125,6 +127,44 @@ def sampling_params(
             logprobs=logprobs,
             min_tokens=req.min_tokens or 0,
             logits_processors=structured.logits_processors,
+            presence_penalty=req.presence_penalty or 0.0,
+            frequency_penalty=req.frequency_penalty or 0.0,
+            repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+            logit_bias=_logit_bias(req, model),
+            min_p=req.min_p or 0.0,
+            n=req.num_choices,
+            best_of=getattr(req, "best_of", None),
         )
     except InvalidParameterError as exc:
         raise from_request_error(exc) from exc
+
+
+def _logit_bias(req: GenerationRequest, model: LoadedModel) -> dict[Any, float]:
+    """The request's ``logit_bias``, its token ids checked against the vocabulary (a 400 naming one)."""
+    bias: dict[Any, float] = dict(req.logit_bias or {})
+    vocab = model.vocab_size
+    for key in bias:
+        if vocab is not None and key.isascii() and key.isdigit() and int(key) >= vocab:
+            raise APIError.bad_request(f"logit_bias token id {key} is out of range: the vocabulary has {vocab} tokens",
+                                       param="logit_bias")
+    return bias
+
+
+def check_choices(
+    prompts: list[list[int]], params: list[SamplingParams], model: LoadedModel, *, shares_prefix: bool,
+    max_sequences: int | None,
+) -> None:
+    """I3 for ``n`` / ``best_of``: every prompt's choices fit the KV pool at once, and the request's
+    sequences fit the server's queue bound (else it could never be queued: a 400, not a 429)."""
+    cap = model.capacity
+    try:
+        for prompt, sp in zip(prompts, params, strict=True):
+            check_choices_fit(len(prompt), sp, int(cap.num_pages), int(cap.page_size), shares_prefix=shares_prefix)
+    except RequestError as exc:
+        raise from_request_error(exc) from exc
+    total = sum(sp.num_sequences for sp in params)
+    if max_sequences is not None and total > max_sequences and total > 1:
+        name = "best_of" if any(sp.best_of is not None for sp in params) else "n"
+        raise APIError.bad_request(
+            f"the request asks for {total} sequences ({len(prompts)} prompts x {name}) but this server queues at most "
+            f"{max_sequences}; lower {name} or send fewer prompts", param=name)

@@ -2,8 +2,8 @@
 
 Types are strict: ``"max_tokens": "5"`` or ``"temperature": true`` is a 400, not a silent
 coercion. Unknown fields are ignored, as OpenAI clients send fields this server has no use for;
-fields that would change the answer but are not implemented (``n > 1``, penalties, tools, ...) are
-refused with a message instead of being ignored.
+fields that would change the answer but are not implemented (``suffix``, tools, ``echo`` with
+``logprobs``, ...) are refused with a message instead of being ignored.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ __all__ = [
 ]
 
 MAX_LOGPROBS = 20
+MAX_N = 128  # as SamplingParams.MAX_N: choices per prompt
 
 
 class _Strict(BaseModel):
@@ -52,7 +53,7 @@ class GenerationRequest(_Strict):
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = None
     min_tokens: int | None = Field(default=None, ge=0)
-    n: int | None = None
+    n: int | None = Field(default=None, ge=1, le=MAX_N)
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**64)
@@ -63,8 +64,9 @@ class GenerationRequest(_Strict):
     ignore_eos: bool | None = False
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    repetition_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
+    repetition_penalty: float | None = Field(default=None, gt=0.0)  # vLLM extra; 1 = off
+    logit_bias: dict[str, float] | None = None  # {"token id": bias in [-100, 100]}, checked in SamplingParams
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)  # vLLM extra; 0 = off
     # Structured outputs, vLLM's spellings; shapes are checked in kvfence.server.structured.
     structured_outputs: Any = None
     guided_json: Any = None
@@ -76,19 +78,9 @@ class GenerationRequest(_Strict):
 
     def check_supported(self) -> None:
         """Refuse fields that would change the answer but that this server does not implement."""
-        if self.n not in (None, 1):
-            raise APIError.bad_request(f"only n=1 is supported, got n={self.n}", param="n")
         if self.stream_options is not None and not self.stream:
             raise APIError.bad_request("'stream_options' is only allowed when 'stream' is true",
                                        param="stream_options")
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(self, name) not in (None, 0.0):
-                raise APIError.bad_request(f"{name} is not supported; send 0 or leave it out", param=name)
-        if self.repetition_penalty not in (None, 1.0):
-            raise APIError.bad_request("repetition_penalty is not supported; send 1 or leave it out",
-                                       param="repetition_penalty")
-        if self.logit_bias:
-            raise APIError.bad_request("logit_bias is not supported", param="logit_bias")
         if self.top_k is not None and self.top_k < -1:
             raise APIError.bad_request(f"top_k must be -1 or 0 (disabled) or >= 1, got {self.top_k}", param="top_k")
         if any(not s for s in self.stop_list):
@@ -108,6 +100,11 @@ class GenerationRequest(_Strict):
         return None if self.top_k is None or self.top_k <= 0 else self.top_k
 
     @property
+    def num_choices(self) -> int:
+        """Choices returned per prompt (``n``)."""
+        return self.n or 1
+
+    @property
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
@@ -123,16 +120,22 @@ class CompletionRequest(GenerationRequest):
     logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     echo: bool | None = False
     suffix: str | None = None
-    best_of: int | None = None
+    best_of: int | None = Field(default=None, ge=1, le=MAX_N)
 
     def check_supported(self) -> None:
         super().check_supported()
-        if self.echo:
-            raise APIError.bad_request("echo is not supported", param="echo")
+        if self.echo and self.logprobs is not None:
+            # It needs the prompt's own log-probabilities, which the engine does not compute.
+            raise APIError.bad_request("echo with logprobs (prompt log-probabilities) is not supported; "
+                                       "send one of them", param="echo")
         if self.suffix:
             raise APIError.bad_request("suffix is not supported", param="suffix")
-        if self.best_of not in (None, 1):
-            raise APIError.bad_request("only best_of=1 is supported", param="best_of")
+        if self.best_of is not None and self.best_of < self.num_choices:
+            raise APIError.bad_request(f"best_of must be >= n; got best_of={self.best_of}, n={self.num_choices}",
+                                       param="best_of")
+        if self.stream and self.best_of is not None and self.best_of > self.num_choices:
+            raise APIError.bad_request("best_of > n cannot be streamed: the best choices are known only at the end",
+                                       param="best_of")
 
     def prompts(self) -> list[str | list[int]]:
         """The prompt as a list of prompts, each a string or a list of token ids."""
@@ -204,6 +207,7 @@ class ChatCompletionRequest(GenerationRequest):
     tools: list[Any] | None = None
     response_format: dict[str, Any] | None = None
     add_generation_prompt: bool | None = True
+    best_of: int | None = None  # completions only; refused here when it would change the answer
 
     def check_supported(self) -> None:
         super().check_supported()
@@ -211,6 +215,8 @@ class ChatCompletionRequest(GenerationRequest):
             raise APIError.bad_request("'top_logprobs' requires 'logprobs': true", param="top_logprobs")
         if self.tools:
             raise APIError.bad_request("tool calling is not supported", param="tools")
+        if self.best_of not in (None, self.num_choices):
+            raise APIError.bad_request("best_of is supported on /v1/completions only", param="best_of")
 
     def template_messages(self) -> list[dict[str, Any]]:
         """Messages as plain dicts for the chat template."""

@@ -24,9 +24,10 @@ TokenBytes = Callable[[int], "bytes | None"]
 
 @dataclass
 class ChoiceState:
-    """What one prompt (one choice) has produced so far."""
+    """What one choice (one engine request) has produced so far."""
 
     index: int
+    prompt_index: int = 0  # several choices (n > 1) share one prompt, counted once in the usage
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
     text: str = ""
@@ -48,13 +49,24 @@ class ChoiceState:
 
 
 def usage_body(choices: list[ChoiceState]) -> dict[str, Any]:
-    prompt = sum(c.num_prompt_tokens for c in choices)
+    """OpenAI's usage: each prompt counted once (whatever its ``n``), every generated token counted.
+
+    A prompt's ``cached_tokens`` are the fewest any of its choices had: its choices share the
+    prompt's pages, so the first computes them and the others map them.
+    """
+    prompts: dict[int, int] = {}
+    cached: dict[int, int] = {}
+    for c in choices:
+        # max: a choice that has not reported yet still says 0
+        prompts[c.prompt_index] = max(prompts.get(c.prompt_index, 0), c.num_prompt_tokens)
+        cached[c.prompt_index] = min(cached.get(c.prompt_index, c.num_cached_tokens), c.num_cached_tokens)
+    prompt = sum(prompts.values())
     completion = sum(len(c.token_ids) for c in choices)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": sum(c.num_cached_tokens for c in choices)},
+        "prompt_tokens_details": {"cached_tokens": sum(cached.values())},
     }
 
 

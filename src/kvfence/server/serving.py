@@ -18,17 +18,20 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
+from kvfence.engine.sampling_params import SamplingParams
 from kvfence.engine.scope import CacheScope, compute_scope_key
 from kvfence.errors import RequestError
 from kvfence.server.api_errors import APIError, error_payload, from_request_error
 from kvfence.server.async_engine import AsyncEngine, EngineFault, QueueFullError, RequestGroup
 from kvfence.server.auth import Tenant
+from kvfence.server.choices import fan_out, returned_choices
 from kvfence.server.config import ServerConfig
 from kvfence.server.limits import ConcurrencyLimiter
 from kvfence.server.metrics import ServerMetrics
 from kvfence.server.prepare import (
     LoadedModel,
     chat_prompt,
+    check_choices,
     resolve_model_name,
     sampling_params,
     tokenize_prompt,
@@ -78,7 +81,10 @@ class _Lease:
         self.tenant = tenant
         self.endpoint = endpoint
         self.group: RequestGroup | None = None
-        self.choices: list[ChoiceState] = []
+        self.choices: list[ChoiceState] = []  # every engine request's choice (best_of: more than returned)
+        self.by_request: dict[str, ChoiceState] = {}
+        self.params: list[SamplingParams] = []  # per prompt (n, best_of)
+        self.echo: list[str] = []  # per prompt: what its choices' text starts with (completions echo)
         self.status = "error"
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
@@ -102,9 +108,10 @@ class _Lease:
         m.in_flight.dec()
         m.requests.labels(org, self.endpoint, self.status).inc()
         if self.choices:
-            m.prompt_tokens.labels(org).inc(sum(c.num_prompt_tokens for c in self.choices))
-            m.cached_prompt_tokens.labels(org).inc(sum(c.num_cached_tokens for c in self.choices))
-            m.generation_tokens.labels(org).inc(sum(len(c.token_ids) for c in self.choices))
+            usage = usage_body(self.choices)
+            m.prompt_tokens.labels(org).inc(usage["prompt_tokens"])
+            m.cached_prompt_tokens.labels(org).inc(usage["prompt_tokens_details"]["cached_tokens"])
+            m.generation_tokens.labels(org).inc(usage["completion_tokens"])
         if self.status == "ok":
             m.latency.observe(time.perf_counter() - self.started)
 
@@ -276,6 +283,9 @@ class OpenAIServing:
             assert isinstance(req, CompletionRequest)
             prompts, param = [tokenize_prompt(p, model) for p in req.prompts()], "prompt"
         params = [sampling_params(req, len(p), model, tenant.key, param) for p in prompts]
+        # I3 for n / best_of: all of a prompt's choices fit the pool at once, before anything is queued
+        check_choices(prompts, params, model, shares_prefix=self.config.cache_scope is not CacheScope.REQUEST,
+                      max_sequences=engine.max_pending)
 
         # I5: the scope comes from the authenticated tenant and the server secret; the client's
         # cache_salt is mixed in after the identity, so it can only narrow the scope.
@@ -293,12 +303,16 @@ class OpenAIServing:
         lease = _Lease(self, tenant, endpoint)
         prefix = "chatcmpl" if is_chat else "cmpl"
         response_id = f"{prefix}-{uuid.uuid4().hex}"
-        lease.choices = [ChoiceState(i) for i in range(len(prompts))]
+        # One engine request per choice; all under the call's scope key, so a prompt's choices
+        # share its prompt pages (the engine prefills identical same-scope prompts once).
+        requests = fan_out(response_id, prompts, params)
+        lease.choices = [r.state for r in requests]
+        lease.by_request = {r.request_id: r.state for r in requests}
+        lease.params = params
+        lease.echo = self._echo_texts(req, prompts, model)
         try:
             lease.group = await engine.submit(
-                [(f"{response_id}-{i}", p, sp) for i, (p, sp) in enumerate(zip(prompts, params, strict=True))],
-                scope_key,
-            )
+                [(r.request_id, r.prompt_token_ids, r.params) for r in requests], scope_key)
         except BaseException:
             lease.choices = []
             lease.close()
@@ -326,7 +340,7 @@ class OpenAIServing:
     # -- answers ---------------------------------------------------------------------------------
 
     def _fold(self, lease: _Lease, out: Any) -> ChoiceState:
-        choice = lease.choices[int(out.request_id.rsplit("-", 1)[1])]
+        choice = lease.by_request[out.request_id]
         choice.update(out)
         lease.saw_output(out)
         if out.finished and out.finish_reason == "abort" and getattr(out, "error_reason", None) == "rejected":
@@ -350,34 +364,47 @@ class OpenAIServing:
         """A token's own UTF-8 bytes (part of a character for byte tokens), where the tokenizer knows them."""
         return getattr(model.tokenizer, "token_bytes", None)
 
+    @staticmethod
+    def _echo_texts(req: GenerationRequest, prompts: list[list[int]], model: LoadedModel) -> list[str]:
+        """Completions ``echo``: the text each prompt's choices start with (the prompt as sent, or
+        its token ids decoded); empty strings without ``echo``."""
+        if not isinstance(req, CompletionRequest) or not req.echo:
+            return [""] * len(prompts)
+        sent = req.prompts()
+        return [p if isinstance(p, str) else model.tokenizer.decode(ids, skip_special_tokens=False)
+                for p, ids in zip(sent, prompts, strict=True)]
+
     def _completion_body(self, req: Any, lease: _Lease, rid: str, created: int, name: str,
                          model: LoadedModel) -> dict[str, Any]:
         choices = []
-        for c in lease.choices:
+        for c in returned_choices(lease.choices, lease.params):
             logprobs = (completion_logprobs(c.token_ids, c.logprobs, req.logprobs, self._token_text(model))
                         if req.logprobs is not None else None)
-            choices.append({"index": c.index, "text": c.text, "logprobs": logprobs, "finish_reason": c.finish_reason})
+            choices.append({"index": c.index, "text": lease.echo[c.prompt_index] + c.text, "logprobs": logprobs,
+                            "finish_reason": c.finish_reason})
         return {"id": rid, "object": "text_completion", "created": created, "model": name,
                 "choices": choices, "usage": usage_body(lease.choices)}
 
     def _chat_body(self, req: Any, lease: _Lease, rid: str, created: int, name: str,
                    model: LoadedModel) -> dict[str, Any]:
-        c = lease.choices[0]
-        logprobs = (chat_logprobs(c.token_ids, c.logprobs, req.top_logprobs or 0, self._token_text(model),
-                                  self._token_bytes(model))
-                    if req.logprobs else None)
-        return {
-            "id": rid, "object": "chat.completion", "created": created, "model": name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": c.text},
-                         "logprobs": logprobs, "finish_reason": c.finish_reason}],
-            "usage": usage_body(lease.choices),
-        }
+        choices = []
+        for c in returned_choices(lease.choices, lease.params):
+            logprobs = (chat_logprobs(c.token_ids, c.logprobs, req.top_logprobs or 0, self._token_text(model),
+                                      self._token_bytes(model))
+                        if req.logprobs else None)
+            choices.append({"index": c.index, "message": {"role": "assistant", "content": c.text},
+                            "logprobs": logprobs, "finish_reason": c.finish_reason})
+        return {"id": rid, "object": "chat.completion", "created": created, "model": name,
+                "choices": choices, "usage": usage_body(lease.choices)}
 
     async def _completion_chunks(self, req: Any, lease: _Lease, rid: str, created: int, name: str,
                                  model: LoadedModel) -> AsyncIterator[bytes]:
         assert lease.group is not None
         token_text = self._token_text(model)
         try:
+            for c in lease.choices:
+                if lease.echo[c.prompt_index]:
+                    yield sse(completion_chunk(rid, created, name, c.index, lease.echo[c.prompt_index], None))
             async for out in lease.group:
                 choice = self._fold(lease, out)
                 logprobs = None
@@ -401,7 +428,8 @@ class OpenAIServing:
         assert lease.group is not None
         token_text, token_bytes = self._token_text(model), self._token_bytes(model)
         try:
-            yield sse(chat_chunk(rid, created, name, 0, {"role": "assistant", "content": ""}, None))
+            for c in lease.choices:
+                yield sse(chat_chunk(rid, created, name, c.index, {"role": "assistant", "content": ""}, None))
             async for out in lease.group:
                 choice = self._fold(lease, out)
                 logprobs = None
@@ -409,10 +437,10 @@ class OpenAIServing:
                     logprobs = chat_logprobs(list(out.new_token_ids), _new_logprobs(out),
                                              req.top_logprobs or 0, token_text, token_bytes)
                 if out.delta_text or logprobs is not None:
-                    chunk = chat_chunk(rid, created, name, 0, {"content": out.delta_text}, None, logprobs)
+                    chunk = chat_chunk(rid, created, name, choice.index, {"content": out.delta_text}, None, logprobs)
                     yield sse(_with_running_usage(req, chunk, lease))
                 if out.finished:
-                    chunk = chat_chunk(rid, created, name, 0, {}, choice.finish_reason)
+                    chunk = chat_chunk(rid, created, name, choice.index, {}, choice.finish_reason)
                     yield sse(_with_running_usage(req, chunk, lease))
             if req.include_usage:
                 yield _usage_chunk("chat.completion.chunk", rid, created, name, lease)
