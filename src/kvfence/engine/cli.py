@@ -23,6 +23,18 @@ __all__ = ["generate"]
 @click.option("--top-k", default=None, type=int)
 @click.option("--seed", default=None, type=int, help="Sampling seed (reproducible output).")
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
+@click.option("--presence-penalty", default=0.0, show_default=True, type=float,
+              help="OpenAI presence penalty in [-2, 2]: subtracted once from every token already generated.")
+@click.option("--frequency-penalty", default=0.0, show_default=True, type=float,
+              help="OpenAI frequency penalty in [-2, 2]: subtracted per occurrence of a generated token.")
+@click.option("--repetition-penalty", default=1.0, show_default=True, type=float,
+              help="HF/vLLM repetition penalty > 0 over prompt and output tokens (1 = off).")
+@click.option("--min-p", default=0.0, show_default=True, type=float,
+              help="Drop tokens less likely than this fraction of the most likely one (0 = off).")
+@click.option("--logit-bias", "logit_bias", multiple=True, metavar="TOKEN_ID=BIAS",
+              help="Add BIAS in [-100, 100] to a token's logit (repeatable).")
+@click.option("-n", "--n", "num_choices", default=1, show_default=True, type=int,
+              help="Independent choices per prompt (seeded per choice with --seed).")
 @click.option("--chat", is_flag=True, help="Wrap the prompt as a user message in the model's chat template.")
 @engine_options
 @click.option("-v", "--verbose", is_flag=True, help="Log engine start-up details.")
@@ -34,6 +46,12 @@ def generate(
     top_k: int | None,
     seed: int | None,
     stop: tuple[str, ...],
+    presence_penalty: float,
+    frequency_penalty: float,
+    repetition_penalty: float,
+    min_p: float,
+    logit_bias: tuple[str, ...],
+    num_choices: int,
     chat: bool,
     verbose: bool,
     **opts: Any,
@@ -43,7 +61,10 @@ def generate(
     from kvfence.engine.llm import LLM  # torch is imported only when the command runs
 
     params = SamplingParams(
-        max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, stop=list(stop)
+        max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, stop=list(stop),
+        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+        repetition_penalty=repetition_penalty, min_p=min_p, logit_bias=_parse_logit_bias(logit_bias),
+        n=num_choices,
     )
     llm = LLM(**asdict(engine_config(opts)))
     if llm.engine.is_random_weights:
@@ -63,10 +84,26 @@ def generate(
     for text, out in zip(prompts, outputs, strict=True):
         if len(prompts) > 1:
             click.echo(f"--- prompt: {text!r}")
-        click.echo(out.text)
-        click.echo(
-            f"[{len(out.token_ids)} tokens, finish_reason={out.finish_reason}, "
-            f"prompt={out.num_prompt_tokens} tokens, cached={out.num_cached_tokens}]",
-            err=True,
-        )
+        for choice in out.outputs:
+            if len(out.outputs) > 1:
+                click.echo(f"--- choice {choice.index}")
+            click.echo(choice.text)
+            click.echo(
+                f"[{len(choice.token_ids)} tokens, finish_reason={choice.finish_reason}, "
+                f"prompt={out.num_prompt_tokens} tokens, cached={out.num_cached_tokens}]",
+                err=True,
+            )
     sys.stdout.flush()
+
+
+def _parse_logit_bias(items: tuple[str, ...]) -> dict[int, float]:
+    bias: dict[int, float] = {}
+    for item in items:
+        token, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError(item)
+            bias[int(token)] = float(value)
+        except ValueError:
+            raise click.BadParameter(f"expected TOKEN_ID=BIAS, got {item!r}", param_hint="--logit-bias") from None
+    return bias
