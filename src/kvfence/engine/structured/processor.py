@@ -69,7 +69,8 @@ class GrammarLogitsProcessor:
         if state.disallowed is None:
             state.disallowed = self._disallowed(state.matcher)
         n = min(self._size, logits.shape[-1])
-        logits[:n].masked_fill_(state.disallowed[:n], float("-inf"))
+        disallowed = state.disallowed if logits.device.type == "cpu" else state.disallowed.to(logits.device)
+        logits[:n].masked_fill_(disallowed[:n], float("-inf"))
         if logits.shape[-1] > n:
             logits[n:] = float("-inf")
         return logits
