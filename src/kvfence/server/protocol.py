@@ -208,6 +208,7 @@ class ChatCompletionRequest(GenerationRequest):
     response_format: dict[str, Any] | None = None
     add_generation_prompt: bool | None = True
     best_of: int | None = None  # completions only; refused here when it would change the answer
+    echo: bool | None = False  # vLLM's chat echo (continue the last message): refused, not ignored
 
     def check_supported(self) -> None:
         super().check_supported()
@@ -217,6 +218,8 @@ class ChatCompletionRequest(GenerationRequest):
             raise APIError.bad_request("tool calling is not supported", param="tools")
         if self.best_of not in (None, self.num_choices):
             raise APIError.bad_request("best_of is supported on /v1/completions only", param="best_of")
+        if self.echo:
+            raise APIError.bad_request("echo is supported on /v1/completions only", param="echo")
 
     def template_messages(self) -> list[dict[str, Any]]:
         """Messages as plain dicts for the chat template."""
