@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import sqlite3
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httptools
 import httpx
 import openai
 import pytest
@@ -176,3 +178,46 @@ def test_hang_up_before_the_first_byte_cancels_upstream_and_frees_the_slot(
                               "outcome = 'client_gone'").fetchall()
         time.sleep(0.05)
     assert rows == [(499, "client_gone")]
+
+
+def test_a_slow_client_gets_the_whole_relayed_stream(gateway: Gateway, backend: FakeBackend) -> None:
+    # 8 MB of answer to a client with a small receive buffer that stops reading for a while: the
+    # gateway's sends are held back, reading from the backend pauses, and nothing is lost or reordered.
+    reply = "".join(f"{i:07d}" for i in range(8_000_000 // 7))
+    backend.control(reply=reply, chunk_chars=20_000)
+    try:
+        body = json.dumps({"model": "test-model", "stream": True,
+                           "messages": [{"role": "user", "content": "hi"}]}).encode()
+        head = (f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+                f"authorization: Bearer {KEYS['single']}\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(body)}\r\n\r\n").encode()
+        received: list[bytes] = []
+        done: list[bool] = []
+
+        class Answer:
+            def on_body(self, data: bytes) -> None:
+                received.append(data)
+
+            def on_message_complete(self) -> None:
+                done.append(True)
+
+        parser = httptools.HttpResponseParser(Answer())
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", gateway.port))
+            sock.sendall(head + body)
+            time.sleep(1.5)
+            sock.settimeout(30)
+            while not done:
+                data = sock.recv(65536)
+                assert data, "the gateway closed the connection early"
+                parser.feed_data(data)
+                time.sleep(0.001)  # and keep reading slowly
+        assert parser.get_status_code() == 200
+        text = []
+        for event in b"".join(received).split(b"\n\n"):
+            if event.startswith(b"data: {"):
+                text.append(json.loads(event[6:])["choices"][0]["delta"].get("content") or "")
+        assert "".join(text) == reply
+    finally:
+        backend.control(reply="hello from limits-backend", chunk_chars=4)

@@ -40,11 +40,12 @@ class BodySink(Protocol):
     """Where :meth:`FastResponse.relay_to` delivers the body, from the event loop's read callback."""
 
     def body(self, data: bytes) -> None:
-        """One piece of the body, as it arrived (transfer coding undone)."""
+        """What one read from the backend brought of the body (transfer coding undone)."""
         ...
 
-    def end(self, error: httpx.HTTPError | None) -> None:
-        """The body is complete (``None``) or broke off (``error``); nothing follows."""
+    def end(self, error: httpx.HTTPError | None, tail: bytes) -> None:
+        """The body is complete (``None``) or broke off (``error``); ``tail`` is its last piece, not
+        yet delivered (often the read that ended it: one write can carry both)."""
         ...
 
 
@@ -70,6 +71,7 @@ class FastResponse:
         self._content: bytes | None = None
         self._sink: BodySink | None = None
         self._sink_paused = False  # the sink asked to stop reading (its client is slow)
+        self._batch: list[bytes] = []  # body pieces of the read being parsed, for the sink
 
     # -- called by the connection (event-loop callbacks) ------------------------------------------
     def _wake(self) -> None:
@@ -83,25 +85,38 @@ class FastResponse:
             sink = self._sink
             if sink is not None:
                 self._sink = None
-                sink.end(error)
+                sink.end(error, self._take_batch())
         self._wake()
 
     def _body(self, data: bytes) -> bool:
-        """A piece of body from the parser: pushed to the sink if there is one (True), else buffered."""
-        sink = self._sink
-        if sink is None:
+        """A piece of body from the parser: batched for the sink if there is one (True), else buffered."""
+        if self._sink is None:
             self._chunks.append(data)
             self._buffered += len(data)
             return False
-        sink.body(data)
+        self._batch.append(data)
         return True
+
+    def _take_batch(self) -> bytes:
+        batch = self._batch
+        if not batch:
+            return b""
+        data = batch[0] if len(batch) == 1 else b"".join(batch)
+        batch.clear()
+        return data
+
+    def _end_of_read(self) -> None:
+        """One read from the backend is parsed: what it brought goes to the sink in one piece."""
+        sink = self._sink
+        if sink is not None and self._batch:
+            sink.body(self._take_batch())
 
     def _completed(self) -> None:
         self._complete = True
         sink = self._sink
         if sink is not None:
             self._sink = None
-            sink.end(None)
+            sink.end(None, self._take_batch())
         else:
             self._wake()
 
@@ -174,18 +189,17 @@ class FastResponse:
         """Push the body to ``sink`` from now on, straight from the connection's read callback: no
         task wake-up and no buffering per piece. What arrived before is delivered first (in one piece);
         ``sink.end`` may be called before this returns. The caller still calls :meth:`aclose`."""
+        data = b""
         if self._chunks:
             data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
             self._chunks.clear()
             self._buffered = 0
             self._conn.resume()
+        if self._complete or self._error is not None:
+            sink.end(self._error if not self._complete else None, data)
+            return
+        if data:
             sink.body(data)
-        if self._complete:
-            sink.end(None)
-            return
-        if self._error is not None:
-            sink.end(self._error)
-            return
         self._sink = sink
         self.last_activity = self._loop.time()
         if self._timer is None:
@@ -260,12 +274,15 @@ class Connection(asyncio.Protocol):
         if self._response is None:
             self.close()  # bytes nobody asked for: the connection cannot be trusted any more
             return
-        self._response.last_activity = self._loop.time()
+        response = self._response
+        response.last_activity = self._loop.time()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._response._fail(httpx.RemoteProtocolError(f"malformed HTTP response from the backend: {exc}"))
+            response._fail(httpx.RemoteProtocolError(f"malformed HTTP response from the backend: {exc}"))
             self.close()
+            return
+        response._end_of_read()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -47,9 +47,9 @@ class OwnedStream(Response):
         client_gone = False
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-            await self._body(send)
-            watch.stop()
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            if not await self._body(send, watch):
+                watch.stop()
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if not watch.absorb():
                 raise
@@ -59,7 +59,8 @@ class OwnedStream(Response):
             await self._cleanup()
             await self._on_close(client_gone)
 
-    async def _body(self, send: Send) -> None:
+    async def _body(self, send: Send, watch: HangUpWatch) -> bool:
+        """Send the body; True if its last message (``more_body`` false) went out with it."""
         raise NotImplementedError
 
     async def _cleanup(self) -> None:
@@ -76,16 +77,16 @@ class ClosingStream(OwnedStream):
                          headers=headers)
         self.body_iterator = content
 
-    async def _body(self, send: Send) -> None:
+    async def _body(self, send: Send, watch: HangUpWatch) -> bool:
         content = self.body_iterator
         while True:
             try:
                 chunk = await content.__anext__()
             except StopAsyncIteration:
-                return
+                return False
             except Exception as exc:
                 await send({"type": "http.response.body", "body": self._on_error(exc), "more_body": True})
-                return
+                return False
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
 
     async def _cleanup(self) -> None:
@@ -110,9 +111,11 @@ class SendPump:
     then flushes what came meanwhile in one piece and reads on.
     """
 
-    def __init__(self, send: Send, upstream: FastResponse) -> None:
+    def __init__(self, send: Send, upstream: FastResponse, before_last: Callable[[], None]) -> None:
         self._send = send
         self._upstream = upstream
+        self._before_last = before_last
+        self.sent_last = False  # the answer's last message went out with the last piece
         self._loop = asyncio.get_running_loop()
         self._pending: collections.deque[bytes] = collections.deque()
         self._busy: Coroutine[Any, Any, None] | None = None  # a send the server suspended
@@ -128,14 +131,28 @@ class SendPump:
             return
         self._start(data)
 
-    def end(self, error: httpx.HTTPError | None) -> None:
+    def end(self, error: httpx.HTTPError | None, tail: bytes) -> None:
         self._ended, self._end_error = True, error
-        if self._busy is None and not self._pending:
+        if self._busy is not None or self.done.done():
+            if tail:
+                self._pending.append(tail)
+            return
+        if self._pending and tail:
+            self._pending.append(tail)
+            tail = b""
+        if error is None and not self._pending:
+            # the usual ending: the last piece and the end of the answer in one message, one write
+            self._before_last()
+            self.sent_last = True
+            self._start(tail, more_body=False)
+        elif tail:
+            self._start(tail)
+        else:
             self._finish(error)
 
     # -- driving the send coroutine ---------------------------------------------------------------
-    def _start(self, data: bytes) -> None:
-        sending = self._send({"type": "http.response.body", "body": data, "more_body": True})
+    def _start(self, data: bytes, *, more_body: bool = True) -> None:
+        sending = self._send({"type": "http.response.body", "body": data, "more_body": more_body})
         if inspect.iscoroutine(sending):
             self._step(sending)
         else:  # some other awaitable: let a task drive it, and wait as for a suspended send
@@ -174,7 +191,7 @@ class SendPump:
             self._start(data)
             return
         if self._ended:
-            self._finish(self._end_error)
+            self._finish(self._end_error)  # (after a last message too: then nothing is pending)
         elif self._paused:
             self._paused = False
             self._upstream.resume_reading()
@@ -203,16 +220,17 @@ class RelayStream(OwnedStream):
         self._upstream = upstream
         self._pump: SendPump | None = None
 
-    async def _body(self, send: Send) -> None:
-        pump = self._pump = SendPump(send, self._upstream)
+    async def _body(self, send: Send, watch: HangUpWatch) -> bool:
+        # The hang-up watch stops before the last message goes out: once the answer is complete the
+        # server reports a "disconnect" to anyone still receiving, and that is no hang-up.
+        pump = self._pump = SendPump(send, self._upstream, watch.stop)
         self._upstream.relay_to(pump)
         outcome = await pump.done
-        if isinstance(outcome, Exception) and not isinstance(outcome, httpx.HTTPError):
+        if isinstance(outcome, BaseException) and not isinstance(outcome, httpx.HTTPError):
             raise outcome  # the server's own failure: as a send raising in a task would
-        if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
-            raise outcome
         if outcome is not None:
             await send({"type": "http.response.body", "body": self._on_error(outcome), "more_body": True})
+        return pump.sent_last
 
     async def _cleanup(self) -> None:
         if self._pump is not None:
