@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from kvfence.engine.kernels import (
     MAX_ELEMENTWISE_ROWS,
     MAX_KERNEL_ROWS,
+    TILED_MIN_ROWS,
     calibrate_linear,
     gemv_kernel_in_use,
     kernel_status,
@@ -22,6 +23,7 @@ from kvfence.engine.kernels import (
     reset_kernels,
     rms_norm,
     silu_mul,
+    tiled_kernel_in_use,
     try_rope_,
     use_gemv_kernel,
 )
@@ -61,7 +63,7 @@ def _gen(seed: int = 0) -> torch.Generator:
 
 
 @needs_kernels
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 8, 13, MAX_KERNEL_ROWS])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 24, 63, 64, 65, 71, MAX_KERNEL_ROWS])
 @pytest.mark.parametrize(("out_features", "in_features"), [(1, 1), (3, 7), (5, 9), (17, 33), (64, 576), (101, 1536)])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_linear_equals_f_linear_on_odd_shapes(rows: int, out_features: int, in_features: int, with_bias: bool) -> None:
@@ -110,16 +112,39 @@ def test_linear_shares_rows_over_threads_correctly(threads: int) -> None:
 
 
 @needs_kernels
-def test_calibration_keeps_the_faster_of_torch_and_the_kernel() -> None:
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_tiled_products_share_rows_over_threads_correctly(threads: int) -> None:
+    """Batches of the tiled form: every row count around the register tile (8, 16) and the packed
+    block (64), weight rows that are not a whole panel (12), strided input, bias, 1-3 threads."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        g = _gen(100 + threads)
+        with torch.inference_mode():
+            for i, rows in enumerate(range(TILED_MIN_ROWS, MAX_KERNEL_ROWS + 1, 7)):
+                out_features, in_features = 12 * (5 + 13 * i) + i % 12, 17 + 31 * (i % 7)
+                x = torch.randn(rows, in_features + 5, generator=g)[:, 2 : 2 + in_features]
+                w = torch.randn(out_features, in_features, generator=g)
+                b = torch.randn(out_features, generator=g) if i % 2 else None
+                assert torch.allclose(linear(x, w, b), F.linear(x, w, b), rtol=1e-4, atol=1e-4), (rows, threads)
+    finally:
+        torch.set_num_threads(saved)
+
+
+@needs_kernels
+def test_calibration_keeps_the_faster_of_torch_and_the_kernel_per_form() -> None:
     g = _gen(9)
     weights = [torch.randn(512, 256, generator=g) for _ in range(8)]
     timings = calibrate_linear(weights, repeats=2)
-    assert timings is not None and all(t > 0 for t in timings)
-    torch_s, kernel_s = timings
-    assert gemv_kernel_in_use() == (kernel_s < torch_s)
-    x = torch.randn(1, 256, generator=g)
-    use_gemv_kernel(False)  # torch chosen: exactly F.linear
-    assert torch.equal(linear(x, weights[0]), F.linear(x, weights[0]))
+    assert timings is not None
+    assert min(timings.torch_gemv_s, timings.kernel_gemv_s, timings.torch_tiled_s, timings.kernel_tiled_s) > 0
+    assert gemv_kernel_in_use() == (timings.kernel_gemv_s < timings.torch_gemv_s)
+    assert tiled_kernel_in_use() == (timings.kernel_tiled_s < timings.torch_tiled_s)
+    one, batch = torch.randn(1, 256, generator=g), torch.randn(TILED_MIN_ROWS + 3, 256, generator=g)
+    use_gemv_kernel(False, tiled=True)  # torch chosen for one row: exactly F.linear there only
+    assert torch.equal(linear(one, weights[0]), F.linear(one, weights[0]))
+    use_gemv_kernel(True, tiled=False)  # and for batches
+    assert torch.equal(linear(batch, weights[0]), F.linear(batch, weights[0]))
     assert calibrate_linear([torch.randn(4, 4, dtype=torch.float64)]) is None  # nothing it applies to
 
 

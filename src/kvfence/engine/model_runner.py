@@ -9,7 +9,8 @@ from pathlib import Path
 import torch
 
 from kvfence.engine.config import ModelConfig
-from kvfence.engine.kernels import calibrate_linear, gemv_kernel_in_use, kernel_status
+from kvfence.engine.kernels import calibrate_linear, gemv_kernel_in_use, kernel_status, tiled_kernel_in_use
+from kvfence.engine.kernels.ops import CALIBRATION_ROWS
 from kvfence.engine.layers.attention import AttentionMetadata, PrefillChunk
 from kvfence.engine.loader import load_model
 from kvfence.engine.models.llama import FusedLinear
@@ -59,8 +60,14 @@ class ModelRunner:
         if device.type == "cpu" and dtype == torch.float32 and kernel_status().enabled:  # built once per machine
             timings = calibrate_linear([m.weight for m in self.model.modules() if isinstance(m, FusedLinear)])
             if timings is not None:
-                log.info("decode products: torch %.2f ms, kvfence kernel %.2f ms over the same weights -> %s",
-                         timings[0] * 1e3, timings[1] * 1e3, "kernel" if gemv_kernel_in_use() else "torch")
+                log.info(
+                    "decode products, 1 row: torch %.2f ms, kvfence kernel %.2f ms -> %s; %d rows: torch %.2f ms, "
+                    "kernel %.2f ms -> %s",
+                    timings.torch_gemv_s * 1e3, timings.kernel_gemv_s * 1e3,
+                    "kernel" if gemv_kernel_in_use() else "torch", CALIBRATION_ROWS,
+                    timings.torch_tiled_s * 1e3, timings.kernel_tiled_s * 1e3,
+                    "kernel" if tiled_kernel_in_use() else "torch",
+                )
         self.kv_pool = torch.zeros(
             cfg.num_hidden_layers, 2, num_pages + 1, page_size, cfg.num_key_value_heads, cfg.head_dim,
             dtype=dtype, device=device,

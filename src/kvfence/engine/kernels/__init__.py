@@ -1,8 +1,9 @@
 """CPU kernels for the fp32 decode step, compiled at first use, each with a plain-torch fallback.
 
-``linear`` streams the weights of a decode batch close to memory bandwidth on torch's own
-threads (on AMD EPYC torch's single-row fp32 GEMV reaches a third of it; where torch's is as
-fast, ``calibrate_linear`` keeps torch's); ``rms_norm``, ``silu_mul`` and ``try_rope_``
+``linear`` streams the weights of a small decode batch close to memory bandwidth, and runs
+batches of up to ``MAX_KERNEL_ROWS`` rows as register-tiled products, on torch's own threads (on
+AMD EPYC torch's single-row fp32 GEMV reaches a third of the bandwidth and its small-batch sgemm
+half this kernel's speed; where torch's is faster, ``calibrate_linear`` keeps torch's); ``rms_norm``, ``silu_mul`` and ``try_rope_``
 do in one call what torch does in several small ops. See :mod:`.library` for when they apply and
 ``KVFENCE_CPU_KERNELS=0`` to turn them off.
 """
@@ -11,11 +12,14 @@ from kvfence.engine.kernels.library import KernelStatus, cpu_kernels, kernel_sta
 from kvfence.engine.kernels.ops import (
     MAX_ELEMENTWISE_ROWS,
     MAX_KERNEL_ROWS,
+    TILED_MIN_ROWS,
+    LinearCalibration,
     calibrate_linear,
     gemv_kernel_in_use,
     linear,
     rms_norm,
     silu_mul,
+    tiled_kernel_in_use,
     try_rope_,
     use_gemv_kernel,
 )
@@ -23,7 +27,9 @@ from kvfence.engine.kernels.ops import (
 __all__ = [
     "MAX_ELEMENTWISE_ROWS",
     "MAX_KERNEL_ROWS",
+    "TILED_MIN_ROWS",
     "KernelStatus",
+    "LinearCalibration",
     "calibrate_linear",
     "cpu_kernels",
     "gemv_kernel_in_use",
@@ -32,6 +38,7 @@ __all__ = [
     "reset_kernels",
     "rms_norm",
     "silu_mul",
+    "tiled_kernel_in_use",
     "try_rope_",
     "use_gemv_kernel",
 ]

@@ -23,10 +23,17 @@
 #include <chrono>
 #include <cmath>
 #include <mutex>
+#include <vector>
 
+#include "broadcast_gemm.h"
 #include "simd.h"
 
 namespace {
+
+// GCC keeps a small array of __m256 accumulators in registers only when every loop over it is
+// unrolled; otherwise it stores each accumulator to the stack on every iteration (measured: half
+// the speed of the products).
+#define KV_UNROLL _Pragma("GCC unroll 16")
 
 constexpr long kBatchChunk = 4;  // batch rows that share one pass over a block of weight rows
 
@@ -35,19 +42,19 @@ constexpr long kBatchChunk = 4;  // batch rows that share one pass over a block 
 template <int R, int B>
 inline void block(const float* w, long in, const float* x, long ldx, float* y, long ldy, const float* bias) {
     __m256 acc[R][B];
-    for (int r = 0; r < R; ++r)
-        for (int b = 0; b < B; ++b) acc[r][b] = _mm256_setzero_ps();
+    KV_UNROLL for (int r = 0; r < R; ++r)
+        KV_UNROLL for (int b = 0; b < B; ++b) acc[r][b] = _mm256_setzero_ps();
     long i = 0;
     for (; i + 8 <= in; i += 8) {
         __m256 xv[B];
-        for (int b = 0; b < B; ++b) xv[b] = _mm256_loadu_ps(x + b * ldx + i);
-        for (int r = 0; r < R; ++r) {
+        KV_UNROLL for (int b = 0; b < B; ++b) xv[b] = _mm256_loadu_ps(x + b * ldx + i);
+        KV_UNROLL for (int r = 0; r < R; ++r) {
             const __m256 wv = _mm256_loadu_ps(w + r * in + i);
-            for (int b = 0; b < B; ++b) acc[r][b] = _mm256_fmadd_ps(wv, xv[b], acc[r][b]);
+            KV_UNROLL for (int b = 0; b < B; ++b) acc[r][b] = _mm256_fmadd_ps(wv, xv[b], acc[r][b]);
         }
     }
-    for (int r = 0; r < R; ++r) {
-        for (int b = 0; b < B; ++b) {
+    KV_UNROLL for (int r = 0; r < R; ++r) {
+        KV_UNROLL for (int b = 0; b < B; ++b) {
             float s = horizontal_sum(acc[r][b]);
             for (long j = i; j < in; ++j) s += w[r * in + j] * x[b * ldx + j];
             y[b * ldy + r] = bias != nullptr ? s + bias[r] : s;
@@ -172,11 +179,30 @@ extern "C" {
 // x: [batch, in] with row stride ldx; w: [out, in] contiguous; bias: [out] or null; y: [batch, out]
 // contiguous. With threads > 1 and at least min_parallel_weights weights, `threads` OpenMP threads
 // share the rows in chunks of about 64 KiB of weights; otherwise the caller runs them all.
+// Batches of at least broadcast_rows rows run the register-tiled form of broadcast_gemm.h over a
+// transposed copy of x (packed once, by the caller); smaller ones the dot-product form above.
 void kvfence_linear_f32(const float* x, long batch, long ldx, const float* w, long out, long in,
-                        const float* bias, float* y, long min_parallel_weights, long threads) {
+                        const float* bias, float* y, long min_parallel_weights, long threads, long broadcast_rows) {
+    const bool tiled = batch >= broadcast_rows;
+    const float* xt = nullptr;
+    if (tiled) {
+        static thread_local std::vector<float> packed;  // the caller's; workers only read it
+        packed.resize(static_cast<size_t>(kvfence_gemm::packed_floats(batch, in)));
+        kvfence_gemm::pack_transposed(x, batch, ldx, in, packed.data());
+        xt = packed.data();
+    }
+    auto run_rows = [&](long begin, long end) {
+        if (tiled) {
+            kvfence_gemm::rows_broadcast(xt, batch, in, w, bias, y, out, begin, end);
+        } else {
+            rows(x, ldx, batch, w, in, bias, y, out, begin, end);
+        }
+    };
 #ifdef _OPENMP
     if (threads > 1 && out * in >= min_parallel_weights && !omp_in_parallel() && !run_alone()) {
-        const long chunk_rows = ((16384 + in - 1) / in + 3) / 4 * 4;  // ~64 KiB of fp32 weights, whole blocks of 4
+        // ~64 KiB of fp32 weights per chunk, in whole register tiles (4 rows, or 12 when tiled)
+        const long unit = tiled ? kvfence_gemm::kPanelRows : 4;
+        const long chunk_rows = ((16384 + in - 1) / in + unit - 1) / unit * unit;
         const long num_chunks = (out + chunk_rows - 1) / chunk_rows;
         std::atomic<long> next{0};
         const auto start = Clock::now();
@@ -185,8 +211,7 @@ void kvfence_linear_f32(const float* x, long batch, long ldx, const float* w, lo
         {
             for (long chunk; (chunk = next.fetch_add(1, std::memory_order_relaxed)) < num_chunks;) {
                 const long begin = chunk * chunk_rows;
-                const long end = begin + chunk_rows < out ? begin + chunk_rows : out;
-                rows(x, ldx, batch, w, in, bias, y, out, begin, end);
+                run_rows(begin, begin + chunk_rows < out ? begin + chunk_rows : out);
             }
             if (omp_get_thread_num() == 0) caller_done = Clock::now();
         }
@@ -198,7 +223,7 @@ void kvfence_linear_f32(const float* x, long batch, long ldx, const float* w, lo
     (void)min_parallel_weights;
     (void)threads;
 #endif
-    rows(x, ldx, batch, w, in, bias, y, out, 0, out);
+    run_rows(0, out);
 }
 
 // out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight   (x rows with stride ldx; out contiguous)

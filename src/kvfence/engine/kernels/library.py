@@ -31,9 +31,9 @@ _OFF_VALUES = {"0", "false", "off", "no"}
 
 _c_float_p = ctypes.c_void_p
 _SIGNATURES: dict[str, list[type]] = {
-    # x, rows, ldx, w, out, in, bias, y, min_parallel_weights, threads
+    # x, rows, ldx, w, out, in, bias, y, min_parallel_weights, threads, broadcast_rows
     "kvfence_linear_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, _c_float_p, ctypes.c_long, ctypes.c_long,
-                           _c_float_p, _c_float_p, ctypes.c_long, ctypes.c_long],
+                           _c_float_p, _c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long],
     # x, rows, ldx, dim, weight, eps, out
     "kvfence_rms_norm_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, _c_float_p, ctypes.c_float,
                              _c_float_p],
@@ -134,17 +134,20 @@ def _is_gcc(compiler: str) -> bool:
 def _self_check(lib: ctypes.CDLL) -> str | None:
     """Compare every kernel with torch in float64 on odd shapes (strided input and bias included)."""
     gen = torch.Generator().manual_seed(0)
-    for rows, out_features, in_features in ((1, 37, 29), (3, 9, 70), (7, 13, 16), (2, 1500, 24)):
+    for rows, out_features, in_features in ((1, 37, 29), (3, 9, 70), (7, 13, 16), (2, 1500, 24), (70, 29, 19)):
         x = torch.randn(rows, in_features + 3, generator=gen)[:, :in_features]
         w = torch.randn(out_features, in_features, generator=gen)
         b = torch.randn(out_features, generator=gen)
         y = torch.empty(rows, out_features)
+        want_y = F.linear(x.double(), w.double(), b.double())
         for threads in (1, max(2, torch.get_num_threads())):  # the caller alone, and shared (small chunks)
-            y.fill_(float("nan"))
-            lib.kvfence_linear_f32(x.data_ptr(), rows, x.stride(0), w.data_ptr(), out_features, in_features,
-                                   b.data_ptr(), y.data_ptr(), 0, threads)
-            if not torch.allclose(y.double(), F.linear(x.double(), w.double(), b.double()), rtol=1e-5, atol=1e-4):
-                return f"linear {(rows, in_features)} x {(out_features, in_features)} on {threads} threads"
+            for broadcast_rows in (1, rows + 1):  # the register-tiled form, then the dot-product form
+                y.fill_(float("nan"))
+                lib.kvfence_linear_f32(x.data_ptr(), rows, x.stride(0), w.data_ptr(), out_features, in_features,
+                                       b.data_ptr(), y.data_ptr(), 0, threads, broadcast_rows)
+                if not torch.allclose(y.double(), want_y, rtol=1e-5, atol=1e-4):
+                    form = "tiled" if broadcast_rows <= rows else "dot"
+                    return f"linear ({form}) {(rows, in_features)} x {(out_features, in_features)} on {threads} threads"
         norm = torch.empty(rows, in_features)
         lib.kvfence_rms_norm_f32(x.data_ptr(), rows, x.stride(0), in_features, w[0].data_ptr(), 1e-6, norm.data_ptr())
         want = F.rms_norm(x.double(), (in_features,), w[0].double(), 1e-6)

@@ -4,13 +4,20 @@ A kernel is used only for CPU float32 tensors of decode size (at most :data:`MAX
 tokens for matrix products, :data:`MAX_ELEMENTWISE_ROWS` for the rest) and never under autograd;
 CUDA, half precision and prefill-sized batches run the torch expression written next to each
 call. Results equal torch's within float32 rounding, not bit for bit: the kernels sum in their
-own order (eight lanes, then the lanes), as MKL sums in its own. RoPE is bit-exact.
+own order (eight lanes then the lanes, or one lane per output), as MKL sums in its own. RoPE is
+bit-exact.
+
+Products come in two forms: below :data:`TILED_MIN_ROWS` rows a dot-product kernel that streams
+each weight row once for the batch (bound by memory bandwidth), from there up to
+:data:`MAX_KERNEL_ROWS` a register-tiled one (``broadcast_gemm.h``, bound by the FMA units). The
+engine times each against torch on its own weights at start and keeps the faster, per form.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -18,22 +25,34 @@ import torch.nn.functional as F
 from kvfence.engine.kernels.library import cpu_kernels
 
 __all__ = [
+    "CALIBRATION_ROWS",
     "MAX_ELEMENTWISE_ROWS",
     "MAX_KERNEL_ROWS",
+    "TILED_MIN_ROWS",
+    "LinearCalibration",
     "calibrate_linear",
     "gemv_kernel_in_use",
     "linear",
     "rms_norm",
     "silu_mul",
+    "tiled_kernel_in_use",
     "try_rope_",
     "use_gemv_kernel",
 ]
 
-MAX_KERNEL_ROWS = 16
-"""Most tokens a matrix product runs in the kernel; larger batches are compute-bound GEMMs for torch."""
+MAX_KERNEL_ROWS = 96
+"""Most tokens a matrix product runs in the kernel. Above it torch's sgemm (MKL) is as fast on the
+AMD EPYC it was tuned on (one core: kernel 57, MKL 59 GFLOP/s at 128 rows; 46 vs 29 at 24)."""
+
+TILED_MIN_ROWS = 5
+"""Fewest rows for the register-tiled form; fewer rows are bandwidth-bound and run the dot-product
+form (measured on one core: equal at 4 rows, tiled 1.3x at 6, 1.7x at 8)."""
 
 MAX_ELEMENTWISE_ROWS = 64
 """Most tokens an elementwise kernel takes (single-threaded; torch parallelises larger ones)."""
+
+CALIBRATION_ROWS = 32
+"""Batch rows at which :func:`calibrate_linear` times the tiled form against torch."""
 
 _MIN_PARALLEL_WEIGHTS = 1 << 15
 """Weights (floats) below which the calling thread runs a whole product: sharing costs more.
@@ -41,50 +60,91 @@ Above it the product is shared over ``torch.get_num_threads()`` (OpenMP) threads
 
 
 class _Backend:
-    gemv_kernel = True  # the products' kernel; calibrate_linear() may choose torch instead
+    gemv_kernel = True  # products of 1 .. TILED_MIN_ROWS - 1 rows; calibrate_linear() may choose torch
+    tiled_kernel = True  # products of TILED_MIN_ROWS .. MAX_KERNEL_ROWS rows; likewise
 
 
-def use_gemv_kernel(enabled: bool) -> None:
-    """Use (or not) the kernel for decode products; the elementwise kernels are unaffected."""
+def use_gemv_kernel(enabled: bool, *, tiled: bool | None = None) -> None:
+    """Use (or not) the kernel for products; ``tiled`` for batches of :data:`TILED_MIN_ROWS` rows and
+    more (default: as ``enabled``). The elementwise kernels are unaffected."""
     _Backend.gemv_kernel = enabled
+    _Backend.tiled_kernel = enabled if tiled is None else tiled
 
 
 def gemv_kernel_in_use() -> bool:
+    """Whether products of fewer than :data:`TILED_MIN_ROWS` rows run the kernel."""
     return _Backend.gemv_kernel and cpu_kernels() is not None
 
 
-def calibrate_linear(weights: Sequence[torch.Tensor], *, max_bytes: int = 64 << 20, repeats: int = 3) -> tuple[float, float] | None:
-    """Time one-row products over ``weights`` (up to ``max_bytes`` of them) with torch and with the
-    kernel, interleaved, best of ``repeats``, at the current thread count; keep the faster one for
-    decode. Returns ``(torch_seconds, kernel_seconds)``, or ``None`` when the kernel does not apply.
+def tiled_kernel_in_use() -> bool:
+    """Whether products of :data:`TILED_MIN_ROWS` to :data:`MAX_KERNEL_ROWS` rows run the kernel."""
+    return _Backend.tiled_kernel and cpu_kernels() is not None
 
-    Why measure: torch's own fp32 GEMV is MKL's, which reaches the memory bandwidth on some CPUs
-    (Intel Xeon: about 90 % of it, a little ahead of this kernel) and a third of it on others
-    (AMD EPYC: single-threaded, 7 of 21 GB/s).
+
+@dataclass(frozen=True)
+class LinearCalibration:
+    """Best times (seconds) of the same products with torch and with the kernel, per form."""
+
+    torch_gemv_s: float
+    kernel_gemv_s: float
+    torch_tiled_s: float
+    kernel_tiled_s: float
+
+
+def calibrate_linear(
+    weights: Sequence[torch.Tensor], *, max_bytes: int = 64 << 20, tiled_max_bytes: int = 16 << 20, repeats: int = 3
+) -> LinearCalibration | None:
+    """Time products over ``weights`` with torch and with the kernel, interleaved, best of
+    ``repeats``, at the current thread count: one row over up to ``max_bytes`` of weights (the
+    dot-product form) and :data:`CALIBRATION_ROWS` rows over up to ``tiled_max_bytes`` (the tiled
+    form). Keeps the faster of each for decode; ``None`` when the kernel does not apply.
+
+    Why measure: torch's fp32 products are MKL's, which reaches the memory bandwidth for one row
+    on some CPUs (Intel Xeon: about 90 % of it, a little ahead of this kernel) and a third of it on
+    others (AMD EPYC: single-threaded, 7 of 21 GB/s), and whose small-batch sgemm is fast on some
+    CPUs and half this kernel's speed on others (AMD EPYC, 16 to 64 rows).
     """
     if cpu_kernels() is None:
         return None
+    usable = [w for w in weights if w.dim() == 2 and w.is_contiguous() and w.dtype == torch.float32 and w.is_cpu]
+    if not usable:
+        return None
+    gen = torch.Generator().manual_seed(0)
+    one_row = _time_forms(_take(usable, max_bytes), 1, repeats, gen)
+    tiled = _time_forms(_take(usable, tiled_max_bytes), CALIBRATION_ROWS, repeats, gen)
+    _Backend.gemv_kernel = one_row[1] < one_row[0]
+    _Backend.tiled_kernel = tiled[1] < tiled[0]
+    return LinearCalibration(one_row[0], one_row[1], tiled[0], tiled[1])
+
+
+def _take(weights: list[torch.Tensor], max_bytes: int) -> list[torch.Tensor]:
     chosen: list[torch.Tensor] = []
     total = 0
     for w in weights:
-        if w.dim() == 2 and w.is_contiguous() and w.dtype == torch.float32 and w.is_cpu and total < max_bytes:
-            chosen.append(w)
-            total += w.numel() * 4
-    if not chosen:
-        return None
-    gen = torch.Generator().manual_seed(0)
-    inputs = {w.shape[1]: torch.randn(1, w.shape[1], generator=gen) for w in chosen}
-    best = {True: float("inf"), False: float("inf")}
-    with torch.inference_mode():
-        for _ in range(repeats):
-            for kernel in (False, True):
-                _Backend.gemv_kernel = kernel
-                start = time.perf_counter()
-                for w in chosen:
-                    linear(inputs[w.shape[1]], w)
-                best[kernel] = min(best[kernel], time.perf_counter() - start)
-    _Backend.gemv_kernel = best[True] < best[False]
-    return best[False], best[True]
+        if total >= max_bytes:
+            break
+        chosen.append(w)
+        total += w.numel() * 4
+    return chosen
+
+
+def _time_forms(weights: list[torch.Tensor], rows: int, repeats: int, gen: torch.Generator) -> tuple[float, float]:
+    """Best seconds of torch's and of the kernel's products over ``weights``, ``rows`` rows each."""
+    inputs = {w.shape[1]: torch.randn(rows, w.shape[1], generator=gen) for w in weights}
+    best = [float("inf"), float("inf")]
+    saved = (_Backend.gemv_kernel, _Backend.tiled_kernel)
+    try:
+        with torch.inference_mode():
+            for _ in range(repeats):
+                for kernel in (False, True):
+                    _Backend.gemv_kernel = _Backend.tiled_kernel = kernel
+                    start = time.perf_counter()
+                    for w in weights:
+                        linear(inputs[w.shape[1]], w)
+                    best[kernel] = min(best[kernel], time.perf_counter() - start)
+    finally:
+        _Backend.gemv_kernel, _Backend.tiled_kernel = saved
+    return best[0], best[1]
 
 
 def _fp32_cpu(*tensors: torch.Tensor) -> bool:
@@ -100,14 +160,14 @@ def _fp32_cpu(*tensors: torch.Tensor) -> bool:
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``; for CPU fp32 decode batches, the bandwidth-bound kernel."""
+    """``F.linear(x, weight, bias)``; for CPU fp32 batches of up to :data:`MAX_KERNEL_ROWS` rows, the kernel."""
     lib = cpu_kernels()
     if (
         lib is None
-        or not _Backend.gemv_kernel
         or x.dim() != 2
         or weight.dim() != 2
         or not 0 < x.shape[0] <= MAX_KERNEL_ROWS
+        or not (_Backend.gemv_kernel if x.shape[0] < TILED_MIN_ROWS else _Backend.tiled_kernel)
         or x.shape[1] != weight.shape[1]
         or weight.numel() == 0
         or not weight.is_contiguous()
@@ -122,6 +182,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     lib.kvfence_linear_f32(
         x.data_ptr(), rows, x.stride(0), weight.data_ptr(), out_features, weight.shape[1],
         None if bias is None else bias.data_ptr(), y.data_ptr(), _MIN_PARALLEL_WEIGHTS, torch.get_num_threads(),
+        TILED_MIN_ROWS,
     )
     return y
 

@@ -1,0 +1,106 @@
+// fp32 products y = x W^T + bias for a batch of more than a few rows (decode batches, sampled rows
+// through the LM head), with W in the checkpoint's own [out, in] row-major layout.
+//
+// Why not the dot-product form of decode_f32.cpp: each output there ends in a horizontal sum and
+// every step loads as many vectors as it multiplies, so past a few batch rows it is bound by loads
+// and reaches ~20 GFLOP/s per core, and MKL's sgemm on AMD EPYC is no better below ~128 rows
+// (14 GFLOP/s at 16 rows, 19 at 24, 30 at 64; 60 at 2048). Here the batch is transposed once per
+// call into blocks of x^T [in][<= 64 rows], and a register tile of weight rows x batch rows keeps
+// 12 accumulators: per input element it broadcasts one weight per weight row and loads one vector
+// of 8 batch rows, 12 FMAs for 8 loads (6 weight rows x 16 batch rows) or 13 (12 x 8). Measured on
+// one core: 46-60 GFLOP/s from 16 to 128 rows. Each output is one sequential sum over `in` in its
+// own lane (no horizontal sum), so its rounding is that of a plain left-to-right float32 sum.
+//
+// Header-only; included by decode_f32.cpp, whose OpenMP region shares the weight rows.
+
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+#ifndef KV_UNROLL
+#define KV_UNROLL _Pragma("GCC unroll 16")
+#endif
+
+namespace kvfence_gemm {
+
+constexpr long kBlockCols = 64;  // batch rows per packed block of x^T: [in][64] floats stay in L2
+constexpr long kPanelRows = 12;  // weight rows per register tile
+
+inline long round8(long n) { return (n + 7) / 8 * 8; }
+
+// Floats of the packed x^T for `batch` rows of `in` inputs (blocks padded to whole vectors).
+inline long packed_floats(long batch, long in) {
+    const long full = batch / kBlockCols;
+    const long rest = batch - full * kBlockCols;
+    return (full * kBlockCols + round8(rest)) * in;
+}
+
+// xt block j = rows [64 j, 64 j + width) of x as [in][round8(width)], zero-padded columns.
+inline void pack_transposed(const float* x, long batch, long ldx, long in, float* xt) {
+    for (long m0 = 0; m0 < batch; m0 += kBlockCols) {
+        const long width = std::min(kBlockCols, batch - m0);
+        const long ld = round8(width);
+        float* dst = xt + m0 * in;
+        for (long k = 0; k < in; ++k) {
+            float* row = dst + k * ld;
+            for (long m = 0; m < width; ++m) row[m] = x[(m0 + m) * ldx + k];
+            for (long m = width; m < ld; ++m) row[m] = 0.0f;
+        }
+    }
+}
+
+// y[m, r] (+ bias[r]) for NR weight rows and MV * 8 batch columns of one packed block.
+template <int NR, int MV>
+inline void tile(const float* xt, long ld, const float* w, long in, const float* bias, float* y, long ldy,
+                 long cols) {
+    __m256 acc[NR][MV];
+    KV_UNROLL for (int r = 0; r < NR; ++r)
+        KV_UNROLL for (int v = 0; v < MV; ++v) acc[r][v] = _mm256_setzero_ps();
+    for (long k = 0; k < in; ++k) {
+        __m256 xv[MV];
+        KV_UNROLL for (int v = 0; v < MV; ++v) xv[v] = _mm256_loadu_ps(xt + k * ld + 8 * v);
+        KV_UNROLL for (int r = 0; r < NR; ++r) {
+            const __m256 wb = _mm256_broadcast_ss(w + r * in + k);
+            KV_UNROLL for (int v = 0; v < MV; ++v) acc[r][v] = _mm256_fmadd_ps(wb, xv[v], acc[r][v]);
+        }
+    }
+    alignas(32) float lanes[MV * 8];
+    KV_UNROLL for (int r = 0; r < NR; ++r) {
+        KV_UNROLL for (int v = 0; v < MV; ++v) _mm256_store_ps(lanes + 8 * v, acc[r][v]);
+        const float b = bias != nullptr ? bias[r] : 0.0f;
+        for (long m = 0; m < cols; ++m) y[m * ldy + r] = bias != nullptr ? lanes[m] + b : lanes[m];
+    }
+}
+
+// Weight rows [row_begin, row_end) of y for every batch row, from the packed x^T.
+inline void rows_broadcast(const float* xt, long batch, long in, const float* w, const float* bias, float* y,
+                           long ldy, long row_begin, long row_end) {
+    for (long m0 = 0; m0 < batch; m0 += kBlockCols) {
+        const long width = std::min(kBlockCols, batch - m0);
+        const long ld = round8(width);
+        const float* xb = xt + m0 * in;
+        float* yb = y + m0 * ldy;
+        long o = row_begin;
+        for (; o + kPanelRows <= row_end; o += kPanelRows) {
+            const float* wo = w + o * in;
+            const float* bo = bias != nullptr ? bias + o : nullptr;
+            long m = 0;
+            for (; m + 16 <= ld; m += 16) {
+                const long cols = std::min(16L, width - m);
+                tile<6, 2>(xb + m, ld, wo, in, bo, yb + m * ldy + o, ldy, cols);
+                tile<6, 2>(xb + m, ld, wo + 6 * in, in, bo != nullptr ? bo + 6 : nullptr, yb + m * ldy + o + 6, ldy,
+                           cols);
+            }
+            for (; m < ld; m += 8) tile<12, 1>(xb + m, ld, wo, in, bo, yb + m * ldy + o, ldy, std::min(8L, width - m));
+        }
+        for (; o < row_end; ++o) {  // fewer than a panel of rows left
+            for (long m = 0; m < ld; m += 8)
+                tile<1, 1>(xb + m, ld, w + o * in, in, bias != nullptr ? bias + o : nullptr, yb + m * ldy + o, ldy,
+                           std::min(8L, width - m));
+        }
+    }
+}
+
+}  // namespace kvfence_gemm
