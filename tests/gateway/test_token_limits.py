@@ -166,3 +166,23 @@ def test_usage_injection_only_when_the_client_did_not_ask() -> None:
     assert wants_usage_injection({"stream": True})
     assert wants_usage_injection({"stream": True, "stream_options": {"include_usage": False}})
     assert not wants_usage_injection({"stream": True, "stream_options": {"include_usage": True}})
+
+
+def test_filtered_stream_with_usage_counts_what_the_backend_generated() -> None:
+    # hooks and a token limit on the same stream: the filter restores placeholders, the usage chunk the
+    # gateway asked for is dropped, and the text is counted as the backend sent it
+    from kvfence.gateway.answer import _process_event
+    from kvfence.gateway.answer_filter import AnswerFilter, event_data
+    from tests.gateway.test_pure import _restore_chain
+    from tests.gateway.sample_hooks import EMAIL, PLACEHOLDER
+
+    filters = AnswerFilter("chat", _restore_chain)
+    usage = StreamUsage(APPROX, injected=True)
+    events = [b"data: " + json.dumps(chunk(PLACEHOLDER)).encode(),
+              b"data: " + json.dumps(chunk(usage={"completion_tokens": 11}, choices=False)).encode(),
+              b"data: [DONE]"]
+    out = b"".join(piece for event in events for piece in _process_event(event, filters, usage))
+    datas = [event_data(e) for e in out.split(b"\n\n") if e.strip()]
+    assert datas[-1] == "[DONE]" and len(datas) == 2
+    assert json.loads(datas[0] or "")["choices"][0]["delta"]["content"] == EMAIL
+    assert usage.completion_tokens() == (11, "usage")

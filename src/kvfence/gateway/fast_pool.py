@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import re
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
@@ -19,6 +20,11 @@ import httpx
 from kvfence.gateway.fast_http import Connection, FastResponse
 
 __all__ = ["FastUpstream"]
+
+_FRAMING_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+# What would end a header line early or start another one (request splitting).
+_UNSAFE_NAME = re.compile(r"[\r\n\0:]")
+_UNSAFE_VALUE = re.compile(r"[\r\n\0]")
 
 
 class FastUpstream:
@@ -81,9 +87,9 @@ class FastUpstream:
         lines = [b"POST ", (self._prefix + path).encode("ascii"), b" HTTP/1.1\r\nhost: ", self._host_header,
                  b"\r\ncontent-length: ", str(len(content)).encode("ascii"), b"\r\n"]
         for name, value in headers.items():
-            if name.lower() in ("host", "content-length", "transfer-encoding", "connection"):
+            if name.lower() in _FRAMING_HEADERS:
                 continue  # framing is this client's business
-            if any(c in name or c in value for c in "\r\n\0") or ":" in name:
+            if _UNSAFE_NAME.search(name) or _UNSAFE_VALUE.search(value):
                 raise httpx.LocalProtocolError(f"invalid character in request header {name!r}")
             try:
                 lines += (name.encode("ascii"), b": ", value.encode("latin-1"), b"\r\n")
