@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -177,3 +178,52 @@ def test_engine_requests_are_single_choices(llm: LLM) -> None:
     with pytest.raises(InvalidParameterError) as info:
         llm.engine.add_request("x", [1, 2, 3], SamplingParams(n=2), llm.scope_key(ORG))
     assert info.value.param == "n"
+
+
+# ---- SharedPrefill on plain data ---------------------------------------------------------------
+
+
+def _seq(rid: str, tokens: list[int], scope: bytes = b"s" * 32) -> Any:
+    from kvfence.engine.sequence import Sequence
+
+    return Sequence(rid, tokens, scope, SamplingParams(max_tokens=2))
+
+
+def test_shared_prefill_holds_only_same_scope_identical_prompts_longer_than_a_page() -> None:
+    from kvfence.engine.scope import UNSHARED_PREFIX
+    from kvfence.engine.shared_prefill import SharedPrefill
+
+    sp = SharedPrefill(page_size=4)
+    prompt = list(range(9))
+    lead = _seq("lead", prompt)
+    assert not sp.hold(lead)
+    assert sp.hold(_seq("f1", prompt))
+    assert not sp.hold(_seq("other-scope", prompt, b"t" * 32))
+    assert not sp.hold(_seq("other-prompt", [*prompt[:-1], 99]))
+    assert not sp.hold(_seq("short", prompt[:4])) and not sp.hold(_seq("short2", prompt[:4]))  # no full page to share
+    unshared = UNSHARED_PREFIX + b"x" * 32
+    assert not sp.hold(_seq("u1", prompt, unshared)) and not sp.hold(_seq("u2", prompt, unshared))
+    assert sp.hold(_seq("f2", prompt)) and sp.num_held == 2
+    assert sp.release() == []  # the leader has computed nothing yet
+    lead.num_computed_tokens = 8
+    assert sp.release() == []  # one prompt token still to compute
+    lead.num_computed_tokens = 9
+    assert [s.request_id for s in sp.release()] == ["f1", "f2"] and sp.num_held == 0
+    assert not sp.hold(_seq("late", prompt))  # the prompt is done: nothing to wait for
+
+
+def test_shared_prefill_discard_and_finished_leader() -> None:
+    from kvfence.engine.sequence import SequenceStatus
+    from kvfence.engine.shared_prefill import SharedPrefill
+
+    sp = SharedPrefill(page_size=4)
+    prompt = list(range(12))
+    lead = _seq("lead", prompt)
+    sp.hold(lead)
+    for rid in ("a", "b", "c"):
+        assert sp.hold(_seq(rid, prompt))
+    discarded = sp.discard("b")
+    assert discarded is not None and discarded.request_id == "b" and sp.discard("b") is None
+    assert sp.discard("unknown") is None
+    lead.status = SequenceStatus.FINISHED  # aborted before its prefill: the followers go on their own
+    assert [s.request_id for s in sp.release()] == ["a", "c"]
