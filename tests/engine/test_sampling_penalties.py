@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kvfence.engine.layers.penalties import token_counts
+from kvfence.engine.layers.penalties import padded_ids
 from kvfence.engine.layers.sampler import SampleRow, sample
 from kvfence.engine.llm import LLM
 from kvfence.engine.sampling_params import SamplingParams
@@ -29,9 +29,34 @@ def _greedy_logprobs(logits: list[float], params: SamplingParams, outputs: list[
     return tok.logprobs
 
 
-def test_token_counts_pad_and_count() -> None:
-    counts = token_counts([[1, 1, 3], [], [7]], V, torch.device("cpu"))
-    assert counts.tolist() == [[0, 2, 0, 1, 0, 0, 0, 0], [0] * 8, [0, 0, 0, 0, 0, 0, 0, 1]]
+def test_padded_ids() -> None:
+    assert padded_ids([[1, 1, 3], [], [7]], V, torch.device("cpu")).tolist() == [[1, 1, 3], [V, V, V], [7, V, V]]
+    assert padded_ids([[], []], V, torch.device("cpu")).tolist() == [[V], [V]]
+
+
+def test_all_penalties_together_match_a_dense_reference() -> None:
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 50, generator=gen) * 3
+    specs = [  # (repetition, frequency, presence, prompt, output)
+        (1.7, 0.4, -0.3, [1, 2, 2, 9], [2, 5, 5, 5, 40]),
+        (1.0, 0.0, 1.2, [], [0, 0, 49]),
+        (0.5, -1.0, 0.0, [49, 3], []),
+        (1.0, 0.0, 0.0, [4], [4]),  # no penalty: untouched
+    ]
+    rows = [_row(SamplingParams(repetition_penalty=r, frequency_penalty=f, presence_penalty=p), o, pr)
+            for r, f, p, pr, o in specs]
+    expected = logits.clone()
+    for i, (r, f, p, prompt, output) in enumerate(specs):
+        for t in set(prompt) | set(output):
+            x = expected[i, t]
+            expected[i, t] = x / r if x > 0 else x * r
+        for t in set(output):
+            expected[i, t] -= f * output.count(t) + p
+    from kvfence.engine.layers.penalties import apply_penalties
+
+    got = logits.clone()
+    apply_penalties(got, rows)
+    assert torch.allclose(got, expected, atol=1e-5)
 
 
 def test_frequency_and_presence_follow_openai() -> None:

@@ -1,9 +1,12 @@
 """Logit biases and repetition / frequency / presence penalties, batched over the rows that use them.
 
 Both change the logits in place before greedy selection and before log-probabilities are taken,
-so a greedy row with a penalty picks the argmax of the penalized logits. Token counts come from
-one ``scatter_add_`` over a padded ``[rows, longest]`` tensor of token ids (the padding goes to a
-spare column that is dropped), not from a Python loop per token.
+so a greedy row with a penalty picks the argmax of the penalized logits.
+
+Penalties touch only the tokens a row has seen, so they work on padded ``[rows, tokens]`` id
+tensors (gather, then scatter back) rather than dense ``[rows, vocab]`` count tables: the cost
+grows with the tokens seen, not with the vocabulary. Padding points at a spare column past the
+vocabulary that is dropped at the end.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import torch
 
 from kvfence.engine.sampling_params import SamplingParams
 
-__all__ = ["PenaltyRow", "apply_logit_bias", "apply_penalties", "token_counts"]
+__all__ = ["PenaltyRow", "apply_logit_bias", "apply_penalties", "padded_ids"]
 
 
 class PenaltyRow(Protocol):
@@ -26,16 +29,11 @@ class PenaltyRow(Protocol):
     prompt_token_ids: Sequence[int]
 
 
-def token_counts(token_lists: list[Sequence[int]], vocab_size: int, device: torch.device) -> torch.Tensor:
-    """``[len(token_lists), vocab_size]`` float32: how often each token id occurs in each list."""
-    longest = max((len(ids) for ids in token_lists), default=0)
-    counts = torch.zeros(len(token_lists), vocab_size + 1, dtype=torch.float32, device=device)
-    if longest == 0:
-        return counts[:, :vocab_size]
-    padded = [list(ids) + [vocab_size] * (longest - len(ids)) for ids in token_lists]
-    index = torch.tensor(padded, dtype=torch.long, device=device)  # [M, L]
-    counts.scatter_add_(1, index, torch.ones(index.shape, dtype=torch.float32, device=device))
-    return counts[:, :vocab_size]
+def padded_ids(token_lists: list[Sequence[int]], pad: int, device: torch.device) -> torch.Tensor:
+    """``[len(token_lists), longest]`` long tensor of the lists, padded with ``pad`` (at least one column)."""
+    longest = max(1, max((len(ids) for ids in token_lists), default=0))
+    rows = [list(ids) + [pad] * (longest - len(ids)) for ids in token_lists]
+    return torch.tensor(rows, dtype=torch.long, device=device)
 
 
 def apply_logit_bias(logits: torch.Tensor, rows: Sequence[PenaltyRow]) -> None:
@@ -70,16 +68,27 @@ def apply_penalties(logits: torch.Tensor, rows: Sequence[PenaltyRow]) -> None:
         return
     dev, vocab = logits.device, logits.shape[-1]
     index = torch.tensor(selected, dtype=torch.long, device=dev)
-    sub = logits.index_select(0, index)  # [M, V]
     params = [rows[i].params for i in selected]
-    counts = token_counts([rows[i].output_token_ids for i in selected], vocab, dev)
+    # [M, V + 1]: the last column absorbs the padding's writes
+    sub = torch.empty(len(selected), vocab + 1, dtype=logits.dtype, device=dev)
+    sub[:, :vocab] = logits.index_select(0, index)
+    outputs = padded_ids([rows[i].output_token_ids for i in selected], vocab, dev)  # [M, L]
+
     repetition = [p.repetition_penalty for p in params]
     if any(r != 1.0 for r in repetition):
-        seen = (counts > 0) | (token_counts([rows[i].prompt_token_ids for i in selected], vocab, dev) > 0)
-        penalty = torch.tensor(repetition, dtype=sub.dtype, device=dev)[:, None].expand_as(sub)
-        penalty = torch.where(seen, penalty, torch.ones_like(penalty))
-        sub = torch.where(sub > 0, sub / penalty, sub * penalty)
+        seen = torch.cat([padded_ids([rows[i].prompt_token_ids for i in selected], vocab, dev), outputs], dim=1)
+        values = sub.gather(1, seen)  # a token seen twice gets the same new value twice: scatter_ is safe
+        penalty = torch.tensor(repetition, dtype=sub.dtype, device=dev)[:, None]
+        sub.scatter_(1, seen, torch.where(values > 0, values / penalty, values * penalty))
+
+    real = (outputs < vocab).to(sub.dtype)  # [M, L], 0 on padding
     frequency = torch.tensor([p.frequency_penalty for p in params], dtype=sub.dtype, device=dev)[:, None]
+    if bool(frequency.any()):
+        sub.scatter_add_(1, outputs, -frequency * real)  # once per occurrence: frequency * count
     presence = torch.tensor([p.presence_penalty for p in params], dtype=sub.dtype, device=dev)[:, None]
-    sub = sub - frequency * counts - presence * (counts > 0).to(sub.dtype)
-    logits.index_copy_(0, index, sub)
+    if bool(presence.any()):
+        ordered, _ = outputs.sort(dim=1)
+        first = torch.ones_like(ordered, dtype=torch.bool)
+        first[:, 1:] = ordered[:, 1:] != ordered[:, :-1]  # the first occurrence of each token only
+        sub.scatter_add_(1, ordered, -presence * (first & (ordered < vocab)).to(sub.dtype))
+    logits.index_copy_(0, index, sub[:, :vocab])
