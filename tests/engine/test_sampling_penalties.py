@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvfence.engine.layers.penalties import padded_ids
 from kvfence.engine.layers.sampler import SampleRow, sample
@@ -32,6 +34,32 @@ def _greedy_logprobs(logits: list[float], params: SamplingParams, outputs: list[
 def test_padded_ids() -> None:
     assert padded_ids([[1, 1, 3], [], [7]], V, torch.device("cpu")).tolist() == [[1, 1, 3], [V, V, V], [7, V, V]]
     assert padded_ids([[], []], V, torch.device("cpu")).tolist() == [[V], [V]]
+
+
+_PENALTY = st.sampled_from([-2.0, -0.5, 0.0, 0.7, 2.0])
+_IDS = st.lists(st.integers(0, 19), max_size=12)
+_SPEC = st.tuples(st.sampled_from([0.3, 1.0, 1.5]), _PENALTY, _PENALTY, _IDS, _IDS)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_SPEC, min_size=1, max_size=5), st.integers(0, 2**31))
+def test_penalties_match_the_definition(specs: list[tuple[float, float, float, list[int], list[int]]],
+                                        seed: int) -> None:
+    from kvfence.engine.layers.penalties import apply_penalties
+
+    logits = torch.randn(len(specs), 20, generator=torch.Generator().manual_seed(seed)) * 4
+    rows = [_row(SamplingParams(repetition_penalty=r, frequency_penalty=f, presence_penalty=p), o, pr)
+            for r, f, p, pr, o in specs]
+    expected = logits.clone()
+    for i, (r, f, p, prompt, output) in enumerate(specs):
+        for t in set(prompt) | set(output):
+            x = float(expected[i, t])
+            expected[i, t] = x / r if x > 0 else x * r
+        for t in set(output):
+            expected[i, t] -= f * output.count(t) + p
+    got = logits.clone()
+    apply_penalties(got, rows)
+    assert torch.allclose(got, expected, atol=1e-5)
 
 
 def test_all_penalties_together_match_a_dense_reference() -> None:
