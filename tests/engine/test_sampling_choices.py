@@ -227,3 +227,14 @@ def test_shared_prefill_discard_and_finished_leader() -> None:
     assert sp.discard("unknown") is None
     lead.status = SequenceStatus.FINISHED  # aborted before its prefill: the followers go on their own
     assert [s.request_id for s in sp.release()] == ["a", "c"]
+
+
+def test_shared_prompt_pages_pass_the_paranoid_isolation_check(default_model_dir: Path) -> None:
+    llm = LLM(model=str(default_model_dir), kv_cache_tokens=2048, max_model_len="auto", device="cpu",
+              page_size=16, cache_scope="org", verify_isolation=True)
+    out = llm.generate(PROMPT, SamplingParams(max_tokens=6, temperature=1.0, seed=2, n=4, ignore_eos=True),
+                       tenant=ORG)[0]
+    assert [len(o.token_ids) for o in out.outputs] == [6] * 4  # none aborted
+    stats = llm.engine.stats()
+    assert stats.isolation_incidents == 0
+    assert stats.prefix_hit_tokens_by_scope[llm.scope_key(ORG)] == 3 * ((out.num_prompt_tokens - 1) // 16 * 16)
