@@ -10,13 +10,21 @@ import pytest
 
 from kvfence.server.api_errors import APIError
 from kvfence.server.keys import ApiKey
-from kvfence.server.prepare import LoadedModel, resolve_model_name, sampling_params, tokenize_prompt
+from kvfence.server.prepare import (
+    LoadedModel,
+    check_choices,
+    resolve_model_name,
+    sampling_params,
+    tokenize_prompt,
+)
 from kvfence.server.protocol import ChatCompletionRequest, CompletionRequest, parse_body
 
 
 @dataclass
 class _Capacity:
     max_model_len: int = 100
+    num_pages: int = 20
+    page_size: int = 16
 
 
 class _Tokenizer:
@@ -89,3 +97,34 @@ def test_model_names_and_token_ids() -> None:
     assert tokenize_prompt([5, 299], MODEL) == [5, 299]
     with pytest.raises(APIError, match="out of range"):
         tokenize_prompt([300], MODEL)
+
+
+def test_sampling_fields_reach_the_engine_params() -> None:
+    params = sampling_params(_completion(presence_penalty=0.5, frequency_penalty=-1, repetition_penalty=1.2,
+                                         logit_bias={"7": -100}, min_p=0.1, n=3, best_of=4), 5, MODEL, None, "prompt")
+    assert (params.presence_penalty, params.frequency_penalty, params.repetition_penalty) == (0.5, -1.0, 1.2)
+    assert params.logit_bias == {7: -100.0} and params.min_p == 0.1
+    assert (params.n, params.best_of, params.num_sequences) == (3, 4, 4)
+    chat = sampling_params(_chat(n=2), 5, MODEL, None, "messages")
+    assert chat.n == 2 and chat.best_of is None
+
+
+def test_logit_bias_ids_are_checked_against_the_vocabulary() -> None:
+    with pytest.raises(APIError) as info:
+        sampling_params(_completion(logit_bias={"300": 1}), 5, MODEL, None, "prompt")
+    assert info.value.param == "logit_bias" and "300" in info.value.message
+    sampling_params(_completion(logit_bias={"299": 1}), 5, MODEL, None, "prompt")
+
+
+def test_choices_must_fit_the_pool_and_the_queue() -> None:
+    # 20 pages of 16; 40-token prompt + 40 = 5 pages per choice, 2 of them shared prompt pages
+    params = sampling_params(_completion(n=6, max_tokens=40), 40, MODEL, None, "prompt")
+    check_choices([[1] * 40], [params], MODEL, shares_prefix=True, max_sequences=None)  # 5 + 5 * 3 = 20
+    with pytest.raises(APIError) as info:
+        check_choices([[1] * 40], [params], MODEL, shares_prefix=False, max_sequences=None)  # 30 pages
+    assert info.value.param == "n" and info.value.code == "context_length_exceeded"
+    with pytest.raises(APIError) as info:
+        check_choices([[1] * 40], [params], MODEL, shares_prefix=True, max_sequences=5)
+    assert info.value.param == "n" and "5" in info.value.message
+    single = sampling_params(_completion(), 40, MODEL, None, "prompt")
+    check_choices([[1] * 40], [single], MODEL, shares_prefix=False, max_sequences=0)  # one sequence: the queue decides

@@ -71,6 +71,12 @@ def test_bad_prompts(prompt: object) -> None:
         (b'{"prompt": "x", "min_p": -0.5}', "min_p", None),
         (b'{"prompt": "x", "echo": true, "logprobs": 0}', "echo", None),
         (b'{"prompt": "x", "suffix": "s"}', "suffix", None),
+        (b'{"prompt": "x", "prompt_logprobs": 1}', "prompt_logprobs", None),
+        (b'{"prompt": "x", "prompt_logprobs": 0}', "prompt_logprobs", None),
+        (b'{"prompt": "x", "use_beam_search": true}', "use_beam_search", None),
+        (b'{"prompt": "x", "allowed_token_ids": [1, 2]}', "allowed_token_ids", None),
+        (b'{"prompt": "x", "bad_words": ["x"]}', "bad_words", None),
+        (b'{"prompt": "x", "truncate_prompt_tokens": 5}', "truncate_prompt_tokens", None),
         (b'{"prompt": "x", "top_k": -5}', "top_k", None),
     ],
 )
@@ -114,7 +120,9 @@ def test_chat_text_parts_and_refused_images() -> None:
 def test_explicit_nulls_mean_defaults() -> None:
     body = {"prompt": "x", "n": None, "stream": None, "max_tokens": None, "temperature": None, "top_p": None,
             "stop": None, "seed": None, "logprobs": None, "echo": None, "ignore_eos": None, "min_tokens": None,
-            "stream_options": None, "user": None, "presence_penalty": None}
+            "stream_options": None, "user": None, "presence_penalty": None, "frequency_penalty": None,
+            "repetition_penalty": None, "logit_bias": None, "min_p": None, "best_of": None, "prompt_logprobs": None,
+            "use_beam_search": False, "allowed_token_ids": [], "bad_words": [], "truncate_prompt_tokens": None}
     req = parse_body(json.dumps(body).encode(), CompletionRequest)
     assert req.prompts() == ["x"] and not req.stream and req.requested_max_tokens is None
     chat = parse_body(json.dumps({"messages": [{"role": "user", "content": None}], "logprobs": None,

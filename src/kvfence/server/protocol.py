@@ -67,6 +67,12 @@ class GenerationRequest(_Strict):
     repetition_penalty: float | None = Field(default=None, gt=0.0)  # vLLM extra; 1 = off
     logit_bias: dict[str, float] | None = None  # {"token id": bias in [-100, 100]}, checked in SamplingParams
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)  # vLLM extra; 0 = off
+    # vLLM extras that would change the answer and are not implemented: refused when set.
+    prompt_logprobs: Any = None
+    use_beam_search: Any = None
+    allowed_token_ids: Any = None
+    bad_words: Any = None
+    truncate_prompt_tokens: Any = None
     # Structured outputs, vLLM's spellings; shapes are checked in kvfence.server.structured.
     structured_outputs: Any = None
     guided_json: Any = None
@@ -78,6 +84,10 @@ class GenerationRequest(_Strict):
 
     def check_supported(self) -> None:
         """Refuse fields that would change the answer but that this server does not implement."""
+        for name in ("prompt_logprobs", "use_beam_search", "allowed_token_ids", "bad_words", "truncate_prompt_tokens"):
+            value = getattr(self, name)
+            if not (value is None or value is False or value == []):  # prompt_logprobs: 0 still asks for them
+                raise APIError.bad_request(f"{name} is not supported by this server", param=name)
         if self.stream_options is not None and not self.stream:
             raise APIError.bad_request("'stream_options' is only allowed when 'stream' is true",
                                        param="stream_options")
