@@ -12,3 +12,36 @@ static inline float horizontal_sum(__m256 v) {
     lo = _mm_hadd_ps(lo, lo);
     return _mm_cvtss_f32(lo);
 }
+
+// out[i] = sum of the eight lanes of a[i], for eight vectors at once (a transpose by pairwise adds).
+static inline __m256 horizontal_sums8(const __m256* a) {
+    const __m256 t0 = _mm256_hadd_ps(a[0], a[1]);
+    const __m256 t1 = _mm256_hadd_ps(a[2], a[3]);
+    const __m256 t2 = _mm256_hadd_ps(a[4], a[5]);
+    const __m256 t3 = _mm256_hadd_ps(a[6], a[7]);
+    const __m256 u0 = _mm256_hadd_ps(t0, t1);  // [a0..a3 low halves | a0..a3 high halves]
+    const __m256 u1 = _mm256_hadd_ps(t2, t3);  // the same for a4..a7
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// e^x for x <= 0 (softmax after the maximum is subtracted), within about 2 ulp of expf: x = n ln2 + r
+// with |r| <= ln2 / 2, e^r by its Taylor series to r^7 (truncation below 6e-9), times 2^n through
+// the exponent bits. Below -87 (where 2^n leaves the normal range) it returns e^-87, about 1.6e-38:
+// next to the largest term of a softmax, which is 1, that is zero.
+static inline __m256 exp_nonpositive(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);  // ln2 split in two parts so
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.4286068203094172e-06f), r);    // n * ln2_hi is exact
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
