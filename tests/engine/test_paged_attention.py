@@ -135,10 +135,14 @@ def _run(specs: list[tuple[int, int]], heads: int, kv_heads: int, head_dim: int,
     torch.testing.assert_close(out.double(), want, rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(6, 2, 16), (4, 4, 8), (8, 1, 20), (9, 3, 64)])
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "head_dim"),
+    # head_dim 20: the scalar path; the others the vector path, 72 and 128 in two register blocks
+    [(6, 2, 16), (4, 4, 8), (8, 1, 20), (9, 3, 64), (4, 2, 72), (2, 1, 128)],
+)
 @pytest.mark.parametrize("window", [None, 5])
 def test_decode_batch_equals_reference(path: str, heads: int, kv_heads: int, head_dim: int, window: int | None) -> None:
-    specs = [(0, 1), (3, 1), (12, 1), (7, 1), (30, 1)]
+    specs = [(0, 1), (3, 1), (12, 1), (7, 1), (30, 1), (15, 1), (8, 1)]  # 1 to 31 positions: whole and partial groups of 8
     _run(specs, heads, kv_heads, head_dim, window, seed=heads * 100 + head_dim)
 
 
