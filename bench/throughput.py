@@ -31,7 +31,7 @@ import torch
 
 from kvfence.engine.config import kvfence_home
 from kvfence.engine.default_model import BOS, EOT, _build_tokenizer
-from kvfence.engine.kernels import gemv_kernel_in_use, kernel_status, reset_kernels
+from kvfence.engine.kernels import gemv_kernel_in_use, kernel_status, reset_kernels, tiled_kernel_in_use
 from kvfence.engine.llm import LLM
 from kvfence.engine.sampling_params import SamplingParams
 
@@ -247,7 +247,10 @@ def main(argv: list[str] | None = None) -> int:
     prompt = list(range(65, 65 + 32))
     llm = LLM(model=str(model_dir), kv_cache_tokens=4096, max_model_len="auto", device="cpu", max_num_seqs=1)
     kernels = kernel_status()
-    products = "kernel" if gemv_kernel_in_use() else "torch (faster here, per the engine's calibration)"
+    products = ", ".join(
+        f"{rows}: {'kernel' if used else 'torch (faster here, per the engine calibration)'}"
+        for rows, used in (("1-4 rows", gemv_kernel_in_use()), ("5-96 rows", tiled_kernel_in_use()))
+    )
     ours_dec, torch_dec = ours_decode_kernels_on_off(llm, prompt, decode_tokens)
     del llm
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()

@@ -148,6 +148,19 @@ def test_calibration_keeps_the_faster_of_torch_and_the_kernel_per_form() -> None
     assert calibrate_linear([torch.randn(4, 4, dtype=torch.float64)]) is None  # nothing it applies to
 
 
+@needs_kernels
+def test_silu_mul_is_accurate_over_the_whole_float_range() -> None:
+    """The vectorised exp clamps its input to [-87, 88]: silu must still equal torch's from -120 to 120,
+    in a row length that leaves a scalar tail (1001 = 125 vectors + 1)."""
+    gate = torch.linspace(-120, 120, 4 * 1001).view(4, 1001)
+    up = torch.randn(4, 1001, generator=_gen(5))
+    with torch.inference_mode():
+        got = silu_mul(torch.cat([gate, up], dim=1))
+    want = F.silu(gate.double()) * up.double()
+    assert torch.isfinite(got).all()
+    assert torch.allclose(got.double(), want, rtol=2e-6, atol=1e-30)
+
+
 def test_linear_outside_the_kernel_is_exactly_f_linear() -> None:
     g = _gen(2)
     w = torch.randn(9, 12, generator=g)

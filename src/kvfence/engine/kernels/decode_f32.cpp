@@ -259,7 +259,14 @@ void kvfence_silu_mul_f32(const float* gate_up, long rows, long inter, float* ou
         const float* g = gate_up + r * 2 * inter;
         const float* u = g + inter;
         float* y = out + r * inter;
-        for (long j = 0; j < inter; ++j) y[j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
+        long j = 0;
+        const __m256 one = _mm256_set1_ps(1.0f);
+        for (; j + 8 <= inter; j += 8) {  // vectorised exp: a scalar expf per element was most of the time
+            const __m256 gv = _mm256_loadu_ps(g + j);
+            const __m256 e = exp_clamped(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+            _mm256_storeu_ps(y + j, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + j)));
+        }
+        for (; j < inter; ++j) y[j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
     }
 }
 

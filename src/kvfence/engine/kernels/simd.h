@@ -24,12 +24,12 @@ static inline __m256 horizontal_sums8(const __m256* a) {
     return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-// e^x for x <= 0 (softmax after the maximum is subtracted), within about 2 ulp of expf: x = n ln2 + r
-// with |r| <= ln2 / 2, e^r by its Taylor series to r^7 (truncation below 6e-9), times 2^n through
-// the exponent bits. Below -87 (where 2^n leaves the normal range) it returns e^-87, about 1.6e-38:
-// next to the largest term of a softmax, which is 1, that is zero.
-static inline __m256 exp_nonpositive(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+// e^x within about 2 ulp of expf for x in [-87, 88], x clamped to that range: x = n ln2 + r with
+// |r| <= ln2 / 2, e^r by its Taylor series to r^7 (truncation below 6e-9), times 2^n through the
+// exponent bits (2^n stays a normal float there). Below -87 it returns e^-87, about 1.6e-38: next to
+// the largest term of a softmax, which is 1, that is zero; in silu it leaves x / (1 + e^-x) exact.
+static inline __m256 exp_clamped(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);  // ln2 split in two parts so
