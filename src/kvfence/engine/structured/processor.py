@@ -91,17 +91,18 @@ class GrammarLogitsProcessor:
             return self._only_eos
         if matcher.is_stopped():
             return self._only_eos
+        # Bit i of the bitmask (little-endian within each byte) says whether token i is allowed;
+        # the work stays in numpy until the final tensor, which is cheaper than torch ops this small.
         bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
-        allowed = torch.from_numpy(bits[: self._size].view(np.bool_))
-        disallowed = ~allowed
+        bits = bits[: self._size]
         if self.ignore_eos and self._eos_ids:
-            kept = disallowed.clone()
-            kept[self._eos_ids] = True
-            if not bool(kept.all()):
-                disallowed = kept
-        if bool(disallowed.all()):  # nothing allowed: a grammar that ended without saying so
+            held = bits.copy()
+            held[self._eos_ids] = 0
+            if held.any():
+                bits = held
+        if not bits.any():  # nothing allowed: a grammar that ended without saying so
             return self._only_eos
-        return disallowed
+        return torch.from_numpy(bits == 0)
 
     def _state_for(self, tokens: tuple[int, ...]) -> _State:
         found = self._states.get(tokens)
