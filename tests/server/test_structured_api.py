@@ -121,10 +121,12 @@ def test_choice_regex_and_grammar_on_both_endpoints(server: RunningServer) -> No
             assert tree.choices[0].finish_reason == "length" or re.fullmatch(r"\(*x\)*", content), content
 
 
-def test_guided_json_on_completions(server: RunningServer) -> None:
+@pytest.mark.parametrize("field", ["guided_json", "response_format"])
+def test_json_schema_on_completions(server: RunningServer, field: str) -> None:
+    value = SCHEMAS["person"] if field == "guided_json" else _schema_format("person")
     with _client(server) as client:
         outs = [client.completions.create(model=_model(server), prompt="{", max_tokens=MAX_TOKENS, seed=seed,
-                                          extra_body={"guided_json": SCHEMAS["person"]}).choices[0]
+                                          extra_body={field: value}).choices[0]
                 for seed in range(3)]
     stopped = [o.text for o in outs if o.finish_reason == "stop"]
     assert len(stopped) >= 2

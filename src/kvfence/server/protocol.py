@@ -73,7 +73,9 @@ class GenerationRequest(_Strict):
     allowed_token_ids: Any = None
     bad_words: Any = None
     truncate_prompt_tokens: Any = None
-    # Structured outputs, vLLM's spellings; shapes are checked in kvfence.server.structured.
+    # Structured outputs (OpenAI's response_format; vLLM's spellings, on both endpoints as vLLM);
+    # shapes are checked in kvfence.server.structured.
+    response_format: dict[str, Any] | None = None
     structured_outputs: Any = None
     guided_json: Any = None
     guided_regex: Any = None
@@ -215,7 +217,6 @@ class ChatCompletionRequest(GenerationRequest):
     logprobs: bool | None = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     tools: list[Any] | None = None
-    response_format: dict[str, Any] | None = None
     add_generation_prompt: bool | None = True
     best_of: int | None = None  # completions only; refused here when it would change the answer
     echo: bool | None = False  # vLLM's chat echo (continue the last message): refused, not ignored
