@@ -143,6 +143,24 @@ def test_ignore_eos_ends_when_the_grammar_is_complete_and_max_tokens_cuts(server
         json.loads(cut.choices[0].message.content)
 
 
+def test_disable_additional_properties_closes_every_object(server: RunningServer) -> None:
+    open_schema = {"type": "object", "properties": {"a": {"type": "integer"},
+                                                    "b": {"type": "object", "properties": {"c": {"const": {"x": 1}}}}},
+                   "required": ["a", "b"]}
+    closed = {"type": "object", "properties": {"a": {"type": "integer"},
+                                               "b": {"type": "object", "properties": {"c": {"const": {"x": 1}}},
+                                                     "additionalProperties": False}},
+              "required": ["a", "b"], "additionalProperties": False}
+    stopped = []
+    for seed in range(4):
+        answer = _chat(server, seed, extra_body={"structured_outputs": {
+            "json": open_schema, "disable_additional_properties": True}}).choices[0]
+        if answer.finish_reason == "stop":
+            stopped.append(answer.message.content)
+            check_instance(json.loads(answer.message.content), closed)
+    assert len(stopped) >= 2
+
+
 def _post(server: RunningServer, body: dict[str, Any], path: str = "/v1/chat/completions") -> httpx.Response:
     payload = {"model": _model(server), "max_tokens": 8, **body}
     if path.endswith("chat/completions"):

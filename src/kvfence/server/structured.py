@@ -6,7 +6,8 @@ Accepted spellings (one constraint per request; two are a 400):
   ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``;
 - vLLM's ``structured_outputs`` on both endpoints: ``{"json": schema}``, ``{"regex": str}``,
   ``{"choice": [str, ...]}``, ``{"grammar": lark_or_gbnf}``, ``{"json_object": true}``, with
-  ``whitespace_pattern`` / ``disable_any_whitespace`` for the JSON ones;
+  ``whitespace_pattern`` / ``disable_any_whitespace`` / ``disable_additional_properties`` for the
+  JSON ones;
 - vLLM's older top-level ``guided_json``, ``guided_regex``, ``guided_choice``, ``guided_grammar``
   and ``guided_whitespace_pattern`` (``guided_decoding_backend`` is ignored: there is one backend).
 
@@ -16,6 +17,7 @@ bytes) is a 400 whose ``param`` names the field the constraint came from.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,10 +133,12 @@ def _from_structured_outputs(value: Any) -> GrammarSpec:
         raise APIError.bad_request(
             "structured_outputs needs exactly one of json, regex, choice, grammar, json_object; "
             f"got {', '.join(given) or 'none'}", param=param)
-    if value.get("disable_additional_properties"):
-        raise APIError.bad_request("structured_outputs.disable_additional_properties is not supported; "
-                                   "set additionalProperties: false in the schema", param=param)
     kind = given[0]
+    closed = value.get("disable_additional_properties", False)
+    if not isinstance(closed, bool):
+        raise APIError.bad_request("structured_outputs.disable_additional_properties must be a boolean", param=param)
+    if closed and kind == "json":
+        value = {**value, "json": _closed_objects(_checked(param, lambda: _schema_object(value["json"])))}
     if kind == "structural_tag":
         raise APIError.bad_request("structured_outputs.structural_tag is not supported", param=param)
     compact = value.get("disable_any_whitespace", False)
@@ -147,6 +151,38 @@ def _from_structured_outputs(value: Any) -> GrammarSpec:
             raise APIError.bad_request("structured_outputs.json_object must be true", param=param)
         return GrammarSpec.json_object(compact=compact, whitespace_pattern=whitespace)
     return _checked(param, lambda: _guided(f"guided_{kind}", value[kind], whitespace, compact=compact))
+
+
+def _schema_object(schema: Any) -> Any:
+    spec = GrammarSpec.json_schema(schema)  # checks the shape; gives the schema back parsed
+    return json.loads(spec.source)
+
+
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_ONES = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames")
+
+
+def _closed_objects(schema: Any) -> Any:
+    """The schema with ``additionalProperties: false`` wherever an object schema leaves it unset
+    (vLLM's ``disable_additional_properties``); only subschema positions are visited, so ``const``,
+    ``enum`` and ``default`` values are never changed."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SCHEMA_MAPS:
+        if isinstance(schema.get(key), dict):
+            out[key] = {name: _closed_objects(sub) for name, sub in schema[key].items()}
+    for key in _SCHEMA_LISTS:
+        if isinstance(schema.get(key), list):
+            out[key] = [_closed_objects(sub) for sub in schema[key]]
+    for key in _SCHEMA_ONES:
+        if key in schema:
+            sub = schema[key]
+            out[key] = [_closed_objects(s) for s in sub] if isinstance(sub, list) else _closed_objects(sub)
+    if (schema.get("type") == "object" or "properties" in schema) and "additionalProperties" not in schema:
+        out["additionalProperties"] = False
+    return out
 
 
 def _guided(name: str, value: Any, whitespace: Any, *, compact: bool = False) -> GrammarSpec:
