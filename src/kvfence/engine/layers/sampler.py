@@ -49,16 +49,12 @@ def sample(logits: torch.Tensor, rows: list[SampleRow], default_generator: torch
     want_logprobs = any(row.params.logprobs is not None for row in rows)
     logprobs = torch.log_softmax(logits, dim=-1) if want_logprobs else None
 
-    if all(row.params.is_greedy for row in rows):
-        token_ids: list[int] = logits.argmax(dim=-1).tolist()
-    else:
-        token_ids = []
-        greedy = logits.argmax(dim=-1).tolist()
-        for i, row in enumerate(rows):
-            if row.params.is_greedy:
-                token_ids.append(greedy[i])
-            else:
-                token_ids.append(_sample_row(logits[i], row.params, row.generator or default_generator))
+    token_ids: list[int] = logits.argmax(dim=-1).tolist()
+    sampled = [i for i, row in enumerate(rows) if not row.params.is_greedy]
+    if sampled:
+        draws = _sample_rows(logits, sampled, rows, default_generator)
+        for i, token in zip(sampled, draws, strict=True):
+            token_ids[i] = token
 
     out: list[SampledToken] = []
     for i, (row, token) in enumerate(zip(rows, token_ids, strict=True)):
@@ -73,20 +69,42 @@ def sample(logits: torch.Tensor, rows: list[SampleRow], default_generator: torch
     return out
 
 
-def _sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
-    scaled = logits / params.temperature
-    if params.min_p > 0:
-        probs = scaled.softmax(dim=-1)
-        scaled = scaled.masked_fill(probs < params.min_p * probs.max(), float("-inf"))
-    if params.top_k is not None and params.top_k < scaled.shape[-1]:
-        kth = scaled.topk(params.top_k).values[-1]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    if params.top_p < 1.0:
-        sorted_logits, order = scaled.sort(descending=True)
-        probs = sorted_logits.softmax(dim=-1)
+def _sample_rows(
+    logits: torch.Tensor, sampled: list[int], rows: list[SampleRow], default_generator: torch.Generator
+) -> list[int]:
+    """Draw one token for each row in ``sampled``: temperature, ``min_p``, ``top_k``, ``top_p``.
+
+    The filters run once over all these rows; only the draw is per row, since each seeded row
+    has its own generator (so its tokens do not depend on the batch), and the draws reach the
+    host in one transfer. Rows without a filter get a neutral value (no ``top_k`` cut, ``top_p``
+    above 1, ``min_p`` 0), so each row draws exactly what it would alone.
+    """
+    dev, vocab = logits.device, logits.shape[-1]
+    params = [rows[i].params for i in sampled]
+    x = logits.index_select(0, torch.tensor(sampled, dtype=torch.long, device=dev))
+    x = x / torch.tensor([p.temperature for p in params], dtype=x.dtype, device=dev)[:, None]  # [S, V]
+    if any(p.min_p > 0 for p in params):
+        probs = x.softmax(dim=-1)
+        floor = torch.tensor([p.min_p for p in params], dtype=x.dtype, device=dev)[:, None]
+        x = x.masked_fill(probs < floor * probs.max(dim=-1, keepdim=True).values, float("-inf"))
+    top_k = [p.top_k if p.top_k is not None and p.top_k < vocab else None for p in params]
+    if any(k is not None for k in top_k):
+        # k-th value by topk (cheap), then the mask: a later sort of a mostly -inf row is fast
+        largest = x.topk(max(k for k in top_k if k is not None), dim=-1).values  # [S, max k]
+        index = torch.tensor([(k or 1) - 1 for k in top_k], dtype=torch.long, device=dev)[:, None]
+        unfiltered = torch.tensor([k is None for k in top_k], dtype=torch.bool, device=dev)[:, None]
+        kth = largest.gather(1, index).masked_fill(unfiltered, float("-inf"))  # ties with it are kept
+        x = x.masked_fill(x < kth, float("-inf"))
+    if any(p.top_p < 1.0 for p in params):
+        top_p = torch.tensor([p.top_p if p.top_p < 1.0 else 2.0 for p in params], dtype=x.dtype, device=dev)
+        ordered, order = x.sort(dim=-1, descending=True)
+        probs = ordered.softmax(dim=-1)
         # drop a token when the mass before it already reaches top_p (always keeps the first)
-        drop = (probs.cumsum(dim=-1) - probs) >= params.top_p
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        scaled = torch.empty_like(scaled).scatter_(0, order, sorted_logits)
-    probs = scaled.softmax(dim=-1)
-    return int(torch.multinomial(probs, 1, generator=generator).item())
+        drop = (probs.cumsum(dim=-1) - probs) >= top_p[:, None]
+        x = torch.empty_like(x).scatter_(1, order, ordered.masked_fill(drop, float("-inf")))
+    probs = x.softmax(dim=-1)
+    draws = [
+        torch.multinomial(probs[j], 1, generator=rows[i].generator or default_generator)
+        for j, i in enumerate(sampled)
+    ]
+    return [int(t) for t in torch.cat(draws).tolist()]  # one device sync for the batch
