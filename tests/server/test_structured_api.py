@@ -81,6 +81,14 @@ def test_streaming_gives_the_same_text(server: RunningServer) -> None:
         check_instance(json.loads(text), SCHEMAS["nested"])
 
 
+def test_n_choices_share_the_constraint_and_each_validates(server: RunningServer) -> None:
+    answer = _chat(server, 21, n=4, response_format=_schema_format("person"))
+    texts = _finished(answer.choices, min_stopped=3)
+    for text in texts:
+        check_instance(json.loads(text), SCHEMAS["person"])
+    assert len(set(texts)) == len(texts)
+
+
 def test_openai_parse_with_a_pydantic_model(server: RunningServer) -> None:
     class Point(BaseModel):
         x: int

@@ -23,6 +23,7 @@ from typing import Any
 
 from kvfence.engine.sampling_params import LogitsProcessor
 from kvfence.engine.structured import GrammarLogitsProcessor, GrammarSpec, compile_grammar
+from kvfence.engine.structured.processor import DEFAULT_MAX_STATES
 from kvfence.errors import InvalidParameterError
 from kvfence.server.api_errors import APIError
 
@@ -64,7 +65,15 @@ def structured_output(req: Any, model: Any) -> StructuredOutput:
         raise APIError.bad_request(f"{param}: {exc.message}", param=param) from exc
     ignore_eos = bool(req.ignore_eos)
     stop_ids = list(compiled.vocabulary.eos_token_ids) if ignore_eos else []
-    return StructuredOutput([GrammarLogitsProcessor(compiled, ignore_eos=ignore_eos)], stop_ids)
+    # All choices of the prompt share the processor: room for each one's state, and some to spare.
+    sequences = max(_positive_int(getattr(req, "n", None)), _positive_int(getattr(req, "best_of", None)))
+    processor = GrammarLogitsProcessor(compiled, ignore_eos=ignore_eos,
+                                       max_states=max(DEFAULT_MAX_STATES, 2 * sequences))
+    return StructuredOutput([processor], stop_ids)
+
+
+def _positive_int(value: Any) -> int:
+    return value if isinstance(value, int) and value > 0 else 1
 
 
 def grammar_spec(req: Any) -> tuple[GrammarSpec, str] | None:
