@@ -4,6 +4,10 @@
     .venv/bin/python bench/gateway.py --scenario paced:100  # one of them
     .venv/bin/python bench/gateway.py --json
 
+A default run (four scenarios) takes 3-4 minutes; ``--before-src`` adds a fifth run per scenario.
+To split a gateway's CPU into per-chunk and per-request parts, run ``--scenario paced:100`` with two
+``--chunks`` values: the slope is the per-chunk cost, the intercept the per-request one.
+
 Setup: a fast local OpenAI-compatible backend (a bare ASGI app under uvicorn, its own process) streams
 ``--chunks`` SSE chunks per answer; the gateway (its own process, policy with one backend, no
 data-protection hooks: scanners off) sits in front of it. The load generator (this process, one
