@@ -10,7 +10,7 @@ small random Llama (2 layers, hidden 256) so the mask's share of a decode step i
 Compile time is a cold compile (a fresh cache) of each spec, best of N; the first compile for a
 tokenizer also builds llguidance's token trie, timed on its own. Mask time is the processor call
 (state lookup, mask, ``masked_fill``) on a random walk over allowed tokens. The tok/s A/B runs the
-same prompts with and without ``json_schema``, interleaved, best of N, batch 8; each unconstrained
+same prompts with and without ``json_schema``, interleaved, best of N, batch 8, greedy by default; each unconstrained
 request generates exactly as many tokens as its constrained twin did (``ignore_eos``), so both
 runs have the same batch shape and differ only by the mask.
 """
@@ -134,7 +134,8 @@ def mask_times(tok: Tokenizer, steps: int) -> dict[str, float]:
     return {"median_us": statistics.median(samples) * 1e6, "p99_us": samples[int(len(samples) * 0.99)] * 1e6}
 
 
-def run_batch(llm: LLM, lengths: list[int] | None, batch: int, max_tokens: int, seed: int) -> tuple[float, list[int]]:
+def run_batch(llm: LLM, lengths: list[int] | None, batch: int, max_tokens: int, seed: int,
+              temperature: float = 0.0) -> tuple[float, list[int]]:
     """Generated tok/s of one batch, and each request's token count.
 
     ``lengths=None`` runs the batch under ``json_schema`` (it ends when each JSON does); otherwise
@@ -146,10 +147,10 @@ def run_batch(llm: LLM, lengths: list[int] | None, batch: int, max_tokens: int, 
     for i in range(batch):
         if lengths is None:
             compiled = compile_grammar(llm.engine.tokenizer, GrammarSpec.json_schema(SCHEMAS["nested"]))
-            params.append(SamplingParams(max_tokens=max_tokens, temperature=1.0, seed=seed + i,
+            params.append(SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed + i,
                                          logits_processors=[GrammarLogitsProcessor(compiled)]))
         else:
-            params.append(SamplingParams(max_tokens=max(1, lengths[i]), temperature=1.0, seed=seed + i,
+            params.append(SamplingParams(max_tokens=max(1, lengths[i]), temperature=temperature, seed=seed + i,
                                          ignore_eos=True))
     t = time.perf_counter()
     out = llm.generate(prompts, params)
@@ -158,7 +159,7 @@ def run_batch(llm: LLM, lengths: list[int] | None, batch: int, max_tokens: int, 
     return sum(counts) / elapsed, counts
 
 
-def throughput(model_dir: Path, repeats: int, batch: int, max_tokens: int) -> dict[str, Any]:
+def throughput(model_dir: Path, repeats: int, batch: int, max_tokens: int, temperature: float) -> dict[str, Any]:
     llm = LLM(model=str(model_dir), kv_cache_tokens=batch * (max_tokens + 64) * 2, max_model_len="auto",
               device="cpu", cache_scope="request")
     run_batch(llm, None, 2, 16, 0)  # warm up both paths (and compile the schema once, as a server would)
@@ -167,9 +168,9 @@ def throughput(model_dir: Path, repeats: int, batch: int, max_tokens: int) -> di
     guided: list[float] = []
     tokens = 0
     for r in range(repeats):  # interleaved: a busy machine slows both alike
-        rate, counts = run_batch(llm, None, batch, max_tokens, 100 * r)
+        rate, counts = run_batch(llm, None, batch, max_tokens, 100 * r, temperature)
         guided.append(rate)
-        plain.append(run_batch(llm, counts, batch, max_tokens, 100 * r)[0])
+        plain.append(run_batch(llm, counts, batch, max_tokens, 100 * r, temperature)[0])
         tokens = sum(counts)
     return {"plain_tok_s": round(max(plain), 1), "json_schema_tok_s": round(max(guided), 1),
             "tokens_per_run": tokens, "overhead_pct": round((1 - max(guided) / max(plain)) * 100, 1)}
@@ -178,11 +179,17 @@ def throughput(model_dir: Path, repeats: int, batch: int, max_tokens: int) -> di
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="0 (default) keeps the sampler's own cost (torch.multinomial) out of the A/B")
+    ap.add_argument("--max-tokens", type=int, default=192)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--builtin-only", action="store_true", help="skip the 49,152-token model")
     args = ap.parse_args()
-    repeats = 2 if args.quick else 5
+    repeats = 2 if args.quick else args.repeats
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    models = {"built-in (262 tokens)": ensure_default_model(),
-              "49152-token BPE": build_large_vocab_model(kvfence_home() / "models")}
+    models = {"built-in (262 tokens)": ensure_default_model()}
+    if not args.builtin_only:
+        models["49152-token BPE"] = build_large_vocab_model(kvfence_home() / "models")
     results: dict[str, Any] = {}
     for label, model_dir in models.items():
         tok = Tokenizer.from_dir(model_dir)
@@ -190,10 +197,11 @@ def main() -> None:
             "vocab": tok.vocab_size,
             "compile_ms": compile_times(tok, repeats),
             "mask": mask_times(tok, 500 if args.quick else 2000),
-            "decode_batch8": throughput(model_dir, repeats if not args.quick else 1, 8, 128 if args.quick else 256),
+            "decode_batch8": throughput(model_dir, repeats if not args.quick else 1, 8,
+                                        64 if args.quick else args.max_tokens, args.temperature),
         }
         print(label, json.dumps(results[label], indent=2), flush=True)
-    out = ROOT / "bench" / "results" / "structured_outputs.json"
+    out = ROOT / "bench" / "results" / f"structured_outputs_t{args.temperature:g}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
 
