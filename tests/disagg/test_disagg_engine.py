@@ -18,7 +18,7 @@ from kvfence.engine.config import EngineConfig
 from kvfence.engine.llm_engine import LLMEngine
 from kvfence.engine.outputs import RequestOutput
 from kvfence.engine.sampling_params import SamplingParams
-from kvfence.errors import CapacityError, ConfigError
+from kvfence.errors import CapacityError, ConfigError, InvalidParameterError
 from tests.disagg.helpers import assert_error_not_answer, drive
 
 SCOPE = b"scope-one"
@@ -109,6 +109,14 @@ def test_interface_matches_llm_engine(engine: DisaggregatedEngine, reference: LL
     assert engine.capacity == reference.capacity
     with pytest.raises(Exception, match="vocabulary"):
         engine.add_request("bad", [10_000], SamplingParams(), SCOPE)
+    # refused here, before the prefill worker sees them: nothing is allocated on either side
+    with pytest.raises(InvalidParameterError, match="outside the vocabulary") as bias:
+        engine.add_request("bad-bias", [1, 2, 3], SamplingParams(logit_bias={10_000: 5.0}), SCOPE)
+    with pytest.raises(InvalidParameterError, match="disaggregated") as processors:
+        engine.add_request("bad-lp", [1, 2, 3], SamplingParams(logits_processors=[lambda ids, row: row]), SCOPE)
+    assert (bias.value.param, processors.value.param) == ("logit_bias", "logits_processors")
+    with pytest.raises(InvalidParameterError, match="one choice"):
+        engine.add_request("bad-n", [1, 2, 3], SamplingParams(n=2), SCOPE)
     engine.add_request("dupe", [1, 2, 3], SamplingParams(max_tokens=2), SCOPE)
     with pytest.raises(Exception, match="already in use"):
         engine.add_request("dupe", [1, 2, 3], SamplingParams(), SCOPE)

@@ -45,6 +45,7 @@ from kvfence.engine.llm_engine import (
     LLMEngine,
     advance_text,
     banned_until_min_tokens,
+    check_params,
     check_prompt,
     seeded_generator,
 )
@@ -273,6 +274,7 @@ class DisaggregatedEngine:
             raise InvalidParameterError(f"request id {request_id!r} is already in use", param="request_id")
         vocab = self.model_config.vocab_size
         check_prompt(prompt_token_ids, vocab, scope_key)
+        check_params(params, vocab)  # one choice per request, logit-bias ids in the vocabulary
         if params.logits_processors:
             # The first token is sampled on the prefill worker, which cannot run a caller's code.
             raise InvalidParameterError(
