@@ -173,8 +173,8 @@ def test_filtered_stream_with_usage_counts_what_the_backend_generated() -> None:
     # gateway asked for is dropped, and the text is counted as the backend sent it
     from kvfence.gateway.answer import _process_event
     from kvfence.gateway.answer_filter import AnswerFilter, event_data
-    from tests.gateway.test_pure import _restore_chain
     from tests.gateway.sample_hooks import EMAIL, PLACEHOLDER
+    from tests.gateway.test_pure import _restore_chain
 
     filters = AnswerFilter("chat", _restore_chain)
     usage = StreamUsage(APPROX, injected=True)
