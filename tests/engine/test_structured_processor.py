@@ -23,21 +23,58 @@ from kvfence.engine.structured import (
     GrammarLogitsProcessor,
     GrammarSpec,
     compile_grammar,
+    vocabulary_of,
 )
 from kvfence.engine.tokenizer import Tokenizer
 from kvfence.errors import InvalidParameterError
 from tests.engine.test_structured_schemas import SCHEMAS, check_instance
-from tests.server.foreign_models import build_foreign_model
+from tests.server.foreign_models import CORPUS, build_foreign_model
 
-KINDS = ["builtin", "gpt2_bpe", "llama2_sentencepiece"]
+KINDS = ["builtin", "gpt2_bpe", "llama2_sentencepiece", "metaspace"]
+
+
+def _metaspace_tokenizer() -> Tokenizer:
+    """SentencePiece BPE with byte fallback whose decoder is ``Metaspace`` (newer conversions), which
+    llguidance's own reader leaves as a literal "▁"."""
+    from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer as HFTokenizer
+
+    learner = HFTokenizer(models.BPE(unk_token="<unk>"))
+    learner.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    learner.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=300, show_progress=False,
+                                                             special_tokens=["<unk>"]))
+    learned = json.loads(learner.to_str())["model"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2} | {f"<0x{b:02X}>": 3 + b for b in range(256)}
+    for piece in sorted(learned["vocab"], key=learned["vocab"].get):
+        vocab.setdefault(piece, len(vocab))
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learned["merges"]]
+    backend = HFTokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    backend.decoder = decoders.Sequence([decoders.Metaspace(replacement="▁", prepend_scheme="first"),
+                                         decoders.ByteFallback(), decoders.Fuse()])
+    backend.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in ("<unk>", "<s>", "</s>")])
+    return Tokenizer(backend, bos_token="<s>", eos_token="</s>", add_bos_token=True)
 
 
 @pytest.fixture(scope="module")
 def tokenizers(default_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Tokenizer]]:
-    found = {"builtin": Tokenizer.from_dir(default_model_dir)}
+    found = {"builtin": Tokenizer.from_dir(default_model_dir), "metaspace": _metaspace_tokenizer()}
     for kind in ("gpt2_bpe", "llama2_sentencepiece", "wordpiece"):
         found[kind] = Tokenizer.from_dir(build_foreign_model(tmp_path_factory.mktemp(kind), kind).path)
     yield found
+
+
+def test_a_metaspace_decoder_gets_the_tokenizers_own_bytes(tokenizers: dict[str, Tokenizer]) -> None:
+    """llguidance alone reads "▁x" as the bytes of "▁x"; the vocabulary must say " x", as decoding does."""
+    import llguidance
+
+    tok = tokenizers["metaspace"]
+    raw = llguidance.LLTokenizer(tok._backend.to_str(), eos_token=tok.eos_token_ids)
+    spaced = next(t for t in range(tok.vocab_size) if tok.token_bytes(t) == b" the")
+    assert raw.decode_bytes([spaced]) == "▁the".encode()
+    assert vocabulary_of(tok).llg_tokenizer.decode_bytes([spaced]) == b" the"
+    texts = _texts(GrammarSpec.regex(r"[a-z]+( [a-z]+)+"), tok, walks=6)
+    assert all(re.fullmatch(r"[a-z]+( [a-z]+)+", t) for t in texts)
 
 
 def _walk(processor: GrammarLogitsProcessor, tok: Tokenizer, rng: random.Random,
