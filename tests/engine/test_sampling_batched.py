@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvfence.engine.layers.sampler import SampleRow, sample
+from kvfence.engine.layers.sampler import SampleRow, inverse_cdf_draw, sample
 from kvfence.engine.sampling_params import SamplingParams
 
 
@@ -24,7 +24,17 @@ def _one_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Gene
         probs = sorted_logits.softmax(dim=-1)
         drop = (probs.cumsum(dim=-1) - probs) >= params.top_p
         scaled = torch.empty_like(scaled).scatter_(0, order, sorted_logits.masked_fill(drop, float("-inf")))
-    return int(torch.multinomial(scaled.softmax(dim=-1), 1, generator=generator).item())
+    return _draw_one(scaled.softmax(dim=-1), float(torch.rand(1, generator=generator, dtype=torch.float64)))
+
+
+def _draw_one(probs: torch.Tensor, u: float) -> int:
+    """Inverse-CDF draw written out plainly: the first token whose running total exceeds u."""
+    target, total = u * float(probs.double().sum()), 0.0
+    for token, p in enumerate(probs.double().tolist()):
+        total += p
+        if total > target:
+            return token
+    return int(probs.shape[0] - 1)
 
 
 _PARAMS = st.builds(
@@ -58,3 +68,14 @@ def test_unseeded_rows_share_the_default_generator_in_row_order() -> None:
     got = [t.token_id for t in sample(logits.clone(), rows, torch.Generator().manual_seed(5))]
     default = torch.Generator().manual_seed(5)
     assert got == [_one_row(logits[i], params, default) for i in range(3)]
+
+
+def test_inverse_cdf_draw_follows_the_distribution_and_never_draws_a_zero() -> None:
+    probs = torch.tensor([0.0, 0.5, 0.0, 0.2, 0.3, 0.0])
+    uniforms = torch.rand(20_000, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    tokens = inverse_cdf_draw(probs.expand(len(uniforms), -1), uniforms)
+    counts = torch.bincount(tokens, minlength=6).double() / len(uniforms)
+    assert counts[[0, 2, 5]].sum() == 0
+    assert torch.allclose(counts, probs.double(), atol=0.015)
+    edges = inverse_cdf_draw(probs.expand(2, -1), torch.tensor([0.0, 1 - 2**-53], dtype=torch.float64))
+    assert edges.tolist() == [1, 4]  # the first and last tokens with mass, not their zero neighbours
