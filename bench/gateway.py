@@ -57,6 +57,28 @@ sys.path.insert(0, str(REPO / "src"))
 KEY = "kvf-gw-bench-key"
 TARGET_P50_MS, TARGET_P99_MS = 2.0, 10.0
 
+# `kvfence ...` under cProfile on the process's CPU clock; stats written when it exits (SIGTERM included).
+PROFILED_SOURCE = r'''
+import cProfile, signal, sys, time
+from kvfence.cli import main
+
+def stop(signum, frame):
+    raise SystemExit(0)
+
+# uvicorn re-raises the SIGTERM it caught once it has shut down: end with an exception, not the
+# default handler's instant death, so the stats below are written.
+signal.signal(signal.SIGTERM, stop)
+out = sys.argv[1]
+sys.argv = ["kvfence", *sys.argv[2:]]
+profiler = cProfile.Profile(time.process_time)
+profiler.enable()
+try:
+    main()
+finally:
+    profiler.disable()
+    profiler.dump_stats(out)
+'''
+
 BACKEND_SOURCE = r'''
 import asyncio, json, sys
 import uvicorn
@@ -437,6 +459,9 @@ def main() -> None:
     parser.add_argument("--before-src", type=Path, default=None,
                         help="also run a second gateway from another source tree (its src/ directory, e.g. an "
                              "older commit from `git archive`), interleaved in the same run: path 'before'")
+    parser.add_argument("--profile-gateway", type=Path, default=None, metavar="FILE",
+                        help="run the gateway under cProfile (CPU clock) and write its stats to FILE at exit "
+                             "(slows the gateway: for where its CPU goes, not for its latency)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     scenarios = args.scenario or ["paced:100", "paced:10", "saturating:100", "saturating:10"]
@@ -466,8 +491,12 @@ tenants:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     backend = subprocess.Popen([sys.executable, str(tmp / "backend.py"), str(backend_port), str(args.chunks)], env=env)
     kvfence = str(Path(sys.executable).parent / "kvfence")
-    gateway = subprocess.Popen([kvfence, "gateway", "--config", str(tmp / "gateway.yaml"), "--port", str(gateway_port),
-                                "--log-level", "error"], env=env)
+    gateway_cmd = [kvfence, "gateway", "--config", str(tmp / "gateway.yaml"), "--port", str(gateway_port),
+                   "--log-level", "error"]
+    if args.profile_gateway is not None:
+        (tmp / "profiled.py").write_text(PROFILED_SOURCE)
+        gateway_cmd = [sys.executable, str(tmp / "profiled.py"), str(args.profile_gateway.resolve()), *gateway_cmd[1:]]
+    gateway = subprocess.Popen(gateway_cmd, env=env)
     before_port = free_port()
     before = None if args.before_src is None else subprocess.Popen(
         [kvfence, "gateway", "--config", str(tmp / "gateway.yaml"), "--port", str(before_port), "--log-level",

@@ -42,6 +42,9 @@ class CapacityInfo:
     kv_capacity_tokens: int | None
     source: str
     model_ids: tuple[str, ...] = ()
+    # One copy of the prompt serves all of a request's choices (n / best_of): kvfence says so through
+    # its capacity endpoint's cache scope; unknown elsewhere, so assumed not (see caps.py).
+    shares_prompt: bool = False
 
     @property
     def advertises_more_than_it_holds(self) -> bool:
@@ -134,6 +137,7 @@ async def discover_capacity(
     advertised: int | None = None
     capacity: int | None = None
     sources: list[str] = []
+    shares_prompt = False
     mode = backend.capacity
     if mode in (CapacitySource.AUTO, CapacitySource.KVFENCE):
         for path in KVFENCE_CAPACITY_PATHS:
@@ -141,11 +145,14 @@ async def discover_capacity(
             if response is None:
                 continue
             try:
-                advertised, capacity = parse_kvfence_capacity(response.json())
+                payload = response.json()
             except ValueError:
                 continue
+            advertised, capacity = parse_kvfence_capacity(payload)
             if capacity is not None:
                 sources.append("kvfence " + path)
+                # kvfence's choices share the prompt's pages unless every request is its own scope
+                shares_prompt = isinstance(payload, dict) and payload.get("cache_scope") not in (None, "request")
                 break
     if capacity is None and mode in (CapacitySource.AUTO, CapacitySource.VLLM):
         response = await _get(client, root + "/metrics", headers)
@@ -173,7 +180,8 @@ async def discover_capacity(
     if advertised is None and facts.advertised_context is not None:
         advertised = facts.advertised_context
         sources.append("policy")
-    return CapacityInfo(advertised, capacity, ",".join(dict.fromkeys(sources)) or "unknown", model_ids)
+    return CapacityInfo(advertised, capacity, ",".join(dict.fromkeys(sources)) or "unknown", model_ids,
+                        shares_prompt=shares_prompt)
 
 
 def parse_model_ids(payload: Any) -> tuple[str, ...]:

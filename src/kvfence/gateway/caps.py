@@ -1,9 +1,15 @@
 """Length caps: a request must fit under both the policy's limit and the backend's real capacity.
 
-Two limits apply: the prompt alone against the tenant's and the class's ``max_prompt_tokens``, and
-prompt + ``max_tokens`` against what the chosen backend can hold (min of its advertised context and
-its KV capacity). Over either, the class's ``over_cap`` action decides: reject with a 400 (default),
-or trim retrieved context and report how many tokens were cut.
+Three limits apply: the prompt alone against the tenant's and the class's ``max_prompt_tokens``;
+prompt + ``max_tokens`` against what one sequence of the chosen backend can hold (min of its
+advertised context and its KV capacity); and, for a request with several choices (``n`` or
+``best_of`` > 1), all its sequences at once against the KV capacity, since the backend holds them
+side by side. A backend that keeps one copy of the prompt for all choices (kvfence: its choices share
+the prompt's pages, unless its cache scope is per request) needs prompt + k x ``max_tokens``; any
+other backend is assumed to need k x (prompt + ``max_tokens``), the most it can take (vLLM shares
+the prompt only when prefix caching is on, a hosted API says nothing). Over any limit, the class's
+``over_cap`` action decides: reject with a 400 (default), or trim retrieved context and report how
+many tokens were cut.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from kvfence.gateway.policy import OverCapAction, OverCapConfig
 from kvfence.gateway.tokens import TokenCounter
 from kvfence.gateway.trim import trim_to_fit
 
-__all__ = ["CapResult", "completion_budget", "count_prompt", "enforce_cap"]
+__all__ = ["CapResult", "completion_budget", "count_prompt", "enforce_cap", "num_sequences"]
 
 
 def count_prompt(counter: TokenCounter, endpoint: str, body: dict[str, Any]) -> int:
@@ -48,6 +54,28 @@ def completion_budget(body: dict[str, Any]) -> int:
     return 1
 
 
+def num_sequences(body: dict[str, Any]) -> int:
+    """Sequences the backend generates at once for each prompt: max(``n``, ``best_of``), at least 1."""
+    count = 1
+    for key in ("n", "best_of"):
+        value = body.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise GatewayRequestError(f"`{key}` must be a positive integer", param=key)
+        count = max(count, value)
+    return count
+
+
+def _kv_prompt_limit(kv_capacity: int | None, sequences: int, budget: int, shares_prompt: bool) -> int | None:
+    """Largest prompt whose ``sequences`` choices of ``budget`` tokens fit the KV pool together."""
+    if kv_capacity is None or sequences == 1:
+        return None  # one sequence: the per-sequence context limit already says it
+    if shares_prompt:
+        return kv_capacity - sequences * budget
+    return kv_capacity // sequences - budget
+
+
 @dataclass(frozen=True, slots=True)
 class CapResult:
     prompt_tokens: int
@@ -64,11 +92,19 @@ def enforce_cap(
     prompt_limit: int | None,
     context_limit: int | None,
     over_cap: OverCapConfig,
+    kv_capacity: int | None = None,
+    shares_prompt: bool = False,
 ) -> CapResult:
-    """Check ``body`` against both limits; trim it in place when the class allows, else raise 400."""
+    """Check ``body`` against the limits; trim it in place when the class allows, else raise 400.
+
+    ``context_limit`` is what one sequence may hold (prompt + ``max_tokens``); ``kv_capacity`` what
+    all of a request's sequences hold together (only checked with ``n`` / ``best_of`` > 1);
+    ``shares_prompt``: the backend keeps one copy of the prompt for all of them."""
     budget = completion_budget(body)
+    sequences = num_sequences(body)
     tokens = count_prompt(counter, endpoint, body)
-    limits = [v for v in (prompt_limit, None if context_limit is None else context_limit - budget)
+    kv_limit = _kv_prompt_limit(kv_capacity, sequences, budget, shares_prompt)
+    limits = [v for v in (prompt_limit, None if context_limit is None else context_limit - budget, kv_limit)
               if v is not None]
     limit = min(limits) if limits else None
     if limit is None or tokens <= limit:
@@ -76,6 +112,11 @@ def enforce_cap(
     if context_limit is not None and budget >= context_limit:
         raise PromptTooLongError(f"max_tokens={budget} leaves no room for a prompt: the backend holds "
                                  f"{context_limit} tokens in all", param="max_tokens")
+    if kv_limit is not None and kv_limit < 1:
+        name = "best_of" if body.get("best_of") == sequences else "n"
+        raise PromptTooLongError(f"{name}={sequences} choices of max_tokens={budget} leave no room for a prompt: "
+                                 f"the backend's KV cache holds {kv_capacity} tokens for all of them at once",
+                                 param=name)
     cut = 0
     if over_cap.action is OverCapAction.TRIM and endpoint == "chat":
         result = trim_to_fit(body.get("messages") or [], over_cap,
@@ -90,6 +131,11 @@ def enforce_cap(
         parts.append(f"the policy allows {prompt_limit} prompt tokens")
     if context_limit is not None and tokens + budget > context_limit:
         parts.append(f"the backend can hold {context_limit} tokens for prompt + max_tokens ({budget})")
+    if kv_limit is not None and tokens > kv_limit:
+        need = (f"prompt + {sequences} x max_tokens ({budget})" if shares_prompt
+                else f"{sequences} x (prompt + max_tokens ({budget}))")
+        parts.append(f"the backend's KV cache holds {kv_capacity} tokens for {need}, its {sequences} choices "
+                     "(n / best_of) at once")
     trimmed = f"; trimming retrieved context could cut only {cut} tokens" if cut else ""
     raise PromptTooLongError(f"prompt is {tokens} tokens{method}, over the cap: {' and '.join(parts)}{trimmed}",
                              param="messages" if endpoint == "chat" else "prompt")

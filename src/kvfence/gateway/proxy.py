@@ -185,7 +185,8 @@ def _prepare(runtime: GatewayRuntime, state: BackendState, ctx: RequestContext, 
     klass = runtime.policy.data_class(ctx.data_class)
     limits = [v for v in (ctx.tenant.limits.max_prompt_tokens, klass.max_prompt_tokens) if v is not None]
     cap = enforce_cap(out, ctx.endpoint, state.counter, prompt_limit=min(limits) if limits else None,
-                      context_limit=state.capacity.max_context, over_cap=klass.over_cap)
+                      context_limit=state.capacity.max_context, over_cap=klass.over_cap,
+                      kv_capacity=state.capacity.kv_capacity_tokens, shares_prompt=state.capacity.shares_prompt)
     salt = None
     if backend.accepts_cache_salt and runtime.secret is not None:
         salt = tenant_cache_salt(ctx.tenant, salt_scope(runtime.policy, klass), runtime.secret)
