@@ -71,8 +71,9 @@ def test_structured_outputs_are_refused_in_disaggregated_mode(disagg_server: str
     r = httpx.post(disagg_server + "/v1/chat/completions", timeout=60,
                    json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **extra})
     assert r.status_code == 400, r.text
-    message = r.json()["error"]["message"]
-    assert "structured outputs" in message and "disaggregated" in message
+    error = r.json()["error"]
+    assert "structured outputs" in error["message"] and "disaggregated" in error["message"]
+    assert error["param"] == next(iter(extra))  # the client's field, not the engine's
     plain = httpx.post(disagg_server + "/v1/chat/completions", timeout=60,
                        json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
     assert plain.status_code == 200, plain.text

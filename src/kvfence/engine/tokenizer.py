@@ -87,6 +87,16 @@ class Tokenizer:
         )
 
     @property
+    def backend(self) -> _HFTokenizer:
+        """The ``tokenizers.Tokenizer`` read from tokenizer.json (for libraries that need its JSON form)."""
+        return self._backend
+
+    @property
+    def special_token_ids(self) -> frozenset[int]:
+        """Ids of the added tokens marked special (BOS, EOS, chat markers...)."""
+        return frozenset(self._special_ids)
+
+    @property
     def vocab_size(self) -> int:
         return int(self._backend.get_vocab_size(with_added_tokens=True))
 

@@ -9,6 +9,7 @@ from the authenticated tenant only (I5); ``cache_salt`` narrows it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -47,6 +48,7 @@ from kvfence.server.responses import (
     usage_body,
 )
 from kvfence.server.streaming import ClientDisconnected, EventStreamResponse, run_until_disconnect
+from kvfence.server.structured import grammar_spec
 
 __all__ = ["OpenAIServing"]
 
@@ -276,16 +278,24 @@ class OpenAIServing:
         is_chat = endpoint == "chat"
         req: GenerationRequest = parse_body(body, ChatCompletionRequest if is_chat else CompletionRequest)
         public_name = resolve_model_name(req.model, model)
-        if isinstance(req, ChatCompletionRequest):
-            prompts = [chat_prompt(req.template_messages(), req.add_generation_prompt is not False, model)]
-            param = "messages"
-        else:
-            assert isinstance(req, CompletionRequest)
-            prompts, param = [tokenize_prompt(p, model) for p in req.prompts()], "prompt"
-        params = [sampling_params(req, len(p), model, tenant.key, param) for p in prompts]
-        # I3 for n / best_of: all of a prompt's choices fit the pool at once, before anything is queued
-        check_choices(prompts, params, model, shares_prefix=self.config.cache_scope is not CacheScope.REQUEST,
-                      max_sequences=engine.max_pending)
+
+        def prepare() -> tuple[list[list[int]], list[SamplingParams]]:
+            if isinstance(req, ChatCompletionRequest):
+                prompts = [chat_prompt(req.template_messages(), req.add_generation_prompt is not False, model)]
+                param = "messages"
+            else:
+                assert isinstance(req, CompletionRequest)
+                prompts, param = [tokenize_prompt(p, model) for p in req.prompts()], "prompt"
+            params = [sampling_params(req, len(p), model, tenant.key, param) for p in prompts]
+            # I3 for n / best_of: all of a prompt's choices fit the pool at once, before anything is queued
+            check_choices(prompts, params, model, shares_prefix=self.config.cache_scope is not CacheScope.REQUEST,
+                          max_sequences=engine.max_pending)
+            return prompts, params
+
+        constraint = grammar_spec(req)
+        # A model's first grammar builds its token trie (up to a second for a large vocabulary):
+        # off the event loop, so other requests keep streaming meanwhile.
+        prompts, params = await asyncio.to_thread(prepare) if constraint is not None else prepare()
 
         # I5: the scope comes from the authenticated tenant and the server secret; the client's
         # cache_salt is mixed in after the identity, so it can only narrow the scope.
@@ -313,9 +323,12 @@ class OpenAIServing:
         try:
             lease.group = await engine.submit(
                 [(r.request_id, r.prompt_token_ids, r.params) for r in requests], scope_key)
-        except BaseException:
+        except BaseException as exc:
             lease.choices = []
             lease.close()
+            if constraint is not None and isinstance(exc, RequestError) and exc.param == "logits_processors":
+                # the engine's refusal (disaggregated mode) names its own field; name the client's
+                raise APIError.bad_request(f"{constraint[1]}: {exc.message}", param=constraint[1]) from exc
             raise
         created = int(time.time())
         if req.stream:

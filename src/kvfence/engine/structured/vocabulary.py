@@ -52,8 +52,8 @@ def vocabulary_of(tokenizer: Any) -> Vocabulary:
 def _build(tokenizer: Any) -> Vocabulary:
     import llguidance
 
-    # The Tokenizer keeps its `tokenizers` backend private; llguidance needs its JSON form.
-    backend = getattr(tokenizer, "_backend", tokenizer)
+    # llguidance reads the `tokenizers` backend's JSON form (a bare backend works too).
+    backend = getattr(tokenizer, "backend", tokenizer)
     to_str = getattr(backend, "to_str", None)
     if to_str is None:
         raise InvalidParameterError("structured outputs need a Hugging Face fast tokenizer (tokenizer.json)",
@@ -105,7 +105,7 @@ def _from_token_bytes(tokenizer: Any, eos: list[int]) -> Any:
         if known is None:
             return None
         tokens.append(known)
-    special = sorted(getattr(tokenizer, "_special_ids", ()))
+    special = sorted(getattr(tokenizer, "special_token_ids", ()))
     prefix_ids: list[int] = tokenizer.encode(_PREFIX, add_special_tokens=False)
 
     class _Source:
