@@ -70,3 +70,17 @@ def test_each_choice_must_also_fit_the_context() -> None:
 
 def test_capacity_info_shares_nothing_by_default() -> None:
     assert CapacityInfo(1000, 1000, "policy").shares_prompt is False
+
+
+def test_tokens_per_minute_counts_every_choice() -> None:
+    from kvfence.gateway.usage import StreamUsage, answer_completion_tokens
+
+    one = {"choices": [{"index": 0, "message": {"content": "x" * 30}}]}
+    two = {"choices": [{"index": 0, "message": {"content": "x" * 30}}, {"index": 1, "message": {"content": "y" * 30}}]}
+    assert answer_completion_tokens(two, APPROX)[0] == 2 * answer_completion_tokens(one, APPROX)[0] == 20
+    # the backend's usage already sums all choices (OpenAI, vLLM, kvfence): taken as it is
+    assert answer_completion_tokens({**two, "usage": {"completion_tokens": 7}}, APPROX) == (7, "usage")
+    usage = StreamUsage(APPROX, injected=True)
+    for index, text in ((0, "a" * 15), (1, "b" * 15), (0, "c" * 15), (1, "d" * 15)):
+        assert usage.observe({"choices": [{"index": index, "delta": {"content": text}}]}) == "pass"
+    assert usage.completion_tokens() == (20, "count")

@@ -68,6 +68,23 @@ def _response_headers(trace: RequestTrace, overhead_s: float) -> dict[str, str]:
     return headers
 
 
+_SSE_CONTENT_TYPE = (b"content-type", b"text/event-stream; charset=utf-8")  # as Starlette writes it
+
+
+def _raw_stream_headers(trace: RequestTrace, overhead_s: float) -> list[tuple[bytes, bytes]]:
+    """A stream's response headers, encoded here once (what Starlette's ``init_headers`` would make of
+    ``_response_headers`` plus the cache-control and content type, without its generic checks)."""
+    raw = [(b"cache-control", b"no-cache"), (b"x-request-id", trace.request_id.encode("latin-1")),
+           (b"x-kvfence-overhead-ms", b"%.3f" % (overhead_s * 1000)),
+           (b"x-kvfence-data-class", trace.data_class.encode("latin-1")),
+           (b"x-kvfence-backend", (trace.backend or "").encode("latin-1"))]
+    if trace.cap is not None:
+        raw += ((b"x-kvfence-prompt-tokens", b"%d" % trace.cap.prompt_tokens),
+                (b"x-kvfence-tokens-trimmed", b"%d" % trace.cap.tokens_cut))
+    raw.append(_SSE_CONTENT_TYPE)
+    return raw
+
+
 def _answer_filter(runtime: GatewayRuntime, ctx: RequestContext) -> AnswerFilter | None:
     if not runtime.hooks:
         return None
@@ -190,15 +207,15 @@ def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: Upst
 
     overhead = trace.overhead_s + (time.perf_counter() - received_at)
     trace.overhead_s = overhead
-    headers = {"cache-control": "no-cache", **_response_headers(trace, overhead)}
+    headers = _raw_stream_headers(trace, overhead)
     if filters is None and usage is None:
         if isinstance(upstream, FastResponse):
             return RelayStream(upstream, on_close, ending, watch, status_code=200, media_type="text/event-stream",
-                               headers=headers)
+                               raw_headers=headers)
         return ClosingStream(upstream.aiter_raw(), on_close, ending, watch, status_code=200,
-                             media_type="text/event-stream", headers=headers)
+                             media_type="text/event-stream", raw_headers=headers)
     return ClosingStream(processed(), on_close, ending, watch, status_code=200, media_type="text/event-stream",
-                         headers=headers)
+                         raw_headers=headers)
 
 
 def _process_event(event: bytes, filters: AnswerFilter | None, usage: StreamUsage | None) -> list[bytes]:

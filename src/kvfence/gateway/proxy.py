@@ -34,7 +34,7 @@ from kvfence.gateway.errors import (
 from kvfence.gateway.hang_up import CLIENT_GONE_STATUS, HangUpWatch
 from kvfence.gateway.hooks import RequestContext
 from kvfence.gateway.limits import LimitLease
-from kvfence.gateway.routing import choose_backends, salt_scope
+from kvfence.gateway.plans import UpstreamPlan, parse_forwardable, with_cache_salt
 from kvfence.gateway.runtime import BackendState, GatewayRuntime
 from kvfence.gateway.trace import RequestTrace
 from kvfence.gateway.upstream import UpstreamClient, UpstreamResponse
@@ -44,7 +44,9 @@ __all__ = ["handle_completion"]
 
 log = logging.getLogger("kvfence.gateway")
 
-DATA_CLASS_HEADER = "x-data-class"
+DATA_CLASS_HEADER = b"x-data-class"
+# The request headers the request path reads (ASGI servers give names in lower case).
+_WANTED_HEADERS = (b"authorization", b"x-api-key", b"api-key", DATA_CLASS_HEADER, b"content-length")
 _BIG_BODY = 64 * 1024  # count tokens off the event loop above this size
 # Upstream answers that send the request to the next allowed backend. Only the ones that say the
 # backend itself is unwell also take it out of rotation for a while; a 429 may be one account's
@@ -63,14 +65,14 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
     handed_off = False
     metrics.in_flight.inc()
     try:
-        tenant = runtime.tenants.authenticate(request.headers.get("authorization"),
-                                           request.headers.get("x-api-key") or request.headers.get("api-key"))
+        wanted = _wanted_headers(request.scope["headers"])
+        tenant = runtime.tenants.authenticate(wanted[b"authorization"], wanted[b"x-api-key"] or wanted[b"api-key"])
         trace.tenant, trace.organization, trace.workspace = tenant.name, tenant.organization, tenant.workspace
         lease = await runtime.limiter.acquire(tenant)
-        raw_body = await _read_limited(request, runtime.policy.gateway.max_body_bytes)
+        raw_body = await _read_limited(request, wanted[b"content-length"], runtime.policy.gateway.max_body_bytes)
         # From here on the only message left is the disconnect: a hang-up cancels whatever we wait on.
         watch = HangUpWatch(request.receive)
-        body = _parse_body(raw_body)
+        body, forwardable = _parse_body(raw_body)
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise GatewayRequestError("`model` is required and must be a string", param="model")
@@ -82,7 +84,7 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
         )
         trace.initial_class = trace.data_class = ctx.data_class
         trace.annotations = ctx.annotations
-        asked = request.headers.get(DATA_CLASS_HEADER)
+        asked = wanted[DATA_CLASS_HEADER]
         # The header can raise the class, never lower it below the tenant's default.
         if asked is not None and not ctx.raise_class(asked.strip(), reason="header"):
             ctx.annotations["header_class_ignored"] = asked.strip()
@@ -99,7 +101,10 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
         trace.data_class = ctx.data_class
         if ctx.data_class != ctx.initial_class:
             metrics.class_raised.labels(ctx.data_class).inc()
-        response = await _route_and_forward(runtime, ctx, body, trace, lease, watch,
+        # The client's own bytes can go upstream when nothing rewrote the body (no hooks) and every
+        # JSON parser reads them as we did (plans.parse_forwardable); else the body is serialised again.
+        raw = raw_body if forwardable and not runtime.hooks else None
+        response = await _route_and_forward(runtime, ctx, body, raw, trace, lease, watch,
                                             big=len(raw_body) > _BIG_BODY)
         handed_off = isinstance(response, OwnedStream)  # the stream stops the watch when it ends
         return response
@@ -142,8 +147,17 @@ def _refuse(runtime: GatewayRuntime, trace: RequestTrace, exc: GatewayError, out
     return json_error(exc, {"X-Request-Id": trace.request_id})
 
 
-async def _read_limited(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
+def _wanted_headers(raw_headers: list[tuple[bytes, bytes]]) -> dict[bytes, str | None]:
+    """The first value of each header in ``_WANTED_HEADERS`` (None if absent), in one pass over the
+    raw list: Starlette's ``Headers`` builds a mapping and scans it again on every lookup."""
+    found: dict[bytes, str | None] = dict.fromkeys(_WANTED_HEADERS)
+    for name, value in raw_headers:
+        if name in found and found[name] is None:
+            found[name] = value.decode("latin-1")
+    return found
+
+
+async def _read_limited(request: Request, declared: str | None, limit: int) -> bytes:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _body_too_large(limit)
     chunks: list[bytes] = []
@@ -165,32 +179,38 @@ def _body_too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(f"request body over {limit} bytes (gateway.max_body_bytes)")
 
 
-def _parse_body(raw: bytes) -> dict[str, Any]:
+def _parse_body(raw: bytes) -> tuple[dict[str, Any], bool]:
     try:
-        body = json.loads(raw)
+        body, forwardable = parse_forwardable(raw)
     except ValueError:
         raise GatewayRequestError("the request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise GatewayRequestError("the request body must be a JSON object")
-    return body
+    return body, forwardable
 
 
 def _prepare(runtime: GatewayRuntime, state: BackendState, ctx: RequestContext, body: dict[str, Any],
-             trace: RequestTrace) -> tuple[dict[str, Any], CapResult, bool]:
-    """Per-backend copy of the body: upstream model name, cap (maybe trimmed), salt, and for a
-    token-limited tenant's stream a request for usage (True when the gateway added it)."""
+             raw: bytes | None, trace: RequestTrace) -> tuple[bytes, CapResult, bool, UpstreamPlan]:
+    """Per-backend request: the body (upstream model name, cap, maybe trimmed, salt, and for a
+    token-limited tenant's stream a request for usage: True when the gateway added it) as bytes.
+
+    ``raw``, the client's bytes when they may be forwarded, is used unless this backend needs the
+    body changed beyond the salt, which is spliced in."""
     backend = state.config
     out = dict(body)
-    out["model"] = backend.upstream_model(ctx.model)
+    upstream_model = backend.upstream_model(ctx.model)
+    out["model"] = upstream_model
     klass = runtime.policy.data_class(ctx.data_class)
+    plan = runtime.upstream_plan(state, ctx.tenant, klass)
     limits = [v for v in (ctx.tenant.limits.max_prompt_tokens, klass.max_prompt_tokens) if v is not None]
     cap = enforce_cap(out, ctx.endpoint, state.counter, prompt_limit=min(limits) if limits else None,
                       context_limit=state.capacity.max_context, over_cap=klass.over_cap,
                       kv_capacity=state.capacity.kv_capacity_tokens, shares_prompt=state.capacity.shares_prompt)
-    salt = None
-    if backend.accepts_cache_salt and runtime.secret is not None:
-        salt = tenant_cache_salt(ctx.tenant, salt_scope(runtime.policy, klass), runtime.secret)
-    trace.salt_stripped = apply_cache_salt(out, salt) or trace.salt_stripped
+    salt = plan.salt
+    if plan.salt_per_request and plan.salt_scope is not None:
+        salt = tenant_cache_salt(ctx.tenant, plan.salt_scope, runtime.secret or b"")
+    stripped = apply_cache_salt(out, salt)
+    trace.salt_stripped = stripped or trace.salt_stripped
     trace.salt_injected = salt is not None
     usage_injected = False
     if (trace.stream and ctx.tenant.limits.tokens_per_minute is not None and backend.stream_usage
@@ -198,13 +218,19 @@ def _prepare(runtime: GatewayRuntime, state: BackendState, ctx: RequestContext, 
         options = out.get("stream_options")
         out["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
         usage_injected = True
-    return out, cap, usage_injected
+    unchanged = (raw is not None and upstream_model == ctx.model and not stripped and not usage_injected
+                 and cap.tokens_cut == 0 and out.get("messages") is body.get("messages"))
+    if unchanged and raw is not None:
+        content = raw if salt is None else with_cache_salt(raw, salt, has_keys=bool(body))
+    else:
+        content = json.dumps(out).encode()
+    return content, cap, usage_injected, plan
 
 
 async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body: dict[str, Any],
-                             trace: RequestTrace, lease: LimitLease, watch: HangUpWatch | None, *,
-                             big: bool) -> Response:
-    decision = choose_backends(runtime.policy, ctx.tenant, ctx.data_class, ctx.model, runtime.views(ctx.tenant))
+                             raw: bytes | None, trace: RequestTrace, lease: LimitLease, watch: HangUpWatch | None,
+                             *, big: bool) -> Response:
+    decision = runtime.route(ctx.tenant, ctx.data_class, ctx.model)
     if decision.refused:
         ctx.annotations["refused_backends"] = dict(decision.refused)
     now = time.monotonic()
@@ -217,10 +243,10 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
     for attempt, state in enumerate(states):
         try:
             if big:
-                upstream_body, cap, usage_injected = await asyncio.to_thread(_prepare, runtime, state, ctx, body,
-                                                                             trace)
+                content, cap, usage_injected, plan = await asyncio.to_thread(_prepare, runtime, state, ctx, body,
+                                                                             raw, trace)
             else:
-                upstream_body, cap, usage_injected = _prepare(runtime, state, ctx, body, trace)
+                content, cap, usage_injected, plan = _prepare(runtime, state, ctx, body, raw, trace)
         except PromptTooLongError as exc:
             cap_error = cap_error or exc
             failures.append(f"{state.config.name}: over its cap")
@@ -236,16 +262,13 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
             runtime.metrics.tokens_cut.inc(cap.tokens_cut)
         if trace.salt_stripped:
             runtime.metrics.salts_stripped.inc()
-        account = runtime.accounts.for_tenant(state.config, ctx.tenant)
-        headers = {"content-type": "application/json", "accept-encoding": "identity",
-                   "x-request-id": trace.request_id, **account.headers}
-        if trace.stream:
-            headers["accept"] = "text/event-stream"
+        headers = dict(plan.stream_headers if trace.stream else plan.headers)
+        headers["x-request-id"] = trace.request_id
         path = "/chat/completions" if ctx.endpoint == "chat" else "/completions"
         sent_at = time.perf_counter()
         trace.overhead_s = sent_at - trace.started
         try:
-            upstream = await _send(state.client, path, json.dumps(upstream_body).encode(), headers)
+            upstream = await _send(state.client, path, content, headers)
         except httpx.HTTPError as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             runtime.mark_down(state, reason)

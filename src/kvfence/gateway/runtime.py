@@ -19,16 +19,19 @@ from typing import Any
 
 import httpx
 
+from kvfence.engine.scope import CacheScope
 from kvfence.errors import ConfigError
 from kvfence.gateway.accounts import UpstreamAccounts
 from kvfence.gateway.audit_log import AuditLog
+from kvfence.gateway.cache_salt import tenant_cache_salt
 from kvfence.gateway.capacity import CapacityInfo, discover_capacity
 from kvfence.gateway.hooks import RequestHook
 from kvfence.gateway.limits import Limiter, TenantLimiter
 from kvfence.gateway.limits_redis import RedisTenantLimiter
 from kvfence.gateway.metrics import GatewayMetrics
-from kvfence.gateway.policy import BackendConfig, Policy
-from kvfence.gateway.routing import BackendView
+from kvfence.gateway.plans import PlanCache, UpstreamPlan
+from kvfence.gateway.policy import BackendConfig, DataClassConfig, Policy
+from kvfence.gateway.routing import BackendView, RouteDecision, choose_backends, salt_scope
 from kvfence.gateway.tenants import GatewayTenant, TenantRegistry
 from kvfence.gateway.tokens import TokenCounter, load_counter
 from kvfence.gateway.upstream import UpstreamClient, make_upstream_client
@@ -109,6 +112,7 @@ class GatewayRuntime:
         self.backends: dict[str, BackendState] = {}
         self._refresh_task: asyncio.Task[None] | None = None
         self._views: dict[str, list[BackendView]] = {}
+        self.plans = PlanCache()
 
     @classmethod
     def create(
@@ -188,6 +192,7 @@ class GatewayRuntime:
             state.capacity = info
             self._publish_capacity(state)
             self._views.clear()
+            self.plans.clear()  # routes depend on capacity
 
         await asyncio.gather(*(one(s) for s in self.backends.values()))
 
@@ -220,6 +225,25 @@ class GatewayRuntime:
                                    state.capacity.advertised_context, state.capacity.kv_capacity_tokens))
         self._views[tenant.name] = out
         return out
+
+    def route(self, tenant: GatewayTenant, data_class: str, model: str) -> RouteDecision:
+        """``choose_backends`` for this tenant, class and model (kept until capacity changes)."""
+        return self.plans.route((tenant.name, data_class, model), lambda: choose_backends(
+            self.policy, tenant, data_class, model, self.views(tenant)))
+
+    def upstream_plan(self, state: BackendState, tenant: GatewayTenant, klass: DataClassConfig) -> UpstreamPlan:
+        """Headers and cache salt of this tenant's requests of this class to this backend."""
+        def build() -> UpstreamPlan:
+            account = self.accounts.for_tenant(state.config, tenant)
+            headers = {"content-type": "application/json", "accept-encoding": "identity", **account.headers}
+            scope = None
+            if state.config.accepts_cache_salt and self.secret is not None:
+                scope = salt_scope(self.policy, klass)
+            salt = None if scope is None or scope is CacheScope.REQUEST else tenant_cache_salt(
+                tenant, scope, self.secret or b"")
+            return UpstreamPlan(headers, {**headers, "accept": "text/event-stream"}, salt, scope)
+
+        return self.plans.plan((state.config.name, tenant.name, klass.name), build)
 
     def mark_down(self, state: BackendState, reason: str) -> None:
         state.down_until = time.monotonic() + self.policy.gateway.backend_retry_after_s

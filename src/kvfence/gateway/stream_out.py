@@ -33,11 +33,15 @@ class OwnedStream(Response):
     """A streamed answer that owns the rest of its request: ``on_close`` releases what it holds."""
 
     def __init__(self, on_close: OnClose, on_error: OnError, watch: HangUpWatch | None, *, status_code: int,
-                 media_type: str | None, headers: Mapping[str, str] | None) -> None:
+                 media_type: str | None, headers: Mapping[str, str] | None,
+                 raw_headers: list[tuple[bytes, bytes]] | None = None) -> None:
         self.status_code = status_code
         self.media_type = media_type
         self.background = None
-        self.init_headers(headers)
+        if raw_headers is not None:
+            self.raw_headers = raw_headers  # already encoded, content type included: sent as they are
+        else:
+            self.init_headers(headers)
         self._on_close = on_close
         self._on_error = on_error
         self._watch = watch
@@ -72,9 +76,9 @@ class ClosingStream(OwnedStream):
 
     def __init__(self, content: AsyncIterator[bytes], on_close: OnClose, on_error: OnError,
                  watch: HangUpWatch | None = None, *, status_code: int = 200, media_type: str | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None, raw_headers: list[tuple[bytes, bytes]] | None = None) -> None:
         super().__init__(on_close, on_error, watch, status_code=status_code, media_type=media_type,
-                         headers=headers)
+                         headers=headers, raw_headers=raw_headers)
         self.body_iterator = content
 
     async def _body(self, send: Send, watch: HangUpWatch) -> bool:
@@ -214,9 +218,9 @@ class RelayStream(OwnedStream):
 
     def __init__(self, upstream: FastResponse, on_close: OnClose, on_error: OnError,
                  watch: HangUpWatch | None = None, *, status_code: int = 200, media_type: str | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None, raw_headers: list[tuple[bytes, bytes]] | None = None) -> None:
         super().__init__(on_close, on_error, watch, status_code=status_code, media_type=media_type,
-                         headers=headers)
+                         headers=headers, raw_headers=raw_headers)
         self._upstream = upstream
         self._pump: SendPump | None = None
 
