@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 import queue
 import sqlite3
 import threading
@@ -69,6 +70,21 @@ _DECISION_COLUMNS = [
     ("overhead_ms", "REAL", "DOUBLE PRECISION"), ("annotations", "TEXT", "TEXT"),
 ]
 _INCIDENT_COLUMNS = ["id", "ts", "request_id", "kind", "tenants", "details"]
+# A row's values in column order, read in one call (this runs once per request, on the writer thread).
+_DECISION_VALUES = operator.attrgetter(*(c[0] for c in _DECISION_COLUMNS if c[0] != "annotations"))
+_FLAG_COLUMNS = frozenset({"stream", "salt_injected", "client_salt_stripped"})
+_FLAG_POSITIONS = tuple(i for i, c in enumerate(_DECISION_COLUMNS) if c[0] in _FLAG_COLUMNS)
+_ANNOTATIONS_POSITION = [c[0] for c in _DECISION_COLUMNS].index("annotations")
+
+
+def _decision_values(row: Decision) -> tuple[Any, ...]:
+    values = list(_DECISION_VALUES(row))
+    values.insert(_ANNOTATIONS_POSITION, json.dumps(row.annotations, default=str, sort_keys=True)
+                  if row.annotations else "{}")
+    for i in _FLAG_POSITIONS:
+        values[i] = int(values[i])
+    return tuple(values)
+
 _BATCH_WAIT_S = 0.01
 _FILTERS = ("tenant", "organization", "workspace", "data_class", "backend", "outcome", "request_id")
 
@@ -117,14 +133,7 @@ class _Store:
         names = [c[0] for c in _DECISION_COLUMNS]
         sql = (f"INSERT INTO gateway_decisions ({', '.join(names)}) "
                f"VALUES ({', '.join([self.mark] * len(names))})")
-        values = []
-        for row in rows:
-            data = {n: getattr(row, n) for n in names}
-            data["annotations"] = json.dumps(row.annotations, default=str, sort_keys=True)
-            for flag in ("stream", "salt_injected", "client_salt_stripped"):
-                data[flag] = int(data[flag])
-            values.append(tuple(data[n] for n in names))
-        self._executemany(sql, values)
+        self._executemany(sql, [_decision_values(row) for row in rows])
 
     def insert_incident(self, row: tuple[Any, ...]) -> None:
         sql = (f"INSERT INTO gateway_incidents ({', '.join(_INCIDENT_COLUMNS)}) "
