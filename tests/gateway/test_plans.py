@@ -32,9 +32,17 @@ def test_duplicate_keys_are_never_forwarded_raw() -> None:
     assert not _ok(b'{"messages": [{"role": "user", "content": "long", "content": "short"}]}')
 
 
+def test_only_plain_utf8_is_forwarded() -> None:
+    body = {"model": "m", "prompt": "é"}
+    assert parse_forwardable(json.dumps(body, ensure_ascii=False).encode()) == (body, True)
+    assert parse_forwardable(json.dumps(body).encode("utf-16")) == (body, False)
+    assert parse_forwardable(b"\xef\xbb\xbf" + json.dumps(body).encode()) == (body, False)
+
+
 def test_invalid_json_raises_value_error() -> None:
-    with pytest.raises(ValueError):
-        parse_forwardable(b'{"model": ')
+    for bad in (b'{"model": ', b"\xff\xfe\x00", b"\xc3\x28"):
+        with pytest.raises(ValueError):
+            parse_forwardable(bad)
 
 
 @settings(max_examples=200, deadline=None)

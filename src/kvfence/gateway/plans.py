@@ -84,9 +84,13 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
+# One decoder for every request: ``json.loads(..., object_pairs_hook=...)`` would build a new one each time.
+_STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs)
+
+
 def parse_forwardable(raw: bytes) -> tuple[Any, bool]:
     """``json.loads(raw)``, and whether ``raw`` may be forwarded as it came: True unless some object
-    in it (at any depth) repeats a key.
+    in it (at any depth) repeats a key, or it is not plain UTF-8.
 
     Parsers disagree on duplicate keys (Python keeps the last, others the first): with a duplicate
     ``max_tokens`` or message ``content`` the gateway could cap one value while a backend generates
@@ -94,10 +98,16 @@ def parse_forwardable(raw: bytes) -> tuple[Any, bool]:
     Keys are compared decoded, so escaped spellings (``"max_tok\\u0065ns"``) count as the same key.
     Raises ``ValueError`` for invalid JSON, as ``json.loads``.
     """
+    encoding = json.detect_encoding(raw)  # as json.loads does (UTF-8 with or without BOM, -16, -32)
     try:
-        return json.loads(raw, object_pairs_hook=_unique_pairs), True
+        text = raw.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise ValueError(str(exc)) from None
+    try:
+        body = _STRICT_DECODER.decode(text)
     except _DuplicateKey:
-        return json.loads(raw), False
+        return json.loads(text), False
+    return body, encoding == "utf-8"  # other encodings (or a BOM) are re-serialised, not passed on
 
 
 def with_cache_salt(raw: bytes, salt: str, has_keys: bool) -> bytes:
