@@ -6,7 +6,9 @@
 
 A default run (four scenarios) takes 3-4 minutes; ``--before-src`` adds a fifth run per scenario.
 To split a gateway's CPU into per-chunk and per-request parts, run ``--scenario paced:100`` with two
-``--chunks`` values: the slope is the per-chunk cost, the intercept the per-request one.
+``--chunks`` values: the slope is the per-chunk cost, the intercept the per-request one. To see where
+it goes, ``--profile-gateway FILE`` runs the gateway under cProfile (CPU clock; read FILE with
+``pstats``); profiling slows it several times over, so that run's latency figures mean nothing.
 
 Setup: a fast local OpenAI-compatible backend (a bare ASGI app under uvicorn, its own process) streams
 ``--chunks`` SSE chunks per answer; the gateway (its own process, policy with one backend, no
