@@ -200,7 +200,7 @@ def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: Upst
                 await charge_completion(runtime, ctx, lease, *usage.completion_tokens())
         finally:
             await lease.release()
-            runtime.metrics.in_flight.dec()
+            runtime.metrics.requests_in_flight -= 1
             runtime.metrics.overhead.observe(trace.overhead_s)
             runtime.metrics.count_request(ctx.endpoint, ctx.data_class, trace.backend or "-", end.status)
             runtime.audit.record_decision(trace.decision(end.status, end.outcome, end.reason))

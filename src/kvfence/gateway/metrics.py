@@ -44,6 +44,10 @@ class GatewayMetrics:
                                      "1 if the backend advertises more context than its KV cache holds.",
                                      ["backend"], registry=r)
         self.in_flight = Gauge("kvfence_gateway_in_flight", "Requests being served.", registry=r)
+        # A plain count, read when /metrics is scraped: the request path adds and subtracts on the
+        # event loop's thread only, so it needs no lock (Gauge.inc/dec take one, twice per request).
+        self.requests_in_flight = 0
+        self.in_flight.set_function(lambda: self.requests_in_flight)
         self.leaks = Counter("kvfence_gateway_leak_suspected",
                              "Answers withheld as suspected cross-tenant leaks.", registry=r)
         self.tokens = Counter("kvfence_gateway_tokens",

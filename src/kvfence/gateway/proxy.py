@@ -63,7 +63,7 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
     ctx: RequestContext | None = None
     watch: HangUpWatch | None = None
     handed_off = False
-    metrics.in_flight.inc()
+    metrics.requests_in_flight += 1
     try:
         wanted = _wanted_headers(request.scope["headers"])
         tenant = runtime.tenants.authenticate(wanted[b"authorization"], wanted[b"x-api-key"] or wanted[b"api-key"])
@@ -131,7 +131,7 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
                 watch.stop()
             if lease is not None:
                 await lease.release()
-            metrics.in_flight.dec()
+            metrics.requests_in_flight -= 1
 
 
 def _refuse(runtime: GatewayRuntime, trace: RequestTrace, exc: GatewayError, outcome: str | None = None) -> JSONResponse:
