@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import httpx
+import uvicorn
 
 from kvfence.disagg.config import DisaggConfig
 from kvfence.disagg.engine import DisaggregatedEngine, DisaggRequestOutput
@@ -16,10 +22,13 @@ from kvfence.disagg.wire import Message, MessageKind, encode
 from kvfence.engine.config import EngineConfig
 from kvfence.engine.outputs import RequestOutput
 from kvfence.engine.sequence import Sequence
+from kvfence.server.app import create_app
+from kvfence.server.config import ServerConfig
+from tests.netutil import free_port
 
 KEY = bytes.fromhex("5a" * 32)  # the handoff key of the test prefill workers
 
-__all__ = ["KEY", "AllocationSpy", "decode_config", "drive", "make_engine", "resign_handoff"]
+__all__ = ["KEY", "AllocationSpy", "decode_config", "drive", "make_engine", "resign_handoff", "serve_disaggregated"]
 
 
 def decode_config(model_dir: Path, *, kv_cache_tokens: int = 512, max_model_len: int | str = 256, **extra: Any) -> EngineConfig:
@@ -32,6 +41,43 @@ def make_engine(model_dir: Path, address: str, *, timeout_s: float = 5.0, key: b
         engine=decode_config(model_dir, **kw), prefill_address=address, handoff_key=key,
         handoff_timeout_s=timeout_s, connect_timeout_s=30,
     ))
+
+
+@contextmanager
+def serve_disaggregated(model_dir: Path, address: str, *, start_timeout_s: float = 60.0,
+                        **engine_kw: Any) -> Iterator[tuple[str, list[DisaggregatedEngine]]]:
+    """`kvfence serve` (the real app, on 127.0.0.1) over a disaggregated engine whose prefill worker
+    listens at ``address``; yields the base URL and the engines the app made (closed at the end)."""
+    engines: list[DisaggregatedEngine] = []
+
+    def factory() -> DisaggregatedEngine:
+        engines.append(make_engine(model_dir, address, **engine_kw))
+        return engines[-1]
+
+    port = free_port()
+    app = create_app(ServerConfig(port=port), factory, secret=b"s" * 32, keyring=None)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           timeout_graceful_shutdown=2))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + start_timeout_s
+        while True:
+            try:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise RuntimeError("the disaggregated test server did not start")
+            time.sleep(0.1)
+        yield base, engines
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+        for engine in engines:
+            engine.close()
 
 
 def drive(engine: Any, request_ids: list[str], *, timeout_s: float = 60.0) -> dict[str, list[RequestOutput]]:

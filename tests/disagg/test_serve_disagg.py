@@ -8,24 +8,17 @@ error status, never a 200 with an answer.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
-import uvicorn
 
 from kvfence.disagg.engine import DisaggregatedEngine
 from kvfence.disagg.wire import Message, MessageKind, encode
-from kvfence.server.app import create_app
-from kvfence.server.config import ServerConfig
 from tests.disagg.conftest import WORKER_MAX_MODEL_LEN
-from tests.disagg.helpers import make_engine
+from tests.disagg.helpers import serve_disaggregated
 from tests.disagg.mitm import Mitm
-from tests.netutil import free_port
 
 
 def _inflate(msg: Message, frames: list[bytes]) -> list[list[bytes]]:
@@ -37,36 +30,8 @@ def _inflate(msg: Message, frames: list[bytes]) -> list[list[bytes]]:
 @pytest.fixture
 def served(model_dir: Path, mitm: Mitm) -> Iterator[tuple[str, list[DisaggregatedEngine]]]:
     mitm.to_decode = _inflate
-    engines: list[DisaggregatedEngine] = []
-
-    def factory() -> DisaggregatedEngine:
-        engines.append(make_engine(model_dir, mitm.address, kv_cache_tokens=1024, max_model_len=1024))
-        return engines[-1]
-
-    port = free_port()
-    app = create_app(ServerConfig(port=port), factory, secret=b"s" * 32, keyring=None)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           timeout_graceful_shutdown=2))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or not thread.is_alive():
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.1)
-        yield base, engines
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)
-        for eng in engines:
-            eng.close()
+    with serve_disaggregated(model_dir, mitm.address, kv_cache_tokens=1024, max_model_len=1024) as served:
+        yield served
 
 
 def test_openai_client_gets_answers_and_errors_never_a_placeholder_answer(

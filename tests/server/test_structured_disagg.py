@@ -6,58 +6,26 @@ engine refuses the request before anything is allocated; the client must learn w
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
-from kvfence.disagg.engine import DisaggregatedEngine
 from kvfence.engine.default_model import ensure_default_model
-from kvfence.server.app import create_app
-from kvfence.server.config import ServerConfig
 from tests.disagg.conftest import start_worker
-from tests.disagg.helpers import make_engine
-from tests.netutil import free_port
+from tests.disagg.helpers import serve_disaggregated
 
 
 @pytest.fixture(scope="module")
 def disagg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     model_dir = ensure_default_model(tmp_path_factory.mktemp("home") / "builtin")
     worker = start_worker(model_dir, tmp_path_factory.mktemp("worker"))
-    engines: list[DisaggregatedEngine] = []
-
-    def factory() -> DisaggregatedEngine:
-        engines.append(make_engine(model_dir, worker.address, kv_cache_tokens=1024, max_model_len=512))
-        return engines[-1]
-
-    port = free_port()
-    app = create_app(ServerConfig(port=port), factory, secret=b"s" * 32, keyring=None)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           timeout_graceful_shutdown=2))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or not thread.is_alive():
-                raise RuntimeError("the disaggregated test server did not start")
-            time.sleep(0.1)
-        yield base
+        with serve_disaggregated(model_dir, worker.address, start_timeout_s=120,
+                                 kv_cache_tokens=1024, max_model_len=512) as (base, _):
+            yield base
     finally:
-        server.should_exit = True
-        thread.join(timeout=20)
-        for engine in engines:
-            engine.close()
         worker.stop()
 
 
