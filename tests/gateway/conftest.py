@@ -82,6 +82,25 @@ class FakeBackend(Process):
         httpx.post(self.root + "/_control", json=settings)
 
 
+class KvfenceServe(Process):
+    """`kvfence serve --no-auth` on the built-in model, returned once its model answers /health."""
+
+    def __init__(self, tmp: Path, *extra: str, kv_cache_tokens: int = 1024) -> None:
+        port = free_port()
+        super().__init__([KVFENCE, "serve", "--no-auth", "--port", str(port), "--kv-cache-tokens",
+                          str(kv_cache_tokens), "--max-model-len", "auto", "--log-level", "warning", *extra],
+                         port, log_path=tmp / "serve.log")
+        for _ in range(600):  # the port opens before the model is loaded
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        pytest.fail("kvfence serve did not become ready:\n" + (tmp / "serve.log").read_text())
+
+
 class Gateway(Process):
     def __init__(self, policy: dict[str, Any], tmp: Path, env: dict[str, str] | None = None,
                  extra: list[str] | None = None) -> None:

@@ -9,17 +9,14 @@ directly for the pseudonymised prompt (same seed: same tokens).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from kvfence.gateway.tenants import hash_api_key
-from tests.gateway.conftest import KVFENCE, Gateway, Process
-from tests.netutil import free_port
+from tests.gateway.conftest import Gateway, KvfenceServe, Process
 
 KEY = "kvf-gw-choices-key"
 MODEL = "kvfence-builtin-random-llama"
@@ -29,20 +26,7 @@ POOL_TOKENS = 1024
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
-    port = free_port()
-    tmp = tmp_path_factory.mktemp("choices-serve")
-    proc = Process([KVFENCE, "serve", "--no-auth", "--port", str(port), "--kv-cache-tokens", str(POOL_TOKENS),
-                    "--max-model-len", "auto", "--log-level", "warning"], port, log_path=tmp / "serve.log")
-    for _ in range(600):  # the port opens before the model is loaded
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    else:
-        proc.stop()
-        pytest.fail("kvfence serve did not become ready:\n" + (tmp / "serve.log").read_text())
+    proc = KvfenceServe(tmp_path_factory.mktemp("choices-serve"), kv_cache_tokens=POOL_TOKENS)
     yield proc
     proc.stop()
 

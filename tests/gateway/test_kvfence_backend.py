@@ -7,7 +7,6 @@ salt really splits the engine's prefix cache by workspace (``cached_tokens`` in 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,8 +15,7 @@ import openai
 import pytest
 
 from kvfence.gateway.tenants import hash_api_key
-from tests.gateway.conftest import KVFENCE, FakeBackend, Gateway, Process
-from tests.netutil import free_port
+from tests.gateway.conftest import FakeBackend, Gateway, KvfenceServe, Process
 
 KEYS = {"eng": "kvf-gw-kv-eng", "eng2": "kvf-gw-kv-eng2", "ops": "kvf-gw-kv-ops"}
 MODEL = "kvfence-builtin-random-llama"
@@ -25,22 +23,7 @@ MODEL = "kvfence-builtin-random-llama"
 
 @pytest.fixture(scope="module")
 def kvfence_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
-    port = free_port()
-    tmp = tmp_path_factory.mktemp("kvserve")
-    proc = Process([KVFENCE, "serve", "--no-auth", "--port", str(port), "--kv-cache-tokens", "1024",
-                    "--max-model-len", "auto", "--cache-scope", "global", "--log-level", "warning"],
-                   port, log_path=tmp / "serve.log")
-    # the port opens before the model is loaded: wait until it answers
-    for _ in range(600):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    else:
-        proc.stop()
-        pytest.fail("kvfence serve did not become ready:\n" + (tmp / "serve.log").read_text())
+    proc = KvfenceServe(tmp_path_factory.mktemp("kvserve"), "--cache-scope", "global")
     yield proc
     proc.stop()
 
