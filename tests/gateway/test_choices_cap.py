@@ -84,3 +84,16 @@ def test_tokens_per_minute_counts_every_choice() -> None:
     for index, text in ((0, "a" * 15), (1, "b" * 15), (0, "c" * 15), (1, "d" * 15)):
         assert usage.observe({"choices": [{"index": index, "delta": {"content": text}}]}) == "pass"
     assert usage.completion_tokens() == (20, "count")
+
+
+def test_a_batch_is_capped_by_its_largest_prompt_and_charged_for_all_of_them() -> None:
+    body: dict[str, object] = {"prompt": [list(range(30)), list(range(50)), list(range(20))], "max_tokens": 10}
+    cap = enforce_cap(body, "completions", APPROX, prompt_limit=None, context_limit=60,
+                      over_cap=OverCapConfig())
+    assert (cap.prompt_tokens, cap.total_prompt_tokens) == (50, 100)  # each fits 60 alone; 100 are sent
+    with pytest.raises(PromptTooLongError):
+        enforce_cap({**body, "max_tokens": 11}, "completions", APPROX, prompt_limit=None, context_limit=60,
+                    over_cap=OverCapConfig())
+    one = enforce_cap({"prompt": PROMPT, "max_tokens": 5}, "completions", APPROX, prompt_limit=None,
+                      context_limit=None, over_cap=OverCapConfig())
+    assert one.prompt_tokens == one.total_prompt_tokens == len(PROMPT)

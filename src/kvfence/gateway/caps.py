@@ -22,24 +22,27 @@ from kvfence.gateway.policy import OverCapAction, OverCapConfig
 from kvfence.gateway.tokens import TokenCounter
 from kvfence.gateway.trim import trim_to_fit
 
-__all__ = ["CapResult", "completion_budget", "count_prompt", "enforce_cap", "num_sequences"]
+__all__ = ["CapResult", "completion_budget", "count_prompt", "enforce_cap", "num_sequences", "prompt_sizes"]
+
+
+def prompt_sizes(counter: TokenCounter, endpoint: str, body: dict[str, Any]) -> list[int]:
+    """Prompt tokens of each prompt of a chat or completions body (several for a completions batch)."""
+    if endpoint == "chat":
+        return [counter.count_chat(body.get("messages") or [], body.get("tools"))]
+    prompt = body.get("prompt", "")
+    if isinstance(prompt, str):
+        return [counter.count_text(prompt)]
+    if isinstance(prompt, list):
+        if all(isinstance(t, int) for t in prompt):
+            return [len(prompt)]
+        return [len(p) if isinstance(p, list) else counter.count_text(str(p)) for p in prompt]
+    raise GatewayRequestError("`prompt` must be a string, a list of strings or a list of token ids",
+                              param="prompt")
 
 
 def count_prompt(counter: TokenCounter, endpoint: str, body: dict[str, Any]) -> int:
-    """Prompt tokens of a chat or completions body."""
-    if endpoint == "chat":
-        return counter.count_chat(body.get("messages") or [], body.get("tools"))
-    prompt = body.get("prompt", "")
-    if isinstance(prompt, str):
-        return counter.count_text(prompt)
-    if isinstance(prompt, list):
-        if all(isinstance(t, int) for t in prompt):
-            return len(prompt)
-        # a batch of prompts: each must fit on its own, so the largest one is what counts
-        sizes = [len(p) if isinstance(p, list) else counter.count_text(str(p)) for p in prompt]
-        return max(sizes, default=0)
-    raise GatewayRequestError("`prompt` must be a string, a list of strings or a list of token ids",
-                              param="prompt")
+    """Prompt tokens of a chat or completions body; for a batch, the largest prompt (each must fit on its own)."""
+    return max(prompt_sizes(counter, endpoint, body), default=0)
 
 
 def completion_budget(body: dict[str, Any]) -> int:
@@ -78,10 +81,11 @@ def _kv_prompt_limit(kv_capacity: int | None, sequences: int, budget: int, share
 
 @dataclass(frozen=True, slots=True)
 class CapResult:
-    prompt_tokens: int
+    prompt_tokens: int            # the largest prompt (what each length limit is checked against)
     prompt_limit: int | None      # policy / tenant cap on the prompt alone
     context_limit: int | None     # backend's real maximum for prompt + max_tokens
     tokens_cut: int = 0
+    total_prompt_tokens: int = 0  # every prompt of a completions batch (what a token-rate limit charges)
 
 
 def enforce_cap(
@@ -102,13 +106,14 @@ def enforce_cap(
     ``shares_prompt``: the backend keeps one copy of the prompt for all of them."""
     budget = completion_budget(body)
     sequences = num_sequences(body)
-    tokens = count_prompt(counter, endpoint, body)
+    sizes = prompt_sizes(counter, endpoint, body)
+    tokens = max(sizes, default=0)
     kv_limit = _kv_prompt_limit(kv_capacity, sequences, budget, shares_prompt)
     limits = [v for v in (prompt_limit, None if context_limit is None else context_limit - budget, kv_limit)
               if v is not None]
     limit = min(limits) if limits else None
     if limit is None or tokens <= limit:
-        return CapResult(tokens, prompt_limit, context_limit)
+        return CapResult(tokens, prompt_limit, context_limit, total_prompt_tokens=sum(sizes))
     if context_limit is not None and budget >= context_limit:
         raise PromptTooLongError(f"max_tokens={budget} leaves no room for a prompt: the backend holds "
                                  f"{context_limit} tokens in all", param="max_tokens")
@@ -123,7 +128,8 @@ def enforce_cap(
                              lambda msgs: counter.count_chat(msgs, body.get("tools")), limit)
         if result.tokens_after <= limit:
             body["messages"] = result.messages
-            return CapResult(result.tokens_after, prompt_limit, context_limit, result.tokens_cut)
+            return CapResult(result.tokens_after, prompt_limit, context_limit, result.tokens_cut,
+                             total_prompt_tokens=result.tokens_after)  # chat: one prompt
         cut = result.tokens_cut
     method = "" if counter.is_exact else " (approximate count, see tokens.py)"
     parts = []

@@ -255,9 +255,9 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
         token_limited = ctx.tenant.limits.tokens_per_minute is not None
         if token_limited and not prompt_charged:
             # counted by the same tokenizer as the cap, once (a fallback resends the same prompt)
-            await lease.admit_prompt(cap.prompt_tokens)  # may refuse: 429 tokens_per_minute_exceeded
+            await lease.admit_prompt(cap.total_prompt_tokens)  # may refuse: 429 tokens_per_minute_exceeded
             prompt_charged = True
-            runtime.metrics.count_tokens(ctx.tenant.name, "prompt", "count", cap.prompt_tokens)
+            runtime.metrics.count_tokens(ctx.tenant.name, "prompt", "count", cap.total_prompt_tokens)
         if cap.tokens_cut:
             runtime.metrics.tokens_cut.inc(cap.tokens_cut)
         if trace.salt_stripped:
