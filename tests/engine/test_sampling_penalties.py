@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvfence.engine.layers.penalties import padded_ids
+from kvfence.engine.layers.penalties import apply_penalties, padded_ids
 from kvfence.engine.layers.sampler import SampleRow, sample
 from kvfence.engine.llm import LLM
 from kvfence.engine.sampling_params import SamplingParams
@@ -31,6 +31,30 @@ def _greedy_logprobs(logits: list[float], params: SamplingParams, outputs: list[
     return tok.logprobs
 
 
+_Spec = tuple[float, float, float, list[int], list[int]]  # (repetition, frequency, presence, prompt, output)
+
+
+def _penalised(logits: torch.Tensor, specs: list[_Spec]) -> torch.Tensor:
+    """What the engine's batched penalties make of ``logits`` (one row per spec)."""
+    rows = [_row(SamplingParams(repetition_penalty=r, frequency_penalty=f, presence_penalty=p), o, pr)
+            for r, f, p, pr, o in specs]
+    got = logits.clone()
+    apply_penalties(got, rows)
+    return got
+
+
+def _dense_reference(logits: torch.Tensor, specs: list[_Spec]) -> torch.Tensor:
+    """The definitions, token by token: repetition over prompt and output, frequency/presence over the output."""
+    expected = logits.clone()
+    for i, (r, f, p, prompt, output) in enumerate(specs):
+        for t in set(prompt) | set(output):
+            x = float(expected[i, t])
+            expected[i, t] = x / r if x > 0 else x * r
+        for t in set(output):
+            expected[i, t] -= f * output.count(t) + p
+    return expected
+
+
 def test_padded_ids() -> None:
     assert padded_ids([[1, 1, 3], [], [7]], V, torch.device("cpu")).tolist() == [[1, 1, 3], [V, V, V], [7, V, V]]
     assert padded_ids([[], []], V, torch.device("cpu")).tolist() == [[V], [V]]
@@ -43,23 +67,10 @@ _SPEC = st.tuples(st.sampled_from([0.3, 1.0, 1.5]), _PENALTY, _PENALTY, _IDS, _I
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(_SPEC, min_size=1, max_size=5), st.integers(0, 2**31))
-def test_penalties_match_the_definition(specs: list[tuple[float, float, float, list[int], list[int]]],
+def test_penalties_match_the_definition(specs: list[_Spec],
                                         seed: int) -> None:
-    from kvfence.engine.layers.penalties import apply_penalties
-
     logits = torch.randn(len(specs), 20, generator=torch.Generator().manual_seed(seed)) * 4
-    rows = [_row(SamplingParams(repetition_penalty=r, frequency_penalty=f, presence_penalty=p), o, pr)
-            for r, f, p, pr, o in specs]
-    expected = logits.clone()
-    for i, (r, f, p, prompt, output) in enumerate(specs):
-        for t in set(prompt) | set(output):
-            x = float(expected[i, t])
-            expected[i, t] = x / r if x > 0 else x * r
-        for t in set(output):
-            expected[i, t] -= f * output.count(t) + p
-    got = logits.clone()
-    apply_penalties(got, rows)
-    assert torch.allclose(got, expected, atol=1e-5)
+    assert torch.allclose(_penalised(logits, specs), _dense_reference(logits, specs), atol=1e-5)
 
 
 def test_all_penalties_together_match_a_dense_reference() -> None:
@@ -71,20 +82,7 @@ def test_all_penalties_together_match_a_dense_reference() -> None:
         (0.5, -1.0, 0.0, [49, 3], []),
         (1.0, 0.0, 0.0, [4], [4]),  # no penalty: untouched
     ]
-    rows = [_row(SamplingParams(repetition_penalty=r, frequency_penalty=f, presence_penalty=p), o, pr)
-            for r, f, p, pr, o in specs]
-    expected = logits.clone()
-    for i, (r, f, p, prompt, output) in enumerate(specs):
-        for t in set(prompt) | set(output):
-            x = expected[i, t]
-            expected[i, t] = x / r if x > 0 else x * r
-        for t in set(output):
-            expected[i, t] -= f * output.count(t) + p
-    from kvfence.engine.layers.penalties import apply_penalties
-
-    got = logits.clone()
-    apply_penalties(got, rows)
-    assert torch.allclose(got, expected, atol=1e-5)
+    assert torch.allclose(_penalised(logits, specs), _dense_reference(logits, specs), atol=1e-5)
 
 
 def test_frequency_and_presence_follow_openai() -> None:
