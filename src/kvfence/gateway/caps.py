@@ -45,29 +45,26 @@ def count_prompt(counter: TokenCounter, endpoint: str, body: dict[str, Any]) -> 
     return max(prompt_sizes(counter, endpoint, body), default=0)
 
 
+def _positive_int(body: dict[str, Any], key: str) -> int | None:
+    """``body[key]`` when given (a 400 naming it unless it is a positive integer), else None."""
+    value = body.get(key)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise GatewayRequestError(f"`{key}` must be a positive integer", param=key)
+    return value
+
+
 def completion_budget(body: dict[str, Any]) -> int:
     """Tokens the request may generate, as far as the body says (at least 1)."""
     for key in ("max_completion_tokens", "max_tokens"):
-        value = body.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise GatewayRequestError(f"`{key}` must be a positive integer", param=key)
-        return value
+        value = _positive_int(body, key)
+        if value is not None:
+            return value
     return 1
 
 
 def num_sequences(body: dict[str, Any]) -> int:
     """Sequences the backend generates at once for each prompt: max(``n``, ``best_of``), at least 1."""
-    count = 1
-    for key in ("n", "best_of"):
-        value = body.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise GatewayRequestError(f"`{key}` must be a positive integer", param=key)
-        count = max(count, value)
-    return count
+    return max(_positive_int(body, "n") or 1, _positive_int(body, "best_of") or 1)
 
 
 def _kv_prompt_limit(kv_capacity: int | None, sequences: int, budget: int, shares_prompt: bool) -> int | None:
