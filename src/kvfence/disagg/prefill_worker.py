@@ -30,7 +30,7 @@ from kvfence.disagg.wire import Message, MessageKind, WireError, decode, encode
 from kvfence.engine.block_manager import PageState
 from kvfence.engine.config import EngineConfig
 from kvfence.engine.layers.sampler import SampleRow, sample
-from kvfence.engine.llm_engine import LLMEngine
+from kvfence.engine.llm_engine import LLMEngine, banned_until_min_tokens
 from kvfence.engine.sampling_params import SamplingParams
 from kvfence.engine.sequence import Sequence
 from kvfence.errors import InvalidParameterError, IsolationViolation, RequestError
@@ -247,8 +247,7 @@ class PrefillWorker:
 
     def _row(self, job: _Job) -> SampleRow:
         p = job.params
-        banned = [] if p.min_tokens == 0 else sorted(
-            set(p.stop_token_ids) | (set() if p.ignore_eos else set(self.engine.tokenizer.eos_token_ids)))
+        banned = banned_until_min_tokens(p, self.engine.tokenizer.eos_token_ids)
         # The first token has no output yet; the repetition penalty also counts the prompt.
         prompt = job.prompt if p.repetition_penalty != 1.0 else ()
         return SampleRow(p, job.generator, 0, banned, (), prompt)
