@@ -4,10 +4,12 @@
 batches of up to ``MAX_KERNEL_ROWS`` rows as register-tiled products, on torch's own threads (on
 AMD EPYC torch's single-row fp32 GEMV reaches a third of the bandwidth and its small-batch sgemm
 half this kernel's speed; where torch's is faster, ``calibrate_linear`` keeps torch's); ``rms_norm``, ``silu_mul`` and ``try_rope_``
-do in one call what torch does in several small ops. See :mod:`.library` for when they apply and
+do in one call what torch does in several small ops; :class:`DecoderLayerKernel` runs a decoder
+layer's two halves around attention in one call each. See :mod:`.library` for when they apply and
 ``KVFENCE_CPU_KERNELS=0`` to turn them off.
 """
 
+from kvfence.engine.kernels.fused_layer import DecoderLayerKernel
 from kvfence.engine.kernels.library import KernelStatus, cpu_kernels, kernel_status, reset_kernels
 from kvfence.engine.kernels.ops import (
     MAX_ELEMENTWISE_ROWS,
@@ -28,6 +30,7 @@ __all__ = [
     "MAX_ELEMENTWISE_ROWS",
     "MAX_KERNEL_ROWS",
     "TILED_MIN_ROWS",
+    "DecoderLayerKernel",
     "KernelStatus",
     "LinearCalibration",
     "calibrate_linear",

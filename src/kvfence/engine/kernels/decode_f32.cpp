@@ -172,16 +172,12 @@ void account(Clock::duration total, Clock::duration waited) {
 }
 #endif
 
-}  // namespace
-
-extern "C" {
-
 // x: [batch, in] with row stride ldx; w: [out, in] contiguous; bias: [out] or null; y: [batch, out]
 // contiguous. With threads > 1 and at least min_parallel_weights weights, `threads` OpenMP threads
 // share the rows in chunks of about 64 KiB of weights; otherwise the caller runs them all.
 // Batches of at least broadcast_rows rows run the register-tiled form of broadcast_gemm.h over a
 // transposed copy of x (packed once, by the caller); smaller ones the dot-product form above.
-void kvfence_linear_f32(const float* x, long batch, long ldx, const float* w, long out, long in,
+void linear_f32(const float* x, long batch, long ldx, const float* w, long out, long in,
                         const float* bias, float* y, long min_parallel_weights, long threads, long broadcast_rows) {
     const bool tiled = batch >= broadcast_rows;
     const float* xt = nullptr;
@@ -227,7 +223,7 @@ void kvfence_linear_f32(const float* x, long batch, long ldx, const float* w, lo
 }
 
 // out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight   (x rows with stride ldx; out contiguous)
-void kvfence_rms_norm_f32(const float* x, long rows, long ldx, long dim, const float* weight, float eps, float* out) {
+void rms_norm_f32(const float* x, long rows, long ldx, long dim, const float* weight, float eps, float* out) {
     for (long r = 0; r < rows; ++r) {
         const float* xr = x + r * ldx;
         float* yr = out + r * dim;
@@ -254,7 +250,7 @@ void kvfence_rms_norm_f32(const float* x, long rows, long ldx, long dim, const f
 }
 
 // out[r, j] = silu(gate_up[r, j]) * gate_up[r, inter + j]; gate_up rows are [gate | up], contiguous.
-void kvfence_silu_mul_f32(const float* gate_up, long rows, long inter, float* out) {
+void silu_mul_f32(const float* gate_up, long rows, long inter, float* out) {
     for (long r = 0; r < rows; ++r) {
         const float* g = gate_up + r * 2 * inter;
         const float* u = g + inter;
@@ -272,7 +268,7 @@ void kvfence_silu_mul_f32(const float* gate_up, long rows, long inter, float* ou
 
 // Rotate-half RoPE in place on the first `heads` heads of each token:
 //   [x1, x2] -> [x1 * cos - x2 * sin, x2 * cos + x1 * sin], cos/sin rows of head_dim / 2.
-void kvfence_rope_f32(float* x, long tokens, long token_stride, long heads, long head_dim, const float* cos,
+void rope_f32(float* x, long tokens, long token_stride, long heads, long head_dim, const float* cos,
                       const float* sin, long table_stride) {
     const long half = head_dim / 2;
     for (long t = 0; t < tokens; ++t) {
@@ -295,6 +291,105 @@ void kvfence_rope_f32(float* x, long tokens, long token_stride, long heads, long
             }
         }
     }
+}
+
+}  // namespace
+
+// ---- one decoder layer's two halves around attention, in one call each -------------------------
+//
+// A decode step of a 30-layer model dispatched some 900 torch ops and 200 ctypes calls, each a few
+// microseconds of Python and dispatch while the memory bus, which bounds the step, sits idle. The
+// halves below do the same work in the same order with the same kernels (so the results are bit
+// for bit those of the separate calls), with scratch buffers kept per thread across calls.
+
+struct KvLinear {
+    const float* weight;  // [out, in] row-major
+    const float* bias;    // [out] or null
+    long out;
+    long in;
+};
+
+// Mirrored by kvfence/engine/kernels/fused_layer.py (ctypes.Structure, same field order).
+struct KvDecoderLayer {
+    KvLinear qkv, o, gate_up, down;
+    const float* input_norm;  // [hidden]
+    const float* post_norm;   // [hidden]
+    float eps;
+    long hidden, num_heads, num_kv_heads, head_dim;
+    long min_parallel_weights, broadcast_rows;
+};
+
+namespace {
+
+float* scratch(std::vector<float>& buffer, long floats) {
+    if (buffer.size() < static_cast<size_t>(floats)) buffer.resize(static_cast<size_t>(floats));
+    return buffer.data();
+}
+
+void run_linear(const KvDecoderLayer& layer, const KvLinear& lin, const float* x, long rows, long ldx, float* y,
+                long threads) {
+    linear_f32(x, rows, ldx, lin.weight, lin.out, lin.in, lin.bias, y, layer.min_parallel_weights, threads,
+               layer.broadcast_rows);
+}
+
+}  // namespace
+
+extern "C" {
+
+// x: [batch, in] with row stride ldx; w: [out, in] contiguous; bias: [out] or null; y: [batch, out]
+// contiguous. See linear_f32.
+void kvfence_linear_f32(const float* x, long batch, long ldx, const float* w, long out, long in,
+                        const float* bias, float* y, long min_parallel_weights, long threads, long broadcast_rows) {
+    linear_f32(x, batch, ldx, w, out, in, bias, y, min_parallel_weights, threads, broadcast_rows);
+}
+
+void kvfence_rms_norm_f32(const float* x, long rows, long ldx, long dim, const float* weight, float eps, float* out) {
+    rms_norm_f32(x, rows, ldx, dim, weight, eps, out);
+}
+
+void kvfence_silu_mul_f32(const float* gate_up, long rows, long inter, float* out) {
+    silu_mul_f32(gate_up, rows, inter, out);
+}
+
+void kvfence_rope_f32(float* x, long tokens, long token_stride, long heads, long head_dim, const float* cos,
+                      const float* sin, long table_stride) {
+    rope_f32(x, tokens, token_stride, heads, head_dim, cos, sin, table_stride);
+}
+
+// Before attention: qkv = qkv_proj(rms_norm(x)) (+ bias), then RoPE on its query and key heads.
+// x: [rows, hidden] with row stride ldx; cos, sin: rows of head_dim / 2 with stride table_stride;
+// qkv: [rows, (num_heads + 2 num_kv_heads) * head_dim] contiguous.
+void kvfence_layer_pre_f32(const KvDecoderLayer* layer, const float* x, long rows, long ldx, const float* cos,
+                           const float* sin, long table_stride, float* qkv, long threads) {
+    static thread_local std::vector<float> normed_buf;
+    float* normed = scratch(normed_buf, rows * layer->hidden);
+    rms_norm_f32(x, rows, ldx, layer->hidden, layer->input_norm, layer->eps, normed);
+    run_linear(*layer, layer->qkv, normed, rows, layer->hidden, qkv, threads);
+    rope_f32(qkv, rows, layer->qkv.out, layer->num_heads + layer->num_kv_heads, layer->head_dim, cos, sin,
+             table_stride);
+}
+
+// After attention: h = x + o_proj(attn); out = h + down(silu(gate) * up), [gate | up] = gate_up(rms_norm(h)).
+// attn: [rows, num_heads * head_dim] with row stride ld_attn; x: [rows, hidden] with row stride
+// ldx; out: [rows, hidden] contiguous (may not alias x or attn).
+void kvfence_layer_post_f32(const KvDecoderLayer* layer, const float* attn, long rows, long ld_attn, const float* x,
+                            long ldx, float* out, long threads) {
+    static thread_local std::vector<float> proj_buf, normed_buf, gate_up_buf, act_buf;
+    const long hidden = layer->hidden;
+    const long inter = layer->down.in;
+    float* proj = scratch(proj_buf, rows * hidden);
+    float* normed = scratch(normed_buf, rows * hidden);
+    float* gate_up = scratch(gate_up_buf, rows * 2 * inter);
+    float* act = scratch(act_buf, rows * inter);
+    run_linear(*layer, layer->o, attn, rows, ld_attn, proj, threads);
+    for (long r = 0; r < rows; ++r)
+        for (long i = 0; i < hidden; ++i) out[r * hidden + i] = x[r * ldx + i] + proj[r * hidden + i];
+    rms_norm_f32(out, rows, hidden, hidden, layer->post_norm, layer->eps, normed);
+    run_linear(*layer, layer->gate_up, normed, rows, hidden, gate_up, threads);
+    silu_mul_f32(gate_up, rows, inter, act);
+    run_linear(*layer, layer->down, act, rows, inter, proj, threads);
+    for (long r = 0; r < rows; ++r)
+        for (long i = 0; i < hidden; ++i) out[r * hidden + i] += proj[r * hidden + i];
 }
 
 }  // extern "C"

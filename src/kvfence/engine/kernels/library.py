@@ -42,6 +42,12 @@ _SIGNATURES: dict[str, list[type]] = {
     # x, tokens, token_stride, heads, head_dim, cos, sin, table_stride
     "kvfence_rope_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long, _c_float_p,
                          _c_float_p, ctypes.c_long],
+    # layer, x, rows, ldx, cos, sin, table_stride, qkv, threads
+    "kvfence_layer_pre_f32": [ctypes.c_void_p, _c_float_p, ctypes.c_long, ctypes.c_long, _c_float_p, _c_float_p,
+                              ctypes.c_long, _c_float_p, ctypes.c_long],
+    # layer, attn, rows, ld_attn, x, ldx, out, threads
+    "kvfence_layer_post_f32": [ctypes.c_void_p, _c_float_p, ctypes.c_long, ctypes.c_long, _c_float_p, ctypes.c_long,
+                               _c_float_p, ctypes.c_long],
 }
 
 

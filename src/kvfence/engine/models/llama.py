@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvfence.engine.config import ModelConfig
-from kvfence.engine.kernels import linear, rms_norm, silu_mul
+from kvfence.engine.kernels import DecoderLayerKernel, linear, rms_norm, silu_mul
 from kvfence.engine.layers.attention import AttentionMetadata, paged_attention
 from kvfence.engine.layers.rotary import RotaryEmbedding
 
@@ -94,11 +94,17 @@ class LlamaAttention(nn.Module):
         num_tokens = x.shape[0]
         qkv = self.qkv_proj(x).view(num_tokens, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
         RotaryEmbedding.rotate_(qkv, self.num_heads + self.num_kv_heads, *rope)  # q and k heads
+        return self.o_proj(self.attend(qkv, k_cache, v_cache, meta))
+
+    def attend(
+        self, qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:
+        """Attention over the pool for rotated ``qkv`` [T, H + 2 KV, D]; returns [T, H * D] (before o_proj)."""
         q = qkv[:, : self.num_heads]
         k = qkv[:, self.num_heads : self.num_heads + self.num_kv_heads]
         v = qkv[:, self.num_heads + self.num_kv_heads :]
         out = paged_attention(q, k, v, k_cache, v_cache, meta)  # [T, H, D]
-        return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
+        return out.reshape(qkv.shape[0], self.num_heads * self.head_dim)
 
 
 class LlamaMLP(nn.Module):
@@ -120,6 +126,36 @@ class LlamaDecoderLayer(nn.Module):
         self.mlp = LlamaMLP(cfg, dtype, device)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, device=device)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, device=device)
+        self._kernel: DecoderLayerKernel | None = None
+
+    def _weights(self) -> tuple[torch.Tensor | None, ...]:
+        # in DecoderLayerKernel.build's order
+        attn, mlp = self.self_attn, self.mlp
+        return (
+            self.input_layernorm.weight, self.post_attention_layernorm.weight,
+            attn.qkv_proj.weight, attn.qkv_proj.bias, attn.o_proj.weight, attn.o_proj.bias,
+            mlp.gate_up_proj.weight, mlp.gate_up_proj.bias, mlp.down_proj.weight, mlp.down_proj.bias,
+        )
+
+    def fused_kernel(self) -> DecoderLayerKernel | None:
+        """The layer's fused CPU fp32 kernel (built at first use, rebuilt when the weights or the
+        kernel library change), or ``None`` where it does not apply (other device or dtype, kernels off)."""
+        weights = self._weights()
+        if self._kernel is None or not self._kernel.is_for(weights):
+            attn = self.self_attn
+            self._kernel = DecoderLayerKernel.build(
+                input_norm=self.input_layernorm.weight,
+                post_norm=self.post_attention_layernorm.weight,
+                eps=self.input_layernorm.eps,
+                qkv=(attn.qkv_proj.weight, attn.qkv_proj.bias),
+                o=(attn.o_proj.weight, attn.o_proj.bias),
+                gate_up=(self.mlp.gate_up_proj.weight, self.mlp.gate_up_proj.bias),
+                down=(self.mlp.down_proj.weight, self.mlp.down_proj.bias),
+                num_heads=attn.num_heads,
+                num_kv_heads=attn.num_kv_heads,
+                head_dim=attn.head_dim,
+            )
+        return self._kernel
 
     def forward(
         self,
@@ -129,6 +165,10 @@ class LlamaDecoderLayer(nn.Module):
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
     ) -> torch.Tensor:
+        kernel = self.fused_kernel() if x.is_cpu and x.dtype == torch.float32 else None
+        if kernel is not None and kernel.takes(x, *rope):  # a decode-sized CPU fp32 batch: 2 calls, not ~30 ops
+            attn = self.self_attn.attend(kernel.pre(x, *rope), k_cache, v_cache, meta)
+            return kernel.post(attn, x)
         x = x + self.self_attn(rope, self.input_layernorm(x), k_cache, v_cache, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
 
