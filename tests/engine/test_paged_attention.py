@@ -95,12 +95,15 @@ def _metadata(seqs: list[Seq], window: int | None, null_page: int, device: str =
 
 
 def _run(specs: list[tuple[int, int]], heads: int, kv_heads: int, head_dim: int, window: int | None,
-         seed: int, dtype: torch.dtype = torch.float32, device: str = "cpu") -> None:
+         seed: int, dtype: torch.dtype = torch.float32, device: str = "cpu", kv_dtype: torch.dtype | None = None) -> None:
+    """``kv_dtype``: the pool's dtype when it differs from ``dtype`` (K/V are stored rounded to it
+    and every attention reads the rounded values: the reference uses them too)."""
+    kv_dtype = kv_dtype or dtype
     gen = torch.Generator().manual_seed(seed)
     num_pages = sum(-(-(c + n) // PAGE) for c, n in specs) + 3  # a few pages nobody owns
     seqs = _layout(specs, num_pages, gen)
     # Pool: NaN wherever nobody wrote (a read of it poisons the output); the null page is zero.
-    k_cache = torch.full(((num_pages + 1) * PAGE, kv_heads, head_dim), math.nan, dtype=dtype)
+    k_cache = torch.full(((num_pages + 1) * PAGE, kv_heads, head_dim), math.nan, dtype=kv_dtype)
     v_cache = torch.full_like(k_cache, math.nan)
     k_cache[num_pages * PAGE :] = 0
     v_cache[num_pages * PAGE :] = 0
@@ -111,8 +114,8 @@ def _run(specs: list[tuple[int, int]], heads: int, kv_heads: int, head_dim: int,
             keys[i, p] = torch.randn(kv_heads, head_dim, generator=gen).to(dtype)
             values[i, p] = torch.randn(kv_heads, head_dim, generator=gen).to(dtype)
             if p < s.cached:
-                k_cache[_slot(s, p)] = keys[i, p]
-                v_cache[_slot(s, p)] = values[i, p]
+                k_cache[_slot(s, p)] = keys[i, p].to(kv_dtype)
+                v_cache[_slot(s, p)] = values[i, p].to(kv_dtype)
     order = [i for i, s in enumerate(seqs) if s.new == 1] + [i for i, s in enumerate(seqs) if s.new != 1]
     tokens = [(i, p) for i in order for p in range(seqs[i].cached, seqs[i].cached + seqs[i].new)]
     q = torch.randn(len(tokens), heads, head_dim, generator=gen).to(dtype)
@@ -125,8 +128,8 @@ def _run(specs: list[tuple[int, int]], heads: int, kv_heads: int, head_dim: int,
     want = torch.empty(len(tokens), heads, head_dim, dtype=torch.float64)
     for row, (i, pos) in enumerate(tokens):
         first = 0 if window is None else max(0, pos + 1 - window)
-        ks = torch.stack([keys[i, p] for p in range(first, pos + 1)]).double()  # [n, KV, D]
-        vs = torch.stack([values[i, p] for p in range(first, pos + 1)]).double()
+        ks = torch.stack([keys[i, p] for p in range(first, pos + 1)]).to(kv_dtype).double()  # [n, KV, D]
+        vs = torch.stack([values[i, p] for p in range(first, pos + 1)]).to(kv_dtype).double()
         for h in range(heads):
             scores = ks[:, h // group] @ q[row, h].double() / math.sqrt(head_dim)
             want[row, h] = torch.softmax(scores, 0) @ vs[:, h // group]
@@ -166,8 +169,21 @@ def test_bfloat16_pool_uses_torch_and_equals_reference(path: str) -> None:
     _run([(4, 1), (9, 1), (0, 6), (6, 5)], 4, 2, 16, None, seed=5, dtype=torch.bfloat16)
 
 
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(9, 3, 64), (4, 2, 72), (6, 2, 16)])
+def test_float32_queries_over_a_half_precision_pool_equal_reference(
+    path: str, heads: int, kv_heads: int, head_dim: int, kv_dtype: torch.dtype
+) -> None:
+    # kv_cache_dtype: float32 model, 2-byte pool. Decodes (kernel or torch), a prefill from 0 and a
+    # chunk on cached pages; the reference attends in float64 over the same rounded K/V.
+    specs = [(5, 1), (0, 9), (10, 7), (17, 1), (30, 1), (1, 12), (40, 1)]
+    _run(specs, heads, kv_heads, head_dim, None, seed=head_dim, kv_dtype=kv_dtype)
+    _run(specs, heads, kv_heads, head_dim, 6, seed=head_dim + 1, kv_dtype=kv_dtype)
+
+
 @needs_decode_kernel
-def test_kernel_is_called_for_cpu_float32_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_kernel_is_called_for_cpu_float32_decode(monkeypatch: pytest.MonkeyPatch, kv_dtype: torch.dtype) -> None:
     calls = []
 
     def spy(*args: object, **kwargs: object) -> torch.Tensor | None:
@@ -176,7 +192,7 @@ def test_kernel_is_called_for_cpu_float32_decode(monkeypatch: pytest.MonkeyPatch
         return out
 
     monkeypatch.setattr(attention, "paged_decode_f32", spy)
-    _run([(3, 1), (8, 1)], 4, 2, 8, None, seed=1)
+    _run([(3, 1), (8, 1)], 4, 2, 8, None, seed=1, kv_dtype=kv_dtype)
     assert calls == [True]
 
 
@@ -189,6 +205,9 @@ def test_kernel_declines_what_it_does_not_handle() -> None:
     assert paged_decode_f32(q, cache.transpose(0, 1).contiguous().transpose(0, 1), cache, slots, *bounds, 1.0) is None
     assert paged_decode_f32(q, cache, cache, slots.int(), *bounds, 1.0) is None
     assert paged_decode_f32(torch.randn(2, 5, 8), cache, cache, slots, *bounds, 1.0) is None  # 5 heads over 2
+    assert paged_decode_f32(q, cache.bfloat16(), cache, slots, *bounds, 1.0) is None  # K and V differ
+    odd = torch.randn(16, 2, 12).bfloat16()  # a 2-byte pool needs head_dim % 8 == 0
+    assert paged_decode_f32(torch.randn(2, 4, 12), odd, odd, slots, *bounds, 1.0) is None
 
 
 def test_kernel_switched_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,7 @@ from kvfence.errors import ConfigError, ModelLoadError
 __all__ = [
     "SUPPORTED_ARCHITECTURES",
     "SUPPORTED_DTYPES",
+    "SUPPORTED_KV_CACHE_DTYPES",
     "EngineConfig",
     "ModelConfig",
     "kvfence_home",
@@ -20,9 +21,11 @@ __all__ = [
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
 SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
+SUPPORTED_KV_CACHE_DTYPES = ("auto", *SUPPORTED_DTYPES)
 _SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
 
 DType = Literal["float32", "bfloat16", "float16"]
+KVCacheDType = Literal["auto", "float32", "bfloat16", "float16"]
 
 
 @dataclass
@@ -33,6 +36,11 @@ class EngineConfig:
     ``max_position_embeddings``; ``"auto"`` lowers it to what the KV pool holds (invariant I3).
     The pool is sized by ``kv_cache_tokens`` or ``kv_cache_memory`` (bytes); with neither, a default
     share of memory is used. ``scrub=False`` is UNSAFE and exists only to measure the cost of I2.
+
+    ``kv_cache_dtype`` is the dtype of the KV pool: ``"auto"`` (the default) is the model's
+    ``dtype``; ``"bfloat16"`` or ``"float16"`` under a float32 model store K/V rounded to 2 bytes
+    (half the pool memory and half the bytes decode attention reads; attention itself still
+    computes in float32 over the rounded values). Greedy outputs then may differ from float32 K/V.
     """
 
     model: str | None = None
@@ -41,6 +49,7 @@ class EngineConfig:
     kv_cache_memory: int | None = None
     page_size: int = 16
     dtype: DType = "float32"
+    kv_cache_dtype: KVCacheDType = "auto"
     device: str = "auto"
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
@@ -70,8 +79,18 @@ class EngineConfig:
         _positive_or_none("num_threads", self.num_threads)
         if self.dtype not in SUPPORTED_DTYPES:
             raise ConfigError(f"dtype must be one of {', '.join(SUPPORTED_DTYPES)}, got {self.dtype!r}")
+        if self.kv_cache_dtype not in SUPPORTED_KV_CACHE_DTYPES:
+            raise ConfigError(
+                f"kv_cache_dtype must be one of {', '.join(SUPPORTED_KV_CACHE_DTYPES)}, got {self.kv_cache_dtype!r}"
+            )
         if self.device != "auto" and not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
+
+
+    @property
+    def resolved_kv_cache_dtype(self) -> DType:
+        """The KV pool's dtype: ``kv_cache_dtype``, or the model's ``dtype`` for ``"auto"``."""
+        return self.dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
 
 
 def _positive(name: str, value: object) -> None:

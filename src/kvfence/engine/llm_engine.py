@@ -81,7 +81,8 @@ class LLMEngine:
         self.tokenizer = Tokenizer.from_dir(model_dir, extra_eos_token_ids=self.model_config.eos_token_ids)
         device = resolve_device(config.device)
         dtype = torch_dtype(config.dtype)
-        element_size = torch.empty(0, dtype=dtype).element_size()
+        kv_dtype = torch_dtype(config.resolved_kv_cache_dtype)
+        element_size = torch.empty(0, dtype=kv_dtype).element_size()
         self.capacity: Capacity = plan_capacity(
             max_position_embeddings=self.model_config.max_position_embeddings,
             kv_bytes_per_token=self.model_config.kv_bytes_per_token * element_size,
@@ -101,6 +102,7 @@ class LLMEngine:
             page_size=config.page_size,
             dtype=dtype,
             device=device,
+            kv_dtype=kv_dtype,
         )
         self.block_manager = BlockManager(self.capacity.num_pages, config.page_size, scrub=config.scrub)
         self.scheduler = Scheduler(
@@ -116,8 +118,9 @@ class LLMEngine:
         if self.is_random_weights:
             log.warning("model %s has RANDOM WEIGHTS (built-in test model): its output is gibberish", self.model_name)
         log.info(
-            "engine ready: model=%s device=%s dtype=%s max_model_len=%d pool=%d tokens (%d pages of %d) scrub=%s",
-            self.model_name, device, config.dtype, self.capacity.max_model_len, self.capacity.pool_tokens,
+            "engine ready: model=%s device=%s dtype=%s kv_cache_dtype=%s max_model_len=%d pool=%d tokens "
+            "(%d pages of %d) scrub=%s",
+            self.model_name, device, config.dtype, config.resolved_kv_cache_dtype, self.capacity.max_model_len, self.capacity.pool_tokens,
             self.capacity.num_pages, config.page_size, "on" if config.scrub else "OFF (UNSAFE)",
         )
 

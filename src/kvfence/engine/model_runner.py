@@ -36,6 +36,8 @@ def resolve_device(name: str) -> torch.device:
 class ModelRunner:
     """Owns the weights and the KV pool: ``[layers, K|V, num_pages + 1, page_size, kv_heads, head_dim]``.
 
+    The pool's dtype is ``kv_dtype`` (default: the model's ``dtype``); a narrower one stores K/V rounded.
+
     The extra last page is the *null page*: never handed out, never written, always zero. Padding
     of a batch reads it instead of anybody's page.
     """
@@ -50,6 +52,7 @@ class ModelRunner:
         page_size: int,
         dtype: torch.dtype,
         device: torch.device,
+        kv_dtype: torch.dtype | None = None,
     ) -> None:
         self.cfg = cfg
         self.device = device
@@ -70,7 +73,7 @@ class ModelRunner:
                 )
         self.kv_pool = torch.zeros(
             cfg.num_hidden_layers, 2, num_pages + 1, page_size, cfg.num_key_value_heads, cfg.head_dim,
-            dtype=dtype, device=device,
+            dtype=kv_dtype or dtype, device=device,
         )
         flat = self.kv_pool.view(cfg.num_hidden_layers, 2, -1, cfg.num_key_value_heads, cfg.head_dim)
         self.kv_caches = [(flat[i, 0], flat[i, 1]) for i in range(cfg.num_hidden_layers)]

@@ -1,5 +1,7 @@
 """Paged decode attention on CPU in float32: ``paged_attention_f32.cpp``, built at first use.
 
+Queries and outputs are float32; the pool may be float32, or bfloat16 / float16 (the engine's
+``kv_cache_dtype``, head_dim a multiple of 8), whose elements the kernel widens to float32 on load.
 It runs where the decode kernels of :mod:`.library` run (x86-64 Linux, AVX2 and FMA, a C++17
 compiler, not turned off by ``KVFENCE_CPU_KERNELS=0``) and only after a self-check against torch's
 attention. Its threads are torch's OpenMP threads when the compiler is GCC; otherwise it runs on
@@ -32,9 +34,17 @@ _long = ctypes.c_long
 _ARGTYPES: list[type] = [_p, _long, _long, _long, _long, _long, _p, _p, _p, _long, _p, _p, ctypes.c_float, _p]
 
 
+# The kernel's entry point for each pool dtype.
+_SYMBOLS = {
+    torch.float32: "kvfence_paged_decode_f32",
+    torch.bfloat16: "kvfence_paged_decode_bf16kv",
+    torch.float16: "kvfence_paged_decode_f16kv",
+}
+
+
 class _State:
     loaded: bool = False
-    fn: Callable[..., int] | None = None
+    fns: dict[torch.dtype, Callable[..., int]] | None = None
     reason: str = "not loaded yet"
 
 
@@ -43,13 +53,13 @@ _state = _State()
 
 def decode_kernel_reason() -> str:
     """``"in use"``, or why torch's attention runs instead (loads the kernel on first call)."""
-    _kernel()
+    _kernels()
     return _state.reason
 
 
 def reset_decode_kernel() -> None:
     """Forget the decision so the next call decides again (tests; after changing the env)."""
-    _state.loaded, _state.fn, _state.reason = False, None, "not loaded yet"
+    _state.loaded, _state.fns, _state.reason = False, None, "not loaded yet"
 
 
 def paged_decode_f32(
@@ -63,10 +73,12 @@ def paged_decode_f32(
 ) -> torch.Tensor | None:
     """Each row ``b`` of ``q`` [B, H, D] attends to pool slots ``slots[b, begin[b]:end[b]]``.
 
-    ``k_cache``/``v_cache`` are one layer's pool [num_slots, KV, D]; ``slots`` [B, L], ``begin`` and
-    ``end`` [B] are int64. Returns [B, H, D], or ``None`` when the kernel does not apply here.
+    ``q`` is float32; ``k_cache``/``v_cache`` are one layer's pool [num_slots, KV, D] in float32,
+    bfloat16 or float16; ``slots`` [B, L], ``begin`` and ``end`` [B] are int64. Returns float32
+    [B, H, D], or ``None`` when the kernel does not apply here.
     """
-    fn = _kernel()
+    fns = _kernels()
+    fn = None if fns is None else fns.get(k_cache.dtype)
     if fn is None or not _applies(q, k_cache, v_cache, slots, begin, end):
         return None
     batch, heads, head_dim = q.shape
@@ -79,7 +91,10 @@ def paged_decode_f32(
         begin.data_ptr(), end.data_ptr(), scale, out.data_ptr(),
     )
     if status != 0:
-        raise RuntimeError(f"paged decode kernel rejected {heads} heads over {k_cache.shape[1]} KV heads")
+        raise RuntimeError(
+            f"paged decode kernel rejected {heads} heads over {k_cache.shape[1]} KV heads of {head_dim} "
+            f"({k_cache.dtype}), status {status}"
+        )
     return out
 
 
@@ -87,7 +102,9 @@ def _applies(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot
              begin: torch.Tensor, end: torch.Tensor) -> bool:
     if q.dim() != 3 or k_cache.dim() != 3 or slots.dim() != 2 or q.shape[0] != slots.shape[0]:
         return False
-    if q.dtype != torch.float32 or k_cache.dtype != torch.float32 or v_cache.dtype != torch.float32:
+    if q.dtype != torch.float32 or k_cache.dtype != v_cache.dtype:
+        return False
+    if k_cache.dtype != torch.float32 and q.shape[2] % 8:  # 2-byte pools: the vector path only
         return False
     if not (q.is_cpu and k_cache.is_cpu and v_cache.is_cpu and slots.is_cpu):
         return False
@@ -100,34 +117,49 @@ def _applies(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot
     return begin.is_contiguous() and end.is_contiguous() and not (torch.is_grad_enabled() and q.requires_grad)
 
 
-def _kernel() -> Callable[..., int] | None:
+def _kernels() -> dict[torch.dtype, Callable[..., int]] | None:
     if not _state.loaded:
-        _state.fn, _state.reason = _load()
+        _state.fns, _state.reason = _load()
         _state.loaded = True
-        if _state.fn is not None:
-            log.info("CPU fp32 paged decode attention kernel in use")
+        if _state.fns is not None:
+            log.info("CPU paged decode attention kernel in use")
         else:
-            log.info("CPU fp32 paged decode attention kernel not used (%s); using torch", _state.reason)
-    return _state.fn
+            log.info("CPU paged decode attention kernel not used (%s); using torch", _state.reason)
+    return _state.fns
 
 
-def _load() -> tuple[Callable[..., int] | None, str]:
+def _load() -> tuple[dict[torch.dtype, Callable[..., int]] | None, str]:
     status = kernel_status()  # same platform, compiler and switch as the other decode kernels
     if not status.enabled:
         return None, status.reason
-    flags = ["-O3", "-std=c++17", "-mavx2", "-mfma", "-ffp-contract=off", *_openmp_flags()]
+    if not _has_f16c():
+        return None, "the CPU lacks F16C (half-precision conversion), which the kernel uses"
+    flags = ["-O3", "-std=c++17", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", *_openmp_flags()]
+    fns: dict[torch.dtype, Callable[..., int]] = {}
     try:
         lib, _ = build_and_load(_SOURCE, flags)
-        fn = lib.kvfence_paged_decode_f32
+        for dtype, symbol in _SYMBOLS.items():
+            fn = getattr(lib, symbol)
+            fn.argtypes = _ARGTYPES
+            fn.restype = ctypes.c_int
+            fns[dtype] = fn
     except (KernelBuildError, AttributeError) as exc:
         return None, f"build failed: {exc}"
-    fn.argtypes = _ARGTYPES
-    fn.restype = ctypes.c_int
-    problem = _self_check(fn)
-    if problem is not None:
-        log.warning("CPU paged decode attention kernel failed its self-check (%s); using torch", problem)
-        return None, f"self-check failed: {problem}"
-    return fn, "in use"
+    for dtype, fn in fns.items():
+        problem = _self_check(fn, dtype)
+        if problem is not None:
+            log.warning("CPU paged decode attention kernel failed its self-check (%s); using torch", problem)
+            return None, f"self-check failed: {problem}"
+    return fns, "in use"
+
+
+def _has_f16c() -> bool:
+    """Every AVX2 CPU kvfence knows has F16C; checked anyway where Linux says so."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True  # the AVX2 check already passed; F16C came with AVX2 on every x86-64 CPU
+    return " f16c" in text
 
 
 def _openmp_flags() -> list[str]:
@@ -146,12 +178,16 @@ def _openmp_flags() -> list[str]:
     return ["-fopenmp"] if is_gcc else []
 
 
-def _self_check(fn: Callable[..., int]) -> str | None:
-    """Compare with float64 attention on odd shapes: GQA, windows (begin > 0), small and large batches."""
+def _self_check(fn: Callable[..., int], dtype: torch.dtype) -> str | None:
+    """Compare with float64 attention over the same (rounded) K/V on odd shapes: GQA, windows
+    (begin > 0), small and large batches; head_dim 20 (the scalar path) for float32 pools only."""
     gen = torch.Generator().manual_seed(0)
-    for batch, heads, kv_heads, head_dim, length in ((3, 6, 2, 20, 37), (2, 4, 4, 64, 5), (5, 8, 1, 72, 50), (17, 6, 3, 64, 40)):
-        k_cache = torch.randn(length * batch + 7, kv_heads, head_dim, generator=gen)
-        v_cache = torch.randn(length * batch + 7, kv_heads, head_dim, generator=gen)
+    shapes = ((3, 6, 2, 20, 37), (2, 4, 4, 64, 5), (5, 8, 1, 72, 50), (17, 6, 3, 64, 40))
+    for batch, heads, kv_heads, head_dim, length in shapes:
+        if dtype != torch.float32 and head_dim % 8:
+            continue
+        k_cache = torch.randn(length * batch + 7, kv_heads, head_dim, generator=gen).to(dtype)
+        v_cache = torch.randn(length * batch + 7, kv_heads, head_dim, generator=gen).to(dtype)
         slots = torch.randperm(k_cache.shape[0], generator=gen)[: batch * length].view(batch, length).contiguous()
         end = torch.randint(1, length + 1, (batch,), generator=gen)
         begin = torch.clamp(end - torch.randint(1, length + 1, (batch,), generator=gen), min=0)
@@ -167,5 +203,5 @@ def _self_check(fn: Callable[..., int]) -> str | None:
             v = v_cache[s].double().repeat_interleave(heads // kv_heads, dim=1).transpose(0, 1)
             want = F.scaled_dot_product_attention(q[b].double()[:, None], k, v, scale=scale)[:, 0]
             if not torch.allclose(out[b].double(), want, rtol=1e-4, atol=1e-5):
-                return f"batch {batch}, heads {heads}/{kv_heads}, head_dim {head_dim}"
+                return f"batch {batch}, heads {heads}/{kv_heads}, head_dim {head_dim}, {dtype} pool"
     return None

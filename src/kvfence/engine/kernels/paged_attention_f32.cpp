@@ -17,6 +17,12 @@
 // are prefetched: pages are scattered in the pool, so the hardware prefetcher loses the stream at
 // every page boundary.
 //
+// The pool may also hold K/V in bfloat16 or float16 (the engine's kv_cache_dtype): the entry points
+// kvfence_paged_decode_bf16kv / _f16kv read 2-byte elements, widened to float32 on load (bf16 by a
+// 16-bit shift, fp16 by F16C's vcvtph2ps), for head_dim a multiple of 8; all arithmetic stays
+// float32, so the result equals float32 attention over the rounded K/V. Half the bytes per step:
+// decode attention over long contexts is bound by reading K/V.
+//
 // Softmax is exact (scores kept, max subtracted, then normalised), in float32.
 // Compiled with -ffp-contract=off like the other kernels, so rounding matches separate ops.
 //
@@ -39,7 +45,7 @@ namespace {
 
 constexpr long kPrefetchRows = 4;      // positions ahead whose K/V rows are prefetched
 constexpr long kTasksPerThread = 4;    // whole-row tasks once the batch gives each thread this many
-constexpr long kMinParallelFloats = 1L << 17;  // K+V floats read below which one thread does it all
+constexpr long kMinParallelBytes = 1L << 19;  // K+V bytes read below which one thread does it all
 
 inline float dot(const float* a, const float* b, long d) {
     __m256 acc0 = _mm256_setzero_ps();
@@ -64,9 +70,24 @@ inline void axpy(float* acc, float w, const float* v, long d) {
     for (; i < d; ++i) acc[i] += w * v[i];
 }
 
-inline void prefetch(const float* p, long floats) {
+template <typename T>
+inline void prefetch(const T* p, long elements) {
     const char* c = reinterpret_cast<const char*>(p);
-    for (long off = 0; off < floats * 4; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
+    for (long off = 0; off < elements * static_cast<long>(sizeof(T)); off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
+}
+
+// Element types of the pool: float32, and bfloat16 / float16 as their raw 16 bits.
+struct bf16_t { unsigned short bits; };
+struct f16_t { unsigned short bits; };
+
+// Eight consecutive K/V elements as float32.
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const bf16_t* p) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));  // exact
+}
+inline __m256 load8(const f16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));  // exact
 }
 
 struct Shape {
@@ -134,22 +155,23 @@ void attend(const Shape& s, const float* q, float* out, long kv_first, long kv_c
 #define KV_UNROLL _Pragma("GCC unroll 16")
 
 // out[0 : 8 * ND] = sum_p w[p] * rows[p][0 : 8 * ND] with rows[p] = v_cache + slots[p] * row + offset.
-template <int ND>
-inline void weighted_rows(const float* w, const float* v_cache, const long* slots, long row, long offset,
+template <int ND, typename T>
+inline void weighted_rows(const float* w, const T* v_cache, const long* slots, long row, long offset,
                           long length, float norm, float* out) {
     __m256 acc[ND];
     KV_UNROLL for (int c = 0; c < ND; ++c) acc[c] = _mm256_setzero_ps();
     for (long p = 0; p < length; ++p) {
         if (p + kPrefetchRows < length) prefetch(v_cache + slots[p + kPrefetchRows] * row + offset, 8 * ND);
-        const float* v = v_cache + slots[p] * row + offset;
+        const T* v = v_cache + slots[p] * row + offset;
         const __m256 wp = _mm256_broadcast_ss(w + p);
-        KV_UNROLL for (int c = 0; c < ND; ++c) acc[c] = _mm256_fmadd_ps(wp, _mm256_loadu_ps(v + 8 * c), acc[c]);
+        KV_UNROLL for (int c = 0; c < ND; ++c) acc[c] = _mm256_fmadd_ps(wp, load8(v + 8 * c), acc[c]);
     }
     const __m256 nv = _mm256_set1_ps(norm);
     KV_UNROLL for (int c = 0; c < ND; ++c) _mm256_storeu_ps(out + 8 * c, _mm256_mul_ps(acc[c], nv));
 }
 
-inline void weighted_rows_any(long chunks, const float* w, const float* v_cache, const long* slots, long row,
+template <typename T>
+inline void weighted_rows_any(long chunks, const float* w, const T* v_cache, const long* slots, long row,
                               long offset, long length, float norm, float* out) {
     while (chunks > 0) {  // blocks of up to 8 vectors (64 floats) of the head, each kept in registers
         const long n = chunks < 8 ? chunks : 8;
@@ -169,8 +191,9 @@ inline void weighted_rows_any(long chunks, const float* w, const float* v_cache,
     }
 }
 
-void attend_vec(const Shape& s, const float* q, float* out, long kv_first, long kv_count, const float* k_cache,
-                const float* v_cache, const long* slots, long length, float scale, std::vector<float>& scores) {
+template <typename T>
+void attend_vec(const Shape& s, const float* q, float* out, long kv_first, long kv_count, const T* k_cache,
+                const T* v_cache, const long* slots, long length, float scale, std::vector<float>& scores) {
     const long d = s.head_dim;
     const long chunks = d / 8;
     const long h_first = kv_first * s.group;
@@ -186,7 +209,7 @@ void attend_vec(const Shape& s, const float* q, float* out, long kv_first, long 
     const __m256 scale_v = _mm256_set1_ps(scale);
     // Scores, eight positions at a time; a short last group repeats its last position (not stored).
     for (long p0 = 0; p0 < length; p0 += 8) {
-        const float* k[8];
+        const T* k[8];
         KV_UNROLL for (int j = 0; j < 8; ++j) k[j] = k_cache + slots[p0 + j < length ? p0 + j : length - 1] * row;
         for (long j = p0 + 8; j < p0 + 16 && j < length; ++j) prefetch(k_cache + slots[j] * row + kv_first * d, span);
         for (long h = 0; h < h_count; ++h) {
@@ -197,7 +220,7 @@ void attend_vec(const Shape& s, const float* q, float* out, long kv_first, long 
             for (long c = 0; c < chunks; ++c) {
                 const __m256 qv = _mm256_loadu_ps(qh + 8 * c);
                 KV_UNROLL for (int j = 0; j < 8; ++j)
-                    acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[j] + koff + 8 * c), acc[j]);
+                    acc[j] = _mm256_fmadd_ps(qv, load8(k[j] + koff + 8 * c), acc[j]);
             }
             _mm256_storeu_ps(scores.data() + h * padded + p0, _mm256_mul_ps(horizontal_sums8(acc), scale_v));
         }
@@ -227,17 +250,10 @@ void attend_vec(const Shape& s, const float* q, float* out, long kv_first, long 
     }
 }
 
-}  // namespace
-
-extern "C" {
-
-// Returns 0, or 1 when heads is not a multiple of kv_heads.
-int kvfence_paged_decode_f32(const float* q, long q_stride, long batch, long heads, long kv_heads, long head_dim,
-                             const float* k_cache, const float* v_cache, const long* slots, long slots_stride,
-                             const long* begin, const long* end, float scale, float* out) {
-    if (kv_heads < 1 || heads % kv_heads != 0) return 1;
-    const Shape shape{heads, kv_heads, head_dim, heads / kv_heads};
-    const bool vector_path = head_dim % 8 == 0;
+// The shared body of the entry points: `attend_one(task's sequence, first KV head, KV heads, scores)`.
+template <typename Attend>
+void run_tasks(long batch, long kv_heads, long head_dim, long elem_bytes, const long* begin, const long* end,
+               Attend attend_one) {
     long threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();
@@ -249,20 +265,63 @@ int kvfence_paged_decode_f32(const float* q, long q_stride, long batch, long hea
     for (long b = 0; b < batch; ++b) visible += end[b] - begin[b];
     // Waking the other threads costs microseconds when idle and much more when a thread has been
     // descheduled on a busy machine (a parallel region ends at a barrier): small work stays here.
-    const bool parallel = tasks > 1 && threads > 1 && 2 * visible * kv_heads * head_dim >= kMinParallelFloats;
+    const bool parallel =
+        tasks > 1 && threads > 1 && 2 * visible * kv_heads * head_dim * elem_bytes >= kMinParallelBytes;
 #pragma omp parallel if (parallel)
     {
         std::vector<float> scores;
 #pragma omp for schedule(dynamic, 1)
-        for (long t = 0; t < tasks; ++t) {
-            const long b = t / split;
-            const long first = (t % split) * per_task;
-            (vector_path ? attend_vec : attend)(shape, q + b * q_stride, out + b * heads * head_dim, first, per_task,
-                                                k_cache, v_cache, slots + b * slots_stride + begin[b],
-                                                end[b] - begin[b], scale, scores);
-        }
+        for (long t = 0; t < tasks; ++t) attend_one(t / split, (t % split) * per_task, per_task, scores);
     }
+}
+
+template <typename T>
+int paged_decode_half(const float* q, long q_stride, long batch, long heads, long kv_heads, long head_dim,
+                      const T* k_cache, const T* v_cache, const long* slots, long slots_stride, const long* begin,
+                      const long* end, float scale, float* out) {
+    if (kv_heads < 1 || heads % kv_heads != 0) return 1;
+    if (head_dim % 8 != 0) return 2;  // 2-byte pools: the vector path only
+    const Shape shape{heads, kv_heads, head_dim, heads / kv_heads};
+    run_tasks(batch, kv_heads, head_dim, 2, begin, end, [&](long b, long first, long count, std::vector<float>& sc) {
+        attend_vec<T>(shape, q + b * q_stride, out + b * heads * head_dim, first, count, k_cache, v_cache,
+                      slots + b * slots_stride + begin[b], end[b] - begin[b], scale, sc);
+    });
     return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Returns 0, or 1 when heads is not a multiple of kv_heads.
+int kvfence_paged_decode_f32(const float* q, long q_stride, long batch, long heads, long kv_heads, long head_dim,
+                             const float* k_cache, const float* v_cache, const long* slots, long slots_stride,
+                             const long* begin, const long* end, float scale, float* out) {
+    if (kv_heads < 1 || heads % kv_heads != 0) return 1;
+    const Shape shape{heads, kv_heads, head_dim, heads / kv_heads};
+    const bool vector_path = head_dim % 8 == 0;
+    run_tasks(batch, kv_heads, head_dim, 4, begin, end, [&](long b, long first, long count, std::vector<float>& sc) {
+        (vector_path ? attend_vec<float> : attend)(shape, q + b * q_stride, out + b * heads * head_dim, first, count,
+                                                  k_cache, v_cache, slots + b * slots_stride + begin[b],
+                                                  end[b] - begin[b], scale, sc);
+    });
+    return 0;
+}
+
+// The same over a bfloat16 / float16 pool (raw 16-bit elements). Returns 0, 1 as above, or 2 when
+// head_dim is not a multiple of 8.
+int kvfence_paged_decode_bf16kv(const float* q, long q_stride, long batch, long heads, long kv_heads, long head_dim,
+                                const unsigned short* k_cache, const unsigned short* v_cache, const long* slots,
+                                long slots_stride, const long* begin, const long* end, float scale, float* out) {
+    return paged_decode_half(q, q_stride, batch, heads, kv_heads, head_dim, reinterpret_cast<const bf16_t*>(k_cache),
+                             reinterpret_cast<const bf16_t*>(v_cache), slots, slots_stride, begin, end, scale, out);
+}
+
+int kvfence_paged_decode_f16kv(const float* q, long q_stride, long batch, long heads, long kv_heads, long head_dim,
+                               const unsigned short* k_cache, const unsigned short* v_cache, const long* slots,
+                               long slots_stride, const long* begin, const long* end, float scale, float* out) {
+    return paged_decode_half(q, q_stride, batch, heads, kv_heads, head_dim, reinterpret_cast<const f16_t*>(k_cache),
+                             reinterpret_cast<const f16_t*>(v_cache), slots, slots_stride, begin, end, scale, out);
 }
 
 }  // extern "C"

@@ -10,6 +10,12 @@ Decode on CPU in float32 runs a kernel that reads each visible K/V row straight 
 (:mod:`kvfence.engine.kernels.paged_attention`): torch's gather copies every visible row of every
 layer before attending, and that copy, not arithmetic, is what a large decode batch over long
 contexts spends its time on. Elsewhere (CUDA, half precision, no compiler) torch runs.
+
+The pool may hold K/V in a narrower dtype than the model computes in (``kv_cache_dtype``, e.g.
+bfloat16 or float16 K/V for a float32 model): K/V are rounded to the pool dtype when written, and
+every attention, prefill from position 0 included, reads the rounded values, widened back to the
+compute dtype, so a token's attention does not depend on whether its context came from this
+step or from the pool (recompute after preemption gives the same result).
 """
 
 from __future__ import annotations
@@ -82,6 +88,9 @@ def paged_attention(
 ) -> torch.Tensor:
     """Write ``k``/``v`` into the pool, then attend. Shapes: q [T, H, D]; k, v [T, KV, D];
     caches [num_slots, KV, D]. Returns [T, H, D]."""
+    recast = k_cache.dtype != q.dtype
+    if recast:  # the pool holds another dtype: round once here; attention below reads the rounded values
+        k, v = k.to(k_cache.dtype), v.to(v_cache.dtype)
     k_cache.index_copy_(0, meta.slot_mapping, k)
     v_cache.index_copy_(0, meta.slot_mapping, v)
     num_decode = meta.num_decode_tokens
@@ -97,6 +106,8 @@ def paged_attention(
             ks, vs = k[s:e], v[s:e]
         else:
             ks, vs = k_cache.index_select(0, chunk.context_slots), v_cache.index_select(0, chunk.context_slots)
+        if recast:
+            ks, vs = ks.to(q.dtype), vs.to(q.dtype)
         o = F.scaled_dot_product_attention(
             qs,
             ks.transpose(0, 1).unsqueeze(0),
@@ -114,7 +125,7 @@ def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta:
     if slots is None:
         raise RuntimeError("decode tokens scheduled without decode_slots")
     batch, length = slots.shape
-    if q.device.type == "cpu" and q.dtype == torch.float32:
+    if q.device.type == "cpu" and q.dtype == torch.float32:  # float32, bfloat16 or float16 pools
         begin, end = meta.decode_bounds()
         out = paged_decode_f32(q[:batch], k_cache, v_cache, slots, begin, end, q.shape[-1] ** -0.5)
         if out is not None:
@@ -122,6 +133,8 @@ def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta:
     flat = slots.view(-1)
     kd = k_cache.index_select(0, flat).view(batch, length, *k_cache.shape[1:]).transpose(1, 2)  # [B, KV, L, D]
     vd = v_cache.index_select(0, flat).view(batch, length, *v_cache.shape[1:]).transpose(1, 2)
+    if kd.dtype != q.dtype:
+        kd, vd = kd.to(q.dtype), vd.to(q.dtype)
     o = F.scaled_dot_product_attention(
         q[: slots.shape[0]].unsqueeze(2), kd, vd, attn_mask=meta.decode_mask, enable_gqa=True
     )  # [B, H, 1, D]
