@@ -82,10 +82,13 @@ finally:
 '''
 
 BACKEND_SOURCE = r'''
-import asyncio, json, sys
+import asyncio, itertools, json, os, sys, time
 import uvicorn
 
 PACE = {"chunks": int(sys.argv[2]), "interval_s": 0.0}
+TIMING = os.environ.get("BENCH_BACKEND_TIMING")  # file: per request (arrived, first chunk sent), by id
+MARKS = {}
+IDS = itertools.count()
 BASE = b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"bench","choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null}]}\n\n'
 
 async def app(scope, receive, send):
@@ -95,8 +98,12 @@ async def app(scope, receive, send):
             if message["type"] == "lifespan.startup":
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if TIMING:
+                    with open(TIMING, "w") as out:
+                        json.dump(MARKS, out)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+    arrived = time.perf_counter()
     body = b""
     while True:
         message = await receive()
@@ -118,10 +125,14 @@ async def app(scope, receive, send):
         await send({"type": "http.response.start", "status": 404, "headers": []})
         await send({"type": "http.response.body", "body": b""})
         return
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+    key = next((v.decode() for k, v in scope["headers"] if k == b"x-request-id"), None) or f"b{next(IDS)}"
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/event-stream"), (b"x-bench-id", key.encode())]})
     interval = PACE["interval_s"]
-    for _ in range(PACE["chunks"]):
+    for index in range(PACE["chunks"]):
         await asyncio.sleep(interval)  # 0: just yield, as fast as the loop goes
+        if TIMING and index == 0:
+            MARKS[key] = (arrived, time.perf_counter())
         await send({"type": "http.response.body", "body": BASE, "more_body": True})
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
@@ -230,8 +241,10 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
 
 
-# -- load generators: one streamed POST, returning (status, ttft_s, e2e_s, overhead header) ----------
-Stream = Callable[[], Awaitable[tuple[int, float, float, str | None]]]
+# -- load generators: one streamed POST, returning (status, started, first byte, last byte (perf_counter
+# seconds), overhead header, request id: the gateway's x-request-id or the bench backend's x-bench-id)
+Outcome = tuple[int, float, float, float, str | None, str | None]
+Stream = Callable[[], Awaitable[Outcome]]
 
 
 # httpcore's pool scans every connection on each request and each response close, so one
@@ -256,7 +269,7 @@ async def _httpx_client(base_url: str, concurrency: int, headers: dict[str, str]
 
 
 def _httpx_stream(client: httpx.AsyncClient, payload: bytes) -> Stream:
-    async def one() -> tuple[int, float, float, str | None]:
+    async def one() -> Outcome:
         started = time.perf_counter()
         first = 0.0
         async with client.stream("POST", "/chat/completions", content=payload,
@@ -264,8 +277,9 @@ def _httpx_stream(client: httpx.AsyncClient, payload: bytes) -> Stream:
             async for _ in response.aiter_raw():
                 if not first:
                     first = time.perf_counter()
-            return response.status_code, first - started, time.perf_counter() - started, \
-                response.headers.get("x-kvfence-overhead-ms")
+            headers = response.headers
+            return (response.status_code, started, first, time.perf_counter(), headers.get("x-kvfence-overhead-ms"),
+                    headers.get("x-request-id") or headers.get("x-bench-id"))
 
     return one
 
@@ -278,7 +292,7 @@ async def _fast_client(base_url: str, concurrency: int, headers: dict[str, str]
     payload = json.dumps(REQUEST_BODY).encode()
     all_headers = {**headers, "content-type": "application/json", "accept": "text/event-stream"}
 
-    async def one() -> tuple[int, float, float, str | None]:
+    async def one() -> Outcome:
         started = time.perf_counter()
         response = await client.post("/chat/completions", payload, all_headers)
         first = 0.0
@@ -286,8 +300,9 @@ async def _fast_client(base_url: str, concurrency: int, headers: dict[str, str]
             if not first:
                 first = time.perf_counter()
         await response.aclose()
-        return response.status_code, first - started, time.perf_counter() - started, \
-            response.headers.get("x-kvfence-overhead-ms")
+        headers = response.headers
+        return (response.status_code, started, first, time.perf_counter(), headers.get("x-kvfence-overhead-ms"),
+                headers.get("x-request-id") or headers.get("x-bench-id"))
 
     return lambda worker: one, client.aclose
 
@@ -297,6 +312,8 @@ class Run:
     ttft_ms: list[float] = field(default_factory=list)
     e2e_ms: list[float] = field(default_factory=list)
     overhead_ms: list[float] = field(default_factory=list)
+    # per recorded request: (id, started, first byte) in perf_counter seconds, for --timing
+    marks: list[tuple[str | None, float, float]] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
     rps: float = 0.0
     wall_s: float = 0.0
@@ -326,7 +343,7 @@ async def load(base_url: str, concurrency: int, total: int, headers: dict[str, s
         while remaining > 0:
             remaining -= 1
             try:
-                status, ttft, e2e, overhead = await one()
+                status, started, first, last, overhead, request_id = await one()
             except httpx.HTTPError as exc:
                 run.errors[type(exc).__name__] = run.errors.get(type(exc).__name__, 0) + 1
                 continue
@@ -334,8 +351,9 @@ async def load(base_url: str, concurrency: int, total: int, headers: dict[str, s
                 run.errors[f"HTTP {status}"] = run.errors.get(f"HTTP {status}", 0) + 1
                 continue
             if record:
-                run.ttft_ms.append(ttft * 1000)
-                run.e2e_ms.append(e2e * 1000)
+                run.ttft_ms.append((first - started) * 1000)
+                run.e2e_ms.append((last - started) * 1000)
+                run.marks.append((request_id, started, first))
                 if overhead is not None:
                     run.overhead_ms.append(float(overhead))
 
@@ -365,7 +383,8 @@ def set_pace(backend_root: str, chunks: int, interval_ms: float) -> None:
 
 
 def run_scenario(kind: str, streams: int, args: argparse.Namespace, urls: dict[str, str],
-                 pids: dict[str, int]) -> dict[str, Any]:
+                 pids: dict[str, int], marks: list[tuple[str, str, list[tuple[str | None, float, float]]]]
+                 ) -> dict[str, Any]:
     interval = args.interval_ms if kind == "paced" else 0.0
     set_pace(urls["backend_root"], args.chunks, interval)
     total = args.requests or (30 * streams if kind == "paced" else max(500, 10 * streams))
@@ -376,6 +395,7 @@ def run_scenario(kind: str, streams: int, args: argparse.Namespace, urls: dict[s
     for path in order:
         headers = auth if path in ("gateway", "before") else {}
         runs.append((path, asyncio.run(load(urls[path], streams, total, headers, args.client, pids))))
+        marks.append((f"{kind}:{streams}", path, runs[-1][1].marks))
     by_path = {path: [r.summary() for p, r in runs if p == path] for path in ("direct", *middle)}
     overheads = [v for p, r in runs if p == "gateway" for v in r.overhead_ms]
 
@@ -401,6 +421,101 @@ def run_scenario(kind: str, streams: int, args: argparse.Namespace, urls: dict[s
         "gateway_overhead_header_p99_ms": pct(overheads, 99),
     }
     return result
+
+
+# --timing: the same requests seen by the client, the gateway and the backend (perf_counter is
+# CLOCK_MONOTONIC on Linux: one clock for all processes on the machine)
+_GATEWAY_SEGMENTS = [
+    ("client sent -> gateway parsed it", "client", "parsed"),
+    ("parsed -> request path started", "parsed", "entered"),
+    ("request path -> sent upstream", "entered", "sent"),
+    ("sent upstream -> backend app got it", "sent", "arrived"),
+    ("(backend app got it -> gateway had its headers)", "arrived", "headers"),
+    ("backend: arrived -> first chunk sent (pacing)", "arrived", "backend_first"),
+    ("backend sent first chunk -> gateway relayed it", "backend_first", "first"),
+    ("gateway relayed it -> client read it", "first", "client_first"),
+]
+_DIRECT_SEGMENTS = [
+    ("client sent -> backend app got it", "client", "arrived"),
+    ("backend: arrived -> first chunk sent (pacing)", "arrived", "backend_first"),
+    ("backend first chunk -> client read it", "backend_first", "client_first"),
+]
+
+
+def print_timing(marks: list[tuple[str, str, list[tuple[str | None, float, float]]]], gateway_file: Path,
+                 backend_file: Path) -> None:
+    gateway = json.loads(gateway_file.read_text()) if gateway_file.exists() else {"requests": {}, "stalls": [],
+                                                                                   "collections": []}
+    backend = json.loads(backend_file.read_text()) if backend_file.exists() else {}
+    windows: list[tuple[float, float]] = []
+    for scenario, path, requests in marks:
+        if path not in ("gateway", "direct"):
+            continue
+        segments = _GATEWAY_SEGMENTS if path == "gateway" else _DIRECT_SEGMENTS
+        rows = []
+        for request_id, started, first in requests:
+            if request_id is None:
+                continue
+            times = dict(gateway["requests"].get(request_id, {})) if path == "gateway" else {}
+            if request_id in backend:
+                times["arrived"], times["backend_first"] = backend[request_id]
+            times["client"], times["client_first"] = started, first
+            if all(a in times and b in times for _, a, b in segments):
+                rows.append(times)
+        if not rows:
+            print(f"\n-- timing {scenario} {path}: no joined requests")
+            continue
+        if path == "gateway":
+            windows.append((min(r["client"] for r in rows), max(r["client_first"] for r in rows)))
+        rows.sort(key=lambda r: r["client_first"] - r["client"])
+        slow = rows[-max(1, len(rows) // 100):]
+        print(f"\n-- timing {scenario} {path}: {len(rows)} requests joined; ms per segment "
+              f"(p50, p99, and the mean over the slowest 1 % by TTFT: {len(slow)} requests)")
+        for label, a, b in [*segments, ("TTFT", "client", "client_first")]:
+            values = [(r[b] - r[a]) * 1000 for r in rows]
+            slow_mean = statistics.fmean((r[b] - r[a]) * 1000 for r in slow)
+            print(f"   {label:48} p50 {pct(values, 50):7.2f}  p99 {pct(values, 99):7.2f}  slowest 1 %: {slow_mean:7.2f}")
+    stalls = [(due, late) for due, late in gateway["stalls"] if any(lo <= due <= hi for lo, hi in windows)]
+    collections = [c for c in gateway["collections"] if any(lo <= c[0] <= hi for lo, hi in windows)]
+    span = sum(hi - lo for lo, hi in windows)
+    if span:
+        lates = [late * 1000 for _, late in stalls]
+        print(f"\n-- gateway event loop during the gateway runs ({span:.1f} s): {len(stalls)} stalls over 2 ms "
+              f"(a 1 ms timer that fired late), {sum(lates):.0f} ms in all; p50 {pct(lates, 50):.1f} ms, "
+              f"p99 {pct(lates, 99):.1f} ms, max {max(lates, default=0):.1f} ms")
+        for generation in (0, 1, 2):
+            chosen = [c for c in collections if c[3] == generation]
+            durations = [c[1] * 1000 for c in chosen]
+            cpu = [c[2] * 1000 for c in chosen]
+            examined = [c[4] for c in chosen]
+            garbage = [c[5] for c in chosen]
+            print(f"   gc generation {generation}: {len(durations)} collections, {sum(durations):.1f} ms in all "
+                  f"(CPU {sum(cpu):.1f} ms), max {max(durations, default=0):.2f} ms (CPU {max(cpu, default=0):.2f} ms);"
+                  f" objects examined per collection mean {statistics.fmean(examined) if examined else 0:.0f}, "
+                  f"garbage found mean {statistics.fmean(garbage) if garbage else 0:.0f}")
+        busy = [(a, b) for a, b in gateway.get("writer_busy", []) if any(lo <= a <= hi for lo, hi in windows)]
+        busy_s = sum(b - a for a, b in busy)
+        stalled_in_busy = sum(max(0.0, min(b, due + late) - max(a, due)) for due, late in stalls for a, b in busy
+                              if a < due + late and b > due)
+        print(f"   audit-log writer thread: {len(busy)} batches, busy {100 * busy_s / span:.1f} % of the time; "
+              f"{100 * stalled_in_busy / max(1e-9, sum(late for _, late in stalls)):.1f} % of the loop's stalled "
+              "time overlapped a batch")
+        print(f"   objects the collector tracks at the end: {gateway.get('tracked_objects')} "
+              f"(frozen at start: {gateway.get('frozen_objects')})")
+        # how much of the slowest requests' time the loop spent stalled
+        for scenario, path, requests in marks:
+            if path != "gateway":
+                continue
+            ordered = sorted((first - started, started, first) for _, started, first in requests)
+            for label, chosen in (("slowest 1 %", ordered[-max(1, len(ordered) // 100):]),
+                                  ("median 1 %", ordered[len(ordered) // 2 - len(ordered) // 200:
+                                                         len(ordered) // 2 + len(ordered) // 200 + 1])):
+                stalled = [sum(min(hi, due + late) - max(lo, due) for due, late in stalls
+                               if due < hi and due + late > lo) * 1000 for _, lo, hi in chosen]
+                in_gc = [sum(min(hi, c[0] + c[1]) - max(lo, c[0]) for c in collections
+                             if c[0] < hi and c[0] + c[1] > lo) * 1000 for _, lo, hi in chosen]
+                print(f"   {scenario} {label} by TTFT (mean {statistics.fmean(t for t, _, _ in chosen) * 1000:.1f} ms):"
+                      f" loop stalled {statistics.fmean(stalled):.1f} ms of it, in gc {statistics.fmean(in_gc):.1f} ms")
 
 
 def print_scenario(result: dict[str, Any]) -> None:
@@ -464,6 +579,9 @@ def main() -> None:
     parser.add_argument("--profile-gateway", type=Path, default=None, metavar="FILE",
                         help="run the gateway under cProfile (CPU clock) and write its stats to FILE at exit "
                              "(slows the gateway: for where its CPU goes, not for its latency)")
+    parser.add_argument("--timing", type=Path, default=None, metavar="DIR",
+                        help="record per-request timestamps in the client, the gateway (KVFENCE_GATEWAY_TIMING) and "
+                             "the backend, write them to DIR, and print where the gateway runs' time went")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     scenarios = args.scenario or ["paced:100", "paced:10", "saturating:100", "saturating:10"]
@@ -491,14 +609,20 @@ tenants:
   - {{name: bench, key_sha256: {hash_api_key(KEY)}, organization: bench, default_class: public}}
 """)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    backend = subprocess.Popen([sys.executable, str(tmp / "backend.py"), str(backend_port), str(args.chunks)], env=env)
+    backend_env, gateway_env = env, env
+    if args.timing is not None:
+        args.timing.mkdir(parents=True, exist_ok=True)
+        backend_env = {**env, "BENCH_BACKEND_TIMING": str((args.timing / "backend.json").resolve())}
+        gateway_env = {**env, "KVFENCE_GATEWAY_TIMING": str((args.timing / "gateway.json").resolve())}
+    backend = subprocess.Popen([sys.executable, str(tmp / "backend.py"), str(backend_port), str(args.chunks)],
+                               env=backend_env)
     kvfence = str(Path(sys.executable).parent / "kvfence")
     gateway_cmd = [kvfence, "gateway", "--config", str(tmp / "gateway.yaml"), "--port", str(gateway_port),
                    "--log-level", "error"]
     if args.profile_gateway is not None:
         (tmp / "profiled.py").write_text(PROFILED_SOURCE)
         gateway_cmd = [sys.executable, str(tmp / "profiled.py"), str(args.profile_gateway.resolve()), *gateway_cmd[1:]]
-    gateway = subprocess.Popen(gateway_cmd, env=env)
+    gateway = subprocess.Popen(gateway_cmd, env=gateway_env)
     before_port = free_port()
     before = None if args.before_src is None else subprocess.Popen(
         [kvfence, "gateway", "--config", str(tmp / "gateway.yaml"), "--port", str(before_port), "--log-level",
@@ -508,6 +632,7 @@ tenants:
             "relay": f"http://127.0.0.1:{relay_port}/v1", "backend_root": f"http://127.0.0.1:{backend_port}"}
     load_before = os.getloadavg()
     results = []
+    marks: list[tuple[str, str, list[tuple[str | None, float, float]]]] = []
     try:
         wait_ready(urls["direct"] + "/models")
         wait_ready(urls["gateway"] + "/models", {"authorization": f"Bearer {KEY}"})
@@ -518,7 +643,7 @@ tenants:
             wait_ready(urls["before"] + "/models", {"authorization": f"Bearer {KEY}"})
             pids["before"] = before.pid
         for kind, streams in parsed:
-            result = run_scenario(kind, streams, args, urls, pids)
+            result = run_scenario(kind, streams, args, urls, pids, marks)
             results.append(result)
             if not args.json:
                 print_scenario(result)
@@ -528,6 +653,8 @@ tenants:
             proc.terminate()
         for proc in procs:
             proc.wait(timeout=10)
+    if args.timing is not None and not args.json:
+        print_timing(marks, args.timing / "gateway.json", args.timing / "backend.json")
     setup = {"cpus": os.cpu_count(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
              "scanners": "off", "gateway_http_client": args.gateway_http_client,
              "before_src": str(args.before_src) if args.before_src else None}

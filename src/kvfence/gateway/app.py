@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator
 
@@ -14,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from kvfence.gateway import timing_probe
 from kvfence.gateway.answer import json_error
 from kvfence.gateway.errors import GatewayError
 from kvfence.gateway.proxy import handle_completion
@@ -46,14 +48,22 @@ class GatewayApp:
         if scope["type"] == "http" and scope["method"] == "POST":
             endpoint = _COMPLETION_PATHS.get(scope["path"])
             if endpoint is not None:
+                if timing_probe.enabled():
+                    send = timing_probe.watch_send(scope, send)
                 response = await handle_completion(self.runtime, Request(scope, receive), endpoint)
                 await response(scope, receive, send)
                 return
         await self.rest(scope, receive, send)
 
 
-def build_app(runtime: GatewayRuntime) -> GatewayApp:
-    """An app serving ``runtime``; its lifespan starts and closes the runtime."""
+def build_app(runtime: GatewayRuntime, *, freeze_heap: bool = False) -> GatewayApp:
+    """An app serving ``runtime``; its lifespan starts and closes the runtime.
+
+    ``freeze_heap`` (the ``kvfence gateway`` process, not an app embedded in another program): once
+    the runtime and the server are up, move every object alive then out of the cyclic collector's
+    reach (``gc.freeze``). What the server imports as it starts (thousands of functions and classes)
+    would otherwise be scanned again by every full collection, a pause every stream in flight waits.
+    """
 
     async def chat(request: Request) -> Response:
         return await handle_completion(runtime, request, "chat")
@@ -103,10 +113,15 @@ def build_app(runtime: GatewayRuntime) -> GatewayApp:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await runtime.start()
+        if freeze_heap:
+            gc.collect()
+            gc.freeze()
+        timing_probe.start_loop_sampler()
         try:
             yield
         finally:
             await runtime.close()
+            timing_probe.write()
 
     routes = [
         Route("/v1/chat/completions", chat, methods=["POST"]),

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kvfence.errors import ConfigError
+from kvfence.gateway import timing_probe
 from kvfence.gateway.hooks import new_incident_id
 
 __all__ = ["AuditLog", "Decision", "open_audit_log"]
@@ -217,6 +218,7 @@ class AuditLog:
             # Let a batch gather: one wake-up and one transaction per ~10 ms instead of per request,
             # which keeps this thread off the GIL while the event loop is busy.
             time.sleep(_BATCH_WAIT_S)
+            started = time.perf_counter()
             batch: list[Decision] = []
             pending: list[Decision | tuple[Any, ...] | None] = [item]
             while True:  # drain what is already queued into one transaction
@@ -239,6 +241,7 @@ class AuditLog:
                     batch = []
                     self._write_incident(entry)
             self._write(batch)
+            timing_probe.writer_busy(started)
             if stop:
                 return
 

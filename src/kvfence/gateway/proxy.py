@@ -19,6 +19,7 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from kvfence.gateway import timing_probe
 from kvfence.gateway.answer import OwnedStream, json_error, stream_response, whole_response
 from kvfence.gateway.cache_salt import apply_cache_salt, tenant_cache_salt
 from kvfence.gateway.caps import CapResult, enforce_cap
@@ -267,6 +268,8 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
         path = "/chat/completions" if ctx.endpoint == "chat" else "/completions"
         sent_at = time.perf_counter()
         trace.overhead_s = sent_at - trace.started
+        timing_probe.mark(trace.request_id, "entered", trace.started)
+        timing_probe.mark(trace.request_id, "sent", sent_at)
         try:
             upstream = await _send(state.client, path, content, headers)
         except httpx.HTTPError as exc:
@@ -288,6 +291,7 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
             continue
         runtime.mark_up(state)
         received_at = time.perf_counter()
+        timing_probe.mark(trace.request_id, "headers", received_at)
         # A backend that ignored `stream` answers with one JSON body: treat it as the whole answer.
         is_sse = "text/event-stream" in upstream.headers.get("content-type", "")
         if trace.stream and upstream.status_code == 200 and is_sse:
