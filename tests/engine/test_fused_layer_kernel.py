@@ -279,3 +279,11 @@ def test_a_layer_rebuilds_its_block_when_its_weights_move() -> None:
     layer.mlp.down_proj.weight.data = layer.mlp.down_proj.weight.data.clone()
     second = layer.fused_kernel()
     assert second is not None and second is not first
+    layer.to(torch.float64)  # another dtype: no block
+    assert layer.fused_kernel() is None
+    layer.to(torch.float32)
+    third = layer.fused_kernel()
+    assert third is not None and third is not second
+    layer.mlp.down_proj.weight = torch.nn.Parameter(layer.mlp.down_proj.weight.detach().clone(), requires_grad=False)
+    layer.drop_fused_kernel()
+    assert layer.fused_kernel() is not third

@@ -58,9 +58,9 @@ def _usable(t: torch.Tensor | None, shape: tuple[int, ...]) -> bool:
 class DecoderLayerKernel:
     """A Llama-family decoder layer's weights as the fused kernels' argument block.
 
-    Build it with :meth:`build` (``None`` when the kernels or the weights do not fit); it holds
-    raw pointers, so :meth:`is_for` says whether it still describes the given weight tensors
-    (same library, same storage) and the owner rebuilds it when not.
+    Build it with :meth:`build` (``None`` when the kernels or the weights do not fit). It holds the
+    weight tensors and their raw pointers; :meth:`is_current` says whether they still hold (same
+    library, same storage), and the owner rebuilds it when not, or when it swaps a tensor for another.
     """
 
     def __init__(self, lib: ctypes.CDLL, layer: _Layer, tensors: tuple[torch.Tensor | None, ...]) -> None:
@@ -116,13 +116,13 @@ class DecoderLayerKernel:
         tensors = (input_norm, post_norm, *(t for pair in (qkv, o, gate_up, down) for t in pair))
         return cls(lib, layer, tensors)
 
-    def is_for(self, tensors: tuple[torch.Tensor | None, ...]) -> bool:
-        """Whether this block describes exactly these tensors (in :meth:`build`'s order: norms,
-        then weight and bias of qkv, o, gate_up, down) with the library now in use."""
-        if cpu_kernels() is not self._lib or len(tensors) != len(self._tensors):
+    def is_current(self) -> bool:
+        """Whether the library in use is the one this block was built for and every tensor it
+        describes still has its storage (``param.data = ...`` moves it; copies into it do not)."""
+        if cpu_kernels() is not self._lib:
             return False
-        for t, kept, ptr in zip(tensors, self._tensors, self._pointers, strict=True):
-            if t is not kept or (t is not None and t.data_ptr() != ptr):
+        for t, ptr in zip(self._tensors, self._pointers, strict=True):
+            if t is not None and t.data_ptr() != ptr:
                 return False
         return True
 

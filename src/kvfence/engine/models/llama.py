@@ -7,6 +7,9 @@ Parameters are allocated uninitialised: every one of them is overwritten by the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -100,7 +103,7 @@ class LlamaAttention(nn.Module):
         self, qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor:
         """Attention over the pool for rotated ``qkv`` [T, H + 2 KV, D]; returns [T, H * D] (before o_proj)."""
-        q = qkv[:, : self.num_heads]
+        q = qkv[:, : self.num_heads]  # three slices: a third of split()'s dispatch time
         k = qkv[:, self.num_heads : self.num_heads + self.num_kv_heads]
         v = qkv[:, self.num_heads + self.num_kv_heads :]
         out = paged_attention(q, k, v, k_cache, v_cache, meta)  # [T, H, D]
@@ -128,20 +131,11 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, device=device)
         self._kernel: DecoderLayerKernel | None = None
 
-    def _weights(self) -> tuple[torch.Tensor | None, ...]:
-        # in DecoderLayerKernel.build's order
-        attn, mlp = self.self_attn, self.mlp
-        return (
-            self.input_layernorm.weight, self.post_attention_layernorm.weight,
-            attn.qkv_proj.weight, attn.qkv_proj.bias, attn.o_proj.weight, attn.o_proj.bias,
-            mlp.gate_up_proj.weight, mlp.gate_up_proj.bias, mlp.down_proj.weight, mlp.down_proj.bias,
-        )
-
     def fused_kernel(self) -> DecoderLayerKernel | None:
         """The layer's fused CPU fp32 kernel (built at first use, rebuilt when the weights or the
-        kernel library change), or ``None`` where it does not apply (other device or dtype, kernels off)."""
-        weights = self._weights()
-        if self._kernel is None or not self._kernel.is_for(weights):
+        kernel library change), or ``None`` where it does not apply (other device or dtype, kernels off).
+        Code that swaps a weight tensor for another (not a copy into it) calls :meth:`drop_fused_kernel`."""
+        if self._kernel is None or not self._kernel.is_current():
             attn = self.self_attn
             self._kernel = DecoderLayerKernel.build(
                 input_norm=self.input_layernorm.weight,
@@ -157,6 +151,15 @@ class LlamaDecoderLayer(nn.Module):
             )
         return self._kernel
 
+    def drop_fused_kernel(self) -> None:
+        """Forget the fused kernel's argument block; the next step builds it from the current weights."""
+        self._kernel = None
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> LlamaDecoderLayer:
+        # .to(), .float(), .cpu() ... may give the weights new storage: describe them afresh
+        self._kernel = None
+        return super()._apply(fn, recurse)
+
     def forward(
         self,
         rope: tuple[torch.Tensor, torch.Tensor],
@@ -166,11 +169,24 @@ class LlamaDecoderLayer(nn.Module):
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         kernel = self.fused_kernel() if x.is_cpu and x.dtype == torch.float32 else None
-        if kernel is not None and kernel.takes(x, *rope):  # a decode-sized CPU fp32 batch: 2 calls, not ~30 ops
-            attn = self.self_attn.attend(kernel.pre(x, *rope), k_cache, v_cache, meta)
-            return kernel.post(attn, x)
+        if kernel is not None and kernel.takes(x, *rope):
+            return self.forward_fused(kernel, rope, x, k_cache, v_cache, meta)
         x = x + self.self_attn(rope, self.input_layernorm(x), k_cache, v_cache, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def forward_fused(
+        self,
+        kernel: DecoderLayerKernel,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        x: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        """:meth:`forward` as two kernel calls around attention (a decode-sized CPU fp32 batch that
+        ``kernel.takes``): the same arithmetic as the per-op path, not ~30 torch ops."""
+        attn = self.self_attn.attend(kernel.pre(x, *rope), k_cache, v_cache, meta)
+        return kernel.post(attn, x)
 
 
 class LlamaModel(nn.Module):
@@ -205,9 +221,29 @@ class LlamaForCausalLM(nn.Module):
         # input_ids, positions: [T] -> hidden: [T, hidden]
         x = self.model.embed_tokens(input_ids)
         rope = self.model.rotary.tables(positions)
-        for layer, (k_cache, v_cache) in zip(self.model.layers, kv_caches, strict=True):
-            x = layer(rope, x, k_cache, v_cache, meta)
+        kernels = self._layer_kernels(x, rope)
+        if kernels is not None:  # decided once per step, not per layer
+            layers = cast(list[LlamaDecoderLayer], self.model.layers)
+            for fused_layer, kernel, (k_cache, v_cache) in zip(layers, kernels, kv_caches, strict=True):
+                x = fused_layer.forward_fused(kernel, rope, x, k_cache, v_cache, meta)
+        else:
+            for layer, (k_cache, v_cache) in zip(self.model.layers, kv_caches, strict=True):
+                x = layer(rope, x, k_cache, v_cache, meta)
         return self.model.norm(x)
+
+    def _layer_kernels(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]
+    ) -> list[DecoderLayerKernel] | None:
+        """Every layer's fused kernel when this batch runs them, else ``None`` (the per-op path)."""
+        if not x.is_cpu or x.dtype != torch.float32:
+            return None
+        kernels = []
+        for layer in cast(list[LlamaDecoderLayer], self.model.layers):
+            kernel = layer.fused_kernel()
+            if kernel is None:
+                return None
+            kernels.append(kernel)
+        return kernels if kernels and kernels[0].takes(x, *rope) else None
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
