@@ -281,6 +281,13 @@ class DisaggregatedEngine:
                 "logits processors (structured outputs) are not supported in disaggregated mode",
                 param="logits_processors",
             )
+        if params.prompt_logprobs is not None:
+            # The prompt is computed on the prefill worker, whose handoff carries KV pages and the
+            # first token only, not a score per prompt position.
+            raise InvalidParameterError(
+                "prompt_logprobs (and completions echo with logprobs) are not supported in disaggregated mode",
+                param="prompt_logprobs",
+            )
         self.scheduler.check_admissible(len(prompt_token_ids), params.max_tokens)  # I3, decode pool
         total = len(prompt_token_ids) + params.max_tokens
         if self.block_manager.pages_needed(total) > self.prefill_num_pages:

@@ -151,10 +151,12 @@ class BlockManager:
         """Cached pages this sequence may map (I1): same scope, same parent, same tokens.
 
         Only full pages before the page holding the last token, so that at least one token is
-        always computed and sampled from.
+        always computed and sampled from. None for a sequence that asks for prompt
+        log-probabilities: a hit would skip positions it must score.
         """
         hits: list[tuple[int, bytes]] = []
-        if is_unshared(seq.scope_key):
+        # A request scoring its prompt (prompt_logprobs) computes every position: it maps no hit.
+        if is_unshared(seq.scope_key) or seq.wants_prompt_logprobs:
             return hits
         parent: bytes | None = None
         for i in range((seq.num_tokens - 1) // self.page_size):

@@ -9,7 +9,7 @@ from typing import Literal
 
 from kvfence.engine.config import DType, EngineConfig
 from kvfence.engine.llm_engine import LLMEngine
-from kvfence.engine.outputs import RequestOutput
+from kvfence.engine.outputs import PromptLogprobs, RequestOutput
 from kvfence.engine.parallel_sampling import check_choices_fit, choice_params, cumulative_logprob, rank_best
 from kvfence.engine.sampling_params import SamplingParams
 from kvfence.engine.scope import CacheScope, TenantIdentity, compute_scope_key
@@ -41,7 +41,8 @@ class CompletionOutput:
     ``outputs`` holds the prompt's ``n`` choices (with ``best_of``: the best ``n``, best first);
     ``text``, ``token_ids``, ``finish_reason`` and ``logprobs`` are those of ``outputs[0]``.
     With several choices ``num_cached_tokens`` is the fewest any choice had (the prompt was
-    computed at least once; the others map its pages).
+    computed at least once; the others map its pages). ``prompt_logprobs`` (when asked for) has
+    one entry per prompt token, the first None, shared by the prompt's choices.
     """
 
     request_id: str
@@ -53,6 +54,7 @@ class CompletionOutput:
     num_cached_tokens: int
     logprobs: list[dict[int, float]] | None = None
     outputs: list[SampleOutput] = field(default_factory=list)
+    prompt_logprobs: PromptLogprobs | None = None
 
 
 class LLM:
@@ -199,4 +201,5 @@ def _completion(choices: list[RequestOutput], params: SamplingParams) -> Complet
         num_cached_tokens=min(c.num_cached_tokens for c in choices),
         logprobs=samples[0].logprobs,
         outputs=samples,
+        prompt_logprobs=choices[0].prompt_logprobs,  # choice 0 scores the prompt (choice_params)
     )

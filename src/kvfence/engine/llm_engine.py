@@ -25,6 +25,7 @@ from kvfence.engine.layers.sampler import SampleRow, sample
 from kvfence.engine.loader import checkpoint_files
 from kvfence.engine.model_runner import ModelRunner, resolve_device, torch_dtype
 from kvfence.engine.outputs import EngineStats, RequestOutput
+from kvfence.engine.prompt_logprobs import PromptScores, append_prompt_logprobs
 from kvfence.engine.sampling_params import SamplingParams
 from kvfence.engine.scheduler import ScheduledSeq, Scheduler, SchedulerConfig, SchedulerOutput
 from kvfence.engine.sequence import FinishReason, Sequence, SequenceStatus
@@ -141,7 +142,12 @@ class LLMEngine:
         check_prompt(prompt_token_ids, self.model_config.vocab_size, scope_key)
         check_params(params, self.model_config.vocab_size)
         seq = Sequence(request_id, prompt_token_ids, scope_key, params)
-        if self._shared_prefill.hold(seq):
+        held = self._shared_prefill.hold(seq)
+        if held and seq.wants_prompt_logprobs:
+            # It maps no prefix-cache page (it computes every position to score it): nothing to wait for.
+            self._shared_prefill.discard(request_id)
+            held = False
+        if held:
             self.scheduler.check_admissible(seq.num_prompt_tokens, params.max_tokens)  # I3 now, queued later
         else:
             self.scheduler.add(seq)
@@ -180,7 +186,10 @@ class LLMEngine:
         outputs: list[RequestOutput] = []
         if self.config.verify_isolation:
             outputs.extend(self._verify(batch))
-        sampled = self._forward_and_sample(batch.items, self._requests, self._generator, self.abort_request)
+        prompt_scores: dict[str, PromptScores] = {}
+        sampled = self._forward_and_sample(batch.items, self._requests, self._generator, self.abort_request,
+                                           prompt_scores)
+        self._record_prompt_logprobs(prompt_scores)
         self.scheduler.postprocess(batch, sampled)
         for request_id, token_id in sampled.items():
             outputs.append(self._progress(request_id, token_id))
@@ -242,18 +251,23 @@ class LLMEngine:
         requests: Mapping[str, SamplingState],
         generator: torch.Generator,
         abort: Callable[[str], None],
+        prompt_scores: dict[str, PromptScores] | None = None,
     ) -> dict[str, int]:
         """Run the model over ``items`` and sample one token for each sequence that samples.
 
         Returns ``{request_id: token_id}`` and appends each token's logprobs to its request. Used
         by this engine's step and by the disaggregated decode worker. When the forward pass or the
         sampler fails, every request of the batch is aborted through ``abort`` (which releases and
-        zero-fills its pages, I2) and the error is re-raised.
+        zero-fills its pages, I2) and the error is re-raised. ``prompt_scores`` receives the
+        prompt positions scored for requests that ask for prompt log-probabilities.
         """
         if not items:
             return {}
         try:
-            sample_items, logits = self.runner.execute(items)
+            if prompt_scores is not None and any(it.seq.wants_prompt_logprobs for it in items):
+                sample_items, logits = self.runner.execute(items, prompt_scores)
+            else:  # the common batch: the runner's plain call
+                sample_items, logits = self.runner.execute(items)
             rows = [_sample_row(requests[it.seq.request_id]) for it in sample_items]
             tokens = sample(logits, rows, generator)
         except Exception:
@@ -268,6 +282,17 @@ class LLMEngine:
             if req.logprobs is not None and tok.logprobs is not None:
                 req.logprobs.append(tok.logprobs)
         return sampled
+
+    def _record_prompt_logprobs(self, prompt_scores: dict[str, PromptScores]) -> None:
+        """Append this step's prompt scores to their sequences (in order: no gap, no duplicate)."""
+        decode = self._decode_one_token
+        for request_id, scores in prompt_scores.items():
+            req = self._requests.get(request_id)
+            if req is not None and req.seq.prompt_logprobs is not None:
+                append_prompt_logprobs(req.seq.prompt_logprobs, scores, decode)
+
+    def _decode_one_token(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id], skip_special_tokens=False)
 
     def _progress(self, request_id: str, token_id: int) -> RequestOutput:
         req = self._requests[request_id]
@@ -294,6 +319,7 @@ class LLMEngine:
             num_cached_tokens=seq.num_cached_tokens,
             logprobs=logprobs,
             new_logprobs=None if logprobs is None else logprobs[len(logprobs) - len(new_ids) :],
+            prompt_logprobs=seq.prompt_logprobs,
         )
 
     # ---- introspection -----------------------------------------------------------------------

@@ -14,6 +14,7 @@ from kvfence.engine.kernels.ops import CALIBRATION_ROWS
 from kvfence.engine.layers.attention import AttentionMetadata, PrefillChunk
 from kvfence.engine.loader import load_model
 from kvfence.engine.models.llama import FusedLinear
+from kvfence.engine.prompt_logprobs import PromptScores, positions_to_score, score_positions
 from kvfence.engine.scheduler import ScheduledSeq
 
 __all__ = ["ModelRunner", "resolve_device", "torch_dtype"]
@@ -112,8 +113,14 @@ class ModelRunner:
     # ---- forward -----------------------------------------------------------------------------
 
     @torch.inference_mode()
-    def execute(self, items: list[ScheduledSeq]) -> tuple[list[ScheduledSeq], torch.Tensor]:
-        """Run one mixed batch; return the items that sample and their float32 logits [N, vocab]."""
+    def execute(
+        self, items: list[ScheduledSeq], prompt_scores: dict[str, PromptScores] | None = None
+    ) -> tuple[list[ScheduledSeq], torch.Tensor]:
+        """Run one mixed batch; return the items that sample and their float32 logits [N, vocab].
+
+        With ``prompt_scores`` given, the prompt positions of requests that ask for prompt
+        log-probabilities are scored too (see :mod:`kvfence.engine.prompt_logprobs`), keyed by request id.
+        """
         decodes = [it for it in items if it.num_new_tokens == 1]
         prefills = [it for it in items if it.num_new_tokens != 1]
         ordered = decodes + prefills
@@ -122,6 +129,7 @@ class ModelRunner:
         slot_mapping: list[int] = []
         sample_index: list[int] = []
         sampled: list[ScheduledSeq] = []
+        to_score: list[tuple[ScheduledSeq, int, range]] = []  # item, its first scored row, positions
         ps = self.page_size
         for it in ordered:
             table = it.seq.block_table
@@ -129,6 +137,8 @@ class ModelRunner:
             input_ids.extend(it.seq.token_ids[it.start : end])
             positions.extend(range(it.start, end))
             slot_mapping.extend(table[p // ps] * ps + p % ps for p in range(it.start, end))
+            if prompt_scores is not None and (span := positions_to_score(it.seq, it.start, it.num_new_tokens)):
+                to_score.append((it, len(input_ids) - end + span.start, span))
             if it.samples:
                 sample_index.append(len(input_ids) - 1)
                 sampled.append(it)
@@ -149,6 +159,13 @@ class ModelRunner:
             self.kv_caches,
             meta,
         )
+        if prompt_scores is not None:
+            for it, row, span in to_score:
+                targets = it.seq.token_ids[span.start + 1 : span.stop + 1]
+                prompt_scores[it.seq.request_id] = score_positions(
+                    self.model.compute_logits, hidden[row : row + len(span)], targets,
+                    it.seq.params.prompt_logprobs or 0, span.start + 1,
+                )
         if not sampled:
             return sampled, torch.empty(0, self.cfg.vocab_size, device=dev)
         if len(sample_index) != hidden.shape[0]:

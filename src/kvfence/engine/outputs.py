@@ -4,7 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["EngineStats", "RequestOutput"]
+__all__ = ["EngineStats", "Logprob", "PromptLogprobs", "RequestOutput"]
+
+
+@dataclass(frozen=True)
+class Logprob:
+    """One token's log-probability at one position, its rank there (1 = most likely) and its text."""
+
+    logprob: float
+    rank: int
+    decoded_token: str | None = None
+
+
+# One entry per prompt token: None for the first (nothing predicts it), then {token id: Logprob},
+# the prompt's own token first, then the most likely tokens at that position.
+PromptLogprobs = list[dict[int, Logprob] | None]
 
 
 @dataclass
@@ -15,6 +29,8 @@ class RequestOutput:
     ``new_token_ids`` and ``delta_text`` are this step's part. ``num_cached_tokens`` counts the
     prompt tokens served from the request's own cache scope. ``logprobs`` has one dict per
     generated token (chosen token first, then the top alternatives) when they were asked for.
+    ``prompt_logprobs`` (``SamplingParams.prompt_logprobs``) has one entry per prompt token, the
+    first None; it is complete from the request's first output on, and shared: do not mutate it.
     """
 
     request_id: str
@@ -29,6 +45,7 @@ class RequestOutput:
     num_cached_tokens: int
     logprobs: list[dict[int, float]] | None = None
     new_logprobs: list[dict[int, float]] | None = None
+    prompt_logprobs: PromptLogprobs | None = None
 
 
 @dataclass

@@ -33,6 +33,8 @@ def choice_params(params: SamplingParams, index: int) -> SamplingParams:
 
     With ``best_of > n`` every choice records its log-probabilities (at least the chosen token's),
     since they rank the choices; the caller hides them when the client did not ask for them.
+    The prompt's log-probabilities (``prompt_logprobs``) are computed by choice 0 only: the
+    prompt is the same for all, and the others can then map its pages from the prefix cache.
     """
     ranks = params.best_of is not None and params.best_of > params.n
     return dataclasses.replace(
@@ -41,6 +43,7 @@ def choice_params(params: SamplingParams, index: int) -> SamplingParams:
         best_of=None,
         seed=None if params.seed is None else choice_seed(params.seed, index),
         logprobs=0 if ranks and params.logprobs is None else params.logprobs,
+        prompt_logprobs=params.prompt_logprobs if index == 0 else None,
     )
 
 

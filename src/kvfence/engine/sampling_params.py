@@ -65,6 +65,11 @@ class SamplingParams:
     returned); ``stop_token_ids`` and the model's EOS tokens (unless ``ignore_eos``) end the
     completion once at least ``min_tokens`` tokens were generated. ``logprobs=n`` returns the
     chosen token's log-probability and the ``n`` most likely alternatives per generated token.
+    ``prompt_logprobs=n`` returns, for every prompt token but the first, its log-probability given
+    the tokens before it, its rank, and the ``n`` most likely tokens at that position (0: the
+    token's own only); these are the model's raw log-probabilities (no processor, bias or penalty
+    applies to the prompt), and a request asking for them computes its whole prompt (it takes no
+    prefix-cache hit).
     ``logits_processors`` change the logits before anything else (see :class:`LogitsProcessor`).
 
     Then, in this order: the ``min_tokens`` bans, ``logit_bias`` (``{token_id: bias}``, bias in
@@ -104,6 +109,7 @@ class SamplingParams:
     min_p: float = 0.0
     n: int = 1
     best_of: int | None = None
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
@@ -128,6 +134,11 @@ class SamplingParams:
             not _is_int(self.logprobs) or not 0 <= self.logprobs <= MAX_LOGPROBS
         ):
             raise _fail("logprobs", self.logprobs, f"an integer in [0, {MAX_LOGPROBS}] or null")
+        if self.prompt_logprobs is not None and (
+            not _is_int(self.prompt_logprobs) or not 0 <= self.prompt_logprobs <= MAX_LOGPROBS
+        ):
+            raise _fail("prompt_logprobs", self.prompt_logprobs,
+                        f"an integer in [0, {MAX_LOGPROBS}] (0: each prompt token's own log-probability) or null")
         if not _is_int(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
             raise _fail("min_tokens", self.min_tokens, f"an integer in [0, max_tokens={self.max_tokens}]")
         if not isinstance(self.logits_processors, list | tuple) or not all(map(callable, self.logits_processors)):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import time
 
+from kvfence.engine.outputs import PromptLogprobs
 from kvfence.engine.sampling_params import SamplingParams
 from kvfence.errors import InvalidParameterError
 
@@ -36,6 +37,9 @@ class Sequence:
     ``num_cached_tokens`` counts prompt tokens served from the prefix cache at admission;
     ``num_computed_tokens`` counts tokens whose KV is already in the sequence's pages (chunked
     prefill advances it step by step; preemption resets it to 0).
+
+    ``prompt_logprobs`` (when the params ask for them) grows as prefill chunks are computed: entry
+    ``i`` scores prompt token ``i``; it survives preemption, so a recompute adds nothing twice.
     """
 
     def __init__(
@@ -60,6 +64,7 @@ class Sequence:
         self.num_computed_tokens = 0
         self.finish_reason: FinishReason | None = None
         self.arrival_time = time.monotonic() if arrival_time is None else arrival_time
+        self.prompt_logprobs: PromptLogprobs | None = None if self.params.prompt_logprobs is None else [None]
 
     def __repr__(self) -> str:
         return (
@@ -89,6 +94,11 @@ class Sequence:
     @property
     def last_token_id(self) -> int:
         return self.token_ids[-1]
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        """True when every prompt position must be computed here (no prefix-cache hit may skip one)."""
+        return self.prompt_logprobs is not None
 
     @property
     def is_finished(self) -> bool:
