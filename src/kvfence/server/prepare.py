@@ -113,6 +113,12 @@ def sampling_params(
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
     elif isinstance(req, CompletionRequest):
         logprobs = req.logprobs
+    # echo with logprobs scores the prompt too; the engine computes the larger top-n of the two asks.
+    asks = [n for n in (req.prompt_logprobs, getattr(req, "echo_logprobs", None)) if n is not None]
+    prompt_logprobs = max(asks) if asks else None
+    if requested == 0:
+        # max_tokens 0 with echo: the engine samples one token (it always does), which the answer drops.
+        requested = 1
     structured = structured_output(req, model)  # a 400 for a bad schema / regex / grammar
     try:
         return SamplingParams(
@@ -134,6 +140,7 @@ def sampling_params(
             min_p=req.min_p or 0.0,
             n=req.num_choices,
             best_of=getattr(req, "best_of", None),
+            prompt_logprobs=prompt_logprobs,
         )
     except InvalidParameterError as exc:
         raise from_request_error(exc) from exc

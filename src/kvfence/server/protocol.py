@@ -2,8 +2,8 @@
 
 Types are strict: ``"max_tokens": "5"`` or ``"temperature": true`` is a 400, not a silent
 coercion. Unknown fields are ignored, as OpenAI clients send fields this server has no use for;
-fields that would change the answer but are not implemented (``suffix``, tools, ``echo`` with
-``logprobs``, ...) are refused with a message instead of being ignored.
+fields that would change the answer but are not implemented (``suffix``, tools, ...) are refused
+with a message instead of being ignored.
 """
 
 from __future__ import annotations
@@ -46,9 +46,10 @@ class GenerationRequest(_Strict):
     """Fields shared by ``/v1/completions`` and ``/v1/chat/completions``."""
 
     model: str | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
+    # 0 only with completions' echo (score the prompt, generate nothing): see check_supported.
+    max_tokens: int | None = Field(default=None, ge=0)
     # Newer OpenAI clients send max_completion_tokens instead of max_tokens; it wins when both are set.
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=0)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = None
@@ -67,8 +68,9 @@ class GenerationRequest(_Strict):
     repetition_penalty: float | None = Field(default=None, gt=0.0)  # vLLM extra; 1 = off
     logit_bias: dict[str, float] | None = None  # {"token id": bias in [-100, 100]}, checked in SamplingParams
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)  # vLLM extra; 0 = off
+    # vLLM's extra: each prompt token's log-probability and the top n at its position (0: its own only).
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     # vLLM extras that would change the answer and are not implemented: refused when set.
-    prompt_logprobs: Any = None
     use_beam_search: Any = None
     allowed_token_ids: Any = None
     bad_words: Any = None
@@ -86,10 +88,14 @@ class GenerationRequest(_Strict):
 
     def check_supported(self) -> None:
         """Refuse fields that would change the answer but that this server does not implement."""
-        for name in ("prompt_logprobs", "use_beam_search", "allowed_token_ids", "bad_words", "truncate_prompt_tokens"):
+        for name in ("use_beam_search", "allowed_token_ids", "bad_words", "truncate_prompt_tokens"):
             value = getattr(self, name)
-            if not (value is None or value is False or value == []):  # prompt_logprobs: 0 still asks for them
+            if not (value is None or value is False or value == []):
                 raise APIError.bad_request(f"{name} is not supported by this server", param=name)
+        if self.requested_max_tokens == 0 and not self.scores_prompt_only:
+            name = "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
+            raise APIError.bad_request(f"{name} must be at least 1; 0 is allowed only with 'echo' on /v1/completions "
+                                       "(to score the prompt without generating)", param=name)
         if self.stream_options is not None and not self.stream:
             raise APIError.bad_request("'stream_options' is only allowed when 'stream' is true",
                                        param="stream_options")
@@ -99,6 +105,11 @@ class GenerationRequest(_Strict):
             raise APIError.bad_request("stop strings must not be empty", param="stop")
         if self.stop_token_ids and any(t < 0 for t in self.stop_token_ids):
             raise APIError.bad_request("stop_token_ids must be non-negative token ids", param="stop_token_ids")
+
+    @property
+    def scores_prompt_only(self) -> bool:
+        """True when the call generates nothing and answers with its prompt (``max_tokens: 0`` with ``echo``)."""
+        return False
 
     @property
     def stop_list(self) -> list[str]:
@@ -134,12 +145,17 @@ class CompletionRequest(GenerationRequest):
     suffix: str | None = None
     best_of: int | None = Field(default=None, ge=1, le=MAX_N)
 
+    @property
+    def scores_prompt_only(self) -> bool:
+        return bool(self.echo) and self.requested_max_tokens == 0
+
+    @property
+    def echo_logprobs(self) -> int | None:
+        """Top alternatives per echoed prompt token (``echo`` with ``logprobs``), else None."""
+        return self.logprobs if self.echo else None
+
     def check_supported(self) -> None:
         super().check_supported()
-        if self.echo and self.logprobs is not None:
-            # It needs the prompt's own log-probabilities, which the engine does not compute.
-            raise APIError.bad_request("echo with logprobs (prompt log-probabilities) is not supported; "
-                                       "send one of them", param="echo")
         if self.suffix:
             raise APIError.bad_request("suffix is not supported", param="suffix")
         if self.best_of is not None and self.best_of < self.num_choices:

@@ -14,6 +14,7 @@ __all__ = [
     "chat_logprobs",
     "completion_chunk",
     "completion_logprobs",
+    "finite_logprob",
     "sse",
     "usage_body",
 ]
@@ -35,6 +36,7 @@ class ChoiceState:
     logprobs: list[dict[int, float]] = field(default_factory=list)
     finish_reason: str | None = None
     logprob_text_offset: int = 0  # streamed completions: where the next token's text starts
+    keeps_output: bool = True  # False for max_tokens 0 with echo: the one token the engine samples is dropped
 
     def update(self, out: Any) -> None:
         """Fold one ``RequestOutput`` into this choice."""
@@ -46,6 +48,10 @@ class ChoiceState:
             self.logprobs = list(out.logprobs)  # cumulative: one entry per generated token
         if out.finished:
             self.finish_reason = out.finish_reason
+        if not self.keeps_output:
+            self.text, self.token_ids, self.logprobs = "", [], []
+            if out.finished and out.finish_reason != "abort":
+                self.finish_reason = "length"  # it stopped at max_tokens, 0
 
 
 def usage_body(choices: list[ChoiceState]) -> dict[str, Any]:
@@ -70,7 +76,7 @@ def usage_body(choices: list[ChoiceState]) -> dict[str, Any]:
     }
 
 
-def _finite(value: float) -> float:
+def finite_logprob(value: float) -> float:
     # JSON has no -inf; a token the sampler could never pick gets the most negative finite float.
     return value if math.isfinite(value) else -9999.0
 
@@ -90,12 +96,12 @@ def completion_logprobs(
     for tid, entry in zip(token_ids, entries, strict=False):
         text = token_text(tid)
         tokens.append(text)
-        token_logprobs.append(_finite(entry.get(tid, -math.inf)))
+        token_logprobs.append(finite_logprob(entry.get(tid, -math.inf)))
         alternatives: dict[str, float] = {}
         for t, lp in _ranked(entry, num_top):
             # Distinct ids can decode to the same text (e.g. partial UTF-8 bytes -> U+FFFD); in this
             # legacy text-keyed format the most likely one keeps the key.
-            alternatives.setdefault(token_text(t), _finite(lp))
+            alternatives.setdefault(token_text(t), finite_logprob(lp))
         top.append(alternatives)
         offsets.append(offset)
         offset += len(text)
@@ -121,10 +127,10 @@ def chat_logprobs(
         text = token_text(tid)
         content.append({
             "token": text,
-            "logprob": _finite(entry.get(tid, -math.inf)),
+            "logprob": finite_logprob(entry.get(tid, -math.inf)),
             "bytes": as_bytes(tid, text),
             "top_logprobs": [
-                {"token": (alt := token_text(t)), "logprob": _finite(lp), "bytes": as_bytes(t, alt)}
+                {"token": (alt := token_text(t)), "logprob": finite_logprob(lp), "bytes": as_bytes(t, alt)}
                 for t, lp in _ranked(entry, num_top)
             ],
         })

@@ -37,6 +37,12 @@ from kvfence.server.prepare import (
     sampling_params,
     tokenize_prompt,
 )
+from kvfence.server.prompt_scores import (
+    echo_logprobs,
+    join_logprobs,
+    prompt_logprobs_body,
+    prompt_text_offsets,
+)
 from kvfence.server.protocol import ChatCompletionRequest, CompletionRequest, GenerationRequest, parse_body
 from kvfence.server.responses import (
     ChoiceState,
@@ -87,6 +93,8 @@ class _Lease:
         self.by_request: dict[str, ChoiceState] = {}
         self.params: list[SamplingParams] = []  # per prompt (n, best_of)
         self.echo: list[str] = []  # per prompt: what its choices' text starts with (completions echo)
+        self.prompts: list[list[int]] = []  # per prompt: its token ids
+        self.prompt_logprobs: list[Any] = []  # per prompt: its scores once computed (choice 0 computes them)
         self.status = "error"
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
@@ -320,6 +328,11 @@ class OpenAIServing:
         lease.by_request = {r.request_id: r.state for r in requests}
         lease.params = params
         lease.echo = self._echo_texts(req, prompts, model)
+        lease.prompts = prompts
+        lease.prompt_logprobs = [None] * len(prompts)
+        for r in requests:
+            r.state.logprob_text_offset = len(lease.echo[r.state.prompt_index])  # generated text follows the echo
+            r.state.keeps_output = not req.scores_prompt_only
         try:
             lease.group = await engine.submit(
                 [(r.request_id, r.prompt_token_ids, r.params) for r in requests], scope_key)
@@ -355,6 +368,9 @@ class OpenAIServing:
     def _fold(self, lease: _Lease, out: Any) -> ChoiceState:
         choice = lease.by_request[out.request_id]
         choice.update(out)
+        scores = getattr(out, "prompt_logprobs", None)
+        if scores is not None and lease.prompt_logprobs[choice.prompt_index] is None:
+            lease.prompt_logprobs[choice.prompt_index] = scores
         lease.saw_output(out)
         if out.finished and out.finish_reason == "abort" and getattr(out, "error_reason", None) == "rejected":
             raise _AbortedByEngine(f"the prefill side rejected the request ({getattr(out, 'error', None)}); no answer is returned",
@@ -391,12 +407,37 @@ class OpenAIServing:
                          model: LoadedModel) -> dict[str, Any]:
         choices = []
         for c in returned_choices(lease.choices, lease.params):
-            logprobs = (completion_logprobs(c.token_ids, c.logprobs, req.logprobs, self._token_text(model))
+            echo = lease.echo[c.prompt_index]
+            logprobs = (completion_logprobs(c.token_ids, c.logprobs, req.logprobs, self._token_text(model), len(echo))
                         if req.logprobs is not None else None)
-            choices.append({"index": c.index, "text": lease.echo[c.prompt_index] + c.text, "logprobs": logprobs,
-                            "finish_reason": c.finish_reason})
+            if logprobs is not None and req.echo_logprobs is not None:
+                logprobs = join_logprobs(self._echoed_logprobs(req, lease, c.prompt_index, model), logprobs)
+            choice: dict[str, Any] = {"index": c.index, "text": echo + c.text, "logprobs": logprobs,
+                                      "finish_reason": c.finish_reason}
+            if req.prompt_logprobs is not None:
+                choice["prompt_logprobs"] = self._prompt_logprobs(req, lease, c.prompt_index)
+            choices.append(choice)
         return {"id": rid, "object": "text_completion", "created": created, "model": name,
                 "choices": choices, "usage": usage_body(lease.choices)}
+
+    @staticmethod
+    def _prompt_logprobs(req: GenerationRequest, lease: _Lease, prompt_index: int) -> Any:
+        """vLLM's ``prompt_logprobs`` of one prompt (null if its scores never came: the request failed)."""
+        scores = lease.prompt_logprobs[prompt_index]
+        if scores is None or req.prompt_logprobs is None:
+            return None
+        return prompt_logprobs_body(lease.prompts[prompt_index], scores, req.prompt_logprobs)
+
+    def _echoed_logprobs(self, req: CompletionRequest, lease: _Lease, prompt_index: int,
+                         model: LoadedModel) -> dict[str, Any]:
+        """The legacy ``logprobs`` object of an echoed prompt, its offsets into the echoed text."""
+        ids, scores, echo = lease.prompts[prompt_index], lease.prompt_logprobs[prompt_index], lease.echo[prompt_index]
+        if scores is None:
+            scores = [None] * len(ids)
+        # A text prompt is echoed as sent (its BOS is not in it); token ids are echoed decoded with their specials.
+        as_text = isinstance(req.prompts()[prompt_index], str)
+        offsets = prompt_text_offsets(ids, model.tokenizer, skip_special_tokens=as_text, limit=len(echo))
+        return echo_logprobs(ids, scores, req.echo_logprobs or 0, self._token_text(model), offsets)
 
     def _chat_body(self, req: Any, lease: _Lease, rid: str, created: int, name: str,
                    model: LoadedModel) -> dict[str, Any]:
@@ -407,28 +448,43 @@ class OpenAIServing:
                         if req.logprobs else None)
             choices.append({"index": c.index, "message": {"role": "assistant", "content": c.text},
                             "logprobs": logprobs, "finish_reason": c.finish_reason})
-        return {"id": rid, "object": "chat.completion", "created": created, "model": name,
+        body = {"id": rid, "object": "chat.completion", "created": created, "model": name,
                 "choices": choices, "usage": usage_body(lease.choices)}
+        if req.prompt_logprobs is not None:
+            body["prompt_logprobs"] = self._prompt_logprobs(req, lease, 0)  # vLLM: one per response
+        return body
 
     async def _completion_chunks(self, req: Any, lease: _Lease, rid: str, created: int, name: str,
                                  model: LoadedModel) -> AsyncIterator[bytes]:
+        """Completions as a stream. A choice whose first chunk carries its prompt's scores (``echo``
+        with ``logprobs``, ``prompt_logprobs``) opens once choice 0 of its prompt has computed
+        them; output of its other choices that comes earlier waits for it."""
         assert lease.group is not None
         token_text = self._token_text(model)
+        needs_scores = req.echo_logprobs is not None or req.prompt_logprobs is not None
+        opened: set[int] = set()
+        waiting: dict[int, list[Any]] = {}  # prompt index -> outputs held until its scores came
         try:
-            for c in lease.choices:
-                if lease.echo[c.prompt_index]:
-                    yield sse(completion_chunk(rid, created, name, c.index, lease.echo[c.prompt_index], None))
+            if not needs_scores:
+                for c in lease.choices:
+                    if lease.echo[c.prompt_index]:
+                        yield sse(completion_chunk(rid, created, name, c.index, lease.echo[c.prompt_index], None))
             async for out in lease.group:
                 choice = self._fold(lease, out)
-                logprobs = None
-                if req.logprobs is not None and out.new_token_ids:
-                    logprobs = completion_logprobs(list(out.new_token_ids), _new_logprobs(out),
-                                                   req.logprobs, token_text, choice.logprob_text_offset)
-                    choice.logprob_text_offset += sum(len(t) for t in logprobs["tokens"])
-                if out.delta_text or out.finished or logprobs is not None:
-                    chunk = completion_chunk(rid, created, name, choice.index, out.delta_text,
-                                             choice.finish_reason, logprobs)
-                    yield sse(_with_running_usage(req, chunk, lease))
+                ready = [out]
+                if needs_scores:
+                    if lease.prompt_logprobs[choice.prompt_index] is None:
+                        waiting.setdefault(choice.prompt_index, []).append(out)
+                        continue
+                    ready = [*waiting.pop(choice.prompt_index, []), out]
+                for o in ready:
+                    c = lease.by_request[o.request_id]
+                    if needs_scores and c.index not in opened:
+                        opened.add(c.index)
+                        yield sse(self._opening_chunk(req, lease, c, rid, created, name, model))
+                    chunk = self._completion_delta(req, c, o, rid, created, name, token_text)
+                    if chunk is not None:
+                        yield sse(_with_running_usage(req, chunk, lease))
             if req.include_usage:
                 yield _usage_chunk("text_completion", rid, created, name, lease)
             lease.status = "ok"
@@ -436,15 +492,48 @@ class OpenAIServing:
         except Exception as exc:  # whatever failed, the client sees an error event, not a short success
             yield _stream_failure(rid, lease, exc)
 
+    def _opening_chunk(self, req: Any, lease: _Lease, c: ChoiceState, rid: str, created: int, name: str,
+                       model: LoadedModel) -> dict[str, Any]:
+        """A choice's first chunk when the prompt's scores are asked for: the echo and its logprobs."""
+        logprobs = (self._echoed_logprobs(req, lease, c.prompt_index, model)
+                    if req.echo_logprobs is not None else None)
+        chunk = completion_chunk(rid, created, name, c.index, lease.echo[c.prompt_index], None, logprobs)
+        if req.prompt_logprobs is not None:
+            chunk["choices"][0]["prompt_logprobs"] = self._prompt_logprobs(req, lease, c.prompt_index)
+        return chunk
+
+    @staticmethod
+    def _completion_delta(req: Any, c: ChoiceState, out: Any, rid: str, created: int, name: str,
+                          token_text: Any) -> dict[str, Any] | None:
+        """The chunk one engine output adds to a streamed choice (None when it adds nothing)."""
+        finish = c.finish_reason if out.finished else None
+        if not c.keeps_output:  # max_tokens 0: only the end of the choice is news
+            return completion_chunk(rid, created, name, c.index, "", finish) if out.finished else None
+        logprobs = None
+        if req.logprobs is not None and out.new_token_ids:
+            logprobs = completion_logprobs(list(out.new_token_ids), _new_logprobs(out),
+                                           req.logprobs, token_text, c.logprob_text_offset)
+            c.logprob_text_offset += sum(len(t) for t in logprobs["tokens"])
+        if out.delta_text or out.finished or logprobs is not None:
+            return completion_chunk(rid, created, name, c.index, out.delta_text, finish, logprobs)
+        return None
+
     async def _chat_chunks(self, req: Any, lease: _Lease, rid: str, created: int, name: str,
                            model: LoadedModel) -> AsyncIterator[bytes]:
         assert lease.group is not None
         token_text, token_bytes = self._token_text(model), self._token_bytes(model)
+        scores_sent = req.prompt_logprobs is None
         try:
             for c in lease.choices:
                 yield sse(chat_chunk(rid, created, name, c.index, {"role": "assistant", "content": ""}, None))
             async for out in lease.group:
                 choice = self._fold(lease, out)
+                if not scores_sent and lease.prompt_logprobs[0] is not None:
+                    # vLLM's prompt_logprobs are the response's: sent once, in a chunk of their own
+                    scores_sent = True
+                    first = chat_chunk(rid, created, name, choice.index, {}, None)
+                    first["prompt_logprobs"] = self._prompt_logprobs(req, lease, 0)
+                    yield sse(first)
                 logprobs = None
                 if req.logprobs and out.new_token_ids:
                     logprobs = chat_logprobs(list(out.new_token_ids), _new_logprobs(out),
