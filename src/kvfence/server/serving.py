@@ -342,6 +342,8 @@ class OpenAIServing:
             if constraint is not None and isinstance(exc, RequestError) and exc.param == "logits_processors":
                 # the engine's refusal (disaggregated mode) names its own field; name the client's
                 raise APIError.bad_request(f"{constraint[1]}: {exc.message}", param=constraint[1]) from exc
+            if isinstance(exc, RequestError) and exc.param == "prompt_logprobs" and req.prompt_logprobs is None:
+                raise APIError.bad_request(f"echo with logprobs: {exc.message}", param="echo") from exc  # what was sent
             raise
         created = int(time.time())
         if req.stream:

@@ -1,0 +1,46 @@
+"""Prompt log-probabilities on a disaggregated server are a clear 400, never an answer without them.
+
+The prompt is computed on the prefill worker, whose handoff carries KV pages and the first token,
+not a score per prompt position; the engine refuses before anything is allocated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from kvfence.engine.default_model import ensure_default_model
+from tests.disagg.conftest import start_worker
+from tests.disagg.helpers import serve_disaggregated
+
+
+@pytest.fixture(scope="module")
+def disagg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    model_dir = ensure_default_model(tmp_path_factory.mktemp("home") / "builtin")
+    worker = start_worker(model_dir, tmp_path_factory.mktemp("worker"))
+    try:
+        with serve_disaggregated(model_dir, worker.address, start_timeout_s=120,
+                                 kv_cache_tokens=1024, max_model_len=512) as (base, _):
+            yield base
+    finally:
+        worker.stop()
+
+
+@pytest.mark.parametrize(("path", "body", "param"), [
+    ("/v1/completions", {"prompt": "hi", "prompt_logprobs": 0}, "prompt_logprobs"),
+    ("/v1/completions", {"prompt": "hi", "echo": True, "logprobs": 1, "max_tokens": 1}, "echo"),
+    ("/v1/completions", {"prompt": "hi", "echo": True, "logprobs": 0, "max_tokens": 0}, "echo"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "prompt_logprobs": 2},
+     "prompt_logprobs"),
+])
+def test_prompt_logprobs_are_refused_in_disaggregated_mode(disagg_server: str, path: str, body: dict[str, Any],
+                                                           param: str) -> None:
+    r = httpx.post(disagg_server + path, timeout=60, json={"max_tokens": 2, **body})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert "disaggregated" in error["message"] and error["param"] == param
+    plain = httpx.post(disagg_server + "/v1/completions", timeout=60, json={"prompt": "hi", "max_tokens": 2})
+    assert plain.status_code == 200, plain.text
