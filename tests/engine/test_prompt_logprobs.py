@@ -12,8 +12,10 @@ import torch
 
 from kvfence.engine.llm import LLM, CompletionOutput
 from kvfence.engine.outputs import Logprob
+from kvfence.engine.prompt_logprobs import PromptScores, append_prompt_logprobs, positions_to_score
 from kvfence.engine.sampling_params import MAX_LOGPROBS, SamplingParams
 from kvfence.engine.scope import TenantIdentity
+from kvfence.engine.sequence import Sequence
 from kvfence.errors import InvalidParameterError
 from tests.engine.tiny_models import build_tiny_model
 
@@ -153,3 +155,39 @@ def test_bad_values_are_refused(value: Any) -> None:
 def test_bounds_are_accepted() -> None:
     assert SamplingParams(prompt_logprobs=0).prompt_logprobs == 0
     assert SamplingParams(prompt_logprobs=MAX_LOGPROBS).prompt_logprobs == MAX_LOGPROBS
+
+
+# ---- which positions a chunk scores, and the order check (pure logic) ------------------------------
+
+
+def _seq(num_prompt: int, num_scored: int, *, generated: int = 0) -> Sequence:
+    seq = Sequence("r", list(range(1, num_prompt + 1)), b"scope", SamplingParams(prompt_logprobs=0))
+    assert seq.prompt_logprobs is not None
+    seq.prompt_logprobs.extend({t: Logprob(-1.0, 1)} for t in range(2, num_scored + 1))  # prompt tokens 1..scored-1
+    seq.token_ids.extend(range(900, 900 + generated))
+    return seq
+
+
+def test_positions_to_score_per_chunk() -> None:
+    assert positions_to_score(_seq(10, 1), 0, 4) == range(0, 4)  # scores prompt tokens 1..4
+    assert positions_to_score(_seq(10, 5), 4, 4) == range(4, 8)
+    assert positions_to_score(_seq(10, 9), 8, 2) == range(8, 9)  # position 9 predicts the first generated token
+    assert positions_to_score(_seq(10, 10, generated=1), 10, 1) == range(0)  # decode: nothing
+    # recompute after preemption: the chunk restarts at 0, only positions not scored yet are scored
+    assert positions_to_score(_seq(10, 6, generated=3), 0, 8) == range(5, 8)
+    assert positions_to_score(_seq(10, 10, generated=3), 0, 13) == range(0)
+    assert positions_to_score(_seq(1, 1), 0, 1) == range(0)  # a one-token prompt has only its null entry
+    plain = Sequence("p", [1, 2, 3], b"scope", SamplingParams())
+    assert plain.prompt_logprobs is None and positions_to_score(plain, 0, 3) == range(0)
+
+
+def test_scores_must_continue_where_the_entries_end() -> None:
+    entries: list[dict[int, Logprob] | None] = [None]
+    scores = PromptScores(1, [5, 6], [-1.0, -2.0], [3, 1], [[7], [6]], [[-0.5], [-2.0]])
+    append_prompt_logprobs(entries, scores, str)
+    assert entries[1] == {5: Logprob(-1.0, 3, "5"), 7: Logprob(-0.5, 1, "7")}
+    assert entries[2] == {6: Logprob(-2.0, 1, "6")}  # the prompt's token is its own top one: listed once
+    with pytest.raises(RuntimeError, match="out of order"):
+        append_prompt_logprobs(entries, scores, str)  # a duplicate
+    with pytest.raises(RuntimeError, match="out of order"):
+        append_prompt_logprobs(entries, PromptScores(5, [1], [-1.0], [1], [[]], [[]]), str)  # a gap
