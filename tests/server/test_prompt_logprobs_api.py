@@ -109,6 +109,37 @@ def test_max_tokens_zero_with_echo_scores_the_prompt_only(scored: tuple[RunningS
                                                               strict=True))
 
 
+def test_text_offsets_of_multibyte_characters(scored: tuple[RunningServer, Any]) -> None:
+    server, reference = scored
+    prompt = "héllo 日本 😀!"  # byte-level tokens: several per character
+    ids = _ids(server, prompt)
+    assert len(ids) > len(prompt) + 1
+    with _client(server) as client:
+        out = client.completions.create(model=_model(server), prompt=prompt, echo=True, logprobs=0, max_tokens=0)
+    lp = out.choices[0].logprobs
+    ref = reference(ids)
+    assert all(abs(lp.token_logprobs[i] - ref[i - 1, ids[i]].item()) < TOLERANCE for i in range(1, len(ids)))
+    assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[-1] < len(prompt)
+    for offset, token in zip(lp.text_offset[1:], lp.tokens[1:], strict=True):
+        if token != "\ufffd":  # a whole character: it sits at its offset
+            assert prompt[offset:].startswith(token)
+        else:  # part of one: its offset is that character's
+            assert len(prompt[offset].encode()) > 1
+    assert lp.text_offset[-1] == len(prompt) - 1  # "!"
+
+
+def test_prompt_of_the_whole_context_cannot_be_scored_with_max_tokens_zero(scored: tuple[RunningServer, Any]) -> None:
+    server, _ = scored
+    max_len = int(server.app.state.serving.model.capacity.max_model_len)
+    body = {"prompt": [65] * max_len, "echo": True, "logprobs": 0, "max_tokens": 0}
+    r = httpx.post(server.base_url + "/v1/completions", headers=server.headers("alice"), timeout=60, json=body)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+    body["prompt"] = [65] * (max_len - 1)
+    r = httpx.post(server.base_url + "/v1/completions", headers=server.headers("alice"), timeout=120, json=body)
+    assert r.status_code == 200, r.text
+    assert len(r.json()["choices"][0]["logprobs"]["tokens"]) == max_len - 1
+
+
 def test_streamed_echo_logprobs_equal_the_whole_answer(scored: tuple[RunningServer, Any]) -> None:
     server, _ = scored
     kwargs: dict[str, Any] = {"model": _model(server), "prompt": PROMPTS[:2], "echo": True, "logprobs": 2,

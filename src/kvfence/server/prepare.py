@@ -100,6 +100,13 @@ def sampling_params(
         room = max_len - num_prompt
         requested = room if isinstance(req, ChatCompletionRequest) else min(DEFAULT_COMPLETION_MAX_TOKENS, room)
         requested = max(requested, 1)
+    if requested == 0 and num_prompt >= max_len:
+        # The engine computes one position past the prompt (its first sample), even when it is dropped.
+        raise APIError.bad_request(
+            f"This model's maximum context length is {max_len} tokens; scoring a prompt with max_tokens 0 needs "
+            f"one more position than the prompt's {num_prompt} tokens. Please shorten the {param}.",
+            param=param, code="context_length_exceeded",
+        )
     if num_prompt + requested > max_len:
         # I3: refused before anything is queued or allocated.
         raise APIError.bad_request(
