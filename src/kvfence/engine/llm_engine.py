@@ -7,6 +7,7 @@ runs the model, samples, detokenizes and applies stop strings.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -285,7 +286,7 @@ class LLMEngine:
 
     def _record_prompt_logprobs(self, prompt_scores: dict[str, PromptScores]) -> None:
         """Append this step's prompt scores to their sequences (in order: no gap, no duplicate)."""
-        decode = self._decode_one_token
+        decode = functools.cache(self._decode_one_token)  # top tokens repeat from position to position
         for request_id, scores in prompt_scores.items():
             req = self._requests.get(request_id)
             if req is not None and req.seq.prompt_logprobs is not None:
