@@ -213,6 +213,26 @@ def test_streamed_prompt_logprobs_on_completions(scored: tuple[RunningServer, An
         _check_vllm_shape(carrying[0].prompt_logprobs, ids, reference(ids), 1)  # type: ignore[attr-defined]
 
 
+def test_echo_and_prompt_logprobs_together_each_keep_their_top_n(scored: tuple[RunningServer, Any]) -> None:
+    server, reference = scored
+    prompt = PROMPTS[2]
+    ids = _ids(server, prompt)
+    kwargs: dict[str, Any] = {"model": _model(server), "prompt": prompt, "echo": True, "logprobs": 1, "max_tokens": 0,
+                              "extra_body": {"prompt_logprobs": 3}}
+    with _client(server) as client:
+        out = client.completions.create(**kwargs)
+        chunks = list(client.completions.create(stream=True, **kwargs))
+    choice = out.choices[0]
+    _check_echo(choice, prompt, ids, reference(ids), 0)
+    assert all(len(top) == 1 for top in choice.logprobs.top_logprobs[1:])
+    _check_vllm_shape(choice.prompt_logprobs, ids, reference(ids), 3)  # type: ignore[attr-defined]
+    # streamed: the echo, its scores and prompt_logprobs in the first chunk, then the end, nothing generated
+    assert [c.choices[0].text for c in chunks] == [prompt, ""]
+    assert chunks[0].choices[0].logprobs.tokens == choice.logprobs.tokens
+    assert chunks[0].choices[0].prompt_logprobs == choice.prompt_logprobs  # type: ignore[attr-defined]
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
 def test_scores_after_a_same_tenant_cache_hit(scored: tuple[RunningServer, Any]) -> None:
     server, reference = scored
     prompt = PROMPTS[3] * 2
