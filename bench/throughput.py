@@ -7,12 +7,17 @@ Measures, in one run:
   2. a mixed workload (default 64 requests, prompts 64-512 tokens, outputs 64-256 tokens, seeded):
      generated tokens/s of kvfence (continuous batching) vs transformers' best static batching;
   3. the cost of isolation: the same workload with KV scrubbing on and off (off is UNSAFE), and the
-     time the zero-fill itself took inside the scrub-on runs.
+     time the zero-fill itself took inside the scrub-on runs;
+  4. with --kv-cache-dtype bfloat16|float16, kvfence's mixed workload once more over a 2-byte KV
+     pool (K/V rounded; not the default), on its own line: the ratio printed stays the float32 one.
 
     python bench/throughput.py            # default: 24 requests, fits in ~10 minutes on 2 idle cores
     python bench/throughput.py --full     # the issue's workload: 64 requests (slow on CPU)
     python bench/throughput.py --quick    # a small run for a smoke test
     python bench/throughput.py --decode-only --threads 2   # batch-1 decode figures alone
+
+Idle 2-core run times (AMD EPYC, 2 threads): default ~12 minutes, --full about an hour (transformers'
+static batches 8, 16 and 64 each run all 64 requests), --quick ~2 minutes, --decode-only ~1 minute.
 """
 
 from __future__ import annotations
@@ -29,10 +34,11 @@ from typing import Any
 
 import torch
 
-from kvfence.engine.config import kvfence_home
+from kvfence.engine.config import EngineConfig, kvfence_home
 from kvfence.engine.default_model import BOS, EOT, _build_tokenizer
 from kvfence.engine.kernels import gemv_kernel_in_use, kernel_status, reset_kernels, tiled_kernel_in_use
 from kvfence.engine.llm import LLM
+from kvfence.engine.llm_engine import LLMEngine
 from kvfence.engine.sampling_params import SamplingParams
 
 SMOLLM_SHAPE = {
@@ -152,19 +158,34 @@ def workload(num: int, prompt_range: tuple[int, int], output_range: tuple[int, i
 
 def ours_mixed(
     model_dir: Path, jobs: list[tuple[list[int], int]], *, scrub: bool, max_num_seqs: int,
-    stats: dict[str, float] | None = None,
+    stats: dict[str, float] | None = None, kv_cache_dtype: str = "auto",
 ) -> float:
+    """kvfence's continuous batching over ``jobs``: generated tokens/s, the engine driven step by step.
+
+    Every request has its own cache scope (nothing shared, like ``cache_scope="request"``), the pool
+    holds the whole workload (no preemption), greedy with ``ignore_eos`` so each request generates
+    exactly its length. ``kv_cache_dtype`` other than ``"auto"`` stores K/V in 2 bytes (not the
+    default; its figure is printed on its own line).
+    """
     pool = sum(len(p) + n for p, n in jobs)
-    llm = LLM(model=str(model_dir), kv_cache_tokens=pool, max_model_len="auto", device="cpu",
-              scrub=scrub, max_num_seqs=max_num_seqs, cache_scope="request")
-    params = [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True) for _, n in jobs]
+    engine = LLMEngine(EngineConfig(
+        model=str(model_dir), kv_cache_tokens=pool, max_model_len="auto", device="cpu", scrub=scrub,
+        max_num_seqs=max_num_seqs, kv_cache_dtype=kv_cache_dtype,  # type: ignore[arg-type]
+    ))
     t = time.perf_counter()
-    outs = llm.generate([p for p, _ in jobs], params)
+    for i, (prompt, n) in enumerate(jobs):
+        engine.add_request(f"mixed-{i}", prompt, SamplingParams(max_tokens=n, temperature=0, ignore_eos=True),
+                           f"scope-{i}".encode())
+    generated, steps = 0, 0
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            generated += len(out.new_token_ids)
+        steps += 1
     elapsed = time.perf_counter() - t
     if stats is not None:  # what zero-filling (I2) cost in this very run, timed inside the runner
-        runner = llm.engine.runner
-        stats |= {"elapsed_s": elapsed, "scrub_s": runner.scrub_seconds, "scrubbed_pages": runner.scrubbed_pages}
-    generated = sum(len(o.token_ids) for o in outs)
+        runner = engine.runner
+        stats |= {"elapsed_s": elapsed, "scrub_s": runner.scrub_seconds, "scrubbed_pages": runner.scrubbed_pages,
+                  "steps": steps}
     if generated != sum(n for _, n in jobs):
         raise RuntimeError("kvfence generated a different number of tokens than asked")
     return generated / elapsed
@@ -217,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=1, help="kvfence mixed runs per scrub setting (best kept)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     ap.add_argument("--decode-only", action="store_true", help="stop after the batch-1 decode figures")
+    ap.add_argument("--kv-cache-dtype", choices=("bfloat16", "float16"), default=None,
+                    help="also run kvfence's mixed workload with a 2-byte KV pool (printed on its own line; "
+                         "the ratio stays the float32 pool's)")
     args = ap.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     if args.threads:
@@ -291,6 +315,13 @@ def main(argv: list[str] | None = None) -> int:
     last = scrub_stats[-1]
     print(f"mixed  zero-filling itself: {int(last['scrubbed_pages'])} pages in {last['scrub_s'] * 1e3:.1f} ms of a "
           f"{last['elapsed_s']:.1f} s run; worst run {zero_share:.2%} of its time")
+    if args.kv_cache_dtype:
+        half_stats: dict[str, float] = {}
+        half = max(ours_mixed(model_dir, jobs, scrub=True, max_num_seqs=num_requests, stats=half_stats,
+                              kv_cache_dtype=args.kv_cache_dtype) for _ in range(max(1, args.repeats)))
+        results |= {"ours_mixed_half_kv_tok_s": half, "half_kv_dtype": args.kv_cache_dtype}
+        print(f"mixed  kvfence (scrub on, kv_cache_dtype={args.kv_cache_dtype}: K/V rounded to 2 bytes, NOT the "
+              f"default) {half:8.2f} tok/s  ({half / ours_mix:.2f}x the float32 pool)")
     if not args.skip_hf_mixed:
         best_bs, best = 0, 0.0
         for bs in batch_sizes:

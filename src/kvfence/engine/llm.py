@@ -7,7 +7,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Literal
 
-from kvfence.engine.config import DType, EngineConfig
+from kvfence.engine.config import DType, EngineConfig, KVCacheDType
 from kvfence.engine.llm_engine import LLMEngine
 from kvfence.engine.outputs import PromptLogprobs, RequestOutput
 from kvfence.engine.parallel_sampling import check_choices_fit, choice_params, cumulative_logprob, rank_best
@@ -84,6 +84,7 @@ class LLM:
         device: str = "auto",
         num_threads: int | None = None,
         scope_secret: bytes | None = None,
+        kv_cache_dtype: KVCacheDType = "auto",
     ) -> None:
         self.cache_scope = CacheScope.parse(cache_scope)
         self._secret = scope_secret or secrets.token_bytes(32)
@@ -103,6 +104,7 @@ class LLM:
                 verify_isolation=verify_isolation,
                 seed=seed,
                 num_threads=num_threads,
+                kv_cache_dtype=kv_cache_dtype,
             )
         )
         self._ids = itertools.count()
