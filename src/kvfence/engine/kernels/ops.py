@@ -101,7 +101,7 @@ class LinearCalibration:
 
 
 def calibrate_linear(
-    weights: Sequence[torch.Tensor], *, max_bytes: int = 64 << 20, tiled_max_bytes: int = 16 << 20, repeats: int = 3
+    weights: Sequence[torch.Tensor], *, max_bytes: int = 64 << 20, tiled_max_bytes: int = 16 << 20, repeats: int = 5
 ) -> LinearCalibration | None:
     """Time products over ``weights`` with torch and with the kernel, interleaved, best of
     ``repeats``, at the current thread count: one row over up to ``max_bytes`` of weights (the
@@ -148,8 +148,10 @@ def _time_forms(weights: list[torch.Tensor], rows: int, repeats: int, gen: torch
             # threads, first-touch page faults and the kernel's scratch; timed, they made torch
             # look faster at one row on AMD EPYC in one start out of a few (36.7 vs 39.7 ms, then
             # 21 vs 15 in the same process), and every later decode step ran torch's slower GEMV.
+            # The order alternates by round, so neither form always runs just after the other
+            # (whose passes may leave part of the weights in the caches, or the neighbours busy).
             for round_index in range(repeats + 1):
-                for kernel in (False, True):
+                for kernel in (False, True) if round_index % 2 else (True, False):
                     _Backend.gemv_kernel = _Backend.tiled_kernel = kernel
                     start = time.perf_counter()
                     for w in weights:
