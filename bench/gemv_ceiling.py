@@ -6,7 +6,10 @@ or Python engine around them, three ways in one run, interleaved, best of N:
 
 * memory read bandwidth (a ``sum()`` over 1 GiB), the roofline every figure is set against;
 * torch's ``F.linear`` chain: what any torch-only engine can reach here at best;
-* kvfence's CPU kernel chain (``kvfence.engine.kernels.linear``): what the engine's decode can reach.
+* kvfence's CPU kernel chain (``kvfence.engine.kernels.linear``): what the engine's decode can reach;
+* kvfence's fused decoder layers (``DecoderLayerKernel``: the same products plus the norms, RoPE,
+  silu and residual adds, two calls per layer, attention left out) and the LM head: what a decode
+  step costs outside attention, sampling and the engine's Python.
 
     .venv/bin/python bench/gemv_ceiling.py [--threads N] [--batch B] [--repeats N] [--alternatives]
 """
@@ -15,14 +18,15 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from kvfence.engine.kernels import MAX_KERNEL_ROWS, kernel_status, linear
+from kvfence.engine.kernels import MAX_KERNEL_ROWS, DecoderLayerKernel, kernel_status, linear
 
 LAYERS, HIDDEN, INTERMEDIATE, VOCAB, KV = 30, 576, 1536, 49152, 192
+HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64
 
 
 def main() -> None:
@@ -66,6 +70,9 @@ def main() -> None:
     status = kernel_status()
     if status.enabled:
         variants["kvfence kernel"] = chain(linear)
+        fused = fused_layers(layers, lm_head, args.batch, args.tokens, gen)
+        if fused is not None:
+            variants["fused layers"] = fused
     best = {name: float("inf") for name in (*variants, "sum")}
     with torch.inference_mode():
         for run in variants.values():
@@ -85,8 +92,41 @@ def main() -> None:
     print(f"memory read bandwidth {bandwidth / 1e9:.1f} GB/s -> roofline {roofline:.1f} steps/s")
     for name in variants:
         per_step = best[name]
-        print(f"{name:15s} matmul-only ceiling: {per_step * 1e3:6.1f} ms/step -> {1 / per_step:5.1f} steps/s "
+        label = "no-attention step" if name == "fused layers" else "matmul-only ceiling"
+        print(f"{name:15s} {label:19s}: {per_step * 1e3:6.1f} ms/step -> {1 / per_step:5.1f} steps/s "
               f"({nbytes / per_step / 1e9:4.1f} GB/s, {1 / per_step / roofline:4.0%} of roofline)")
+
+
+def fused_layers(
+    layers: Sequence[tuple[torch.Tensor, ...]], lm_head: torch.Tensor, batch: int, tokens: int, gen: torch.Generator
+) -> Callable[[], None] | None:
+    """Decode steps through every layer's fused halves (attention replaced by the query heads, no
+    pool; two small torch ops per layer rescale the random activations), then the LM head;
+    ``None`` when the fused kernel does not take this batch here."""
+    norm = torch.ones(HIDDEN)
+    kernels = [
+        DecoderLayerKernel.build(
+            input_norm=norm, post_norm=norm, eps=1e-5, qkv=(qkv, None), o=(o, None), gate_up=(gate_up, None),
+            down=(down, None), num_heads=HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM,
+        )
+        for qkv, o, gate_up, down in layers
+    ]
+    angles = torch.rand(batch, 1, HEAD_DIM // 2, generator=gen)
+    cos, sin = angles.cos(), angles.sin()
+    x = torch.randn(batch, HIDDEN, generator=gen)
+    if any(k is None for k in kernels) or not kernels[0].takes(x, cos, sin):  # type: ignore[union-attr]
+        return None
+
+    def run() -> None:
+        for _ in range(tokens):
+            h = x
+            for kernel in kernels:
+                assert kernel is not None
+                qkv = kernel.pre(h, cos, sin)
+                h = kernel.post(qkv[:, :HEADS].reshape(batch, HEADS * HEAD_DIM), h)
+                h = h / h.abs().amax()  # random weights: keep the values finite across 30 layers
+            linear(h, lm_head)
+    return run
 
 
 if __name__ == "__main__":
