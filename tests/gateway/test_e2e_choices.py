@@ -116,3 +116,24 @@ def test_choices_that_cannot_fit_the_pool_together_are_refused(gateway: Gateway)
     assert too_long.value.code == no_room.value.code == "context_length_exceeded"
     assert f"prompt + 4 x max_tokens ({most + 1}), its 4 choices (n / best_of) at once" in str(too_long.value)
     assert "n=8 choices of max_tokens=200 leave no room for a prompt" in str(no_room.value)
+
+
+def test_prompt_scoring_passes_through(gateway: Gateway, engine: Process) -> None:
+    """lm-evaluation-harness's loglikelihood request (echo + logprobs, max_tokens 0) through the
+    gateway gets the same prompt log-probabilities as the engine gives directly."""
+    prompt = "The quick brown fox jumps over the lazy dog"
+    params: dict[str, Any] = {"echo": True, "logprobs": 1, "max_tokens": 0, "temperature": 0}
+    via = openai.OpenAI(base_url=gateway.url, api_key=KEY, max_retries=0, timeout=60)
+    direct = openai.OpenAI(base_url=f"http://127.0.0.1:{engine.port}/v1", api_key="none", max_retries=0, timeout=60)
+    try:
+        got = via.completions.create(model="tiny", prompt=prompt, **params)
+        want = direct.completions.create(model=MODEL, prompt=prompt, **params)
+    finally:
+        via.close()
+        direct.close()
+    assert got.choices[0].text == prompt and got.usage is not None and got.usage.completion_tokens == 0
+    assert got.choices[0].logprobs is not None and want.choices[0].logprobs is not None
+    scores = got.choices[0].logprobs.token_logprobs
+    assert scores is not None and scores[0] is None and len(scores) > 5
+    assert all(isinstance(s, float) and s < 0 for s in scores[1:])
+    assert scores == want.choices[0].logprobs.token_logprobs

@@ -43,8 +43,15 @@ def test_max_tokens_counts_against_the_context() -> None:
     with pytest.raises(PromptTooLongError, match="leaves no room"):
         enforce_cap({"prompt": "a", "max_tokens": 2000}, "completions", APPROX, prompt_limit=None,
                     context_limit=1024, over_cap=OverCapConfig())
-    with pytest.raises(GatewayRequestError, match="positive integer"):
-        completion_budget({"max_tokens": -3})
+    for bad in (-3, "5", True, 2.5):
+        with pytest.raises(GatewayRequestError, match="integer >= 0"):
+            completion_budget({"max_tokens": bad})
+    # Scoring a prompt (echo + logprobs, max_tokens 0) passes, capped as one position past it.
+    assert completion_budget({"max_tokens": 0}) == 1
+    assert completion_budget({"max_completion_tokens": 0, "max_tokens": 50}) == 1
+    with pytest.raises(PromptTooLongError):
+        enforce_cap({"prompt": list(range(1024)), "max_tokens": 0}, "completions", APPROX, prompt_limit=None,
+                    context_limit=1024, over_cap=OverCapConfig())
 
 
 def test_token_id_prompts_count_exactly() -> None:

@@ -53,12 +53,25 @@ def _positive_int(body: dict[str, Any], key: str) -> int | None:
     return value
 
 
+def _count(body: dict[str, Any], key: str) -> int | None:
+    """``body[key]`` when given (a 400 naming it unless it is an integer >= 0), else None."""
+    value = body.get(key)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise GatewayRequestError(f"`{key}` must be an integer >= 0", param=key)
+    return value
+
+
 def completion_budget(body: dict[str, Any]) -> int:
-    """Tokens the request may generate, as far as the body says (at least 1)."""
+    """Tokens the request may generate, as far as the body says (at least 1).
+
+    ``max_tokens: 0`` is how clients score a prompt (``echo`` + ``logprobs``, lm-evaluation-harness):
+    it passes, and is capped as 1, since an engine may compute one position past the prompt; whether
+    the backend accepts it is the backend's answer.
+    """
     for key in ("max_completion_tokens", "max_tokens"):
-        value = _positive_int(body, key)
+        value = _count(body, key)
         if value is not None:
-            return value
+            return max(value, 1)
     return 1
 
 
