@@ -17,7 +17,7 @@ Measures, in one run:
     python bench/throughput.py --decode-only --threads 2   # batch-1 decode figures alone
 
 Idle 2-core run times (AMD EPYC, 2 threads): default ~12 minutes, --full about an hour (transformers'
-static batches 8, 16 and 64 each run all 64 requests), --quick ~2 minutes, --decode-only ~1 minute.
+static batches 8, 16 and 64 each run all 64 requests), --quick --repeats 2 ~5 minutes, --decode-only ~1 minute.
 """
 
 from __future__ import annotations
