@@ -52,6 +52,30 @@ def test_template_errors_are_request_errors(default_model_dir: Path) -> None:
         strict.apply_chat_template([{"role": "user", "content": "x"}])
 
 
+def _with_template(default_model_dir: Path, template: str) -> Tokenizer:
+    tok = Tokenizer.from_dir(default_model_dir)
+    tok.chat_template = template
+    return tok
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        # loopcontrols, as transformers enables them
+        ("{% for m in messages %}{% if m.role == 'system' %}{% continue %}{% endif %}{{ m.content }}"
+         "{% if loop.index > 1 %}{% break %}{% endif %}{% endfor %}", "Hi"),
+        # tojson with the keyword arguments of transformers' filter, no HTML escaping
+        ("{{ messages[1] | tojson(ensure_ascii=False, sort_keys=True) }}", '{"content": "Hi", "role": "user"}'),
+        ("{{ {'a': 1, 'b': '<é>'} | tojson(indent=2, separators=(',', ': ')) }}", '{\n  "a": 1,\n  "b": "<é>"\n}'),
+        # the {% generation %} block of training templates renders its body
+        ("{% for m in messages %}{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}", "[Be brief.][Hi]"),
+    ],
+)
+def test_templates_written_for_transformers_render(default_model_dir: Path, template: str, expected: str) -> None:
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    assert _with_template(default_model_dir, template).apply_chat_template(messages) == expected
+
+
 def test_incremental_detokenizer_never_splits_a_character(tokenizer: Tokenizer) -> None:
     detok = IncrementalDetokenizer(tokenizer, tokenizer.encode("prompt"), stop=[])
     deltas = []

@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import re
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as _HFTokenizer
 
+from kvfence.engine.chat_template import TemplateRejected, compile_chat_template
 from kvfence.errors import InvalidParameterError, ModelLoadError
 
 __all__ = ["Tokenizer"]
@@ -144,7 +143,7 @@ class Tokenizer:
                 lines.append("assistant:")
             return "\n".join(lines)
         if self._compiled_template is None:
-            self._compiled_template = _compile_template(self.chat_template)
+            self._compiled_template = compile_chat_template(self.chat_template)
         try:
             return self._compiled_template.render(
                 messages=messages,
@@ -153,7 +152,7 @@ class Tokenizer:
                 eos_token=self.eos_token or "",
                 tools=None,
             )
-        except _TemplateRejected as exc:
+        except TemplateRejected as exc:
             raise InvalidParameterError(f"chat template rejected the messages: {exc}", param="messages") from exc
         except jinja2.TemplateError as exc:
             raise InvalidParameterError(f"cannot render the chat template: {exc}", param="messages") from exc
@@ -188,25 +187,6 @@ def _decoder_has(backend: _HFTokenizer, kind: str) -> bool:
         return False
     parts = state.get("decoders", [state]) if isinstance(state, dict) else []
     return any(isinstance(p, dict) and p.get("type") == kind for p in parts)
-
-
-class _TemplateRejected(Exception):
-    pass
-
-
-def _raise_exception(message: str) -> None:
-    raise _TemplateRejected(message)
-
-
-def _compile_template(source: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False)
-    env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    try:
-        return env.from_string(source)
-    except jinja2.TemplateSyntaxError as exc:
-        raise ModelLoadError(f"the model's chat template does not parse: {exc}") from exc
 
 
 def _chat_template(model_dir: Path, tok_cfg: dict[str, Any]) -> str | None:
