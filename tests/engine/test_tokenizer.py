@@ -100,6 +100,30 @@ def test_stop_string_is_cut_and_never_streamed(tokenizer: Tokenizer) -> None:
     assert streamed == detok.text == "Grüße, "
 
 
+def test_stop_string_kept_on_request(tokenizer: Tokenizer) -> None:
+    detok = IncrementalDetokenizer(tokenizer, [], stop=["世界"], include_stop=True)
+    streamed = ""
+    for byte in TEXT.encode():
+        detok.add(byte)
+        streamed += detok.take_delta()
+        if detok.stopped_on:
+            break
+    streamed += detok.take_final_delta()
+    assert streamed == detok.text == "Grüße, 世界"
+
+
+def test_special_tokens_kept_on_request(tokenizer: Tokenizer) -> None:
+    header = tokenizer.encode("<|start_header_id|>", add_special_tokens=False)
+    assert len(header) == 1 and header[0] in tokenizer.special_token_ids
+    texts = []
+    for skip in (True, False):
+        detok = IncrementalDetokenizer(tokenizer, [], stop=[], skip_special_tokens=skip)
+        for token in [*header, *b"ok"]:
+            detok.add(token)
+        texts.append(detok.take_final_delta())
+    assert texts == ["ok", "<|start_header_id|>ok"]
+
+
 def test_incomplete_bytes_at_the_end_become_replacement(tokenizer: Tokenizer) -> None:
     detok = IncrementalDetokenizer(tokenizer, [], stop=[])
     for byte in "a€".encode()[:-1]:

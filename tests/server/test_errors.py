@@ -86,11 +86,18 @@ def test_401_unknown_missing_or_malformed_key(server: RunningServer, path: str) 
         ({"prompt": "x", "stream": True, "n": 1, "best_of": 2}, None, "best_of"),
         ({"prompt": "x", "min_tokens": 5, "max_tokens": 2}, None, "min_tokens"),
         ({"prompt": [999999]}, None, "prompt"),
-        ({"prompt": "x", "model": "gpt-5"}, "model_not_found", "model"),
     ],
 )
 def test_400_bad_completion_requests(server: RunningServer, body: Any, code: str | None, param: str | None) -> None:
     _assert_error(_post(server, "/v1/completions", body), 400, code=code, param=param)
+    _still_serving(server)
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_404_unknown_model_in_openai_shape(server: RunningServer, path: str) -> None:
+    """OpenAI and vLLM answer an unknown model with 404 ``model_not_found`` (the openai client's NotFoundError)."""
+    body = {"prompt": "x"} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "x"}]}
+    _assert_error(_post(server, path, {**body, "model": "gpt-5"}), 404, code="model_not_found", param="model")
     _still_serving(server)
 
 
@@ -104,6 +111,12 @@ def test_400_bad_completion_requests(server: RunningServer, body: Any, code: str
         ({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature"),
         ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}, "top_logprobs"),
         ({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, "tools"),
+        # function calling is refused, never silently answered with text
+        ({"messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f"}]}, "functions"),
+        ({"messages": [{"role": "user", "content": "x"}], "function_call": {"name": "f"}}, "function_call"),
+        ({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}, "tool_choice"),
+        ({"messages": [{"role": "user", "content": "x"}],
+          "tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
     ],
 )
 def test_400_bad_chat_requests(server: RunningServer, body: Any, param: str) -> None:

@@ -112,6 +112,31 @@ def test_stop_as_string_and_list_streamed_and_not(server: RunningServer) -> None
             assert full.choices[0].text == base[:cut] == streamed
 
 
+def test_vllm_text_options_stop_string_and_special_tokens(server: RunningServer) -> None:
+    """include_stop_str_in_output and skip_special_tokens (vLLM extras) change the text, streamed or not."""
+    model = _model(server)
+    with _client(server) as client:
+        base = client.completions.create(model=model, prompt="stop strings", max_tokens=24, **GREEDY).choices[0].text
+        cut = next((i for i in range(3, len(base)) if base[i] not in base[:i] and base[i] != "\ufffd"), None)
+        if cut is None:
+            pytest.skip("the random model's text has no fresh character to stop on")
+        args: dict[str, Any] = {"model": model, "prompt": "stop strings", "max_tokens": 24, "stop": [base[cut]],
+                                "temperature": 0, "extra_body": {"ignore_eos": True, "include_stop_str_in_output": True}}
+        full = client.completions.create(**args).choices[0]
+        streamed = "".join(c.choices[0].text for c in client.completions.create(stream=True, **args))
+        assert full.finish_reason == "stop" and full.text == base[: cut + 1] == streamed
+        header = _post(server, "/tokenize", {"model": model, "prompt": "<|start_header_id|>",
+                                             "add_special_tokens": False}).json()["tokens"]
+        assert len(header) == 1
+        forced: dict[str, Any] = {"model": model, "prompt": "hi", "max_tokens": 2, "temperature": 0,
+                                  "logit_bias": {str(header[0]): 100}}
+        kept = client.completions.create(**forced, extra_body={"skip_special_tokens": False}).choices[0].text
+        skipped = client.completions.create(**forced).choices[0].text
+        kept_streamed = "".join(c.choices[0].text for c in client.completions.create(
+            stream=True, **forced, extra_body={"skip_special_tokens": False}))
+    assert kept == kept_streamed == "<|start_header_id|>" * 2 and skipped == ""
+
+
 def test_seed_reproduces_sampling_streamed_or_not(server: RunningServer) -> None:
     args: dict[str, Any] = {"model": _model(server), "messages": HI, "max_tokens": 12, "temperature": 1.0,
                             "seed": 1234, "extra_body": {"ignore_eos": True}}
@@ -278,7 +303,7 @@ def test_tokenize_and_detokenize(server: RunningServer) -> None:
     back = _post(server, "/detokenize", {"tokens": bare["tokens"]}).json()
     assert back == {"prompt": "Grüße 🎉"}
     for path, body in (("/tokenize", {}), ("/tokenize", {"prompt": "x", "messages": HI}),
-                       ("/detokenize", {"tokens": []}), ("/detokenize", {"tokens": [10**9]}),
-                       ("/tokenize", {"prompt": "x", "model": "nope"})):
+                       ("/detokenize", {"tokens": []}), ("/detokenize", {"tokens": [10**9]})):
         assert _post(server, path, body).status_code == 400, (path, body)
+    assert _post(server, "/tokenize", {"prompt": "x", "model": "nope"}).status_code == 404  # as vLLM
     assert httpx.post(server.base_url + "/tokenize", json={"prompt": "x"}).status_code == 401

@@ -92,7 +92,7 @@ def test_model_names_and_token_ids() -> None:
     assert resolve_model_name("alias", MODEL) == "alias"
     with pytest.raises(APIError) as info:
         resolve_model_name("gpt-4o", MODEL)
-    assert info.value.code == "model_not_found"
+    assert info.value.code == "model_not_found" and info.value.status_code == 404
     assert tokenize_prompt("hi", MODEL) == [1, 104, 105]
     assert tokenize_prompt([5, 299], MODEL) == [5, 299]
     with pytest.raises(APIError, match="out of range"):

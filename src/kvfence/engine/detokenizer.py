@@ -8,6 +8,7 @@ stop string that the final text will not contain.
 
 from __future__ import annotations
 
+from kvfence.engine.sampling_params import SamplingParams
 from kvfence.engine.tokenizer import Tokenizer
 
 __all__ = ["IncrementalDetokenizer"]
@@ -19,9 +20,15 @@ class IncrementalDetokenizer:
     """Feeds generated tokens in, gives text deltas out; ``text`` is all text released so far."""
 
     def __init__(
-        self, tokenizer: Tokenizer, prompt_token_ids: list[int], stop: list[str], skip_special_tokens: bool = True
+        self,
+        tokenizer: Tokenizer,
+        prompt_token_ids: list[int],
+        stop: list[str],
+        skip_special_tokens: bool = True,
+        include_stop: bool = False,
     ) -> None:
         self._tokenizer = tokenizer
+        self._include_stop = include_stop
         self._skip_special = skip_special_tokens
         self._ids = list(prompt_token_ids[-_CONTEXT_TOKENS:])
         self._prefix_offset = 0
@@ -31,6 +38,12 @@ class IncrementalDetokenizer:
         self._decoded = ""  # stable text decoded so far (stop string cut off)
         self._released = 0  # characters of _decoded handed out
         self.stopped_on: str | None = None
+
+    @classmethod
+    def for_params(cls, tokenizer: Tokenizer, prompt_token_ids: list[int], params: SamplingParams) -> IncrementalDetokenizer:
+        """The detokenizer of one request: its stop strings and text options."""
+        return cls(tokenizer, prompt_token_ids, params.stop, params.skip_special_tokens,
+                   params.include_stop_str_in_output)
 
     @property
     def text(self) -> str:
@@ -79,7 +92,7 @@ class IncrementalDetokenizer:
         hits = [(idx, s) for s in self._stop if (idx := self._decoded.find(s, search_from)) >= 0]
         if hits:
             idx, stop = min(hits)
-            self._decoded = self._decoded[:idx]
+            self._decoded = self._decoded[: idx + len(stop) if self._include_stop else idx]
             self.stopped_on = stop
 
     def _decode(self, ids: list[int]) -> str:

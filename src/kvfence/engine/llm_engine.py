@@ -154,7 +154,7 @@ class LLMEngine:
             self.scheduler.add(seq)
         self._requests[request_id] = _Request(
             seq=seq,
-            detokenizer=IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.stop),
+            detokenizer=IncrementalDetokenizer.for_params(self.tokenizer, prompt_token_ids, params),
             generator=seeded_generator(params, self.runner.device),
             logprobs=[] if params.logprobs is not None else None,
             banned_until_min_tokens=banned_until_min_tokens(params, self.tokenizer.eos_token_ids),

@@ -62,8 +62,10 @@ class SamplingParams:
 
     ``temperature=0`` (or below ``GREEDY_TEMPERATURE``) is greedy decoding. ``top_k=None`` and ``top_p=1.0`` disable those filters.
     ``stop`` strings are matched by the engine on the decoded text (the stop string itself is not
-    returned); ``stop_token_ids`` and the model's EOS tokens (unless ``ignore_eos``) end the
-    completion once at least ``min_tokens`` tokens were generated. ``logprobs=n`` returns the
+    returned by default); ``stop_token_ids`` and the model's EOS tokens (unless ``ignore_eos``) end the
+    completion once at least ``min_tokens`` tokens were generated (``include_stop_str_in_output``
+    keeps the matched stop string at the end of the text). ``skip_special_tokens=False`` keeps
+    special tokens (chat markers, EOS) in the text. ``logprobs=n`` returns the
     chosen token's log-probability and the ``n`` most likely alternatives per generated token.
     ``prompt_logprobs=n`` returns, for every prompt token but the first, its log-probability given
     the tokens before it, its rank, and the ``n`` most likely tokens at that position (0: the
@@ -110,6 +112,8 @@ class SamplingParams:
     n: int = 1
     best_of: int | None = None
     prompt_logprobs: int | None = None
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
@@ -128,8 +132,9 @@ class SamplingParams:
             raise _fail("seed", self.seed, f"an integer in [{_SEED_RANGE[0]}, {_SEED_RANGE[1]}] or null")
         self.stop = self._validate_stop(self.stop)
         self.stop_token_ids = self._validate_stop_token_ids(self.stop_token_ids)
-        if not isinstance(self.ignore_eos, bool):
-            raise _fail("ignore_eos", self.ignore_eos, "a boolean")
+        for flag in ("ignore_eos", "skip_special_tokens", "include_stop_str_in_output"):
+            if not isinstance(getattr(self, flag), bool):
+                raise _fail(flag, getattr(self, flag), "a boolean")
         if self.logprobs is not None and (
             not _is_int(self.logprobs) or not 0 <= self.logprobs <= MAX_LOGPROBS
         ):

@@ -47,12 +47,12 @@ class LoadedModel:
 
 
 def resolve_model_name(requested: str | None, model: LoadedModel) -> str:
-    """The name to answer with; an unknown model is a 400 ``model_not_found``."""
+    """The name to answer with; an unknown model is a 404 ``model_not_found``, as OpenAI and vLLM answer."""
     if requested is None or requested in model.served_names or requested == model.name:
         return requested or model.public_name
-    raise APIError.bad_request(
-        f"the model {requested!r} does not exist on this server; available: {', '.join(model.served_names)}",
-        param="model", code="model_not_found",
+    raise APIError(
+        404, f"the model {requested!r} does not exist on this server; available: {', '.join(model.served_names)}",
+        param="model", code="model_not_found", reason="model_not_found",
     )
 
 
@@ -148,6 +148,8 @@ def sampling_params(
             n=req.num_choices,
             best_of=getattr(req, "best_of", None),
             prompt_logprobs=prompt_logprobs,
+            skip_special_tokens=req.skip_special_tokens is not False,
+            include_stop_str_in_output=bool(req.include_stop_str_in_output),
         )
     except InvalidParameterError as exc:
         raise from_request_error(exc) from exc

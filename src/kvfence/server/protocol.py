@@ -70,6 +70,8 @@ class GenerationRequest(_Strict):
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)  # vLLM extra; 0 = off
     # vLLM's extra: each prompt token's log-probability and the top n at its position (0: its own only).
     prompt_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    skip_special_tokens: bool | None = None  # vLLM extra; default true
+    include_stop_str_in_output: bool | None = None  # vLLM extra; default false
     # vLLM extras that would change the answer and are not implemented: refused when set.
     use_beam_search: Any = None
     allowed_token_ids: Any = None
@@ -233,6 +235,9 @@ class ChatCompletionRequest(GenerationRequest):
     logprobs: bool | None = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None  # OpenAI's deprecated spelling of tools
+    function_call: Any = None
     add_generation_prompt: bool | None = True
     best_of: int | None = None  # completions only; refused here when it would change the answer
     echo: bool | None = False  # vLLM's chat echo (continue the last message): refused, not ignored
@@ -243,6 +248,15 @@ class ChatCompletionRequest(GenerationRequest):
             raise APIError.bad_request("'top_logprobs' requires 'logprobs': true", param="top_logprobs")
         if self.tools:
             raise APIError.bad_request("tool calling is not supported", param="tools")
+        if self.functions:
+            raise APIError.bad_request("function calling is not supported", param="functions")
+        # "none" and "auto" without tools mean plain text, which is what is served; anything else
+        # asks for a call this server would never make.
+        for name in ("tool_choice", "function_call"):
+            choice = getattr(self, name)
+            if choice not in (None, "none", "auto"):
+                raise APIError.bad_request(f"{name} {json.dumps(choice)[:80]} asks for a tool call, and tool "
+                                           "calling is not supported", param=name)
         if self.best_of not in (None, self.num_choices):
             raise APIError.bad_request("best_of is supported on /v1/completions only", param="best_of")
         if self.echo:

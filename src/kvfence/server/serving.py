@@ -1,7 +1,7 @@
 """The OpenAI generation endpoints: validated request -> engine requests -> answer.
 
 Order of checks for every call, cheapest and most certain first: authentication (middleware),
-model loaded (503), body readable (400/413), fields valid (400), model name (400), prompt plus
+model loaded (503), body readable (400/413), fields valid (400), model name (404), prompt plus
 ``max_tokens`` fits the advertised context (400 ``context_length_exceeded`` *before* anything is
 queued, I3), per-key concurrency (429), queue bound (429), engine admission. The cache scope comes
 from the authenticated tenant only (I5); ``cache_salt`` narrows it.
