@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 
 import pytest
 
 from kvfence.cli import main
+from kvfence.engine import cli_options
+from kvfence.engine.cli_options import parse_dtype
 
 
 def test_generate_prints_a_completion(default_model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,3 +45,32 @@ def test_generate_errors_exit_cleanly(
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert info.value.code in (1, 2)
+
+
+@pytest.mark.parametrize(("spelling", "name"), [("half", "float16"), ("FP16", "float16"), ("bf16", "bfloat16"),
+                                                ("float", "float32"), ("fp32", "float32"), ("bfloat16", "bfloat16")])
+def test_dtype_spellings_of_vllm_and_torch(spelling: str, name: str) -> None:
+    assert parse_dtype(spelling, None, "cpu") == name
+
+
+def test_dtype_auto_is_float32_on_cpu_and_the_checkpoints_on_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8,
+        "num_hidden_layers": 1, "num_attention_heads": 2, "dtype": "bfloat16"}))
+    assert parse_dtype("auto", model, "cpu") == "float32"
+    assert parse_dtype("auto", model, "cuda:0") == "bfloat16"
+    monkeypatch.setattr(cli_options, "_cuda_available", lambda: False)
+    assert parse_dtype("auto", model, "auto") == "float32"
+    (model / "config.json").write_text((model / "config.json").read_text().replace("bfloat16", "float32"))
+    assert parse_dtype("auto", model, "cuda") == "float32"
+
+
+def test_generate_accepts_vllm_dtype_spellings(default_model_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="kvfence.engine.llm_engine")
+    for dtype in ("auto", "FLOAT"):
+        caplog.clear()
+        main(["generate", "--model", str(default_model_dir), "--prompt", "Hello", "--max-tokens", "2", "--dtype", dtype,
+              "--max-model-len", "auto", "--kv-cache-tokens", "1024", "--device", "cpu"])
+        assert "dtype=float32" in caplog.text

@@ -105,3 +105,18 @@ def test_unsupported_architecture_is_named(llama_dir: Path, tmp_path: Path) -> N
     (d / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelLoadError, match="longrope"):
         LLM(model=str(d), device="cpu")
+
+
+def test_hub_id_is_found_in_the_local_hub_cache(llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`LLM(model="org/name")` serves a model fetched earlier into the Hugging Face cache; never downloads."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(ModelLoadError, match=r"does not download models.*huggingface-cli download acme/tiny-llama"):
+        LLM(model="acme/tiny-llama", kv_cache_tokens=2048, device="cpu")
+    repo = tmp_path / "hub" / "models--acme--tiny-llama"
+    _copy(llama_dir, repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    llm = LLM(model="acme/tiny-llama", kv_cache_tokens=2048, device="cpu")
+    assert llm.engine.model_name == "acme/tiny-llama"
+    local = LLM(model=str(llama_dir), kv_cache_tokens=2048, device="cpu")
+    assert llm.generate("abc", GREEDY)[0].token_ids == local.generate("abc", GREEDY)[0].token_ids

@@ -14,10 +14,11 @@ from typing import Any, TypeVar
 
 import click
 
-from kvfence.engine.config import EngineConfig
+from kvfence.engine.config import EngineConfig, ModelConfig
+from kvfence.engine.model_path import resolve_model_dir
 from kvfence.errors import ConfigError
 
-__all__ = ["ENGINE_OPTION_NAMES", "engine_config", "engine_options", "parse_max_model_len", "parse_size"]
+__all__ = ["ENGINE_OPTION_NAMES", "engine_config", "engine_options", "parse_dtype", "parse_max_model_len", "parse_size"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,9 +46,39 @@ def parse_max_model_len(value: str | None) -> int | str | None:
     raise ConfigError(f"--max-model-len must be a positive integer or 'auto', got {value!r}")
 
 
+# --dtype spellings (kvfence's, vLLM's and torch's) -> the dtype name; "auto" is resolved per device.
+_DTYPE_ALIASES = {
+    "float32": "float32", "float": "float32", "fp32": "float32",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float16": "float16", "half": "float16", "fp16": "float16",
+    "auto": "auto",
+}
+
+
+def parse_dtype(value: str, model: Path | None, device: str) -> str:
+    """``--dtype``: an alias resolved to its name; ``auto`` is the checkpoint's half-precision dtype on a
+    GPU and float32 on the CPU (where the engine's kernels and the reference are float32)."""
+    name = _DTYPE_ALIASES[value.lower()]
+    if name != "auto":
+        return name
+    if device == "cpu" or (device == "auto" and not _cuda_available()):
+        return "float32"
+    if model is None:
+        return "float32"
+    checkpoint = ModelConfig.from_dir(resolve_model_dir(str(model))).checkpoint_dtype
+    return checkpoint if checkpoint in ("bfloat16", "float16") else "float32"
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 _OPTIONS = [
     click.option("--model", type=click.Path(file_okay=False, path_type=Path), default=None,
-                 help="Local Hugging Face model directory (config.json, tokenizer.json, *.safetensors). "
+                 help="Local Hugging Face model directory (config.json, tokenizer.json, *.safetensors), or a "
+                      "hub id (org/name) already in the local Hugging Face cache (nothing is downloaded). "
                       "Default: the built-in small random-weight model (gibberish output, for testing)."),
     click.option("--max-model-len", default=None, metavar="N|auto",
                  help="Advertised maximum context (prompt + completion). Refused at start-up if the KV pool "
@@ -56,8 +87,10 @@ _OPTIONS = [
     click.option("--kv-cache-memory", default=None, metavar="SIZE",
                  help="Size the KV pool by memory instead, e.g. 4GiB, 512MiB or a number of bytes."),
     click.option("--page-size", type=int, default=16, show_default=True, help="Tokens per KV page."),
-    click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32",
-                 show_default=True, help="Weight and KV-cache dtype."),
+    click.option("--dtype", type=click.Choice(list(_DTYPE_ALIASES), case_sensitive=False), default="float32",
+                 show_default=True,
+                 help="Weight and KV-cache dtype (vLLM's spellings too: half, bf16, float ...). 'auto': the "
+                      "checkpoint's bfloat16/float16 on a GPU, float32 on the CPU."),
     click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N]."),
     click.option("--max-num-seqs", type=int, default=64, show_default=True,
                  help="Most sequences decoded together in one batch."),
@@ -97,7 +130,7 @@ def engine_config(opts: dict[str, Any], **extra: Any) -> EngineConfig:
         kv_cache_tokens=opts["kv_cache_tokens"],
         kv_cache_memory=parse_size(str(memory)) if memory is not None else None,
         page_size=opts["page_size"],
-        dtype=opts["dtype"],
+        dtype=parse_dtype(opts["dtype"], opts["model"], opts["device"]),  # type: ignore[arg-type]
         device=opts["device"],
         max_num_seqs=opts["max_num_seqs"],
         max_num_batched_tokens=opts["max_num_batched_tokens"],

@@ -24,6 +24,7 @@ from kvfence.engine.default_model import ensure_default_model
 from kvfence.engine.detokenizer import IncrementalDetokenizer
 from kvfence.engine.layers.sampler import SampleRow, sample
 from kvfence.engine.loader import checkpoint_files
+from kvfence.engine.model_path import resolve_model_dir
 from kvfence.engine.model_runner import ModelRunner, resolve_device, torch_dtype
 from kvfence.engine.outputs import EngineStats, RequestOutput
 from kvfence.engine.prompt_logprobs import PromptScores, append_prompt_logprobs
@@ -75,10 +76,12 @@ class LLMEngine:
         self.config = config
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
-        model_dir = Path(config.model).expanduser() if config.model is not None else ensure_default_model()
+        model_dir = resolve_model_dir(config.model) if config.model is not None else ensure_default_model()
         self.model_dir = model_dir
         self.model_config = ModelConfig.from_dir(model_dir)
         self.model_name = self.model_config.name or model_dir.name
+        if config.model is not None and model_dir != Path(config.model).expanduser():
+            self.model_name = config.model  # a hub id found in the local cache is served by that id
         self.is_random_weights = self.model_config.is_random_weights
         self.tokenizer = Tokenizer.from_dir(model_dir, extra_eos_token_ids=self.model_config.eos_token_ids)
         device = resolve_device(config.device)
