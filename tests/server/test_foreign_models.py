@@ -123,6 +123,29 @@ def test_token_bytes_of_byte_tokens(kind: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["gpt2_bpe", "llama2_sentencepiece"])
+def test_logprob_tokens_join_to_the_answer(kind: str, tmp_path: Path) -> None:
+    """Chat ``logprobs.content[].token`` and completions ``tokens`` spell the answer, spaces included
+    (a lone SentencePiece token decodes without its leading space), and ``bytes`` is each token's text."""
+    text = "hello tenants share"
+    prompt, messages = "Say it:", [{"role": "user", "content": "Say it:"}]
+    rendered = Tokenizer.from_dir(build_foreign_model(tmp_path / "probe", kind).path).apply_chat_template(messages)
+    build_parrot_model(tmp_path / "parrot", kind, text, [prompt, rendered])
+    factory = engine_factory(model=str(tmp_path / "parrot"), max_model_len=256, kv_cache_tokens=1024)
+    with serve(tmp_path / "srv", factory=factory) as server, _client(server) as client:
+        chat = client.chat.completions.create(model=_name(server), messages=messages,  # type: ignore[arg-type]
+                                              max_tokens=32, temperature=0, logprobs=True).choices[0]
+        done = client.completions.create(model=_name(server), prompt=prompt, max_tokens=32, temperature=0,
+                                         logprobs=0).choices[0]
+    assert chat.logprobs is not None and chat.logprobs.content is not None
+    entries = chat.logprobs.content[:-1]  # the last one is the EOS that ended the answer, not in its text
+    assert chat.finish_reason == "stop" and (chat.message.content or "").strip() == text
+    assert "".join(e.token for e in entries) == chat.message.content
+    assert all(e.bytes is not None and bytes(e.bytes).decode() == e.token for e in entries)
+    assert done.logprobs is not None and done.logprobs.tokens is not None
+    assert done.text.strip() == text and "".join(done.logprobs.tokens[:-1]) == done.text
+
+
+@pytest.mark.parametrize("kind", ["gpt2_bpe", "llama2_sentencepiece"])
 def test_a_character_split_over_tokens_streams_whole(kind: str, tmp_path: Path) -> None:
     """The model emits 世界🎉 one byte token at a time: no chunk carries half a character or U+FFFD,
     the chunks join to the text, and the non-streamed answer is the same, on both endpoints."""

@@ -130,6 +130,18 @@ class Tokenizer:
             return piece.replace("\u2581", " ").encode("utf-8")
         return None
 
+    def token_text(self, token_id: int) -> str:
+        """The text one token adds to the output, leading space included, as logprobs' ``token``.
+
+        ``decode([id])`` drops a SentencePiece token's leading space (the decoder strips the start
+        of a text), so the tokens of an answer would not join to its text; the token's own bytes
+        do (a part of a character shows as U+FFFD, as in ``bytes``).
+        """
+        raw = self.token_bytes(token_id)
+        if raw is None:
+            return self.decode([token_id], skip_special_tokens=False)
+        return raw.decode("utf-8", errors="replace")
+
     def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
         """Render ``messages`` with the model's Jinja2 chat template, in a sandbox.
 

@@ -389,7 +389,8 @@ class OpenAIServing:
 
     def _token_text(self, model: LoadedModel) -> Any:
         tok = model.tokenizer
-        return lambda tid: tok.decode([tid], skip_special_tokens=False)
+        own_text = getattr(tok, "token_text", None)  # with the leading space a lone decode() drops
+        return own_text if own_text is not None else lambda tid: tok.decode([tid], skip_special_tokens=False)
 
     def _token_bytes(self, model: LoadedModel) -> Any:
         """A token's own UTF-8 bytes (part of a character for byte tokens), where the tokenizer knows them."""
