@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -107,6 +108,21 @@ def test_sampling_fields_reach_the_engine_params() -> None:
     assert (params.n, params.best_of, params.num_sequences) == (3, 4, 4)
     chat = sampling_params(_chat(n=2), 5, MODEL, None, "messages")
     assert chat.n == 2 and chat.best_of is None
+
+
+def test_generation_config_defaults_fill_only_the_fields_a_request_leaves_out() -> None:
+    model = dataclasses.replace(MODEL, sampling_defaults={"temperature": 0.6, "top_p": 0.9, "top_k": 20,
+                                                          "min_p": 0.05, "repetition_penalty": 1.05})
+    params = sampling_params(_chat(), 5, model, None, "messages")
+    assert (params.temperature, params.top_p, params.top_k, params.min_p, params.repetition_penalty) == (
+        0.6, 0.9, 20, 0.05, 1.05)
+    explicit = sampling_params(_chat(temperature=0, top_p=1, top_k=-1, min_p=0, repetition_penalty=1), 5, model,
+                               None, "messages")
+    assert (explicit.temperature, explicit.top_p, explicit.top_k, explicit.min_p, explicit.repetition_penalty) == (
+        0.0, 1.0, None, 0.0, 1.0)
+    plain = sampling_params(_chat(), 5, MODEL, None, "messages")
+    assert (plain.temperature, plain.top_p, plain.top_k, plain.min_p, plain.repetition_penalty) == (
+        1.0, 1.0, None, 0.0, 1.0)
 
 
 def test_logit_bias_ids_are_checked_against_the_vocabulary() -> None:

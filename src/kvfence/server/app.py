@@ -12,6 +12,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
@@ -20,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from kvfence.engine.generation_defaults import read_sampling_defaults
 from kvfence.server.api_errors import APIError
 from kvfence.server.async_engine import AsyncEngine
 from kvfence.server.auth import AuthMiddleware
@@ -77,7 +79,20 @@ def _loaded_model(engine: Any, config: ServerConfig) -> LoadedModel:
         capacity=engine.capacity,
         is_random_weights=bool(getattr(engine, "is_random_weights", False)),
         vocab_size=int(vocab) if vocab is not None else None,
+        sampling_defaults=_sampling_defaults(engine, config),
     )
+
+
+def _sampling_defaults(engine: Any, config: ServerConfig) -> dict[str, float | int]:
+    model_dir = getattr(engine, "model_dir", None)
+    if config.generation_config != "auto" or model_dir is None:
+        return {}
+    defaults = read_sampling_defaults(Path(model_dir))
+    if defaults:
+        shown = ", ".join(f"{k}={v}" for k, v in defaults.items())
+        log.info("sampling defaults from the model's generation_config.json (for fields a request leaves out; "
+                 "--generation-config vllm turns them off): %s", shown)
+    return defaults
 
 
 def create_app(

@@ -10,6 +10,7 @@ import click
 
 from kvfence.engine.cli_options import engine_config as build_engine_config
 from kvfence.engine.cli_options import engine_options, parse_size
+from kvfence.engine.model_path import resolve_model_dir
 from kvfence.engine.scope import CacheScope
 from kvfence.errors import ConfigError
 from kvfence.server.config import ServerConfig
@@ -37,6 +38,10 @@ __all__ = ["keys", "parse_size", "serve"]
               help="Requests that may wait beyond --max-num-seqs; more are refused with 429.")
 @click.option("--served-model-name", multiple=True,
               help="Name(s) clients use in the 'model' field. Default: the model's own name.")
+@click.option("--generation-config", type=click.Choice(["auto", "vllm"]), default="auto", show_default=True,
+              help="auto: sampling fields a request leaves out (temperature, top_p, top_k, min_p, "
+                   "repetition_penalty) take the model's generation_config.json values, as vLLM does; "
+                   "vllm: the API defaults (temperature 1, no filters).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the built-in model's weights "
               "and of unseeded sampling.")
 @engine_options
@@ -69,9 +74,10 @@ def serve(**opts: Any) -> None:
         secret_path=opts["secret_file"],
         served_model_names=tuple(opts["served_model_name"]),
         max_queue_len=opts["max_queue_len"],
+        generation_config=opts["generation_config"],
     )
     engine_config = build_engine_config(opts, seed=opts["seed"])
-    if opts["model"] is not None and not Path(opts["model"]).is_dir():
+    if opts["model"] is not None and not resolve_model_dir(str(opts["model"])).is_dir():
         raise ConfigError(f"--model {opts['model']} is not a directory")
     disagg_config = None
     if opts["disagg"] or opts["prefill_address"]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from kvfence.engine.scope import CacheScope
 from kvfence.errors import ConfigError
@@ -26,6 +27,7 @@ class ServerConfig:
     served_model_names: tuple[str, ...] = ()
     max_queue_len: int = 256
     max_body_bytes: int = 16 * 1024 * 1024
+    generation_config: Literal["auto", "vllm"] = "auto"  # as vLLM's flag: the model's sampling defaults or none
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -34,6 +36,8 @@ class ServerConfig:
             raise ConfigError(f"--max-queue-len must be >= 0, got {self.max_queue_len}")
         if self.max_body_bytes < 1024:
             raise ConfigError(f"--max-body-bytes must be at least 1024, got {self.max_body_bytes}")
+        if self.generation_config not in ("auto", "vllm"):
+            raise ConfigError(f"--generation-config must be 'auto' or 'vllm', got {self.generation_config!r}")
         if any(not name.strip() for name in self.served_model_names):
             raise ConfigError("--served-model-name must not be empty")
 

@@ -6,7 +6,8 @@ Pure logic, no I/O: every function here either returns engine inputs or raises t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from kvfence.engine.parallel_sampling import check_choices_fit
@@ -32,7 +33,11 @@ DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """What the HTTP side needs to know about the loaded model."""
+    """What the HTTP side needs to know about the loaded model.
+
+    ``sampling_defaults`` (from ``generation_config.json``, see
+    :mod:`kvfence.engine.generation_defaults`) fill the sampling fields a request leaves out.
+    """
 
     name: str
     served_names: tuple[str, ...]
@@ -40,6 +45,7 @@ class LoadedModel:
     capacity: Any
     is_random_weights: bool
     vocab_size: int | None
+    sampling_defaults: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def public_name(self) -> str:
@@ -127,12 +133,14 @@ def sampling_params(
         # max_tokens 0 with echo: the engine samples one token (it always does), which the answer drops.
         requested = 1
     structured = structured_output(req, model)  # a 400 for a bad schema / regex / grammar
+    default = model.sampling_defaults
+    top_k = req.effective_top_k if req.top_k is not None else default.get("top_k")
     try:
         return SamplingParams(
             max_tokens=requested,
-            temperature=1.0 if req.temperature is None else req.temperature,
-            top_k=req.effective_top_k,
-            top_p=1.0 if req.top_p is None else req.top_p,
+            temperature=default.get("temperature", 1.0) if req.temperature is None else req.temperature,
+            top_k=None if top_k is None else int(top_k),
+            top_p=default.get("top_p", 1.0) if req.top_p is None else req.top_p,
             seed=None if req.seed is None else req.seed % (2**63),  # any JSON int, one generator seed
             stop=req.stop_list,
             stop_token_ids=[*(req.stop_token_ids or []), *structured.stop_token_ids],
@@ -142,9 +150,10 @@ def sampling_params(
             logits_processors=structured.logits_processors,
             presence_penalty=req.presence_penalty or 0.0,
             frequency_penalty=req.frequency_penalty or 0.0,
-            repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+            repetition_penalty=(default.get("repetition_penalty", 1.0) if req.repetition_penalty is None
+                                else req.repetition_penalty),
             logit_bias=_logit_bias(req, model),
-            min_p=req.min_p or 0.0,
+            min_p=default.get("min_p", 0.0) if req.min_p is None else req.min_p,
             n=req.num_choices,
             best_of=getattr(req, "best_of", None),
             prompt_logprobs=prompt_logprobs,
