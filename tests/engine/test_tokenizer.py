@@ -76,6 +76,23 @@ def test_templates_written_for_transformers_render(default_model_dir: Path, temp
     assert _with_template(default_model_dir, template).apply_chat_template(messages) == expected
 
 
+def test_continue_final_message_and_template_kwargs(tokenizer: Tokenizer, default_model_dir: Path) -> None:
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Sure, the answer is "}]
+    closed = tokenizer.apply_chat_template(messages, add_generation_prompt=False)
+    assert closed.endswith("Sure, the answer is<|eot_id|>")  # the Llama 3 template trims and closes it
+    cont = tokenizer.apply_chat_template(messages, add_generation_prompt=False, continue_final_message=True)
+    assert cont == closed[: closed.index("Sure, the answer is") + len("Sure, the answer is")]
+    with pytest.raises(InvalidParameterError, match="exclude each other"):
+        tokenizer.apply_chat_template(messages, add_generation_prompt=True, continue_final_message=True)
+    thinking = _with_template(default_model_dir, "{{ messages[0].content }}{% if enable_thinking is false %}/no_think"
+                                                 "{% endif %}")
+    assert thinking.apply_chat_template(messages, template_kwargs={"enable_thinking": False}) == "Hi/no_think"
+    assert thinking.apply_chat_template(messages) == "Hi"
+    silent = _with_template(default_model_dir, "{{ messages[0].content }}")
+    with pytest.raises(InvalidParameterError, match="nothing to continue"):
+        silent.apply_chat_template(messages, add_generation_prompt=False, continue_final_message=True)
+
+
 def test_incremental_detokenizer_never_splits_a_character(tokenizer: Tokenizer) -> None:
     detok = IncrementalDetokenizer(tokenizer, tokenizer.encode("prompt"), stop=[])
     deltas = []

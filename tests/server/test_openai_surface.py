@@ -137,6 +137,29 @@ def test_vllm_text_options_stop_string_and_special_tokens(server: RunningServer)
     assert kept == kept_streamed == "<|start_header_id|>" * 2 and skipped == ""
 
 
+def test_continue_final_message_and_template_options(server: RunningServer) -> None:
+    """vLLM's chat extras: continue the last assistant message; chat_template_kwargs reach the template;
+    a request-supplied template or documents are refused, never ignored."""
+    tok = server.app.state.serving.model.tokenizer
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Once upon"}]
+    body = {"model": _model(server), "messages": messages, "max_tokens": 2, "add_generation_prompt": False,
+            "continue_final_message": True}
+    r = _post(server, "/v1/chat/completions", body)
+    assert r.status_code == 200, r.text
+    expected = tok.encode(tok.apply_chat_template(messages, add_generation_prompt=False, continue_final_message=True),
+                          add_special_tokens=False)
+    closed = tok.encode(tok.apply_chat_template(messages, add_generation_prompt=False), add_special_tokens=False)
+    assert r.json()["usage"]["prompt_tokens"] == len(expected) < len(closed)
+    kwargs = _post(server, "/v1/chat/completions", {**body, "chat_template_kwargs": {"enable_thinking": False}})
+    assert kwargs.status_code == 200, kwargs.text
+    for extra, param in (({"add_generation_prompt": True}, "continue_final_message"),
+                         ({"chat_template": "{{ messages }}"}, "chat_template"),
+                         ({"documents": [{"text": "d"}]}, "documents"),
+                         ({"chat_template_kwargs": {"messages": []}}, "chat_template_kwargs")):
+        bad = _post(server, "/v1/chat/completions", {**body, **extra})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == param, bad.text
+
+
 def test_seed_reproduces_sampling_streamed_or_not(server: RunningServer) -> None:
     args: dict[str, Any] = {"model": _model(server), "messages": HI, "max_tokens": 12, "temperature": 1.0,
                             "seed": 1234, "extra_body": {"ignore_eos": True}}

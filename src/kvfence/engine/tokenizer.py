@@ -142,13 +142,30 @@ class Tokenizer:
             return self.decode([token_id], skip_special_tokens=False)
         return raw.decode("utf-8", errors="replace")
 
-    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        *,
+        continue_final_message: bool = False,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> str:
         """Render ``messages`` with the model's Jinja2 chat template, in a sandbox.
 
         The result already holds the template's special tokens: encode it with
         ``add_special_tokens=False``. Without a template a plain ``role: content`` format is used.
+        ``template_kwargs`` are extra template variables (e.g. Qwen3's ``enable_thinking``);
+        ``continue_final_message`` ends the prompt right after the last message's text, so the
+        model continues it (a prefilled answer) instead of closing it.
         A template that rejects the messages raises :class:`InvalidParameterError`.
         """
+        if continue_final_message and add_generation_prompt:
+            raise InvalidParameterError("continue_final_message and add_generation_prompt exclude each other: "
+                                        "send add_generation_prompt: false", param="continue_final_message")
+        text = self._render(messages, add_generation_prompt, template_kwargs or {})
+        return _cut_after_final_message(text, messages) if continue_final_message else text
+
+    def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool, extra: dict[str, Any]) -> str:
         if self.chat_template is None:
             lines = [f"{m.get('role', 'user')}: {_content_text(m.get('content'))}" for m in messages]
             if add_generation_prompt:
@@ -158,11 +175,11 @@ class Tokenizer:
             self._compiled_template = compile_chat_template(self.chat_template)
         try:
             return self._compiled_template.render(
+                {"tools": None, **extra},
                 messages=messages,
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token or "",
                 eos_token=self.eos_token or "",
-                tools=None,
             )
         except TemplateRejected as exc:
             raise InvalidParameterError(f"chat template rejected the messages: {exc}", param="messages") from exc
@@ -216,6 +233,17 @@ def _token_text(value: Any) -> str | None:
     if isinstance(value, dict):
         value = value.get("content")
     return value if isinstance(value, str) else None
+
+
+def _cut_after_final_message(text: str, messages: list[dict[str, Any]]) -> str:
+    """``text`` up to the end of the last message's content (what the template closes it with is dropped)."""
+    final = _content_text(messages[-1].get("content")) if messages else ""
+    for needle in (final, final.strip()):
+        end = text.rfind(needle) if needle else -1
+        if end >= 0:
+            return text[: end + len(needle)]
+    raise InvalidParameterError("continue_final_message: the chat template does not render the last message's "
+                                "text, so there is nothing to continue", param="continue_final_message")
 
 
 def _content_text(content: Any) -> str:

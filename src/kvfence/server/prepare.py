@@ -76,10 +76,16 @@ def tokenize_prompt(prompt: str | list[int], model: LoadedModel) -> list[int]:
     return prompt
 
 
-def chat_prompt(messages: list[dict[str, Any]], add_generation_prompt: bool, model: LoadedModel) -> list[int]:
-    """Token ids of the chat template rendered over the messages."""
+def chat_prompt(
+    messages: list[dict[str, Any]], add_generation_prompt: bool, model: LoadedModel, **template_options: Any
+) -> list[int]:
+    """Token ids of the chat template rendered over the messages (``template_options``: see
+    :meth:`ChatCompletionRequest.template_options`); a template error is a 400."""
     tok = model.tokenizer
-    text = tok.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+    try:
+        text = tok.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, **template_options)
+    except InvalidParameterError as exc:
+        raise from_request_error(exc) from exc
     # A real template renders its own special tokens (BOS included); the plain fallback does not.
     ids: list[int] = tok.encode(text, add_special_tokens=tok.chat_template is None)
     return ids

@@ -239,6 +239,10 @@ class ChatCompletionRequest(GenerationRequest):
     functions: list[Any] | None = None  # OpenAI's deprecated spelling of tools
     function_call: Any = None
     add_generation_prompt: bool | None = True
+    continue_final_message: bool | None = False  # vLLM extra: continue the last (assistant) message
+    chat_template_kwargs: dict[str, Any] | None = None  # vLLM extra: template variables (enable_thinking ...)
+    chat_template: Any = None  # vLLM extra, refused: a request-supplied template
+    documents: Any = None  # vLLM extra, refused: RAG documents for the template
     best_of: int | None = None  # completions only; refused here when it would change the answer
     echo: bool | None = False  # vLLM's chat echo (continue the last message): refused, not ignored
 
@@ -261,6 +265,20 @@ class ChatCompletionRequest(GenerationRequest):
             raise APIError.bad_request("best_of is supported on /v1/completions only", param="best_of")
         if self.echo:
             raise APIError.bad_request("echo is supported on /v1/completions only", param="echo")
+        if self.chat_template is not None:
+            raise APIError.bad_request("a chat template sent with the request is not supported; the model's own "
+                                       "template is used", param="chat_template")
+        if self.documents:
+            raise APIError.bad_request("documents are not supported", param="documents")
+        reserved = {"messages", "add_generation_prompt", "bos_token", "eos_token"} & set(self.chat_template_kwargs or {})
+        if reserved:
+            raise APIError.bad_request(f"chat_template_kwargs may not set {', '.join(sorted(reserved))}",
+                                       param="chat_template_kwargs")
+
+    def template_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``Tokenizer.apply_chat_template`` beyond the messages."""
+        return {"continue_final_message": bool(self.continue_final_message),
+                "template_kwargs": dict(self.chat_template_kwargs or {})}
 
     def template_messages(self) -> list[dict[str, Any]]:
         """Messages as plain dicts for the chat template."""

@@ -289,7 +289,8 @@ class OpenAIServing:
 
         def prepare() -> tuple[list[list[int]], list[SamplingParams]]:
             if isinstance(req, ChatCompletionRequest):
-                prompts = [chat_prompt(req.template_messages(), req.add_generation_prompt is not False, model)]
+                prompts = [chat_prompt(req.template_messages(), req.add_generation_prompt is not False, model,
+                                       **req.template_options())]
                 param = "messages"
             else:
                 assert isinstance(req, CompletionRequest)
