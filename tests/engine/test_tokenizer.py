@@ -93,6 +93,19 @@ def test_continue_final_message_and_template_kwargs(tokenizer: Tokenizer, defaul
         silent.apply_chat_template(messages, add_generation_prompt=False, continue_final_message=True)
 
 
+def test_bos_and_eos_from_special_tokens_map(default_model_dir: Path, tmp_path: Path) -> None:
+    """Checkpoints that name bos/eos only in special_tokens_map.json still render ``bos_token`` and stop on EOS."""
+    d = tmp_path / "old"
+    d.mkdir()
+    (d / "tokenizer.json").write_bytes((default_model_dir / "tokenizer.json").read_bytes())
+    (d / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ bos_token }}{{ messages[0].content }}"}))
+    (d / "special_tokens_map.json").write_text(json.dumps(
+        {"bos_token": {"content": "<|begin_of_text|>", "special": True}, "eos_token": "<|eot_id|>"}))
+    tok = Tokenizer.from_dir(d)
+    assert tok.apply_chat_template([{"role": "user", "content": "Hi"}]) == "<|begin_of_text|>Hi"
+    assert tok.eos_token_ids == [tok.encode("<|eot_id|>", add_special_tokens=False)[0]]
+
+
 def test_incremental_detokenizer_never_splits_a_character(tokenizer: Tokenizer) -> None:
     detok = IncrementalDetokenizer(tokenizer, tokenizer.encode("prompt"), stop=[])
     deltas = []

@@ -57,7 +57,8 @@ class Tokenizer:
 
     @classmethod
     def from_dir(cls, model_dir: Path, *, extra_eos_token_ids: list[int] | None = None) -> Tokenizer:
-        """Load ``tokenizer.json`` (required) and ``tokenizer_config.json`` / ``chat_template.jinja``."""
+        """Load ``tokenizer.json`` (required), ``tokenizer_config.json`` / ``special_tokens_map.json`` and
+        the chat template (``chat_template.jinja`` or ``tokenizer_config.json``)."""
         path = model_dir / "tokenizer.json"
         if not path.is_file():
             raise ModelLoadError(
@@ -69,6 +70,11 @@ class Tokenizer:
         except Exception as exc:  # the tokenizers library raises plain Exception subclasses
             raise ModelLoadError(f"cannot load {path}: {exc}") from exc
         tok_cfg = _read_json(model_dir / "tokenizer_config.json")
+        # Older checkpoints name bos/eos only in special_tokens_map.json, which transformers reads too.
+        special_map = _read_json(model_dir / "special_tokens_map.json")
+        for name in ("bos_token", "eos_token"):
+            if tok_cfg.get(name) is None and special_map.get(name) is not None:
+                tok_cfg[name] = special_map[name]
         gen_cfg = _read_json(model_dir / "generation_config.json")
         template = _chat_template(model_dir, tok_cfg)
         eos = list(extra_eos_token_ids or [])
