@@ -120,3 +120,12 @@ def test_hub_id_is_found_in_the_local_hub_cache(llama_dir: Path, tmp_path: Path,
     assert llm.engine.model_name == "acme/tiny-llama"
     local = LLM(model=str(llama_dir), kv_cache_tokens=2048, device="cpu")
     assert llm.generate("abc", GREEDY)[0].token_ids == local.generate("abc", GREEDY)[0].token_ids
+
+
+def test_quantized_checkpoint_is_named_not_misread(llama_dir: Path, tmp_path: Path) -> None:
+    d = _copy(llama_dir, tmp_path / "awq")
+    config = json.loads((d / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": 128}
+    (d / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match=r"quantized checkpoints are not supported \(quantization_config: awq\)"):
+        LLM(model=str(d), kv_cache_tokens=2048, device="cpu")

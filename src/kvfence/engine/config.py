@@ -185,6 +185,11 @@ class ModelConfig:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelLoadError(f"config.json is missing or has a bad value for {exc}") from exc
+        quantization = raw.get("quantization_config")
+        if quantization:
+            method = quantization.get("quant_method", "unknown") if isinstance(quantization, dict) else quantization
+            raise ModelLoadError(f"quantized checkpoints are not supported (quantization_config: {method}); "
+                                 "use the model's bfloat16/float16/float32 weights")
         if cfg.hidden_act not in ("silu", "swish"):
             raise ModelLoadError(f"unsupported hidden_act {cfg.hidden_act!r}; kvfence runs 'silu'")
         if cfg.num_attention_heads % cfg.num_key_value_heads:
