@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from kvfence.cli import main
-from kvfence.engine import cli_options
+from kvfence.engine import dtype_names
 from kvfence.engine.cli_options import parse_dtype
+from kvfence.engine.config import EngineConfig
+from kvfence.errors import ConfigError
 
 
 def test_generate_prints_a_completion(default_model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -61,7 +63,7 @@ def test_dtype_auto_is_float32_on_cpu_and_the_checkpoints_on_gpu(tmp_path: Path,
         "num_hidden_layers": 1, "num_attention_heads": 2, "dtype": "bfloat16"}))
     assert parse_dtype("auto", model, "cpu") == "float32"
     assert parse_dtype("auto", model, "cuda:0") == "bfloat16"
-    monkeypatch.setattr(cli_options, "_cuda_available", lambda: False)
+    monkeypatch.setattr(dtype_names, "_cuda_available", lambda: False)
     assert parse_dtype("auto", model, "auto") == "float32"
     (model / "config.json").write_text((model / "config.json").read_text().replace("bfloat16", "float32"))
     assert parse_dtype("auto", model, "cuda") == "float32"
@@ -74,3 +76,10 @@ def test_generate_accepts_vllm_dtype_spellings(default_model_dir: Path, caplog: 
         main(["generate", "--model", str(default_model_dir), "--prompt", "Hello", "--max-tokens", "2", "--dtype", dtype,
               "--max-model-len", "auto", "--kv-cache-tokens", "1024", "--device", "cpu"])
         assert "dtype=float32" in caplog.text
+
+
+def test_python_api_takes_the_same_dtype_spellings() -> None:
+    assert EngineConfig(dtype="half").dtype == "float16"  # type: ignore[arg-type]
+    assert EngineConfig(dtype="auto", device="cpu").dtype == "float32"  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="dtype must be one of"):
+        EngineConfig(dtype="int8")  # type: ignore[arg-type]

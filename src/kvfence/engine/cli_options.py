@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 import click
 
-from kvfence.engine.config import EngineConfig, ModelConfig
-from kvfence.engine.model_path import resolve_model_dir
+from kvfence.engine.config import EngineConfig
+from kvfence.engine.dtype_names import DTYPE_ALIASES, parse_dtype
 from kvfence.errors import ConfigError
 
 __all__ = ["ENGINE_OPTION_NAMES", "engine_config", "engine_options", "parse_dtype", "parse_max_model_len", "parse_size"]
@@ -46,35 +46,6 @@ def parse_max_model_len(value: str | None) -> int | str | None:
     raise ConfigError(f"--max-model-len must be a positive integer or 'auto', got {value!r}")
 
 
-# --dtype spellings (kvfence's, vLLM's and torch's) -> the dtype name; "auto" is resolved per device.
-_DTYPE_ALIASES = {
-    "float32": "float32", "float": "float32", "fp32": "float32",
-    "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "float16": "float16", "half": "float16", "fp16": "float16",
-    "auto": "auto",
-}
-
-
-def parse_dtype(value: str, model: Path | None, device: str) -> str:
-    """``--dtype``: an alias resolved to its name; ``auto`` is the checkpoint's half-precision dtype on a
-    GPU and float32 on the CPU (where the engine's kernels and the reference are float32)."""
-    name = _DTYPE_ALIASES[value.lower()]
-    if name != "auto":
-        return name
-    if device == "cpu" or (device == "auto" and not _cuda_available()):
-        return "float32"
-    if model is None:
-        return "float32"
-    checkpoint = ModelConfig.from_dir(resolve_model_dir(str(model))).checkpoint_dtype
-    return checkpoint if checkpoint in ("bfloat16", "float16") else "float32"
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
-
-
 _OPTIONS = [
     click.option("--model", type=click.Path(file_okay=False, path_type=Path), default=None,
                  help="Local Hugging Face model directory (config.json, tokenizer.json, *.safetensors), or a "
@@ -87,7 +58,7 @@ _OPTIONS = [
     click.option("--kv-cache-memory", default=None, metavar="SIZE",
                  help="Size the KV pool by memory instead, e.g. 4GiB, 512MiB or a number of bytes."),
     click.option("--page-size", type=int, default=16, show_default=True, help="Tokens per KV page."),
-    click.option("--dtype", type=click.Choice(list(_DTYPE_ALIASES), case_sensitive=False), default="float32",
+    click.option("--dtype", type=click.Choice(list(DTYPE_ALIASES), case_sensitive=False), default="float32",
                  show_default=True,
                  help="Weight and KV-cache dtype (vLLM's spellings too: half, bf16, float ...). 'auto': the "
                       "checkpoint's bfloat16/float16 on a GPU, float32 on the CPU."),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from kvfence.engine.dtype_names import parse_dtype
 from kvfence.errors import ConfigError, ModelLoadError
 
 __all__ = [
@@ -77,6 +78,8 @@ class EngineConfig:
         _positive("max_num_batched_tokens", self.max_num_batched_tokens)
         _positive("max_prefill_chunk", self.max_prefill_chunk)
         _positive_or_none("num_threads", self.num_threads)
+        if isinstance(self.dtype, str):  # vLLM's spellings and "auto" (the Python API takes them too)
+            self.dtype = parse_dtype(self.dtype, self.model, self.device)  # type: ignore[assignment]
         if self.dtype not in SUPPORTED_DTYPES:
             raise ConfigError(f"dtype must be one of {', '.join(SUPPORTED_DTYPES)}, got {self.dtype!r}")
         if self.kv_cache_dtype not in SUPPORTED_KV_CACHE_DTYPES:
