@@ -68,3 +68,15 @@ def test_bfloat16_within_tolerance(tmp_path: Path) -> None:
 def test_float32_logprobs_match_closely(tmp_path: Path) -> None:
     model_dir = build_tiny_model(tmp_path / "fp32", "qwen2")
     _compare(model_dir, "float32", FP32_TOLERANCE)
+
+
+def test_yarn_and_linear_scaling_stretch_the_context_beyond_max_position_embeddings(tmp_path: Path) -> None:
+    """As vLLM: a YaRN (Qwen2.5 long-context recipe) or linear model serves factor x its trained positions,
+    and matches transformers there."""
+    yarn = {"rope_theta": 10000.0, "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+    model_dir = build_tiny_model(tmp_path / "yarn", "qwen2", rope_parameters=yarn, max_position_embeddings=64)
+    assert LLM(model=str(model_dir), kv_cache_tokens=2048, device="cpu").engine.capacity.max_model_len == 256
+    _compare(model_dir, "float32", FP32_TOLERANCE, prompt_len=150)
+    linear = {"rope_theta": 10000.0, "rope_type": "linear", "factor": 2.0}
+    model_dir = build_tiny_model(tmp_path / "linear", "llama", rope_parameters=linear, max_position_embeddings=64)
+    _compare(model_dir, "float32", FP32_TOLERANCE, prompt_len=100)

@@ -203,6 +203,20 @@ class ModelConfig:
         return cfg
 
     @property
+    def max_context_len(self) -> int:
+        """The longest context the model's positions cover, as vLLM derives it: ``max_position_embeddings``,
+        stretched by the RoPE ``factor`` of static ``linear`` and ``yarn`` scaling (YaRN from its
+        ``original_max_position_embeddings``). ``llama3`` checkpoints already state the stretched length;
+        ``dynamic`` NTK is computed at the engine's context, so it is not stretched here."""
+        scaling = self.rope_scaling or {}
+        rope_type = scaling.get("rope_type")
+        if rope_type not in ("linear", "yarn"):
+            return self.max_position_embeddings
+        base = scaling.get("original_max_position_embeddings") if rope_type == "yarn" else None
+        stretched = int(int(base or self.max_position_embeddings) * float(scaling.get("factor", 1.0)))
+        return max(self.max_position_embeddings, stretched)
+
+    @property
     def kv_bytes_per_token(self) -> int:
         """Bytes of K and V per token across all layers, for an element size of 1 (multiply by it)."""
         return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim

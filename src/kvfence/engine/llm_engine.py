@@ -89,7 +89,7 @@ class LLMEngine:
         kv_dtype = torch_dtype(config.resolved_kv_cache_dtype)
         element_size = torch.empty(0, dtype=kv_dtype).element_size()
         self.capacity: Capacity = plan_capacity(
-            max_position_embeddings=self.model_config.max_position_embeddings,
+            max_position_embeddings=self.model_config.max_context_len,  # RoPE scaling may stretch it
             kv_bytes_per_token=self.model_config.kv_bytes_per_token * element_size,
             page_size=config.page_size,
             max_model_len=config.max_model_len,
