@@ -3,7 +3,6 @@ aside wherever the per-op path must run."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +14,6 @@ from kvfence.engine.kernels import (
     MAX_ELEMENTWISE_ROWS,
     MAX_KERNEL_ROWS,
     DecoderLayerKernel,
-    kernel_status,
     linear,
     reset_kernels,
     rms_norm,
@@ -26,12 +24,8 @@ from kvfence.engine.kernels import (
 from kvfence.engine.llm import LLM
 from kvfence.engine.models import llama
 from kvfence.engine.sampling_params import SamplingParams
+from tests.engine.kernel_marks import needs_kernels
 from tests.engine.tiny_models import build_tiny_model, hf_greedy
-
-needs_kernels = pytest.mark.skipif(
-    os.environ.get("KVFENCE_CPU_KERNELS", "1") in ("0", "false", "off", "no") or not kernel_status().enabled,
-    reason=f"CPU kernels not in use here: {kernel_status().reason}",
-)
 
 Weights = dict[str, torch.Tensor | None]
 

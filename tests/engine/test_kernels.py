@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,12 +29,8 @@ from kvfence.engine.kernels import (
 from kvfence.engine.layers.rotary import RotaryEmbedding
 from kvfence.engine.llm import LLM
 from kvfence.engine.sampling_params import SamplingParams
+from tests.engine.kernel_marks import needs_kernels
 from tests.engine.tiny_models import build_tiny_model, hf_greedy
-
-needs_kernels = pytest.mark.skipif(
-    os.environ.get("KVFENCE_CPU_KERNELS", "1") in ("0", "false", "off", "no") or not kernel_status().enabled,
-    reason=f"CPU kernels not in use here: {kernel_status().reason}",
-)
 
 
 @pytest.fixture(autouse=True)

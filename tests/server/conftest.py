@@ -132,3 +132,20 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """One server for the whole session: org-scoped cache, three organizations."""
     with serve(tmp_path_factory.mktemp("server")) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def disagg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``kvfence serve --disagg`` on the built-in model with one prefill worker: its base URL."""
+    from kvfence.engine.default_model import ensure_default_model
+    from tests.disagg.conftest import start_worker
+    from tests.disagg.helpers import serve_disaggregated
+
+    model_dir = ensure_default_model(tmp_path_factory.mktemp("home") / "builtin")
+    worker = start_worker(model_dir, tmp_path_factory.mktemp("worker"))
+    try:
+        with serve_disaggregated(model_dir, worker.address, start_timeout_s=120,
+                                 kv_cache_tokens=1024, max_model_len=512) as (base, _):
+            yield base
+    finally:
+        worker.stop()

@@ -6,27 +6,10 @@ engine refuses the request before anything is allocated; the client must learn w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-
-from kvfence.engine.default_model import ensure_default_model
-from tests.disagg.conftest import start_worker
-from tests.disagg.helpers import serve_disaggregated
-
-
-@pytest.fixture(scope="module")
-def disagg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    model_dir = ensure_default_model(tmp_path_factory.mktemp("home") / "builtin")
-    worker = start_worker(model_dir, tmp_path_factory.mktemp("worker"))
-    try:
-        with serve_disaggregated(model_dir, worker.address, start_timeout_s=120,
-                                 kv_cache_tokens=1024, max_model_len=512) as (base, _):
-            yield base
-    finally:
-        worker.stop()
 
 
 @pytest.mark.parametrize("extra", [
