@@ -20,6 +20,7 @@ def test_spawn_arguments_reproduce_the_engine_config() -> None:
                      dtype="bfloat16", device="cuda:1", max_num_seqs=8, max_num_batched_tokens=4096,
                      max_prefill_chunk=256, seed=9, num_threads=3, scrub=False),
         EngineConfig(max_model_len=777, kv_cache_tokens=4096),
+        EngineConfig(kv_cache_dtype="bfloat16"),
     ):
         ctx = prefill_worker.make_context("prefill-worker", engine_config_args(cfg))
         assert _engine_config(ctx.params) == cfg
@@ -34,6 +35,7 @@ def test_spawn_arguments_reproduce_the_engine_config() -> None:
         ({"handoff_timeout_s": 0}, "handoff_timeout_s"),
         ({"connect_timeout_s": True}, "connect_timeout_s"),
         ({"prefill": EngineConfig(page_size=8)}, "page_size"),
+        ({"prefill": EngineConfig(kv_cache_dtype="float16")}, "kv_cache_dtype"),
         ({"prefill": EngineConfig(model="/other")}, "same model"),
     ],
 )

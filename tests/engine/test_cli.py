@@ -83,3 +83,19 @@ def test_python_api_takes_the_same_dtype_spellings() -> None:
     assert EngineConfig(dtype="auto", device="cpu").dtype == "float32"  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="dtype must be one of"):
         EngineConfig(dtype="int8")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("spelling", "name"), [("bf16", "bfloat16"), ("half", "float16"), ("auto", "float32")])
+def test_generate_takes_a_kv_cache_dtype(default_model_dir: Path, caplog: pytest.LogCaptureFixture,
+                                         capsys: pytest.CaptureFixture[str], spelling: str, name: str) -> None:
+    caplog.set_level(logging.INFO, logger="kvfence.engine.llm_engine")
+    main(["generate", "--model", str(default_model_dir), "--prompt", "Hello", "--max-tokens", "3",
+          "--kv-cache-dtype", spelling, "--max-model-len", "auto", "--kv-cache-tokens", "1024", "--device", "cpu"])
+    assert f"kv_cache_dtype={name}" in caplog.text and "dtype=float32" in caplog.text
+    assert "finish_reason=" in capsys.readouterr().err
+
+
+def test_generate_refuses_an_unknown_kv_cache_dtype(default_model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["generate", "--model", str(default_model_dir), "--prompt", "x", "--kv-cache-dtype", "fp8"])
+    assert info.value.code == 2 and "--kv-cache-dtype" in capsys.readouterr().err

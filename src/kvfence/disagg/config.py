@@ -66,7 +66,8 @@ class DisaggConfig:
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
         prefill = self.prefill or self.engine
-        if prefill.page_size != self.engine.page_size or prefill.dtype != self.engine.dtype:
-            raise ConfigError("the prefill and decode workers need the same page_size and dtype")
+        if (prefill.page_size, prefill.dtype, prefill.resolved_kv_cache_dtype) != (
+                self.engine.page_size, self.engine.dtype, self.engine.resolved_kv_cache_dtype):
+            raise ConfigError("the prefill and decode workers need the same page_size, dtype and kv_cache_dtype")
         if prefill.model != self.engine.model:
             raise ConfigError("the prefill and decode workers must run the same model")

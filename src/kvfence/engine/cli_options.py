@@ -14,9 +14,15 @@ from typing import Any, TypeVar
 
 import click
 
-from kvfence.engine.config import EngineConfig
+from kvfence.engine.config import EngineConfig, KVCacheDType
 from kvfence.engine.dtype_names import DTYPE_ALIASES, parse_dtype
 from kvfence.errors import ConfigError
+
+# --kv-cache-dtype spellings (vLLM's too) -> EngineConfig.kv_cache_dtype.
+KV_CACHE_DTYPE_ALIASES: dict[str, KVCacheDType] = {
+    "auto": "auto", "float32": "float32", "fp32": "float32", "float": "float32",
+    "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "half": "float16",
+}
 
 __all__ = ["ENGINE_OPTION_NAMES", "engine_config", "engine_options", "parse_dtype", "parse_max_model_len", "parse_size"]
 
@@ -62,6 +68,10 @@ _OPTIONS = [
                  show_default=True,
                  help="Weight and KV-cache dtype (vLLM's spellings too: half, bf16, float ...). 'auto': the "
                       "checkpoint's bfloat16/float16 on a GPU, float32 on the CPU."),
+    click.option("--kv-cache-dtype", type=click.Choice(list(KV_CACHE_DTYPE_ALIASES), case_sensitive=False),
+                 default="auto", show_default=True,
+                 help="KV pool dtype: 'auto' is the model's dtype; bfloat16/float16 (bf16, fp16, half) under a "
+                      "float32 model halve the pool's bytes per token, K/V rounded on write."),
     click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N]."),
     click.option("--max-num-seqs", type=int, default=64, show_default=True,
                  help="Most sequences decoded together in one batch."),
@@ -81,7 +91,7 @@ _OPTIONS = [
 
 # The parameter names the options above add to a command's keyword arguments.
 ENGINE_OPTION_NAMES = ("model", "max_model_len", "kv_cache_tokens", "kv_cache_memory", "page_size", "dtype",
-                       "device", "max_num_seqs", "max_num_batched_tokens", "max_prefill_chunk", "num_threads",
+                       "kv_cache_dtype", "device", "max_num_seqs", "max_num_batched_tokens", "max_prefill_chunk", "num_threads",
                        "unsafe_no_scrub", "verify_isolation")
 
 
@@ -102,6 +112,7 @@ def engine_config(opts: dict[str, Any], **extra: Any) -> EngineConfig:
         kv_cache_memory=parse_size(str(memory)) if memory is not None else None,
         page_size=opts["page_size"],
         dtype=parse_dtype(opts["dtype"], opts["model"], opts["device"]),  # type: ignore[arg-type]
+        kv_cache_dtype=KV_CACHE_DTYPE_ALIASES[opts["kv_cache_dtype"].lower()],
         device=opts["device"],
         max_num_seqs=opts["max_num_seqs"],
         max_num_batched_tokens=opts["max_num_batched_tokens"],
