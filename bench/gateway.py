@@ -16,7 +16,8 @@ data-protection hooks: scanners off) sits in front of it. The load generator (th
 ``httpx.AsyncClient`` or the lean client, ``--client``) keeps N streams in flight: each stream sends
 its next request as soon as its last answer ended (closed loop). Each scenario runs direct, then
 through the gateway, then direct again (``--rounds`` repeats the pair), with the same requests and
-the same client; added latency = gateway percentile minus the mean of the direct runs' percentiles.
+the same client; added latency = the median over the gateway runs' percentiles minus the median
+over the direct runs' (``--rounds 3`` gives three gateway runs and four direct ones).
 
 Scenarios (``--scenario KIND:STREAMS``, repeatable; default: all four):
 
@@ -399,9 +400,11 @@ def run_scenario(kind: str, streams: int, args: argparse.Namespace, urls: dict[s
     by_path = {path: [r.summary() for p, r in runs if p == path] for path in ("direct", *middle)}
     overheads = [v for p, r in runs if p == "gateway" for v in r.overhead_ms]
 
+    # Medians over the runs of a path: one run disturbed by something else on the machine (a direct
+    # run's p99 doubled by a neighbour) must not move the figure as a mean would.
     def added(metric: str, path: str = "gateway") -> float:
-        return (statistics.fmean(g[metric] for g in by_path[path])
-                - statistics.fmean(d[metric] for d in by_path["direct"]))
+        return (statistics.median(g[metric] for g in by_path[path])
+                - statistics.median(d[metric] for d in by_path["direct"]))
 
     result: dict[str, Any] = {
         "scenario": f"{kind}:{streams}", "streams": streams, "requests_per_run": total,
@@ -539,7 +542,7 @@ def print_scenario(result: dict[str, Any]) -> None:
         if run["error_kinds"]:
             print(f"          errors: {run['error_kinds']}")
     p50, p99 = result["added_e2e_p50_ms"], result["added_e2e_p99_ms"]
-    print(f"added by the gateway (gateway - mean of direct runs): TTFT p50 {result['added_ttft_p50_ms']:.2f} ms, "
+    print(f"added by the gateway (median of gateway runs - median of direct runs): TTFT p50 {result['added_ttft_p50_ms']:.2f} ms, "
           f"p99 {result['added_ttft_p99_ms']:.2f} ms; end to end p50 {p50:.2f} ms, p99 {p99:.2f} ms")
     print(f"  vs target (p50 < {TARGET_P50_MS:g} ms, p99 < {TARGET_P99_MS:g} ms): TTFT p50 x"
           f"{result['added_ttft_p50_ms'] / TARGET_P50_MS:.2f}, p99 x{result['added_ttft_p99_ms'] / TARGET_P99_MS:.2f}; "
