@@ -211,12 +211,6 @@ def test_build_refuses_what_the_kernel_cannot_read() -> None:
     assert _build(w, 4, 2, 15) is None  # odd head_dim: no rotate-half RoPE
 
 
-@pytest.fixture
-def fresh_kernels(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
-    reset_kernels()
-    yield monkeypatch
-    monkeypatch.undo()
-    reset_kernels()
 
 
 def test_no_block_when_the_kernels_are_off(fresh_kernels: pytest.MonkeyPatch) -> None:

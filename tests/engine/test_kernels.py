@@ -41,13 +41,6 @@ def gemv_kernel_on() -> Iterator[None]:
     use_gemv_kernel(True)
 
 
-@pytest.fixture
-def fresh_kernels(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
-    """Decide again under the test's environment, and again after it (the real one)."""
-    reset_kernels()
-    yield monkeypatch
-    monkeypatch.undo()
-    reset_kernels()
 
 
 def _gen(seed: int = 0) -> torch.Generator:

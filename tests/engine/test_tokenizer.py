@@ -117,28 +117,27 @@ def test_incremental_detokenizer_never_splits_a_character(tokenizer: Tokenizer) 
     assert all("\ufffd" not in d for d in deltas)
 
 
-def test_stop_string_is_cut_and_never_streamed(tokenizer: Tokenizer) -> None:
-    detok = IncrementalDetokenizer(tokenizer, [], stop=["世界", "never"])
+def _stream_bytes_until_stop(detok: IncrementalDetokenizer) -> str:
+    """TEXT fed one byte token at a time until a stop string matches: everything streamed."""
     streamed = ""
     for byte in TEXT.encode():
         detok.add(byte)
         streamed += detok.take_delta()
         if detok.stopped_on:
             break
-    streamed += detok.take_final_delta()
+    return streamed + detok.take_final_delta()
+
+
+def test_stop_string_is_cut_and_never_streamed(tokenizer: Tokenizer) -> None:
+    detok = IncrementalDetokenizer(tokenizer, [], stop=["世界", "never"])
+    streamed = _stream_bytes_until_stop(detok)
     assert detok.stopped_on == "世界"
     assert streamed == detok.text == "Grüße, "
 
 
 def test_stop_string_kept_on_request(tokenizer: Tokenizer) -> None:
     detok = IncrementalDetokenizer(tokenizer, [], stop=["世界"], include_stop=True)
-    streamed = ""
-    for byte in TEXT.encode():
-        detok.add(byte)
-        streamed += detok.take_delta()
-        if detok.stopped_on:
-            break
-    streamed += detok.take_final_delta()
+    streamed = _stream_bytes_until_stop(detok)
     assert streamed == detok.text == "Grüße, 世界"
 
 

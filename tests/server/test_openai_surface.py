@@ -97,13 +97,19 @@ def test_clear_400s(server: RunningServer, body: dict[str, Any], param: str) -> 
     assert error["type"] == "invalid_request_error" and error["param"] == param and error["message"]
 
 
+def _fresh_stop_index(text: str) -> int:
+    """A position from 3 on whose character has not appeared before it: a stop string that cuts there."""
+    cut = next((i for i in range(3, len(text)) if text[i] not in text[:i] and text[i] != "\ufffd"), None)
+    if cut is None:
+        pytest.skip("the random model's text has no fresh character to stop on")
+    return cut
+
+
 def test_stop_as_string_and_list_streamed_and_not(server: RunningServer) -> None:
     model = _model(server)
     with _client(server) as client:
         base = client.completions.create(model=model, prompt="stop strings", max_tokens=24, **GREEDY).choices[0].text
-        cut = next((i for i in range(3, len(base)) if base[i] not in base[:i] and base[i] != "\ufffd"), None)
-        if cut is None:
-            pytest.skip("the random model's text has no fresh character to stop on")
+        cut = _fresh_stop_index(base)
         for stop in (base[cut], [base[cut], "\x00never\x00"]):
             full = client.completions.create(model=model, prompt="stop strings", max_tokens=24, stop=stop, **GREEDY)
             streamed = "".join(c.choices[0].text for c in client.completions.create(
@@ -117,9 +123,7 @@ def test_vllm_text_options_stop_string_and_special_tokens(server: RunningServer)
     model = _model(server)
     with _client(server) as client:
         base = client.completions.create(model=model, prompt="stop strings", max_tokens=24, **GREEDY).choices[0].text
-        cut = next((i for i in range(3, len(base)) if base[i] not in base[:i] and base[i] != "\ufffd"), None)
-        if cut is None:
-            pytest.skip("the random model's text has no fresh character to stop on")
+        cut = _fresh_stop_index(base)
         args: dict[str, Any] = {"model": model, "prompt": "stop strings", "max_tokens": 24, "stop": [base[cut]],
                                 "temperature": 0, "extra_body": {"ignore_eos": True, "include_stop_str_in_output": True}}
         full = client.completions.create(**args).choices[0]
