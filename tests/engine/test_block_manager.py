@@ -216,3 +216,26 @@ def test_verify_catches_a_foreign_page() -> None:
     with pytest.raises(IsolationViolation, match="I1"):
         bm.verify(a)
     bm.check_invariants()  # the ledger keeps its own copy of each table: it is not corrupted
+
+
+def test_ledger_block_table_drops_foreign_pages_and_recovers_lost_own_ones() -> None:
+    """After an I1 violation the release goes through the ledger's table: a foreign page the
+    corrupted table names is never released, and an own page it lost is not leaked."""
+    bm = BlockManager(16, PS)
+    prompt = list(range(100, 112))
+    run_prefill(bm, make_seq("a1", prompt, ORG_A))
+    victim = make_seq("b1", list(range(200, 210)), ORG_B)
+    run_prefill(bm, victim)
+    seq = make_seq("a2", prompt, ORG_A)
+    bm.allocate(seq)  # two same-scope cached pages, then one of its own
+    cached, own = seq.block_table[:2], seq.block_table[2]
+    foreign = victim.block_table[0]
+    seq.block_table = [cached[0], foreign, cached[1], 99, cached[0]]  # own page lost, foreign and junk added
+    with pytest.raises(IsolationViolation):
+        bm.verify(seq)
+    assert bm.ledger_block_table(seq) == [cached[0], cached[1], own]
+    seq.block_table = bm.ledger_block_table(seq)
+    bm.deallocate(seq)
+    bm.verify(victim)  # the victim still holds its page
+    assert bm.page_info(own).state is not PageState.OWNED
+    bm.check_invariants()

@@ -553,7 +553,7 @@ class DisaggregatedEngine:
                     req = self._requests.pop(it.seq.request_id, None)
                     # Same release as LLMEngine's paranoid mode: the block table is rebuilt from
                     # the ledger first, so the release touches no other request's page.
-                    self.local._quarantine(it.seq)
+                    it.seq.block_table = self.block_manager.ledger_block_table(it.seq)
                     try:
                         self.scheduler.abort(it.seq.request_id)
                     except IsolationViolation:
@@ -562,7 +562,7 @@ class DisaggregatedEngine:
                     if req is not None:
                         outputs.append(self._output(req, [], "", finished=True))
             batch.items = kept
-        sampled = self.local._forward_and_sample(batch.items, self._requests, self._generator, self.abort_request)
+        sampled = self.local.forward_and_sample(batch.items, self._requests, self._generator, self.abort_request)
         self.scheduler.postprocess(batch, sampled)
         for rid, token_id in sampled.items():
             outputs.append(self._progress(self._requests[rid], token_id))

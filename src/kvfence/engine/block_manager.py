@@ -336,6 +336,27 @@ class BlockManager:
 
     # ---- checks ------------------------------------------------------------------------------
 
+    def ledger_block_table(self, seq: Sequence) -> list[int]:
+        """The block table the ledger says ``seq`` holds, for releasing it after an I1 violation.
+
+        Keeps the pages of ``seq.block_table`` that are its own or same-scope cached ones (in order,
+        once each) and adds back its own pages that a corrupted table lost, so the release neither
+        touches another request's page nor leaks one of its own.
+        """
+        kept: list[int] = []
+        for page_id in seq.block_table:
+            if not 0 <= page_id < self.num_pages or page_id in kept:
+                continue
+            page = self._pages[page_id]
+            own = page.state is PageState.OWNED and page.owner == seq.request_id
+            cached = page.state is PageState.CACHED and page.scope_key == seq.scope_key and page.ref_count > 0
+            if own or cached:
+                kept.append(page_id)
+        for page_id, page in enumerate(self._pages):
+            if page.state is PageState.OWNED and page.owner == seq.request_id and page_id not in kept:
+                kept.append(page_id)
+        return kept
+
     def verify(self, seq: Sequence) -> None:
         """Check I1 for ``seq``: each page is its own or a same-scope cached page with its tokens.
 

@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 
 class SamplingState(Protocol):
-    """What :meth:`LLMEngine._forward_and_sample` reads and updates on a request."""
+    """What :meth:`LLMEngine.forward_and_sample` reads and updates on a request."""
 
     seq: Sequence
     generator: torch.Generator | None
@@ -191,7 +191,7 @@ class LLMEngine:
         if self.config.verify_isolation:
             outputs.extend(self._verify(batch))
         prompt_scores: dict[str, PromptScores] = {}
-        sampled = self._forward_and_sample(batch.items, self._requests, self._generator, self.abort_request,
+        sampled = self.forward_and_sample(batch.items, self._requests, self._generator, self.abort_request,
                                            prompt_scores)
         self._record_prompt_logprobs(prompt_scores)
         self.scheduler.postprocess(batch, sampled)
@@ -213,7 +213,8 @@ class LLMEngine:
                 self.isolation_incidents += 1
                 log.error("ISOLATION INCIDENT: %s; request %s aborted", exc, it.seq.request_id)
                 req = self._requests.get(it.seq.request_id)
-                self._quarantine(it.seq)
+                # The release below must touch only pages the ledger says it holds.
+                it.seq.block_table = self.block_manager.ledger_block_table(it.seq)
                 try:
                     self.scheduler.abort(it.seq.request_id)
                 except IsolationViolation:
@@ -226,30 +227,7 @@ class LLMEngine:
         batch.items = kept
         return outputs
 
-    def _quarantine(self, seq: Sequence) -> None:
-        """Rebuild a violating request's block table from the ledger before releasing it.
-
-        Keeps only pages the ledger says it holds (its own, or same-scope cached ones) and takes
-        back its own pages that a corrupted table lost, so the release neither touches another
-        request's page nor leaks one of its own.
-        """
-        bm = self.block_manager
-        kept: list[int] = []
-        for page_id in seq.block_table:
-            if not 0 <= page_id < bm.num_pages or page_id in kept:
-                continue
-            info = bm.page_info(page_id)
-            own = info.state is PageState.OWNED and info.owner == seq.request_id
-            cached = info.state is PageState.CACHED and info.scope_key == seq.scope_key and info.ref_count > 0
-            if own or cached:
-                kept.append(page_id)
-        for page_id in range(bm.num_pages):
-            info = bm.page_info(page_id)
-            if info.state is PageState.OWNED and info.owner == seq.request_id and page_id not in kept:
-                kept.append(page_id)
-        seq.block_table = kept
-
-    def _forward_and_sample(
+    def forward_and_sample(
         self,
         items: list[ScheduledSeq],
         requests: Mapping[str, SamplingState],
