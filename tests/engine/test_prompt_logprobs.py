@@ -16,6 +16,7 @@ from kvfence.engine.prompt_logprobs import PromptScores, append_prompt_logprobs,
 from kvfence.engine.sampling_params import MAX_LOGPROBS, SamplingParams
 from kvfence.engine.scope import TenantIdentity
 from kvfence.engine.sequence import Sequence
+from kvfence.engine.shared_prefill import SharedPrefill
 from kvfence.errors import InvalidParameterError
 from tests.engine.tiny_models import build_tiny_model
 
@@ -191,3 +192,16 @@ def test_scores_must_continue_where_the_entries_end() -> None:
         append_prompt_logprobs(entries, scores, str)  # a duplicate
     with pytest.raises(RuntimeError, match="out of order"):
         append_prompt_logprobs(entries, PromptScores(5, [1], [-1.0], [1], [[]], [[]]), str)  # a gap
+
+
+def test_a_scoring_request_is_never_held_behind_an_identical_prompt() -> None:
+    """It maps no prefix-cache page, so waiting for a leader's pages would only delay it; a plain
+    request with the same prompt still waits, and a scoring request may lead others."""
+    shared = SharedPrefill(page_size=4)
+    scope, prompt = b"S" * 32, list(range(10, 30))
+    assert not shared.hold(Sequence("lead", prompt, scope, SamplingParams(max_tokens=2)))
+    assert not shared.hold(Sequence("score", prompt, scope, SamplingParams(max_tokens=2, prompt_logprobs=0)))
+    assert shared.hold(Sequence("plain", prompt, scope, SamplingParams(max_tokens=2)))
+    other = SharedPrefill(page_size=4)
+    assert not other.hold(Sequence("score-lead", prompt, scope, SamplingParams(max_tokens=2, prompt_logprobs=1)))
+    assert other.hold(Sequence("follower", prompt, scope, SamplingParams(max_tokens=2)))

@@ -146,12 +146,7 @@ class LLMEngine:
         check_prompt(prompt_token_ids, self.model_config.vocab_size, scope_key)
         check_params(params, self.model_config.vocab_size)
         seq = Sequence(request_id, prompt_token_ids, scope_key, params)
-        held = self._shared_prefill.hold(seq)
-        if held and seq.wants_prompt_logprobs:
-            # It maps no prefix-cache page (it computes every position to score it): nothing to wait for.
-            self._shared_prefill.discard(request_id)
-            held = False
-        if held:
+        if self._shared_prefill.hold(seq):
             self.scheduler.check_admissible(seq.num_prompt_tokens, params.max_tokens)  # I3 now, queued later
         else:
             self.scheduler.add(seq)

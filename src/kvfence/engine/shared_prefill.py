@@ -31,7 +31,9 @@ class SharedPrefill:
     def hold(self, seq: Sequence) -> bool:
         """Hold ``seq`` back when a same-scope leader is computing the same prompt; else make it a leader.
 
-        Returns True when held (the caller must not queue it yet).
+        Returns True when held (the caller must not queue it yet). A request scoring its prompt
+        (``prompt_logprobs``) is never held: it maps no prefix-cache page, so it has nothing to wait
+        for; it may still lead, and its sealed pages serve the followers.
         """
         if is_unshared(seq.scope_key) or (seq.num_prompt_tokens - 1) // self.page_size == 0:
             return False
@@ -39,7 +41,7 @@ class SharedPrefill:
         leader = self._leaders.get(key)
         if leader is None:
             self._leaders[key] = seq
-        elif not _prompt_done(leader):
+        elif not _prompt_done(leader) and not seq.wants_prompt_logprobs:
             self._followers.setdefault(leader.request_id, []).append(seq)
             return True
         return False  # (a done leader keeps its entry until release() hands over its followers)
