@@ -171,6 +171,17 @@ class LlamaDecoderLayer(nn.Module):
         kernel = self.fused_kernel() if x.is_cpu and x.dtype == torch.float32 else None
         if kernel is not None and kernel.takes(x, *rope):
             return self.forward_fused(kernel, rope, x, k_cache, v_cache, meta)
+        return self.forward_per_op(rope, x, k_cache, v_cache, meta)
+
+    def forward_per_op(
+        self,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        x: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        """:meth:`forward` op by op (torch, or the per-op kernels inside ``linear`` and the norms)."""
         x = x + self.self_attn(rope, self.input_layernorm(x), k_cache, v_cache, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -222,13 +233,13 @@ class LlamaForCausalLM(nn.Module):
         x = self.model.embed_tokens(input_ids)
         rope = self.model.rotary.tables(positions)
         kernels = self._layer_kernels(x, rope)
+        layers = cast(list[LlamaDecoderLayer], self.model.layers)
         if kernels is not None:  # decided once per step, not per layer
-            layers = cast(list[LlamaDecoderLayer], self.model.layers)
             for fused_layer, kernel, (k_cache, v_cache) in zip(layers, kernels, kv_caches, strict=True):
                 x = fused_layer.forward_fused(kernel, rope, x, k_cache, v_cache, meta)
         else:
-            for layer, (k_cache, v_cache) in zip(self.model.layers, kv_caches, strict=True):
-                x = layer(rope, x, k_cache, v_cache, meta)
+            for layer, (k_cache, v_cache) in zip(layers, kv_caches, strict=True):
+                x = layer.forward_per_op(rope, x, k_cache, v_cache, meta)
         return self.model.norm(x)
 
     def _layer_kernels(
