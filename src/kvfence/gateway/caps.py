@@ -45,19 +45,12 @@ def count_prompt(counter: TokenCounter, endpoint: str, body: dict[str, Any]) -> 
     return max(prompt_sizes(counter, endpoint, body), default=0)
 
 
-def _positive_int(body: dict[str, Any], key: str) -> int | None:
-    """``body[key]`` when given (a 400 naming it unless it is a positive integer), else None."""
+def _int_field(body: dict[str, Any], key: str, minimum: int) -> int | None:
+    """``body[key]`` when given (a 400 naming it unless it is an integer >= ``minimum``), else None."""
     value = body.get(key)
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise GatewayRequestError(f"`{key}` must be a positive integer", param=key)
-    return value
-
-
-def _count(body: dict[str, Any], key: str) -> int | None:
-    """``body[key]`` when given (a 400 naming it unless it is an integer >= 0), else None."""
-    value = body.get(key)
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-        raise GatewayRequestError(f"`{key}` must be an integer >= 0", param=key)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < minimum):
+        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise GatewayRequestError(f"`{key}` must be {what}", param=key)
     return value
 
 
@@ -69,7 +62,7 @@ def completion_budget(body: dict[str, Any]) -> int:
     the backend accepts it is the backend's answer.
     """
     for key in ("max_completion_tokens", "max_tokens"):
-        value = _count(body, key)
+        value = _int_field(body, key, 0)
         if value is not None:
             return max(value, 1)
     return 1
@@ -77,7 +70,7 @@ def completion_budget(body: dict[str, Any]) -> int:
 
 def num_sequences(body: dict[str, Any]) -> int:
     """Sequences the backend generates at once for each prompt: max(``n``, ``best_of``), at least 1."""
-    return max(_positive_int(body, "n") or 1, _positive_int(body, "best_of") or 1)
+    return max(_int_field(body, "n", 1) or 1, _int_field(body, "best_of", 1) or 1)
 
 
 def _kv_prompt_limit(kv_capacity: int | None, sequences: int, budget: int, shares_prompt: bool) -> int | None:
