@@ -14,15 +14,9 @@ from typing import Any, TypeVar
 
 import click
 
-from kvfence.engine.config import EngineConfig, KVCacheDType
+from kvfence.engine.config import EngineConfig
 from kvfence.engine.dtype_names import DTYPE_ALIASES, parse_dtype
 from kvfence.errors import ConfigError
-
-# --kv-cache-dtype spellings (vLLM's too) -> EngineConfig.kv_cache_dtype.
-KV_CACHE_DTYPE_ALIASES: dict[str, KVCacheDType] = {
-    "auto": "auto", "float32": "float32", "fp32": "float32", "float": "float32",
-    "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "half": "float16",
-}
 
 __all__ = ["ENGINE_OPTION_NAMES", "engine_config", "engine_options", "parse_dtype", "parse_max_model_len", "parse_size"]
 
@@ -68,7 +62,7 @@ _OPTIONS = [
                  show_default=True,
                  help="Weight and KV-cache dtype (vLLM's spellings too: half, bf16, float ...). 'auto': the "
                       "checkpoint's bfloat16/float16 on a GPU, float32 on the CPU."),
-    click.option("--kv-cache-dtype", type=click.Choice(list(KV_CACHE_DTYPE_ALIASES), case_sensitive=False),
+    click.option("--kv-cache-dtype", type=click.Choice(list(DTYPE_ALIASES), case_sensitive=False),
                  default="auto", show_default=True,
                  help="KV pool dtype: 'auto' is the model's dtype; bfloat16/float16 (bf16, fp16, half) under a "
                       "float32 model halve the pool's bytes per token, K/V rounded on write."),
@@ -112,7 +106,8 @@ def engine_config(opts: dict[str, Any], **extra: Any) -> EngineConfig:
         kv_cache_memory=parse_size(str(memory)) if memory is not None else None,
         page_size=opts["page_size"],
         dtype=parse_dtype(opts["dtype"], opts["model"], opts["device"]),  # type: ignore[arg-type]
-        kv_cache_dtype=KV_CACHE_DTYPE_ALIASES[opts["kv_cache_dtype"].lower()],
+        # the same spellings as --dtype; "auto" stays "auto" (the model's dtype)
+        kv_cache_dtype=DTYPE_ALIASES[opts["kv_cache_dtype"].lower()],  # type: ignore[arg-type]
         device=opts["device"],
         max_num_seqs=opts["max_num_seqs"],
         max_num_batched_tokens=opts["max_num_batched_tokens"],
