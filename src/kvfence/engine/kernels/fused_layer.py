@@ -69,7 +69,6 @@ class DecoderLayerKernel:
         self._address = ctypes.addressof(layer)
         self._tensors = tensors
         self._pointers = tuple(None if t is None else t.data_ptr() for t in tensors)
-        self._qkv_width = (layer.num_heads + 2 * layer.num_kv_heads) * layer.head_dim
         self.num_heads, self.num_kv_heads, self.head_dim = layer.num_heads, layer.num_kv_heads, layer.head_dim
         self.hidden = layer.hidden
 
