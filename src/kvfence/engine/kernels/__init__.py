@@ -5,7 +5,7 @@ batches of up to ``MAX_KERNEL_ROWS`` rows as register-tiled products, on torch's
 AMD EPYC torch's single-row fp32 GEMV reaches a third of the bandwidth and its small-batch sgemm
 half this kernel's speed; where torch's is faster, ``calibrate_linear`` keeps torch's); ``rms_norm``, ``silu_mul`` and ``try_rope_``
 do in one call what torch does in several small ops; :class:`DecoderLayerKernel` runs a decoder
-layer's two halves around attention in one call each. See :mod:`.library` for when they apply and
+layer's two halves around attention in one call each; ``argmax_rows`` picks greedy tokens. See :mod:`.library` for when they apply and
 ``KVFENCE_CPU_KERNELS=0`` to turn them off.
 """
 
@@ -16,6 +16,7 @@ from kvfence.engine.kernels.ops import (
     MAX_KERNEL_ROWS,
     TILED_MIN_ROWS,
     LinearCalibration,
+    argmax_rows,
     calibrate_linear,
     gemv_kernel_in_use,
     linear,
@@ -33,6 +34,7 @@ __all__ = [
     "DecoderLayerKernel",
     "KernelStatus",
     "LinearCalibration",
+    "argmax_rows",
     "calibrate_linear",
     "cpu_kernels",
     "gemv_kernel_in_use",

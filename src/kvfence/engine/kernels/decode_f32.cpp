@@ -19,6 +19,7 @@
 #include <omp.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -129,7 +130,11 @@ void rows(const float* x, long ldx, long batch, const float* w, long in, const f
 // counter, so a slower thread takes fewer. An OpenMP region ends at a barrier, though: on a machine
 // busier than its cores every product then waits for a descheduled thread (measured: 3x slower
 // than one thread). So the caller times its wait at the barrier, and when waiting takes over a
-// fifth of the time of a window of products, it runs the next ones alone.
+// fifth of the time of a window of products, it runs the next ones alone: first for about a
+// token's worth of products, twice as long after each further such window in a row (to some tens
+// of tokens), back to the shortest after a window without it. One late wake-up (a daemon, another
+// process's burst) then costs about one token at one thread's speed, not tens: it had made
+// batch-1 decode swing between 55 and 70 % of the roofline from run to run on an idle machine.
 
 #ifdef _OPENMP
 using Clock = std::chrono::steady_clock;
@@ -137,6 +142,7 @@ using Clock = std::chrono::steady_clock;
 struct ShareState {
     std::mutex mutex;
     long solo_left = 0;
+    long solo_next = 0;  // the next solo period, in products (0: the shortest)
     long window_jobs = 0;
     Clock::duration window_total{}, window_waited{};
 };
@@ -146,8 +152,9 @@ ShareState& share_state() {
     return *state;
 }
 
-constexpr long kWindowJobs = 64;  // about half a decode step of a 30-layer model
-constexpr long kSoloJobs = 4096;  // then share again (some tens of tokens later)
+constexpr long kWindowJobs = 64;      // about half a decode step of a 30-layer model
+constexpr long kMinSoloJobs = 128;    // about one decode step of a 30-layer model
+constexpr long kMaxSoloJobs = 4096;   // some tens of tokens
 
 // True when this product should run on the caller alone (counts one solo job).
 bool run_alone() {
@@ -166,7 +173,12 @@ void account(Clock::duration total, Clock::duration waited) {
     st.window_total += total;
     st.window_waited += waited;
     if (++st.window_jobs < kWindowJobs) return;
-    if (st.window_waited * 5 > st.window_total) st.solo_left = kSoloJobs;
+    if (st.window_waited * 5 > st.window_total) {
+        st.solo_left = std::max(st.solo_next, kMinSoloJobs);
+        st.solo_next = std::min(2 * st.solo_left, kMaxSoloJobs);
+    } else {
+        st.solo_next = 0;
+    }
     st.window_jobs = 0;
     st.window_total = st.window_waited = Clock::duration::zero();
 }
@@ -293,6 +305,53 @@ void rope_f32(float* x, long tokens, long token_stride, long heads, long head_di
     }
 }
 
+// out[r] = the index of the largest of x[r, 0 .. cols), as torch.argmax: the first of equal maxima,
+// and the first NaN when the row has one (torch orders NaN above every number). Two vector passes
+// over a row (the maximum, then its first position) instead of torch's scalar reduction, which
+// took 2.9 ms for the 24 rows x 49152 logits of a decode step.
+void argmax_f32(const float* x, long rows, long ld, long cols, long* out) {
+    for (long r = 0; r < rows; ++r) {
+        const float* row = x + r * ld;
+        __m256 best = _mm256_set1_ps(-INFINITY);
+        __m256 nan = _mm256_setzero_ps();
+        long i = 0;
+        for (; i + 8 <= cols; i += 8) {
+            const __m256 v = _mm256_loadu_ps(row + i);
+            best = _mm256_max_ps(best, v);
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        }
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, best);
+        float top = lanes[0];
+        for (int j = 1; j < 8; ++j) top = lanes[j] > top ? lanes[j] : top;
+        bool has_nan = _mm256_movemask_ps(nan) != 0;
+        for (; i < cols; ++i) {
+            if (std::isnan(row[i])) has_nan = true;
+            else if (row[i] > top) top = row[i];
+        }
+        long found = 0;
+        if (has_nan) {
+            while (!std::isnan(row[found])) ++found;
+        } else {
+            const __m256 target = _mm256_set1_ps(top);
+            long j = 0;
+            found = -1;
+            for (; j + 8 <= cols; j += 8) {
+                const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(row + j), target, _CMP_EQ_OQ));
+                if (hit != 0) {
+                    found = j + __builtin_ctz(static_cast<unsigned>(hit));
+                    break;
+                }
+            }
+            if (found < 0) {
+                for (found = j; found < cols && row[found] != top; ++found) {}
+                if (found == cols) found = 0;  // a row of -inf only
+            }
+        }
+        out[r] = found;
+    }
+}
+
 }  // namespace
 
 // ---- one decoder layer's two halves around attention, in one call each -------------------------
@@ -354,6 +413,10 @@ void kvfence_silu_mul_f32(const float* gate_up, long rows, long inter, float* ou
 void kvfence_rope_f32(float* x, long tokens, long token_stride, long heads, long head_dim, const float* cos,
                       const float* sin, long table_stride) {
     rope_f32(x, tokens, token_stride, heads, head_dim, cos, sin, table_stride);
+}
+
+void kvfence_argmax_f32(const float* x, long rows, long ld, long cols, long* out) {
+    argmax_f32(x, rows, ld, cols, out);
 }
 
 // Before attention: qkv = qkv_proj(rms_norm(x)) (+ bias), then RoPE on its query and key heads.

@@ -42,6 +42,8 @@ _SIGNATURES: dict[str, list[type]] = {
     # x, tokens, token_stride, heads, head_dim, cos, sin, table_stride
     "kvfence_rope_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long, _c_float_p,
                          _c_float_p, ctypes.c_long],
+    # x, rows, ld, cols, out (int64)
+    "kvfence_argmax_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_void_p],
     # layer, x, rows, ldx, cos, sin, table_stride, qkv, threads
     "kvfence_layer_pre_f32": [ctypes.c_void_p, _c_float_p, ctypes.c_long, ctypes.c_long, _c_float_p, _c_float_p,
                               ctypes.c_long, _c_float_p, ctypes.c_long],
@@ -177,4 +179,12 @@ def _self_check(lib: ctypes.CDLL) -> str | None:
         x[:, heads:].double(), want
     ):
         return "rope"
+    logits = torch.randn(4, 1001, generator=gen)
+    logits[1, 17] = logits[1, 900] = 99.0  # a tie: the first wins
+    logits[2, 5] = logits[2, 7] = float("nan")  # NaN ranks above every number: the first NaN
+    logits[3] = float("-inf")
+    picked = torch.empty(4, dtype=torch.long)
+    lib.kvfence_argmax_f32(logits.data_ptr(), 4, logits.stride(0), logits.shape[1], picked.data_ptr())
+    if not torch.equal(picked, logits.argmax(dim=-1)):
+        return "argmax"
     return None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +32,7 @@ __all__ = [
     "MIN_PARALLEL_WEIGHTS",
     "TILED_MIN_ROWS",
     "LinearCalibration",
+    "argmax_rows",
     "calibrate_linear",
     "gemv_kernel_in_use",
     "kernel_runs_products",
@@ -263,3 +265,23 @@ def try_rope_(x: torch.Tensor, num_heads: int, cos: torch.Tensor, sin: torch.Ten
         x.data_ptr(), x.shape[0], x.stride(0), num_heads, x.shape[2], cos.data_ptr(), sin.data_ptr(), cos.stride(0)
     )
     return True
+
+
+def argmax_rows(logits: torch.Tensor) -> list[int]:
+    """``logits.argmax(dim=-1).tolist()`` for ``logits`` [N, V]: the first of equal maxima, the first
+    NaN of a row that has one. CPU float32 rows with unit stride run the kernel (vectorised; torch's
+    reduction is scalar here), anything else torch."""
+    lib = cpu_kernels()
+    if (
+        lib is None
+        or logits.dim() != 2
+        or logits.shape[1] == 0
+        or logits.dtype != torch.float32
+        or not logits.is_cpu
+        or logits.stride(1) != 1
+        or (logits.shape[0] > 1 and logits.stride(0) < logits.shape[1])
+    ):
+        return cast(list[int], logits.argmax(dim=-1).tolist())
+    picked = torch.empty(logits.shape[0], dtype=torch.long)
+    lib.kvfence_argmax_f32(logits.data_ptr(), logits.shape[0], logits.stride(0), logits.shape[1], picked.data_ptr())
+    return cast(list[int], picked.tolist())

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvfence.engine.kernels import argmax_rows
 from kvfence.engine.layers.penalties import apply_logit_bias, apply_penalties
 from kvfence.engine.sampling_params import SamplingParams
 
@@ -49,7 +50,7 @@ def sample(logits: torch.Tensor, rows: list[SampleRow], default_generator: torch
     want_logprobs = any(row.params.logprobs is not None for row in rows)
     logprobs = torch.log_softmax(logits, dim=-1) if want_logprobs else None
 
-    token_ids: list[int] = logits.argmax(dim=-1).tolist()
+    token_ids = argmax_rows(logits)
     sampled = [i for i, row in enumerate(rows) if not row.params.is_greedy]
     if sampled:
         draws = _sample_rows(logits, sampled, rows, default_generator)
