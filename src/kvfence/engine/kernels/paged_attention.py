@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from kvfence.engine.kernels.build import KernelBuildError, build_and_load, find_compiler
 from kvfence.engine.kernels.library import kernel_status
 
-__all__ = ["decode_kernel_reason", "paged_decode_f32", "reset_decode_kernel"]
+__all__ = ["decode_kernel_reason", "paged_decode_f32", "reset_decode_kernel", "write_kv"]
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +42,21 @@ _SYMBOLS = {
 }
 
 
+# k, v, token_stride, tokens, width, slots, num_slots, k_cache, v_cache
+_WRITE_ARGTYPES: list[type] = [_p, _p, _long, _long, _long, _p, _long, _p, _p]
+_WRITE_SYMBOLS = {
+    torch.float32: "kvfence_write_kv_f32",
+    torch.bfloat16: "kvfence_write_kv_bf16",
+    torch.float16: "kvfence_write_kv_f16",
+}
+
+
 class _State:
-    loaded: bool = False
-    fns: dict[torch.dtype, Callable[..., int]] | None = None
-    reason: str = "not loaded yet"
+    def __init__(self) -> None:
+        self.loaded = False
+        self.fns: dict[torch.dtype, Callable[..., int]] | None = None
+        self.writers: dict[torch.dtype, Callable[..., int]] = {}  # the K/V write kernel per pool dtype
+        self.reason = "not loaded yet"
 
 
 _state = _State()
@@ -59,7 +70,7 @@ def decode_kernel_reason() -> str:
 
 def reset_decode_kernel() -> None:
     """Forget the decision so the next call decides again (tests; after changing the env)."""
-    _state.loaded, _state.fns, _state.reason = False, None, "not loaded yet"
+    _state.loaded, _state.fns, _state.writers, _state.reason = False, None, {}, "not loaded yet"
 
 
 def paged_decode_f32(
@@ -96,6 +107,46 @@ def paged_decode_f32(
             f"({k_cache.dtype}), status {status}"
         )
     return out
+
+
+def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor) -> bool:
+    """``k_cache.index_copy_(0, slots, k.to(k_cache.dtype))`` and the same for ``v``, in one kernel
+    call; True when done, False when the kernel does not apply (the caller runs torch).
+
+    ``k``, ``v`` [T, KV, D] float32, each token's KV * D values contiguous, the same row stride;
+    the caches one layer's pool [num_slots, KV, D] (float32, bfloat16 or float16); ``slots`` [T]
+    int64. A slot outside the pool raises ``IndexError`` and writes nothing, as ``index_copy_``.
+    """
+    if not _state.loaded:
+        _kernels()
+    fn = _state.writers.get(k_cache.dtype)
+    if (
+        fn is None
+        or k.dim() != 3
+        or k.shape != v.shape
+        or k.stride() != v.stride()
+        or k.dtype != torch.float32
+        or v.dtype != torch.float32
+        or k_cache.shape != v_cache.shape
+        or k_cache.dtype != v_cache.dtype
+        or k_cache.dim() != 3
+        or k_cache.shape[1:] != k.shape[1:]
+        or k.stride(2) != 1
+        or k.stride(1) != k.shape[2]
+        or slots.dtype != torch.int64
+        or slots.dim() != 1
+        or slots.shape[0] != k.shape[0]
+        or not (k.is_cpu and v.is_cpu and k_cache.is_cpu and v_cache.is_cpu and slots.is_cpu)
+        or not (k_cache.is_contiguous() and v_cache.is_contiguous() and slots.is_contiguous())
+        or (torch.is_grad_enabled() and (k.requires_grad or v.requires_grad))
+    ):
+        return False
+    width = k.shape[1] * k.shape[2]
+    status = fn(k.data_ptr(), v.data_ptr(), k.stride(0), k.shape[0], width, slots.data_ptr(), k_cache.shape[0],
+                k_cache.data_ptr(), v_cache.data_ptr())
+    if status != 0:
+        raise IndexError(f"a K/V slot outside the pool of {k_cache.shape[0]} slots")
+    return True
 
 
 def _applies(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
@@ -150,7 +201,47 @@ def _load() -> tuple[dict[torch.dtype, Callable[..., int]] | None, str]:
         if problem is not None:
             log.warning("CPU paged decode attention kernel failed its self-check (%s); using torch", problem)
             return None, f"self-check failed: {problem}"
+    writers: dict[torch.dtype, Callable[..., int]] = {}
+    for dtype, symbol in _WRITE_SYMBOLS.items():
+        writer = getattr(lib, symbol, None)
+        if writer is None:
+            continue
+        writer.argtypes = _WRITE_ARGTYPES
+        writer.restype = ctypes.c_int
+        if _write_self_check(writer, dtype):
+            writers[dtype] = writer
+        else:
+            log.warning("CPU K/V write kernel (%s pool) failed its self-check; using torch's index_copy_", dtype)
+    _state.writers = writers
     return fns, "in use"
+
+
+def _write_self_check(fn: Callable[..., int], dtype: torch.dtype) -> bool:
+    """The pool after the kernel's write holds exactly what ``index_copy_`` of ``.to(dtype)`` leaves
+    (rounding ties, overflow, subnormals and infinities included); a bad slot writes nothing."""
+    gen = torch.Generator().manual_seed(0)
+    qkv = torch.randn(5, 7, 6, generator=gen) * torch.logspace(-42, 38, 6)
+    qkv[0, 2, :4] = torch.tensor([float("inf"), float("-inf"), 65520.0, 3.0e38])
+    qkv[1, 3, :3] = torch.tensor([1.00390625, 1.01171875, -1.00390625])  # bfloat16 ties: to even
+    k, v = qkv[:, 1:3], qkv[:, 3:5]  # [5, 2, 6], token stride 42
+    slots = torch.tensor([4, 0, 7, 2, 5])
+    k_cache, v_cache = torch.zeros(9, 2, 6, dtype=dtype), torch.zeros(9, 2, 6, dtype=dtype)
+    if fn(k.data_ptr(), v.data_ptr(), k.stride(0), 5, 12, slots.data_ptr(), 9, k_cache.data_ptr(), v_cache.data_ptr()):
+        return False
+    want_k, want_v = torch.zeros_like(k_cache), torch.zeros_like(v_cache)
+    want_k.index_copy_(0, slots, k.to(dtype))
+    want_v.index_copy_(0, slots, v.to(dtype))
+    bad = torch.tensor([1, 9])
+    untouched = k_cache.clone()
+    refused = fn(k.data_ptr(), v.data_ptr(), k.stride(0), 2, 12, bad.data_ptr(), 9, k_cache.data_ptr(), v_cache.data_ptr())
+    return (
+        torch.equal(k_cache.view(torch.int16 if dtype != torch.float32 else torch.int32),
+                    want_k.view(torch.int16 if dtype != torch.float32 else torch.int32))
+        and torch.equal(v_cache, want_v)
+        and refused == 1
+        and torch.equal(k_cache, untouched)
+    )
+
 
 
 def _has_f16c() -> bool:

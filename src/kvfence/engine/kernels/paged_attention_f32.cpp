@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 #ifdef _OPENMP
 #include <omp.h>
@@ -289,9 +290,61 @@ int paged_decode_half(const float* q, long q_stride, long batch, long heads, lon
     return 0;
 }
 
+// ---- a step's new K/V rows into the pool ---------------------------------------------------------
+//
+// One call per layer where torch ran two index_copy_ (and, for a 2-byte pool, two conversions
+// first): about 70 us each at decode sizes, nearly all dispatch, 60 of them per step of a 30-layer
+// model. Rounding to a 2-byte pool is torch's: round to nearest even (bfloat16 by the bit trick
+// c10 uses, float16 by F16C), so the pool holds the same bits as after k.to(dtype).
+
+inline void store_row(float* dst, const float* src, long n) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
+inline void store_row(bf16_t* dst, const float* src, long n) {
+    for (long i = 0; i < n; ++i) {
+        unsigned int u;
+        std::memcpy(&u, src + i, 4);
+        dst[i].bits = std::isnan(src[i]) ? static_cast<unsigned short>(0x7FC0)
+                                         : static_cast<unsigned short>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+inline void store_row(f16_t* dst, const float* src, long n) {
+    for (long i = 0; i < n; ++i) dst[i].bits = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+// Returns 0, or 1 (nothing written) when a slot is outside [0, num_slots).
+template <typename T>
+int write_kv(const float* k, const float* v, long token_stride, long tokens, long width, const long* slots,
+             long num_slots, T* k_cache, T* v_cache) {
+    for (long t = 0; t < tokens; ++t)
+        if (slots[t] < 0 || slots[t] >= num_slots) return 1;
+    for (long t = 0; t < tokens; ++t) {
+        store_row(k_cache + slots[t] * width, k + t * token_stride, width);
+        store_row(v_cache + slots[t] * width, v + t * token_stride, width);
+    }
+    return 0;
+}
+
 }  // namespace
 
 extern "C" {
+
+// k, v: [tokens, width] float32 rows with row stride token_stride (width = kv_heads * head_dim);
+// the pools [num_slots, width] in float32 / bfloat16 / float16. Row t goes to pool row slots[t].
+int kvfence_write_kv_f32(const float* k, const float* v, long token_stride, long tokens, long width,
+                         const long* slots, long num_slots, float* k_cache, float* v_cache) {
+    return write_kv(k, v, token_stride, tokens, width, slots, num_slots, k_cache, v_cache);
+}
+
+int kvfence_write_kv_bf16(const float* k, const float* v, long token_stride, long tokens, long width,
+                          const long* slots, long num_slots, unsigned short* k_cache, unsigned short* v_cache) {
+    return write_kv(k, v, token_stride, tokens, width, slots, num_slots, reinterpret_cast<bf16_t*>(k_cache),
+                    reinterpret_cast<bf16_t*>(v_cache));
+}
+
+int kvfence_write_kv_f16(const float* k, const float* v, long token_stride, long tokens, long width,
+                         const long* slots, long num_slots, unsigned short* k_cache, unsigned short* v_cache) {
+    return write_kv(k, v, token_stride, tokens, width, slots, num_slots, reinterpret_cast<f16_t*>(k_cache),
+                    reinterpret_cast<f16_t*>(v_cache));
+}
 
 // Returns 0, or 1 when heads is not a multiple of kv_heads.
 int kvfence_paged_decode_f32(const float* q, long q_stride, long batch, long heads, long kv_heads, long head_dim,

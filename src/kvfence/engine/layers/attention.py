@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from kvfence.engine.kernels.paged_attention import paged_decode_f32
+from kvfence.engine.kernels.paged_attention import paged_decode_f32, write_kv
 
 __all__ = ["AttentionMetadata", "PrefillChunk", "paged_attention"]
 
@@ -89,10 +89,13 @@ def paged_attention(
     """Write ``k``/``v`` into the pool, then attend. Shapes: q [T, H, D]; k, v [T, KV, D];
     caches [num_slots, KV, D]. Returns [T, H, D]."""
     recast = k_cache.dtype != q.dtype
-    if recast:  # the pool holds another dtype: round once here; attention below reads the rounded values
-        k, v = k.to(k_cache.dtype), v.to(v_cache.dtype)
-    k_cache.index_copy_(0, meta.slot_mapping, k)
-    v_cache.index_copy_(0, meta.slot_mapping, v)
+    # A decode-only step on CPU writes (and rounds) in one kernel call; prefill chunks below attend
+    # over their own rounded k/v, so a step with any keeps torch's write.
+    if meta.prefills or not write_kv(k, v, k_cache, v_cache, meta.slot_mapping):
+        if recast:  # the pool holds another dtype: round once here; attention below reads the rounded values
+            k, v = k.to(k_cache.dtype), v.to(v_cache.dtype)
+        k_cache.index_copy_(0, meta.slot_mapping, k)
+        v_cache.index_copy_(0, meta.slot_mapping, v)
     num_decode = meta.num_decode_tokens
     if num_decode and not meta.prefills:
         return _decode(q, k_cache, v_cache, meta)
