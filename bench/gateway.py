@@ -5,6 +5,9 @@
     .venv/bin/python bench/gateway.py --json
 
 A default run (four scenarios) takes 3-4 minutes; ``--before-src`` adds a fifth run per scenario.
+A/B of a change, in one run: ``git archive HEAD src | tar -x -C /tmp/before`` then ``--before-src
+/tmp/before/src`` ('before' runs that tree's gateway); ``--gateway-server lean --before-server uvicorn``
+(no ``--before-src``) compares the two HTTP servers of this tree alone.
 To split a gateway's CPU into per-chunk and per-request parts, run ``--scenario paced:100`` with two
 ``--chunks`` values: the slope is the per-chunk cost, the intercept the per-request one. To see where
 it goes, ``--profile-gateway FILE`` runs the gateway under cProfile (CPU clock; read FILE with
@@ -552,9 +555,15 @@ def print_scenario(result: dict[str, Any]) -> None:
           f"{result['relay_added_ttft_p50_ms']:.2f} ms, p99 {result['relay_added_ttft_p99_ms']:.2f} ms; end to end "
           f"p50 {result['relay_added_e2e_p50_ms']:.2f} ms, p99 {result['relay_added_e2e_p99_ms']:.2f} ms")
     if "before_added_e2e_p50_ms" in result:
-        print(f"  the gateway from --before-src in the same run: TTFT p50 {result['before_added_ttft_p50_ms']:.2f} ms, "
+        print(f"  the 'before' gateway in the same run: TTFT p50 {result['before_added_ttft_p50_ms']:.2f} ms, "
               f"p99 {result['before_added_ttft_p99_ms']:.2f} ms; end to end p50 {result['before_added_e2e_p50_ms']:.2f} ms, "
               f"p99 {result['before_added_e2e_p99_ms']:.2f} ms")
+    for path in ("gateway", "before"):
+        cpu = [r["cpu_ms_per_request"][path] for r in result["runs"] if r["path"] == path]
+        if cpu:
+            print(f"  {path} CPU per request: median {statistics.median(cpu):.3f} ms over {len(cpu)} runs "
+                  f"({statistics.median(cpu) * 1000 / result['chunks_per_answer']:.0f} us per streamed chunk if all "
+                  "of it were per chunk: an upper bound; two --chunks values split it)")
     print(f"  gateway's own overhead header: p50 {result['gateway_overhead_header_p50_ms']:.3f} ms, "
           f"p99 {result['gateway_overhead_header_p99_ms']:.3f} ms")
 
@@ -579,6 +588,11 @@ def main() -> None:
     parser.add_argument("--before-src", type=Path, default=None,
                         help="also run a second gateway from another source tree (its src/ directory, e.g. an "
                              "older commit from `git archive`), interleaved in the same run: path 'before'")
+    parser.add_argument("--gateway-server", choices=["lean", "uvicorn"], default=None,
+                        help="the gateway's HTTP server (`kvfence gateway --server`; default: its own default)")
+    parser.add_argument("--before-server", choices=["lean", "uvicorn"], default=None,
+                        help="run the 'before' gateway with this server; without --before-src it runs from this "
+                             "tree, so `--gateway-server lean --before-server uvicorn` is an A/B of the servers alone")
     parser.add_argument("--profile-gateway", type=Path, default=None, metavar="FILE",
                         help="run the gateway under cProfile (CPU clock) and write its stats to FILE at exit "
                              "(slows the gateway: for where its CPU goes, not for its latency)")
@@ -621,15 +635,18 @@ tenants:
                                env=backend_env)
     kvfence = str(Path(sys.executable).parent / "kvfence")
     gateway_cmd = [kvfence, "gateway", "--config", str(tmp / "gateway.yaml"), "--port", str(gateway_port),
-                   "--log-level", "error"]
+                   "--log-level", "error", *(["--server", args.gateway_server] if args.gateway_server else [])]
     if args.profile_gateway is not None:
         (tmp / "profiled.py").write_text(PROFILED_SOURCE)
         gateway_cmd = [sys.executable, str(tmp / "profiled.py"), str(args.profile_gateway.resolve()), *gateway_cmd[1:]]
     gateway = subprocess.Popen(gateway_cmd, env=gateway_env)
     before_port = free_port()
-    before = None if args.before_src is None else subprocess.Popen(
-        [kvfence, "gateway", "--config", str(tmp / "gateway.yaml"), "--port", str(before_port), "--log-level",
-         "error"], env={**env, "PYTHONPATH": str(args.before_src.resolve())})
+    before = None
+    if args.before_src is not None or args.before_server is not None:
+        before_env = env if args.before_src is None else {**env, "PYTHONPATH": str(args.before_src.resolve())}
+        before = subprocess.Popen(
+            [kvfence, "gateway", "--config", str(tmp / "gateway.yaml"), "--port", str(before_port), "--log-level",
+             "error", *(["--server", args.before_server] if args.before_server else [])], env=before_env)
     relay = subprocess.Popen([sys.executable, str(tmp / "relay.py"), str(relay_port), str(backend_port)], env=env)
     urls = {"direct": f"http://127.0.0.1:{backend_port}/v1", "gateway": f"http://127.0.0.1:{gateway_port}/v1",
             "relay": f"http://127.0.0.1:{relay_port}/v1", "backend_root": f"http://127.0.0.1:{backend_port}"}
@@ -660,14 +677,17 @@ tenants:
         print_timing(marks, args.timing / "gateway.json", args.timing / "backend.json")
     setup = {"cpus": os.cpu_count(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
              "scanners": "off", "gateway_http_client": args.gateway_http_client,
-             "before_src": str(args.before_src) if args.before_src else None}
+             "before_src": str(args.before_src) if args.before_src else None,
+             "gateway_server": args.gateway_server or "default", "before_server": args.before_server or "default"}
     if args.json:
         print(json.dumps({"setup": setup, "scenarios": results}, indent=2))
         return
     print(f"\n{os.cpu_count()} CPUs shared by load generator, backend, relay and gateway (and whatever else runs: "
           "'other processes' above is the CPU the rest of the machine used during each run); load average before "
           f"{load_before[0]:.2f}, after {setup['load_average_after'][0]:.2f}; scanners off; gateway upstream "
-          f"client: {args.gateway_http_client}" + (f"; 'before' = gateway from {args.before_src}" if args.before_src else ""))
+          f"client: {args.gateway_http_client}; gateway server: {setup['gateway_server']}"
+          + (f"; 'before' = gateway from {args.before_src or 'this tree'}, server {setup['before_server']}"
+             if before is not None else ""))
     print("peer (published, not measured here): LiteLLM 2-12 ms p50, 13-43 ms p99 added on 4-CPU instances")
 
 

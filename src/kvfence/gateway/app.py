@@ -55,6 +55,14 @@ class GatewayApp:
                 return
         await self.rest(scope, receive, send)
 
+    async def completion_response(self, scope: Scope, receive: Receive) -> Response | None:
+        """The lean server's hot path (``lean_server.HotPath``): the answer to a POST to a completion
+        endpoint as a Response object (the server may relay a stream itself), None for anything else."""
+        endpoint = _COMPLETION_PATHS.get(scope["path"])
+        if endpoint is None or scope["method"] != "POST":
+            return None
+        return await handle_completion(self.runtime, Request(scope, receive), endpoint)
+
 
 def build_app(runtime: GatewayRuntime, *, freeze_heap: bool = False) -> GatewayApp:
     """An app serving ``runtime``; its lifespan starts and closes the runtime.

@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import json
 import logging
+import os
 import re
 import time
 from pathlib import Path
@@ -57,19 +58,26 @@ _config_option = click.option("--config", "config", type=click.Path(dir_okay=Fal
                               help="Policy file (YAML).")
 
 
-def _serve(config: Path, host: str, port: int, audit_log: str | None, log_level: str) -> None:
-    import uvicorn
+# Which HTTP server runs the gateway when --server is not given: this variable, else "lean".
+SERVER_ENV = "KVFENCE_GATEWAY_SERVER"
+SERVERS = ("lean", "uvicorn")
 
+
+def _serve(config: Path, host: str, port: int, audit_log: str | None, log_level: str, server: str | None,
+           graceful_timeout: float) -> None:
     from kvfence.gateway import timing_probe
     from kvfence.gateway.app import build_app
     from kvfence.gateway.policy_loader import load_policy
     from kvfence.gateway.runtime import GatewayRuntime
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = server or os.environ.get(SERVER_ENV, "").strip().lower() or "uvicorn"
+    if server not in SERVERS:
+        raise ConfigError(f"{SERVER_ENV}={server!r}: expected one of {', '.join(SERVERS)}")
     policy = load_policy(config)
     runtime = GatewayRuntime.create(policy, base_dir=config.parent, audit_url=audit_log)
     click.echo(f"kvfence gateway: {len(policy.backends)} backend(s), {len(policy.tenants)} tenant(s), "
-               f"{len(runtime.hooks)} hook(s); listening on http://{host}:{port}", err=True)
+               f"{len(runtime.hooks)} hook(s); {server} server on http://{host}:{port}", err=True)
     # Keep idle client connections longer than clients keep them (httpx/openai: 5 s), so a client never
     # sends a request on a connection the gateway is closing at that moment.
     # uvloop and httptools (C event loop and parser) are dependencies on purpose: the gateway's CPU per
@@ -84,17 +92,35 @@ def _serve(config: Path, host: str, port: int, audit_log: str | None, log_level:
     # The app freezes once more when the server is up, for what uvicorn imports as it starts.
     gc.collect()
     gc.freeze()
-    timing_probe.install()
-    # No proxy-headers middleware: nothing in the gateway reads the client's address, and it would be
-    # one more ASGI layer on every request.
+    timing_probe.install(patch_uvicorn=server == "uvicorn")
+    if server == "lean":
+        from kvfence.gateway.lean_server import LeanConfig, LifespanFailed, run
+
+        try:
+            run(app, hot=app.completion_response, host=host, port=port, use_uvloop=loop == "uvloop",
+                config=LeanConfig(keep_alive_s=75.0, graceful_timeout_s=graceful_timeout))
+        except LifespanFailed as exc:
+            click.echo(f"kvfence gateway: {exc}", err=True)
+            raise SystemExit(exc.exit_code) from None
+        return
+    import uvicorn
+
+    # No proxy-headers middleware: the client address the gateway reads is the peer's own, and it
+    # would be one more ASGI layer on every request.
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
-                lifespan="on", timeout_keep_alive=75, loop=loop, http="httptools", proxy_headers=False)
+                lifespan="on", timeout_keep_alive=75, loop=loop, http="httptools", proxy_headers=False,
+                timeout_graceful_shutdown=round(graceful_timeout))
 
 
 def _run_options(func: Any) -> Any:
     func = click.option("--log-level", default="warning", show_default=True,
                         type=click.Choice(["debug", "info", "warning", "error"]))(func)
     func = click.option("--audit-log", default=None, help="Override gateway.audit_log (sqlite:///PATH or postgresql://...).")(func)
+    func = click.option("--graceful-timeout", default=30.0, show_default=True, type=click.FloatRange(0),
+                        help="On SIGTERM/SIGINT, seconds that answers in progress get to finish.")(func)
+    func = click.option("--server", type=click.Choice(SERVERS), default=None,
+                        help=f"HTTP server: lean (asyncio + httptools, the default) or uvicorn; "
+                             f"${SERVER_ENV} when not given.")(func)
     func = click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))(func)
     func = click.option("--host", default="127.0.0.1", show_default=True)(func)
     return _config_option(func)
@@ -103,24 +129,25 @@ def _run_options(func: Any) -> Any:
 @click.group(cls=_GatewayGroup, invoke_without_command=True)
 @_run_options
 @click.pass_context
-def gateway(ctx: click.Context, config: Path | None, host: str, port: int, audit_log: str | None,
-            log_level: str) -> None:
+def gateway(ctx: click.Context, config: Path | None, host: str, port: int, server: str | None,
+            graceful_timeout: float, audit_log: str | None, log_level: str) -> None:
     """Tenant-aware proxy: `kvfence gateway --config gateway.yaml` runs it."""
     if ctx.invoked_subcommand is not None:
         return
     if config is None:
         click.echo(ctx.get_help())
         raise click.UsageError("give --config FILE to run the gateway, or a sub-command")
-    _serve(config, host, port, audit_log, log_level)
+    _serve(config, host, port, audit_log, log_level, server, graceful_timeout)
 
 
 @gateway.command("run")
 @_run_options
-def run(config: Path | None, host: str, port: int, audit_log: str | None, log_level: str) -> None:
+def run(config: Path | None, host: str, port: int, server: str | None, graceful_timeout: float,
+        audit_log: str | None, log_level: str) -> None:
     """Run the gateway (same as `kvfence gateway --config FILE`)."""
     if config is None:
         raise click.UsageError("--config FILE is required")
-    _serve(config, host, port, audit_log, log_level)
+    _serve(config, host, port, audit_log, log_level, server, graceful_timeout)
 
 
 @gateway.command("check")

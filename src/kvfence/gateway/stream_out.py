@@ -14,7 +14,7 @@ import asyncio
 import collections
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from starlette.responses import Response
@@ -23,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 from kvfence.gateway.fast_http import FastResponse
 from kvfence.gateway.hang_up import HangUpWatch
 
-__all__ = ["ClosingStream", "OwnedStream", "RelayStream", "SendPump"]
+__all__ = ["ClosingStream", "DirectOut", "DirectRelay", "OwnedStream", "RelayStream", "SendPump"]
 
 OnClose = Callable[[bool], Awaitable[None]]
 OnError = Callable[[Exception], bytes]
@@ -212,6 +212,53 @@ class SendPump:
         self._pending.clear()
 
 
+class DirectOut(Protocol):
+    """A server that takes the answer's bytes without ASGI messages (``lean_cycle.RequestCycle``)."""
+
+    on_drain: Callable[[], None] | None  # called when the client's buffer has room again
+
+    def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None: ...
+
+    def write(self, data: bytes) -> bool:
+        """Send a piece of the body; True when the client's buffer is full."""
+        ...
+
+    def finish(self, data: bytes = b"") -> None:
+        """Send the last piece: the answer is complete."""
+        ...
+
+
+class DirectRelay:
+    """The upstream's body straight to a :class:`DirectOut`, from the upstream's read callback: one
+    write per read, the upstream paused while the client's buffer is full (slow-client backpressure)."""
+
+    def __init__(self, out: DirectOut, upstream: FastResponse, before_last: Callable[[], None]) -> None:
+        self._out = out
+        self._upstream = upstream
+        self._before_last = before_last
+        self._paused = False
+        self.done: asyncio.Future[httpx.HTTPError | None] = asyncio.get_running_loop().create_future()
+
+    def body(self, data: bytes) -> None:
+        if self._out.write(data) and not self._paused:
+            self._paused = True
+            self._upstream.pause_reading()
+
+    def end(self, error: httpx.HTTPError | None, tail: bytes) -> None:
+        if error is None:
+            self._before_last()
+            self._out.finish(tail)
+        elif tail:
+            self._out.write(tail)
+        if not self.done.done():
+            self.done.set_result(error)
+
+    def resume(self) -> None:
+        if self._paused:
+            self._paused = False
+            self._upstream.resume_reading()
+
+
 class RelayStream(OwnedStream):
     """An unprocessed stream from the lean client, relayed by a :class:`SendPump` (no scanners, no
     per-chunk accounting: the answer goes out byte for byte as it came)."""
@@ -235,6 +282,28 @@ class RelayStream(OwnedStream):
         if outcome is not None:
             await send({"type": "http.response.body", "body": self._on_error(outcome), "more_body": True})
         return pump.sent_last
+
+    async def relay_direct(self, out: DirectOut, receive: Receive) -> None:
+        """Serve this stream on a server that writes bytes directly (the lean server), not ASGI."""
+        watch = self._watch if self._watch is not None else HangUpWatch(receive)
+        client_gone = False
+        try:
+            out.start(self.status_code, self.raw_headers)
+            relay = DirectRelay(out, self._upstream, watch.stop)
+            out.on_drain = relay.resume
+            self._upstream.relay_to(relay)
+            outcome = await relay.done
+            if outcome is not None:
+                watch.stop()
+                out.finish(self._on_error(outcome))  # the error event ends the answer
+        except asyncio.CancelledError:
+            if not watch.absorb():
+                raise
+            client_gone = True
+        finally:
+            out.on_drain = None
+            watch.stop()
+            await self._on_close(client_gone)
 
     async def _cleanup(self) -> None:
         if self._pump is not None:

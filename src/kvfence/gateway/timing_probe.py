@@ -102,9 +102,13 @@ def _on_gc(phase: str, info: dict[str, Any]) -> None:
                              int(info.get("collected", 0))))
 
 
-def install() -> None:
-    """Patch uvicorn's parser callback to stamp each request's scope, and watch the collector."""
+def install(*, patch_uvicorn: bool = True) -> None:
+    """Watch the collector, and (under uvicorn) patch its parser callback to stamp each request's
+    scope; the lean server stamps its scopes itself."""
     if _path is None:
+        return
+    if not patch_uvicorn:
+        gc.callbacks.append(_on_gc)
         return
     from uvicorn.protocols.http import httptools_impl
 
