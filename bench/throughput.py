@@ -37,7 +37,14 @@ import torch
 
 from kvfence.engine.config import EngineConfig, kvfence_home
 from kvfence.engine.default_model import BOS, EOT, _build_tokenizer
-from kvfence.engine.kernels import gemv_kernel_in_use, kernel_status, reset_kernels, tiled_kernel_in_use
+from kvfence.engine.kernels import (
+    MAX_KERNEL_ROWS,
+    TILED_MIN_ROWS,
+    gemv_kernel_in_use,
+    kernel_status,
+    reset_kernels,
+    tiled_kernel_in_use,
+)
 from kvfence.engine.llm import LLM
 from kvfence.engine.llm_engine import LLMEngine
 from kvfence.engine.sampling_params import SamplingParams
@@ -280,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     kernels = kernel_status()
     products = ", ".join(
         f"{rows}: {'kernel' if used else 'torch (faster here, per the engine calibration)'}"
-        for rows, used in (("1-4 rows", gemv_kernel_in_use()), ("5-96 rows", tiled_kernel_in_use()))
+        for rows, used in ((f"1-{TILED_MIN_ROWS - 1} rows", gemv_kernel_in_use()), (f"{TILED_MIN_ROWS}-{MAX_KERNEL_ROWS} rows", tiled_kernel_in_use()))
     )
     ours_dec, torch_dec = ours_decode_kernels_on_off(llm, prompt, decode_tokens)
     del llm

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from kvfence.engine.kernels import (
     MAX_ELEMENTWISE_ROWS,
     MAX_KERNEL_ROWS,
+    TILED_MIN_ROWS,
     DecoderLayerKernel,
     linear,
     reset_kernels,
@@ -186,8 +187,11 @@ def test_takes_only_what_the_kernel_can_run() -> None:
     assert not kernel.takes(big, big_cos, big_sin)  # prefill-sized: torch's sgemm
     with torch.enable_grad():
         assert not kernel.takes(x.clone().requires_grad_(), cos, sin)
-    use_gemv_kernel(False, tiled=True)  # the calibration gave products of 1-4 rows to torch
-    assert not kernel.takes(x, cos, sin)
+    use_gemv_kernel(False, tiled=True)  # the calibration gave products below TILED_MIN_ROWS rows to torch
+    few = torch.randn(TILED_MIN_ROWS - 1, 64)
+    few_cos, few_sin = _rope_tables(TILED_MIN_ROWS - 1, 16)
+    assert not kernel.takes(few, few_cos, few_sin)
+    assert kernel.takes(x, cos, sin)  # 4 rows: the tiled form
     five = torch.randn(5, 64)
     five_cos, five_sin = _rope_tables(5, 16)
     assert kernel.takes(five, five_cos, five_sin)

@@ -85,9 +85,10 @@ inline void tile(const float* xt, long ld, const float* w, long in, const float*
     }
 }
 
-// Weight rows [row_begin, row_end) of y for every batch row, from the packed x^T.
+// Weight rows [row_begin, row_end) of y for every batch row, from the packed x^T. The last panel
+// prefetches weight rows [then_begin, then_end) (the caller's next range; none when empty).
 inline void rows_broadcast(const float* xt, long batch, long in, const float* w, const float* bias, float* y,
-                           long ldy, long row_begin, long row_end) {
+                           long ldy, long row_begin, long row_end, long then_begin = 0, long then_end = 0) {
     for (long m0 = 0; m0 < batch; m0 += kBlockCols) {
         const long width = std::min(kBlockCols, batch - m0);
         const long ld = round8(width);
@@ -99,8 +100,9 @@ inline void rows_broadcast(const float* xt, long batch, long in, const float* w,
             const float* bo = bias != nullptr ? bias + o : nullptr;
             // The first pass over this panel fetches the next one's rows (each later pass over the
             // same panel finds it in L1/L2).
-            const long ahead_rows = std::min(kPanelRows, row_end - o - kPanelRows);
-            const float* ahead = wo + kPanelRows * in;
+            const bool last = o + 2 * kPanelRows > row_end;
+            const long ahead_rows = std::min(kPanelRows, last ? then_end - then_begin : row_end - o - kPanelRows);
+            const float* ahead = last ? w + then_begin * in : wo + kPanelRows * in;
             long m = 0;
             for (; m + 16 <= ld; m += 16) {
                 const long cols = std::min(16L, width - m);

@@ -48,9 +48,11 @@ MAX_KERNEL_ROWS = 96
 """Most tokens a matrix product runs in the kernel. Above it torch's sgemm (MKL) is as fast on the
 AMD EPYC it was tuned on (one core: kernel 57, MKL 59 GFLOP/s at 128 rows; 46 vs 29 at 24)."""
 
-TILED_MIN_ROWS = 5
-"""Fewest rows for the register-tiled form; fewer rows are bandwidth-bound and run the dot-product
-form (measured on one core: equal at 4 rows, tiled 1.3x at 6, 1.7x at 8)."""
+TILED_MIN_ROWS = 3
+"""Fewest rows for the register-tiled form; fewer rows run the dot-product form. Measured on one
+core over a decode step's products (538 MB of weights streamed from memory, 2026-11-30, since the
+tiled form prefetches its next panel): equal at 2 rows, tiled 12-15 % less CPU time at 3 and 4,
+30 % at 6. (With weights hot in the caches and without the prefetch it had been equal at 4.)"""
 
 MAX_ELEMENTWISE_ROWS = 64
 """Most tokens an elementwise kernel takes (single-threaded; torch parallelises larger ones)."""
