@@ -73,12 +73,17 @@ class TestApp:
         elif path == "/forever":
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b"started", "more_body": True})
-            message: Message = await receive()
-            while message["type"] != "http.disconnect":
-                message = await receive()
-            self.hangups += 1
+            # two receivers at once (a hang-up watch beside the app, say): both must hear the hang-up
+            await asyncio.gather(*(self._until_disconnect(receive) for _ in range(int(query or "1"))))
         else:
             await _answer(send, 200 if path == "/hello" else 404, path.encode())
+
+
+    async def _until_disconnect(self, receive: Receive) -> None:
+        message: Message = await receive()
+        while message["type"] != "http.disconnect":
+            message = await receive()
+        self.hangups += 1
 
 
 async def _answer(send: Send, status: int, body: bytes) -> None:

@@ -12,6 +12,9 @@ pending ``receive`` with ``http.disconnect`` (ASGI requires it) and the task end
 cancelled task keeps its ``CancelledError``, whose traceback holds the task's frames and through
 them the task: a reference cycle per request that only the cyclic collector frees, and those
 collections were pauses every stream in flight waited through (README, gateway performance).
+
+The lean server (``lean_cycle.RequestCycle.on_disconnect``) reports the hang-up by callback from its
+connection's ``connection_lost``: no task per request there.
 """
 
 from __future__ import annotations
@@ -34,11 +37,21 @@ class HangUpWatch:
         self._task = asyncio.current_task()
         self._stopped = False
         self._absorbed = False
-        self._watcher = asyncio.create_task(self._watch())
+        # A server that reports the hang-up by callback (the lean server's RequestCycle) spares the task.
+        owner = getattr(receive, "__self__", None)
+        on_disconnect = getattr(owner, "on_disconnect", None)
+        if callable(on_disconnect):
+            on_disconnect(self._disconnected)
+            self._watcher: asyncio.Task[None] | None = None
+        else:
+            self._watcher = asyncio.create_task(self._watch())
 
     async def _watch(self) -> None:
         while (await self._receive())["type"] != "http.disconnect":
             pass
+        self._disconnected()
+
+    def _disconnected(self) -> None:
         if not self._stopped and self._task is not None:
             self.client_gone = True
             self._task.cancel()

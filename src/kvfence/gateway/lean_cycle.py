@@ -61,10 +61,13 @@ class RequestCycle:
         self.disconnected = False
         self.response_started = False
         self.response_complete = False
-        self._waiter: asyncio.Future[None] | None = None
+        # receive() callers waiting (the app reading its body, a hang-up watch; more than one at a time
+        # is allowed by ASGI)
+        self._waiters: list[asyncio.Future[None]] = []
         self._chunked = False
         self._no_body = False
         self._head: bytes | None = None  # written with the first body bytes: one write, not two
+        self._on_disconnect: Callable[[], None] | None = None
         self.on_drain: Callable[[], None] | None = None  # the direct relay's resume, while it runs
         self._probe_id: str | None = None
 
@@ -82,11 +85,21 @@ class RequestCycle:
         """The client's connection is gone: receive() now answers ``http.disconnect``."""
         self.disconnected = True
         self._wake()
+        callback, self._on_disconnect = self._on_disconnect, None
+        if callback is not None and not self.response_complete:
+            callback()
+
+    def on_disconnect(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` if the client hangs up before the answer is complete (``HangUpWatch``
+        uses this instead of a task waiting in receive())."""
+        self._on_disconnect = callback
 
     def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     # -- ASGI receive -----------------------------------------------------------------------------
     async def receive(self) -> Message:
@@ -98,11 +111,9 @@ class RequestCycle:
         while not (self.body or (self.body_complete and not self._body_taken) or self.disconnected
                    or self.response_complete):
             self.conn.body_taken(self)
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
         if self.disconnected or self.response_complete:
             return {"type": "http.disconnect"}
         chunks = self.body
