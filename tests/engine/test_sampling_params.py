@@ -62,7 +62,6 @@ def test_best_of_below_n_names_best_of() -> None:
     ("field", "value"),
     [
         ("max_tokens", -1),
-        ("max_tokens", 0),
         ("max_tokens", 1.5),
         ("max_tokens", "16"),
         ("max_tokens", True),

@@ -128,16 +128,30 @@ def test_text_offsets_of_multibyte_characters(scored: tuple[RunningServer, Any])
     assert lp.text_offset[-1] == len(prompt) - 1  # "!"
 
 
-def test_prompt_of_the_whole_context_cannot_be_scored_with_max_tokens_zero(scored: tuple[RunningServer, Any]) -> None:
-    server, _ = scored
+def test_prompt_of_the_whole_context_is_scored_with_max_tokens_zero(scored: tuple[RunningServer, Any]) -> None:
+    """max_tokens 0 samples nothing: a prompt of exactly max_model_len tokens is scored (lm-eval's shape);
+    token-id-list prompts in a batch, with n, each choice the whole prompt and no generated token."""
+    server, reference = scored
     max_len = int(server.app.state.serving.model.capacity.max_model_len)
-    body = {"prompt": [65] * max_len, "echo": True, "logprobs": 0, "max_tokens": 0}
+    full, short = [65 + i % 50 for i in range(max_len)], [70, 71, 72, 73, 74]
+    body = {"prompt": [full, short], "echo": True, "logprobs": 0, "max_tokens": 0, "n": 2}
+    r = httpx.post(server.base_url + "/v1/completions", headers=server.headers("alice"), timeout=300, json=body)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert [c["index"] for c in out["choices"]] == [0, 1, 2, 3]
+    for c in out["choices"]:
+        ids = full if c["index"] < 2 else short
+        assert c["finish_reason"] == "length"
+        assert len(c["logprobs"]["tokens"]) == len(ids)  # the prompt's tokens, none generated
+        ref = reference(ids)
+        got = c["logprobs"]["token_logprobs"]
+        assert got[0] is None
+        assert all(abs(got[i] - float(ref[i - 1, ids[i]])) < TOLERANCE for i in range(1, len(ids)))
+    assert out["usage"]["completion_tokens"] == 0
+    assert out["usage"]["prompt_tokens"] == max_len + len(short)  # each prompt once, whatever its n
+    body = {"prompt": [65] * (max_len + 1), "echo": True, "logprobs": 0, "max_tokens": 0}
     r = httpx.post(server.base_url + "/v1/completions", headers=server.headers("alice"), timeout=60, json=body)
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
-    body["prompt"] = [65] * (max_len - 1)
-    r = httpx.post(server.base_url + "/v1/completions", headers=server.headers("alice"), timeout=120, json=body)
-    assert r.status_code == 200, r.text
-    assert len(r.json()["choices"][0]["logprobs"]["tokens"]) == max_len - 1
 
 
 def test_streamed_echo_logprobs_equal_the_whole_answer(scored: tuple[RunningServer, Any]) -> None:

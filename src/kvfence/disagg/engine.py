@@ -288,6 +288,8 @@ class DisaggregatedEngine:
                 "prompt_logprobs (and completions echo with logprobs) are not supported in disaggregated mode",
                 param="prompt_logprobs",
             )
+        if params.max_tokens == 0:  # the prefill worker always samples the first token
+            raise InvalidParameterError("max_tokens 0 is not supported in disaggregated mode", param="max_tokens")
         self.scheduler.check_admissible(len(prompt_token_ids), params.max_tokens)  # I3, decode pool
         total = len(prompt_token_ids) + params.max_tokens
         if self.block_manager.pages_needed(total) > self.prefill_num_pages:

@@ -187,6 +187,8 @@ class PrefillWorker:
         if unknown:
             raise InvalidParameterError(f"unknown sampling parameters {unknown}", param="params")
         params = SamplingParams(**raw_params)
+        if params.max_tokens == 0:  # this side always samples the first token (the decode side's first)
+            raise InvalidParameterError("max_tokens must be at least 1 in disaggregated mode", param="max_tokens")
         try:
             scope_key = bytes.fromhex(str(fields.get("scope_key", "")))
         except ValueError:

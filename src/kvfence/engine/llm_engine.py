@@ -70,7 +70,13 @@ class _Request:
 
 
 class LLMEngine:
-    """A paged-KV engine for one model. Not thread-safe: drive it from one thread (or one asyncio task)."""
+    """A paged-KV engine for one model. Not thread-safe: drive it from one thread (or one asyncio task).
+
+    ``max_tokens=0`` requests compute their prompt and end without sampling (``serves_prompt_only``).
+    """
+
+    # Read by the server: an engine without it (disaggregated) is sent max_tokens >= 1.
+    serves_prompt_only = True
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -189,9 +195,12 @@ class LLMEngine:
         sampled = self.forward_and_sample(batch.items, self._requests, self._generator, self.abort_request,
                                            prompt_scores)
         self._record_prompt_logprobs(prompt_scores)
-        self.scheduler.postprocess(batch, sampled)
+        finished = self.scheduler.postprocess(batch, sampled)
         for request_id, token_id in sampled.items():
             outputs.append(self._progress(request_id, token_id))
+        for seq in finished:  # max_tokens 0: ended with its prompt computed, no token sampled
+            if seq.request_id not in sampled and (req := self._requests.pop(seq.request_id, None)) is not None:
+                outputs.append(self._output(req, [], "", finished=True))
         self._queue_released()
         # Pages released in this step (finished requests) are zeroed now rather than next step,
         # so stale KV does not sit in the pool while the engine idles (I2, defence in depth).

@@ -72,6 +72,9 @@ class SamplingParams:
     token's own only); these are the model's raw log-probabilities (no processor, bias or penalty
     applies to the prompt), and a request asking for them computes its whole prompt (it takes no
     prefix-cache hit).
+    ``max_tokens=0`` computes the prompt and generates nothing (finish reason ``"length"``): no
+    position is sampled and no KV is written past the prompt, so a prompt of exactly
+    ``max_model_len`` tokens can be scored (with ``prompt_logprobs``, lm-eval's loglikelihood).
     ``logits_processors`` change the logits before anything else (see :class:`LogitsProcessor`).
 
     Then, in this order: the ``min_tokens`` bans, ``logit_bias`` (``{token_id: bias}``, bias in
@@ -116,8 +119,8 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
 
     def __post_init__(self) -> None:
-        if not _is_int(self.max_tokens) or self.max_tokens < 1:
-            raise _fail("max_tokens", self.max_tokens, "an integer >= 1")
+        if not _is_int(self.max_tokens) or self.max_tokens < 0:
+            raise _fail("max_tokens", self.max_tokens, "an integer >= 0 (0: score the prompt, generate nothing)")
         if not _is_real(self.temperature) or self.temperature < 0:
             raise _fail("temperature", self.temperature, "a finite number >= 0 (0 means greedy)")
         self.temperature = float(self.temperature)

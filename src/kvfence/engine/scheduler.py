@@ -185,7 +185,9 @@ class Scheduler:
             return 0
         limit = budget if remaining == 1 else min(budget, self.config.max_prefill_chunk)
         num_new = min(remaining, limit)
-        out.items.append(ScheduledSeq(seq, start, num_new, samples=start + num_new == seq.num_tokens))
+        # max_tokens 0 (score the prompt only): the last prompt position is computed, never sampled.
+        samples = start + num_new == seq.num_tokens and seq.params.max_tokens > 0
+        out.items.append(ScheduledSeq(seq, start, num_new, samples=samples))
         return num_new
 
     def _preempt(self, seq: Sequence) -> None:
@@ -209,6 +211,9 @@ class Scheduler:
             seq.num_computed_tokens = item.start + item.num_new_tokens
             self.block_manager.seal(seq)
             if not item.samples:
+                if seq.params.max_tokens == 0 and seq.num_computed_tokens == seq.num_tokens:
+                    self.finish(seq, FinishReason.LENGTH)  # the prompt is computed: nothing to generate
+                    finished.append(seq)
                 continue
             if seq.request_id not in sampled:
                 raise KeyError(f"the runner returned no token for request {seq.request_id!r}")

@@ -80,6 +80,7 @@ def _loaded_model(engine: Any, config: ServerConfig) -> LoadedModel:
         is_random_weights=bool(getattr(engine, "is_random_weights", False)),
         vocab_size=int(vocab) if vocab is not None else None,
         sampling_defaults=_sampling_defaults(engine, config),
+        serves_prompt_only=bool(getattr(engine, "serves_prompt_only", False)),
     )
 
 

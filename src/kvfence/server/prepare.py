@@ -37,6 +37,8 @@ class LoadedModel:
 
     ``sampling_defaults`` (from ``generation_config.json``, see
     :mod:`kvfence.engine.generation_defaults`) fill the sampling fields a request leaves out.
+    ``serves_prompt_only``: the engine takes ``max_tokens=0`` (score the prompt, sample nothing);
+    without it a ``max_tokens: 0`` call samples one position that the answer drops.
     """
 
     name: str
@@ -46,6 +48,8 @@ class LoadedModel:
     is_random_weights: bool
     vocab_size: int | None
     sampling_defaults: Mapping[str, float] = field(default_factory=dict)
+    # The engine runs max_tokens 0 as "compute the prompt, sample nothing" (the disaggregated one does not).
+    serves_prompt_only: bool = False
 
     @property
     def public_name(self) -> str:
@@ -112,8 +116,8 @@ def sampling_params(
         room = max_len - num_prompt
         requested = room if isinstance(req, ChatCompletionRequest) else min(DEFAULT_COMPLETION_MAX_TOKENS, room)
         requested = max(requested, 1)
-    if requested == 0 and num_prompt >= max_len:
-        # The engine computes one position past the prompt (its first sample), even when it is dropped.
+    if requested == 0 and num_prompt >= max_len and not model.serves_prompt_only:
+        # This engine computes one position past the prompt (its first sample), even when it is dropped.
         raise APIError.bad_request(
             f"This model's maximum context length is {max_len} tokens; scoring a prompt with max_tokens 0 needs "
             f"one more position than the prompt's {num_prompt} tokens. Please shorten the {param}.",
@@ -135,8 +139,8 @@ def sampling_params(
     # echo with logprobs scores the prompt too; the engine computes the larger top-n of the two asks.
     asks = [n for n in (req.prompt_logprobs, getattr(req, "echo_logprobs", None)) if n is not None]
     prompt_logprobs = max(asks) if asks else None
-    if requested == 0:
-        # max_tokens 0 with echo: the engine samples one token (it always does), which the answer drops.
+    if requested == 0 and not model.serves_prompt_only:
+        # max_tokens 0 with echo on an engine that always samples: one token, which the answer drops.
         requested = 1
     structured = structured_output(req, model)  # a 400 for a bad schema / regex / grammar
     default = model.sampling_defaults
