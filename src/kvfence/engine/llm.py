@@ -5,16 +5,18 @@ from __future__ import annotations
 import itertools
 import secrets
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from kvfence.engine.config import DType, EngineConfig, KVCacheDType
+from kvfence.engine.generation_defaults import read_sampling_defaults
 from kvfence.engine.llm_engine import LLMEngine
 from kvfence.engine.outputs import PromptLogprobs, RequestOutput
 from kvfence.engine.parallel_sampling import check_choices_fit, choice_params, cumulative_logprob, rank_best
 from kvfence.engine.sampling_params import SamplingParams
 from kvfence.engine.scope import CacheScope, TenantIdentity, compute_scope_key
 from kvfence.engine.tokenizer import Tokenizer
-from kvfence.errors import InvalidParameterError
+from kvfence.errors import ConfigError, InvalidParameterError
 
 __all__ = ["LLM", "CompletionOutput", "SampleOutput"]
 
@@ -63,6 +65,16 @@ class LLM:
     ``cache_scope`` (org, workspace, key, request or global) decides which tenants share prefix-cache
     pages: the scope key is an HMAC of the tenant identity under a secret of this instance (I5),
     so two organisations never share a page with the default ``"org"`` scope.
+
+    ``generation_config`` says where default sampling parameters come from, as vLLM's option:
+    ``"auto"`` (the default) reads the model's ``generation_config.json`` (temperature, top_p,
+    top_k, min_p, repetition_penalty), ``"vllm"`` uses :class:`SamplingParams`' own defaults, and
+    a directory path reads that directory's ``generation_config.json``. These defaults are what
+    :meth:`get_default_sampling_params` returns and what :meth:`generate` samples with when it
+    is given no parameters (``params=None``, or ``None`` for a prompt in a list), as
+    ``kvfence serve`` does for the fields a request leaves out. A :class:`SamplingParams` passed
+    explicitly is used as it is (as in vLLM); to change one field of the model's defaults, use
+    ``dataclasses.replace(llm.get_default_sampling_params(), max_tokens=64)``.
     """
 
     def __init__(
@@ -85,8 +97,10 @@ class LLM:
         num_threads: int | None = None,
         scope_secret: bytes | None = None,
         kv_cache_dtype: KVCacheDType = "auto",
+        generation_config: str = "auto",
     ) -> None:
         self.cache_scope = CacheScope.parse(cache_scope)
+        _check_generation_config(generation_config)  # before the model loads: a typo fails fast
         self._secret = scope_secret or secrets.token_bytes(32)
         self.engine = LLMEngine(
             EngineConfig(
@@ -108,6 +122,11 @@ class LLM:
             )
         )
         self._ids = itertools.count()
+        self._sampling_defaults = _sampling_defaults(generation_config, self.engine.model_dir)
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        """The sampling parameters :meth:`generate` uses when given none (see ``generation_config``)."""
+        return SamplingParams(**self._sampling_defaults)  # type: ignore[arg-type]  # fields checked by the reader
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -119,10 +138,13 @@ class LLM:
     def generate(
         self,
         prompts: str | list[str] | list[list[int]],
-        params: SamplingParams | list[SamplingParams] | None = None,
+        params: SamplingParams | list[SamplingParams | None] | None = None,
         tenant: TenantIdentity | None = None,
     ) -> list[CompletionOutput]:
         """Run every prompt to completion in one continuous batch; one result per prompt, in order.
+
+        ``params`` None (for all prompts, or for one prompt in a list) means
+        :meth:`get_default_sampling_params`: the model's ``generation_config.json`` defaults.
 
         A prompt with ``n`` (or ``best_of``) > 1 runs as that many engine requests, seeded per
         choice. Every prompt is checked (I3: each choice fits the context, all of a prompt's
@@ -136,9 +158,9 @@ class LLM:
                 raise InvalidParameterError(
                     f"got {len(params)} sampling params for {len(items)} prompts", param="params"
                 )
-            per_prompt = params
+            per_prompt = [p if p is not None else self.get_default_sampling_params() for p in params]
         else:
-            per_prompt = [params or SamplingParams()] * len(items)
+            per_prompt = [params if params is not None else self.get_default_sampling_params()] * len(items)
         token_lists = [self._tokens(p) for p in items]
         bm = self.engine.block_manager
         shares = self.cache_scope is not CacheScope.REQUEST
@@ -175,6 +197,21 @@ class LLM:
         if isinstance(prompt, list):
             return list(prompt)
         raise InvalidParameterError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}", param="prompt")
+
+
+def _check_generation_config(generation_config: str) -> None:
+    if not isinstance(generation_config, str) or (
+        generation_config not in ("auto", "vllm") and not Path(generation_config).expanduser().is_dir()
+    ):
+        raise ConfigError(f"generation_config must be 'auto', 'vllm' or a directory holding a generation_config.json; "
+                          f"got {generation_config!r}")
+
+
+def _sampling_defaults(generation_config: str, model_dir: Path) -> dict[str, float | int]:
+    """The defaults ``generation_config`` names: "auto" (the model's), "vllm" (none) or a directory's."""
+    if generation_config == "vllm":
+        return {}
+    return read_sampling_defaults(model_dir if generation_config == "auto" else Path(generation_config).expanduser())
 
 
 def _completion(choices: list[RequestOutput], params: SamplingParams) -> CompletionOutput:
