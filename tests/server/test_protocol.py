@@ -109,7 +109,10 @@ def test_chat_text_parts_and_refused_images() -> None:
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
     ], "max_completion_tokens": 3, "logprobs": True, "top_logprobs": 2}).encode(), ChatCompletionRequest)
-    assert req.template_messages() == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "ab"}]
+    # joined by newlines for a template that prints the content (as vLLM), the list as sent for one that iterates
+    assert req.template_messages() == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "a\nb"}]
+    assert req.template_messages("openai")[1] == {
+        "role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
     assert req.requested_max_tokens == 3
     req = parse_body(json.dumps({"messages": [
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}).encode(),

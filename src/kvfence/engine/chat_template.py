@@ -5,13 +5,16 @@ one offers the same vocabulary: ``raise_exception``, ``strftime_now``, a ``tojso
 ``ensure_ascii`` / ``indent`` / ``separators`` / ``sort_keys``, the ``loopcontrols`` extension
 (``{% break %}``, ``{% continue %}``) and the ``{% generation %}`` block (which marks the
 assistant's tokens for training masks; rendering it is rendering its body).
+
+:func:`content_format` tells a template that loops over a message's content parts (multimodal
+templates: ``{% for part in message['content'] %}``) from one that prints the content as a string.
 """
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import jinja2
 from jinja2 import nodes
@@ -21,7 +24,11 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from kvfence.errors import ModelLoadError
 
-__all__ = ["TemplateRejected", "compile_chat_template"]
+__all__ = ["ContentFormat", "TemplateRejected", "compile_chat_template", "content_format"]
+
+# "string": a message's content parts reach the template joined into one string;
+# "openai": as the list of parts the client sent.
+ContentFormat = Literal["string", "openai"]
 
 
 class TemplateRejected(Exception):
@@ -64,3 +71,26 @@ def compile_chat_template(source: str) -> jinja2.Template:
         return env.from_string(source)
     except jinja2.TemplateSyntaxError as exc:
         raise ModelLoadError(f"the model's chat template does not parse: {exc}") from exc
+
+
+def content_format(source: str | None) -> ContentFormat:
+    """``"openai"`` when the template iterates over a message's ``content`` (it renders parts itself),
+    else ``"string"``. A template that does not parse is left to :func:`compile_chat_template` to report."""
+    if source is None:
+        return "string"
+    try:
+        tree = jinja2.Environment(extensions=[loopcontrols, _GenerationBlock]).parse(source)
+    except jinja2.TemplateSyntaxError:
+        return "string"
+    return "openai" if any(_reads_content(loop.iter) for loop in tree.find_all(nodes.For)) else "string"
+
+
+def _reads_content(node: nodes.Node | None) -> bool:
+    """``x['content']`` or ``x.content``, possibly behind filters, tests or a slice (``x['content'][1:]``)."""
+    while isinstance(node, nodes.Filter | nodes.Test) or (
+        isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice)
+    ):
+        node = node.node
+    if isinstance(node, nodes.Getitem):
+        return isinstance(node.arg, nodes.Const) and node.arg.value == "content"
+    return isinstance(node, nodes.Getattr) and node.attr == "content"

@@ -11,7 +11,12 @@ from typing import Any
 import jinja2
 from tokenizers import Tokenizer as _HFTokenizer
 
-from kvfence.engine.chat_template import TemplateRejected, compile_chat_template
+from kvfence.engine.chat_template import (
+    ContentFormat,
+    TemplateRejected,
+    compile_chat_template,
+    content_format,
+)
 from kvfence.errors import InvalidParameterError, ModelLoadError
 
 __all__ = ["Tokenizer"]
@@ -50,6 +55,7 @@ class Tokenizer:
         self.chat_template = chat_template
         self._add_bos_token = add_bos_token and self.bos_token_id is not None
         self._compiled_template: jinja2.Template | None = None
+        self._content_format: ContentFormat | None = None
         self._byte_level = _decoder_has(backend, "ByteLevel")
         # SentencePiece-style pieces spell a space as U+2581 ("▁") and bytes as <0xNN>.
         self._sentencepiece = _decoder_has(backend, "Metaspace") or _decoder_has(backend, "ByteFallback")
@@ -90,6 +96,14 @@ class Tokenizer:
             add_bos_token=bool(tok_cfg.get("add_bos_token", False)),
             extra_eos_token_ids=eos,
         )
+
+    @property
+    def chat_template_content_format(self) -> ContentFormat:
+        """How messages' content parts reach the template: ``"openai"`` (the list of parts as sent) for a
+        template that iterates over them, else ``"string"`` (their texts joined by newlines, as vLLM)."""
+        if self._content_format is None:
+            self._content_format = content_format(self.chat_template)
+        return self._content_format
 
     @property
     def backend(self) -> _HFTokenizer:
@@ -243,8 +257,12 @@ def _token_text(value: Any) -> str | None:
 
 def _cut_after_final_message(text: str, messages: list[dict[str, Any]]) -> str:
     """``text`` up to the end of the last message's content (what the template closes it with is dropped)."""
-    final = _content_text(messages[-1].get("content")) if messages else ""
-    for needle in (final, final.strip()):
+    content = messages[-1].get("content") if messages else None
+    final = _content_text(content)
+    needles = [final, final.strip()]
+    if isinstance(content, list) and content:  # a template that renders the parts itself: its last text
+        needles += [_content_text(content[-1:]), _content_text(content[-1:]).strip()]
+    for needle in needles:
         end = text.rfind(needle) if needle else -1
         if end >= 0:
             return text[: end + len(needle)]
@@ -253,8 +271,8 @@ def _cut_after_final_message(text: str, messages: list[dict[str, Any]]) -> str:
 
 
 def _content_text(content: Any) -> str:
-    if isinstance(content, list):  # OpenAI content parts
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    if isinstance(content, list):  # OpenAI content parts, joined by newlines as vLLM joins them
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p)
     return "" if content is None else str(content)
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "LoadedModel",
     "chat_prompt",
     "check_choices",
+    "content_format",
     "resolve_model_name",
     "sampling_params",
     "tokenize_prompt",
@@ -66,10 +67,13 @@ def resolve_model_name(requested: str | None, model: LoadedModel) -> str:
     )
 
 
-def tokenize_prompt(prompt: str | list[int], model: LoadedModel) -> list[int]:
-    """Token ids of a completion prompt; given ids are checked against the vocabulary."""
+def tokenize_prompt(prompt: str | list[int], model: LoadedModel, *, add_special_tokens: bool | None = None) -> list[int]:
+    """Token ids of a completion prompt; given ids are checked against the vocabulary and used as sent.
+
+    ``add_special_tokens`` (vLLM's extra, default true) adds the tokenizer's special tokens (BOS) to a text prompt.
+    """
     if isinstance(prompt, str):
-        ids: list[int] = model.tokenizer.encode(prompt, add_special_tokens=True)
+        ids: list[int] = model.tokenizer.encode(prompt, add_special_tokens=add_special_tokens is not False)
         return ids
     vocab = model.vocab_size
     if vocab is not None:
@@ -80,18 +84,35 @@ def tokenize_prompt(prompt: str | list[int], model: LoadedModel) -> list[int]:
     return prompt
 
 
+def content_format(model: LoadedModel) -> str:
+    """How the model's chat template takes content parts: ``"openai"`` (the list) or ``"string"`` (joined)."""
+    return str(getattr(model.tokenizer, "chat_template_content_format", "string"))
+
+
 def chat_prompt(
-    messages: list[dict[str, Any]], add_generation_prompt: bool, model: LoadedModel, **template_options: Any
+    messages: list[dict[str, Any]], add_generation_prompt: bool, model: LoadedModel, *,
+    add_special_tokens: bool | None = None, **template_options: Any,
 ) -> list[int]:
     """Token ids of the chat template rendered over the messages (``template_options``: see
-    :meth:`ChatCompletionRequest.template_options`); a template error is a 400."""
+    :meth:`ChatCompletionRequest.template_options`); a template error is a 400.
+
+    A real template writes its own special tokens, so by default (as vLLM's chat default
+    ``add_special_tokens: false``, and transformers' ``apply_chat_template``) none are added: a
+    template that writes BOS gets one BOS, a template that does not gets none. With
+    ``add_special_tokens`` true the tokenizer's are added too, but never a second BOS in front of
+    the template's own. The plain fallback (a model without a template) adds them by default.
+    """
     tok = model.tokenizer
     try:
         text = tok.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, **template_options)
     except InvalidParameterError as exc:
         raise from_request_error(exc) from exc
-    # A real template renders its own special tokens (BOS included); the plain fallback does not.
-    ids: list[int] = tok.encode(text, add_special_tokens=tok.chat_template is None)
+    if add_special_tokens is None:
+        add_special_tokens = tok.chat_template is None
+    ids: list[int] = tok.encode(text, add_special_tokens=add_special_tokens)
+    bos = getattr(tok, "bos_token_id", None)
+    if add_special_tokens and bos is not None and ids[:2] == [bos, bos] and tok.encode(text, add_special_tokens=False)[:1] == [bos]:
+        ids = ids[1:]  # the template's BOS and the tokenizer's: keep one
     return ids
 
 

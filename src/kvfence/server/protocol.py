@@ -71,6 +71,9 @@ class GenerationRequest(_Strict):
     # vLLM's extra: each prompt token's log-probability and the top n at its position (0: its own only).
     prompt_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     skip_special_tokens: bool | None = None  # vLLM extra; default true
+    # vLLM extra: the tokenizer's special tokens (BOS) around the prompt. Default true for completions,
+    # false for chat (the template writes its own); see prepare.tokenize_prompt / chat_prompt.
+    add_special_tokens: bool | None = None
     include_stop_str_in_output: bool | None = None  # vLLM extra; default false
     # vLLM extras that would change the answer and are not implemented: refused when set.
     use_beam_search: Any = None
@@ -205,27 +208,43 @@ class ChatMessage(_Strict):
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
 
-    def text(self, index: int) -> str:
-        """The message content as one string; only text parts are accepted."""
-        if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
+    def text_parts(self, index: int) -> list[str]:
+        """The texts of the content parts; a part of another type (image_url, input_audio, file ...) is
+        a 400 naming it: this server serves text models and never drops a part silently."""
+        assert isinstance(self.content, list)
         texts: list[str] = []
-        for part in self.content:
-            if part.get("type") != "text":
+        for k, part in enumerate(self.content):
+            kind = part.get("type")
+            if kind != "text":
                 raise APIError.bad_request(
-                    f"messages[{index}].content: only parts of type 'text' are supported, got {part.get('type')!r}",
+                    f"messages[{index}].content[{k}]: only parts of type 'text' are supported, got "
+                    f"{json.dumps(kind)[:40]}: this server serves a text-only model",
                     param=f"messages[{index}].content",
                 )
             try:
                 texts.append(TextPart.model_validate(part).text)
             except ValidationError:
                 raise APIError.bad_request(
-                    f"messages[{index}].content: a text part needs a string 'text'",
+                    f"messages[{index}].content[{k}]: a text part needs a string 'text'",
                     param=f"messages[{index}].content",
                 ) from None
-        return "".join(texts)
+        return texts
+
+    def text(self, index: int) -> str:
+        """The message content as one string: text parts joined by newlines (as vLLM joins them)."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(self.text_parts(index))
+
+    def template_content(self, index: int, content_format: str) -> str | list[dict[str, Any]]:
+        """The content as the chat template reads it: a list of parts stays the list the client sent
+        when the template iterates over parts (``"openai"``), else becomes one string."""
+        if content_format == "openai" and isinstance(self.content, list):
+            self.text_parts(index)  # validated: text parts only
+            return [dict(part) for part in self.content]
+        return self.text(index)
 
 
 class ChatCompletionRequest(GenerationRequest):
@@ -244,7 +263,9 @@ class ChatCompletionRequest(GenerationRequest):
     chat_template: Any = None  # vLLM extra, refused: a request-supplied template
     documents: Any = None  # vLLM extra, refused: RAG documents for the template
     best_of: int | None = None  # completions only; refused here when it would change the answer
-    echo: bool | None = False  # vLLM's chat echo (continue the last message): refused, not ignored
+    # vLLM extra: the answer starts with the last message's content when the model continues it
+    # (the last message is the assistant's, or add_generation_prompt is false): see echo_text.
+    echo: bool | None = False
 
     def check_supported(self) -> None:
         super().check_supported()
@@ -263,8 +284,9 @@ class ChatCompletionRequest(GenerationRequest):
                                            "calling is not supported", param=name)
         if self.best_of not in (None, self.num_choices):
             raise APIError.bad_request("best_of is supported on /v1/completions only", param="best_of")
-        if self.echo:
-            raise APIError.bad_request("echo is supported on /v1/completions only", param="echo")
+        if self.continue_final_message and self.add_generation_prompt and "add_generation_prompt" in self.model_fields_set:
+            raise APIError.bad_request("continue_final_message and add_generation_prompt exclude each other: "
+                                       "send add_generation_prompt: false", param="continue_final_message")
         if self.chat_template is not None:
             raise APIError.bad_request("a chat template sent with the request is not supported; the model's own "
                                        "template is used", param="chat_template")
@@ -275,25 +297,48 @@ class ChatCompletionRequest(GenerationRequest):
             raise APIError.bad_request(f"chat_template_kwargs may not set {', '.join(sorted(reserved))}",
                                        param="chat_template_kwargs")
 
+    @property
+    def wants_generation_prompt(self) -> bool:
+        """``add_generation_prompt``; left out with ``continue_final_message``, it is false (the last
+        message is continued, not answered)."""
+        if "add_generation_prompt" not in self.model_fields_set and self.continue_final_message:
+            return False
+        return self.add_generation_prompt is not False
+
     def template_options(self) -> dict[str, Any]:
         """Keyword arguments of ``Tokenizer.apply_chat_template`` beyond the messages."""
         return {"continue_final_message": bool(self.continue_final_message),
                 "template_kwargs": dict(self.chat_template_kwargs or {})}
 
-    def template_messages(self) -> list[dict[str, Any]]:
-        """Messages as plain dicts for the chat template."""
-        return template_messages(self.messages)
+    def template_messages(self, content_format: str = "string") -> list[dict[str, Any]]:
+        """Messages as plain dicts for the chat template (``content_format``: see :func:`template_messages`)."""
+        return template_messages(self.messages, content_format)
+
+    def echo_text(self) -> str:
+        """vLLM's chat ``echo``: the text the answer starts with, the last message's content when the
+        model continues that message (it is the assistant's, or no generation prompt follows it)."""
+        if not self.echo:
+            return ""
+        last = self.messages[-1]
+        if last.role == "assistant" or not self.wants_generation_prompt:
+            return last.text(len(self.messages) - 1)
+        return ""
 
 
-def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    """Chat messages as the plain dicts a chat template reads (content parts joined to one string).
+def template_messages(messages: list[ChatMessage], content_format: str = "string") -> list[dict[str, Any]]:
+    """Chat messages as the plain dicts a chat template reads.
+
+    Content parts are joined by newlines into one string (``content_format="string"``), or, for a
+    template that iterates over parts (``"openai"``, see
+    :func:`kvfence.engine.chat_template.content_format`), passed on as the list the client sent, as
+    transformers' ``apply_chat_template`` would pass it. Only text parts are accepted either way.
 
     Tool calls of earlier turns are passed on with their JSON ``arguments`` string decoded, since
     Hugging Face templates expect a mapping there (they render it with ``tojson``).
     """
     out: list[dict[str, Any]] = []
     for i, m in enumerate(messages):
-        entry: dict[str, Any] = {"role": m.role, "content": m.text(i)}
+        entry: dict[str, Any] = {"role": m.role, "content": m.template_content(i, content_format)}
         if m.name:
             entry["name"] = m.name
         if m.tool_call_id:

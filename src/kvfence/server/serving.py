@@ -33,6 +33,7 @@ from kvfence.server.prepare import (
     LoadedModel,
     chat_prompt,
     check_choices,
+    content_format,
     resolve_model_name,
     sampling_params,
     tokenize_prompt,
@@ -289,12 +290,13 @@ class OpenAIServing:
 
         def prepare() -> tuple[list[list[int]], list[SamplingParams]]:
             if isinstance(req, ChatCompletionRequest):
-                prompts = [chat_prompt(req.template_messages(), req.add_generation_prompt is not False, model,
-                                       **req.template_options())]
+                prompts = [chat_prompt(req.template_messages(content_format(model)), req.wants_generation_prompt,
+                                       model, add_special_tokens=req.add_special_tokens, **req.template_options())]
                 param = "messages"
             else:
                 assert isinstance(req, CompletionRequest)
-                prompts, param = [tokenize_prompt(p, model) for p in req.prompts()], "prompt"
+                prompts = [tokenize_prompt(p, model, add_special_tokens=req.add_special_tokens) for p in req.prompts()]
+                param = "prompt"
             params = [sampling_params(req, len(p), model, tenant.key, param) for p in prompts]
             # I3 for n / best_of: all of a prompt's choices fit the pool at once, before anything is queued
             check_choices(prompts, params, model, shares_prefix=self.config.cache_scope is not CacheScope.REQUEST,
@@ -399,8 +401,11 @@ class OpenAIServing:
 
     @staticmethod
     def _echo_texts(req: GenerationRequest, prompts: list[list[int]], model: LoadedModel) -> list[str]:
-        """Completions ``echo``: the text each prompt's choices start with (the prompt as sent, or
-        its token ids decoded); empty strings without ``echo``."""
+        """``echo``: the text each prompt's choices start with. Completions: the prompt as sent (or its
+        token ids decoded); chat: the last message's content, when the answer continues it (vLLM's
+        chat echo, :meth:`ChatCompletionRequest.echo_text`). Empty strings without ``echo``."""
+        if isinstance(req, ChatCompletionRequest):
+            return [req.echo_text()] * len(prompts)
         if not isinstance(req, CompletionRequest) or not req.echo:
             return [""] * len(prompts)
         sent = req.prompts()
@@ -450,7 +455,8 @@ class OpenAIServing:
             logprobs = (chat_logprobs(c.token_ids, c.logprobs, req.top_logprobs or 0, self._token_text(model),
                                       self._token_bytes(model))
                         if req.logprobs else None)
-            choices.append({"index": c.index, "message": {"role": "assistant", "content": c.text},
+            content = lease.echo[c.prompt_index] + c.text
+            choices.append({"index": c.index, "message": {"role": "assistant", "content": content},
                             "logprobs": logprobs, "finish_reason": c.finish_reason})
         body = {"id": rid, "object": "chat.completion", "created": created, "model": name,
                 "choices": choices, "usage": usage_body(lease.choices)}
@@ -530,6 +536,8 @@ class OpenAIServing:
         try:
             for c in lease.choices:
                 yield sse(chat_chunk(rid, created, name, c.index, {"role": "assistant", "content": ""}, None))
+                if lease.echo[c.prompt_index]:  # chat echo: the continued message first, as its own chunk
+                    yield sse(chat_chunk(rid, created, name, c.index, {"content": lease.echo[c.prompt_index]}, None))
             async for out in lease.group:
                 choice = self._fold(lease, out)
                 if not scores_sent and lease.prompt_logprobs[0] is not None:

@@ -9,7 +9,7 @@ return depends on another tenant.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 from starlette.requests import Request
@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 
 from kvfence.errors import RequestError
 from kvfence.server.api_errors import APIError, from_request_error
-from kvfence.server.prepare import chat_prompt, resolve_model_name, tokenize_prompt
+from kvfence.server.prepare import chat_prompt, content_format, resolve_model_name, tokenize_prompt
 from kvfence.server.protocol import ChatMessage, _Strict, parse_body, template_messages
 
 if TYPE_CHECKING:
@@ -32,12 +32,23 @@ class TokenizeRequest(_Strict):
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
-    add_special_tokens: bool | None = True
+    # vLLM's defaults: true for a prompt, false for messages (the chat template writes its own).
+    add_special_tokens: bool | None = None
     add_generation_prompt: bool | None = True
+    continue_final_message: bool | None = False
+    chat_template_kwargs: dict[str, Any] | None = None
+    return_token_strs: bool | None = False  # vLLM extra: each token's text as well
 
     def check_supported(self) -> None:
         if (self.prompt is None) == (self.messages is None):
             raise APIError.bad_request("send exactly one of 'prompt' (a string) or 'messages'", param="prompt")
+        if self.continue_final_message and self.add_generation_prompt and "add_generation_prompt" in self.model_fields_set:
+            raise APIError.bad_request("continue_final_message and add_generation_prompt exclude each other: "
+                                       "send add_generation_prompt: false", param="continue_final_message")
+        reserved = {"messages", "add_generation_prompt", "bos_token", "eos_token"} & set(self.chat_template_kwargs or {})
+        if reserved:
+            raise APIError.bad_request(f"chat_template_kwargs may not set {', '.join(sorted(reserved))}",
+                                       param="chat_template_kwargs")
 
 
 class DetokenizeRequest(_Strict):
@@ -58,16 +69,25 @@ async def tokenize(serving: OpenAIServing, request: Request) -> Response:
         req = parse_body(await serving.read_body(request), TokenizeRequest)
         resolve_model_name(req.model, model)
         if req.messages is not None:
-            ids = chat_prompt(template_messages(req.messages), req.add_generation_prompt is not False, model)
+            generation_prompt = req.add_generation_prompt is not False and not (
+                req.continue_final_message and "add_generation_prompt" not in req.model_fields_set)
+            ids = chat_prompt(template_messages(req.messages, content_format(model)), generation_prompt, model,
+                              add_special_tokens=req.add_special_tokens,
+                              continue_final_message=bool(req.continue_final_message),
+                              template_kwargs=dict(req.chat_template_kwargs or {}))
         else:
             assert req.prompt is not None
-            ids = (tokenize_prompt(req.prompt, model) if req.add_special_tokens is not False
-                   else model.tokenizer.encode(req.prompt, add_special_tokens=False))
+            ids = tokenize_prompt(req.prompt, model, add_special_tokens=req.add_special_tokens)
     except APIError as exc:
         return serving.reject(exc)
     except RequestError as exc:
         return serving.reject(from_request_error(exc))
-    return JSONResponse({"count": len(ids), "max_model_len": int(model.capacity.max_model_len), "tokens": ids})
+    body: dict[str, Any] = {"count": len(ids), "max_model_len": int(model.capacity.max_model_len), "tokens": ids}
+    if req.return_token_strs:
+        token_text = getattr(model.tokenizer, "token_text", None)
+        body["token_strs"] = [token_text(t) if token_text is not None
+                              else model.tokenizer.decode([t], skip_special_tokens=False) for t in ids]
+    return JSONResponse(body)
 
 
 async def detokenize(serving: OpenAIServing, request: Request) -> Response:
