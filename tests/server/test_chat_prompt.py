@@ -5,6 +5,7 @@ naming any non-text part)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -150,3 +151,22 @@ def test_content_format_is_checked_without_a_server() -> None:
     req = ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})
     with pytest.raises(APIError, match="image_url"):
         req.template_messages("openai")
+
+
+def test_chat_echo_with_max_tokens_zero_answers_the_message_only(server: RunningServer) -> None:
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Once upon a time"}]
+    body = {"model": _model(server), "messages": messages, "max_tokens": 0, "echo": True,
+            "continue_final_message": True, "logprobs": True}
+    r = _post(server, "/v1/chat/completions", body)
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["message"]["content"] == "Once upon a time" and choice["finish_reason"] == "length"
+    assert r.json()["usage"]["completion_tokens"] == 0
+    with httpx.stream("POST", server.base_url + "/v1/chat/completions", json={**body, "stream": True},
+                      headers=server.headers("alice"), timeout=60) as stream:
+        lines = [line for line in stream.iter_lines() if line.startswith("data: ") and line != "data: [DONE]"]
+    deltas = [json.loads(line[6:])["choices"][0] for line in lines]
+    assert "".join(d["delta"].get("content") or "" for d in deltas) == "Once upon a time"
+    assert deltas[-1]["finish_reason"] == "length"
+    no_echo = _post(server, "/v1/chat/completions", {**body, "echo": False})
+    assert no_echo.status_code == 400 and no_echo.json()["error"]["param"] == "max_tokens"

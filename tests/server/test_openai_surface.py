@@ -255,6 +255,13 @@ def test_models_and_health_shapes(server: RunningServer) -> None:
     card = models["data"][0]
     assert {"id", "object", "created", "owned_by"} <= set(card) and card["object"] == "model"
     assert isinstance(card["created"], int)
+    # vLLM's additions: the model served, its context, no parent (no adapters), a permission object
+    model = server.app.state.serving.model
+    assert card["root"] == model.name and card["parent"] is None and card["owned_by"] == "kvfence"
+    assert card["max_model_len"] == model.capacity.max_model_len
+    assert card["permission"][0]["object"] == "model_permission" and card["permission"][0]["allow_logprobs"]
+    one = httpx.get(server.base_url + f"/v1/models/{card['id']}", headers=server.headers("alice")).json()
+    assert one == card
     assert httpx.get(server.base_url + "/health").status_code == 200
 
 
@@ -328,6 +335,10 @@ def test_tokenize_and_detokenize(server: RunningServer) -> None:
     assert chat["count"] == answer["usage"]["prompt_tokens"]
     back = _post(server, "/detokenize", {"tokens": bare["tokens"]}).json()
     assert back == {"prompt": "Grüße 🎉"}
+    assert body["token_strs"] is None
+    strs = _post(server, "/tokenize", {"prompt": "Grüße 🎉", "add_special_tokens": False,
+                                       "return_token_strs": True}).json()["token_strs"]
+    assert len(strs) == len(bare["tokens"]) and all(isinstance(t, str) for t in strs)
     for path, body in (("/tokenize", {}), ("/tokenize", {"prompt": "x", "messages": HI}),
                        ("/detokenize", {"tokens": []}), ("/detokenize", {"tokens": [10**9]})):
         assert _post(server, path, body).status_code == 400, (path, body)

@@ -99,7 +99,7 @@ class GenerationRequest(_Strict):
                 raise APIError.bad_request(f"{name} is not supported by this server", param=name)
         if self.requested_max_tokens == 0 and not self.scores_prompt_only:
             name = "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
-            raise APIError.bad_request(f"{name} must be at least 1; 0 is allowed only with 'echo' on /v1/completions "
+            raise APIError.bad_request(f"{name} must be at least 1; 0 is allowed only with 'echo' "
                                        "(to score the prompt without generating)", param=name)
         if self.stream_options is not None and not self.stream:
             raise APIError.bad_request("'stream_options' is only allowed when 'stream' is true",
@@ -313,6 +313,11 @@ class ChatCompletionRequest(GenerationRequest):
     def template_messages(self, content_format: str = "string") -> list[dict[str, Any]]:
         """Messages as plain dicts for the chat template (``content_format``: see :func:`template_messages`)."""
         return template_messages(self.messages, content_format)
+
+    @property
+    def scores_prompt_only(self) -> bool:
+        """``max_tokens: 0`` with ``echo``: the answer is the echoed message, nothing is generated."""
+        return bool(self.echo) and self.requested_max_tokens == 0
 
     def echo_text(self) -> str:
         """vLLM's chat ``echo``: the text the answer starts with, the last message's content when the

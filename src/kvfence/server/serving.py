@@ -182,8 +182,15 @@ class OpenAIServing:
         return JSONResponse({"status": "ok"})
 
     def _model_card(self, model: LoadedModel, name: str) -> dict[str, Any]:
+        """OpenAI's model object with vLLM's additions (``root``: the model served under this name,
+        ``parent``: the base of an adapter, none here, ``max_model_len``, ``permission``)."""
+        permission = {"id": f"modelperm-{name}", "object": "model_permission", "created": self.created,
+                      "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+                      "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
+                      "organization": "*", "group": None, "is_blocking": False}
         return {"id": name, "object": "model", "created": self.created, "owned_by": "kvfence",
-                "root": model.name, "max_model_len": model.capacity.max_model_len}
+                "root": model.name, "parent": None, "max_model_len": model.capacity.max_model_len,
+                "permission": [permission]}
 
     async def list_models(self, request: Request) -> Response:
         model = self.model
@@ -547,10 +554,10 @@ class OpenAIServing:
                     first["prompt_logprobs"] = self._prompt_logprobs(req, lease, 0)
                     yield sse(first)
                 logprobs = None
-                if req.logprobs and out.new_token_ids:
+                if choice.keeps_output and req.logprobs and out.new_token_ids:
                     logprobs = chat_logprobs(list(out.new_token_ids), _new_logprobs(out),
                                              req.top_logprobs or 0, token_text, token_bytes)
-                if out.delta_text or logprobs is not None:
+                if (out.delta_text and choice.keeps_output) or logprobs is not None:
                     chunk = chat_chunk(rid, created, name, choice.index, {"content": out.delta_text}, None, logprobs)
                     yield sse(_with_running_usage(req, chunk, lease))
                 if out.finished:

@@ -83,6 +83,7 @@ async def tokenize(serving: OpenAIServing, request: Request) -> Response:
     except RequestError as exc:
         return serving.reject(from_request_error(exc))
     body: dict[str, Any] = {"count": len(ids), "max_model_len": int(model.capacity.max_model_len), "tokens": ids}
+    body["token_strs"] = None  # vLLM's shape: the field is there, null unless asked for
     if req.return_token_strs:
         token_text = getattr(model.tokenizer, "token_text", None)
         body["token_strs"] = [token_text(t) if token_text is not None
