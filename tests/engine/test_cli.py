@@ -36,7 +36,7 @@ def test_generate_chat_and_batch(default_model_dir: Path, capsys: pytest.Capture
     [
         (["--kv-cache-tokens", "256"], "KV pool holds only 256"),
         (["--max-model-len", "lots"], "--max-model-len must be"),
-        (["--max-tokens", "0"], "max_tokens must be"),
+        (["--max-tokens", "-1"], "max_tokens must be"),  # 0 is valid: the prompt only
     ],
 )
 def test_generate_errors_exit_cleanly(

@@ -85,8 +85,9 @@ async def tokenize(serving: OpenAIServing, request: Request) -> Response:
     body: dict[str, Any] = {"count": len(ids), "max_model_len": int(model.capacity.max_model_len), "tokens": ids}
     body["token_strs"] = None  # vLLM's shape: the field is there, null unless asked for
     if req.return_token_strs:
-        token_text = getattr(model.tokenizer, "token_text", None)
-        body["token_strs"] = [token_text(t) if token_text is not None
+        # the vocabulary's pieces, as vLLM's (convert_ids_to_tokens): "Ġword", "▁word", "<0x0A>"
+        backend = getattr(model.tokenizer, "backend", None)
+        body["token_strs"] = [backend.id_to_token(t) if backend is not None
                               else model.tokenizer.decode([t], skip_special_tokens=False) for t in ids]
     return JSONResponse(body)
 
