@@ -27,3 +27,14 @@ def test_prompt_logprobs_are_refused_in_disaggregated_mode(disagg_server: str, p
     assert "disaggregated" in error["message"] and error["param"] == param
     plain = httpx.post(disagg_server + "/v1/completions", timeout=60, json={"prompt": "hi", "max_tokens": 2})
     assert plain.status_code == 200, plain.text
+
+
+def test_echo_with_max_tokens_zero_still_answers_the_prompt_in_disaggregated_mode(disagg_server: str) -> None:
+    """The disaggregated engine always samples a first token (it refuses max_tokens=0): the server
+    sends it max_tokens 1 and drops the token, so the answer is the prompt alone, as elsewhere."""
+    r = httpx.post(disagg_server + "/v1/completions", timeout=60,
+                   json={"prompt": "hello there", "echo": True, "max_tokens": 0})
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["text"] == "hello there" and choice["finish_reason"] == "length"
+    assert r.json()["usage"]["completion_tokens"] == 0

@@ -211,9 +211,9 @@ class ChatMessage(_Strict):
     def text_parts(self, index: int) -> list[str]:
         """The texts of the content parts; a part of another type (image_url, input_audio, file ...) is
         a 400 naming it: this server serves text models and never drops a part silently."""
-        assert isinstance(self.content, list)
+        parts = self.content if isinstance(self.content, list) else []
         texts: list[str] = []
-        for k, part in enumerate(self.content):
+        for k, part in enumerate(parts):
             kind = part.get("type")
             if kind != "text":
                 raise APIError.bad_request(
