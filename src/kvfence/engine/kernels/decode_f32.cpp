@@ -129,22 +129,44 @@ void rows(const float* x, long ldx, long batch, const float* w, long in, const f
 // and a separate pool would fight them for the same cores. Chunks of rows are claimed from a shared
 // counter, so a slower thread takes fewer. An OpenMP region ends at a barrier, though: on a machine
 // busier than its cores every product then waits for a descheduled thread (measured: 3x slower
-// than one thread). So the caller times its wait at the barrier, and when waiting takes over a
-// fifth of the time of a window of products, it runs the next ones alone: first for about a
-// token's worth of products, twice as long after each further such window in a row (to some tens
-// of tokens), back to the shortest after a window without it. One late wake-up (a daemon, another
-// process's burst) then costs about one token at one thread's speed, not tens: it had made
-// batch-1 decode swing between 55 and 70 % of the roofline from run to run on an idle machine.
+// than one thread). So the caller times its wait at the barrier and the products' pace (wall time
+// per weight, over windows of products of one batch size), and runs the next products alone when
+// waiting took over a fifth of a window's time, or when the window ran slower than the last window
+// of products run alone at that batch size (on an oversubscribed machine the worker's spinning also
+// takes the caller's core, which no wait shows). Alone first for about a token's worth of products,
+// four times as long after each further such window in a row (to some tens of tokens), back to the
+// shortest after a good window. One late wake-up (a daemon, another process's burst) then costs
+// about one token at one thread's speed, not tens: a fixed 4096 products had made batch-1 decode
+// swing between 55 and 70 % of the roofline from run to run on an idle machine.
 
 #ifdef _OPENMP
 using Clock = std::chrono::steady_clock;
+
+// Products of one batch size, timed together.
+struct Window {
+    long jobs = 0;
+    long rows = 0;
+    double weights = 0;
+    Clock::duration total{}, waited{};
+
+    // Counts a product; restarts the window first when its batch size differs.
+    void add(long batch, double job_weights, Clock::duration job_total, Clock::duration job_waited) {
+        if (batch != rows) *this = Window{0, batch};
+        ++jobs;
+        weights += job_weights;
+        total += job_total;
+        waited += job_waited;
+    }
+    double ns_per_weight() const { return std::chrono::duration<double, std::nano>(total).count() / weights; }
+};
 
 struct ShareState {
     std::mutex mutex;
     long solo_left = 0;
     long solo_next = 0;  // the next solo period, in products (0: the shortest)
-    long window_jobs = 0;
-    Clock::duration window_total{}, window_waited{};
+    Window shared, solo;
+    long solo_rows = 0;  // the batch size of the last full window run alone, and its pace
+    double solo_ns_per_weight = 0;
 };
 
 ShareState& share_state() {
@@ -167,20 +189,29 @@ bool run_alone() {
     return false;
 }
 
-void account(Clock::duration total, Clock::duration waited) {
+void account_alone(long batch, double weights, Clock::duration total) {
     ShareState& st = share_state();
     std::lock_guard<std::mutex> lock(st.mutex);
-    st.window_total += total;
-    st.window_waited += waited;
-    if (++st.window_jobs < kWindowJobs) return;
-    if (st.window_waited * 5 > st.window_total) {
+    st.solo.add(batch, weights, total, Clock::duration::zero());
+    if (st.solo.jobs < kWindowJobs) return;
+    st.solo_rows = batch;
+    st.solo_ns_per_weight = st.solo.ns_per_weight();
+    st.solo = Window{};
+}
+
+void account_shared(long batch, double weights, Clock::duration total, Clock::duration waited) {
+    ShareState& st = share_state();
+    std::lock_guard<std::mutex> lock(st.mutex);
+    st.shared.add(batch, weights, total, waited);
+    if (st.shared.jobs < kWindowJobs) return;
+    const bool slower = st.solo_rows == batch && st.shared.ns_per_weight() > st.solo_ns_per_weight;
+    if (st.shared.waited * 5 > st.shared.total || slower) {
         st.solo_left = std::max(st.solo_next, kMinSoloJobs);
-        st.solo_next = std::min(2 * st.solo_left, kMaxSoloJobs);
+        st.solo_next = std::min(4 * st.solo_left, kMaxSoloJobs);
     } else {
         st.solo_next = 0;
     }
-    st.window_jobs = 0;
-    st.window_total = st.window_waited = Clock::duration::zero();
+    st.shared = Window{};
 }
 #endif
 
@@ -207,7 +238,14 @@ void linear_f32(const float* x, long batch, long ldx, const float* w, long out, 
         }
     };
 #ifdef _OPENMP
-    if (threads > 1 && out * in >= min_parallel_weights && !omp_in_parallel() && !run_alone()) {
+    const bool shareable = threads > 1 && out * in >= min_parallel_weights && !omp_in_parallel();
+    if (shareable && run_alone()) {
+        const auto start = Clock::now();
+        run_rows(0, out);
+        account_alone(batch, static_cast<double>(out * in), Clock::now() - start);
+        return;
+    }
+    if (shareable) {
         // ~64 KiB of fp32 weights per chunk, in whole register tiles (4 rows, or 12 when tiled)
         const long unit = tiled ? kvfence_gemm::kPanelRows : 4;
         const long chunk_rows = ((16384 + in - 1) / in + unit - 1) / unit * unit;
@@ -231,7 +269,7 @@ void linear_f32(const float* x, long batch, long ldx, const float* w, long out, 
             if (omp_get_thread_num() == 0) caller_done = Clock::now();
         }
         const auto end = Clock::now();
-        account(end - start, end - caller_done);
+        account_shared(batch, static_cast<double>(out * in), end - start, end - caller_done);
         return;
     }
 #else
