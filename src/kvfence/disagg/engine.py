@@ -331,7 +331,7 @@ class DisaggregatedEngine:
             self._release_handoff(req)
             return
         if self.scheduler.abort(request_id) is not None:
-            self.runner.scrub(self.block_manager.take_scrub_list())
+            self.block_manager.flush_scrub(self.runner.scrub)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self._ready) or bool(self._pending()) or self.scheduler.has_unfinished()
@@ -437,7 +437,7 @@ class DisaggregatedEngine:
             return
         self.block_manager.allocate(req.seq)
         req.allocated = True
-        self.runner.scrub(self.block_manager.take_scrub_list())  # zeroed BEFORE payloads land (I2)
+        self.block_manager.flush_scrub(self.runner.scrub)  # zeroed BEFORE payloads land (I2)
         table = req.seq.block_table
         if req.seq.num_cached_tokens or any(self.block_manager.page_info(p).owner != req.seq.request_id for p in table):
             raise IsolationViolation(f"handoff pages of {req.seq.request_id!r} are not fresh pages of its own")
@@ -535,13 +535,13 @@ class DisaggregatedEngine:
         if req.allocated:
             self.block_manager.deallocate(req.seq)
             req.allocated = False
-            self.runner.scrub(self.block_manager.take_scrub_list())
+            self.block_manager.flush_scrub(self.runner.scrub)
 
     # ---- decoding (as in LLMEngine.step) -------------------------------------------------------
 
     def _decode_step(self) -> list[RequestOutput]:
         batch = self.scheduler.schedule()
-        self.runner.scrub(batch.scrub_pages)  # I2
+        self.block_manager.flush_scrub(self.runner.scrub, batch.scrub_pages)  # I2
         outputs: list[RequestOutput] = []
         if self.config.engine.verify_isolation:
             kept = []
@@ -560,7 +560,7 @@ class DisaggregatedEngine:
                         self.scheduler.abort(it.seq.request_id)
                     except IsolationViolation:
                         log.critical("could not release request %s after an incident", it.seq.request_id, exc_info=True)
-                    self.runner.scrub(self.block_manager.take_scrub_list())
+                    self.block_manager.flush_scrub(self.runner.scrub)
                     if req is not None:
                         outputs.append(self._output(req, [], "", finished=True))
             batch.items = kept
@@ -568,7 +568,7 @@ class DisaggregatedEngine:
         self.scheduler.postprocess(batch, sampled)
         for rid, token_id in sampled.items():
             outputs.append(self._progress(self._requests[rid], token_id))
-        self.runner.scrub(self.block_manager.take_scrub_list())  # I2, released this step
+        self.block_manager.flush_scrub(self.runner.scrub)  # I2, released this step
         return outputs
 
     def _progress(self, req: _Request, token_id: int) -> RequestOutput:
@@ -576,7 +576,7 @@ class DisaggregatedEngine:
         delta = advance_text(req.detokenizer, seq, token_id, self.scheduler.finish)
         if seq.is_finished:
             self._requests.pop(seq.request_id, None)
-            self.runner.scrub(self.block_manager.take_scrub_list())
+            self.block_manager.flush_scrub(self.runner.scrub)
         return self._output(req, [token_id], delta, finished=seq.is_finished)
 
     def _output(self, req: _Request, new_ids: list[int], delta: str, *, finished: bool) -> RequestOutput:

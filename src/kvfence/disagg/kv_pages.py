@@ -59,12 +59,32 @@ def write_page(runner: ModelRunner, page_id: int, payload: bytes) -> None:
     target.copy_(data.to(runner.device))
 
 
+_SAMPLE_WINDOWS = 64  # windows of weight bytes hashed per checkpoint file
+_WINDOW_BYTES = 64 << 10
+
+
 def model_identity(model_dir: Path) -> str:
-    """A digest of the checkpoint (config plus weight file names and sizes) that both sides compare."""
+    """A digest of the checkpoint that both sides compare: config, weight file names and sizes,
+    and the weight bytes themselves (whole files up to 4 MiB, else 64 evenly spread 64 KiB windows).
+
+    Names and sizes alone are equal for a base model and any of its fine-tunes, and a decode worker
+    must never continue over KV pages that another set of weights computed (I4). Sampling keeps the
+    start-up cost at a few MiB read per file: a full fine-tune changes every window, a merged adapter
+    the windows that land in the tensors it touches (in every layer, so many of the 64).
+    """
     h = hashlib.blake2b(digest_size=16, person=b"kvfence-model")
     h.update((model_dir / "config.json").read_bytes())
     for f in sorted(checkpoint_files(model_dir)):
-        h.update(f.name.encode() + b"\0" + str(f.stat().st_size).encode() + b"\0")
+        size = f.stat().st_size
+        h.update(f.name.encode() + b"\0" + str(size).encode() + b"\0")
+        with open(f, "rb") as fh:
+            if size <= _SAMPLE_WINDOWS * _WINDOW_BYTES:
+                h.update(fh.read())
+                continue
+            step = (size - _WINDOW_BYTES) // (_SAMPLE_WINDOWS - 1)
+            for i in range(_SAMPLE_WINDOWS):
+                fh.seek(i * step)
+                h.update(fh.read(_WINDOW_BYTES))
     return h.hexdigest()
 
 

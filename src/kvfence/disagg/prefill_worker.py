@@ -202,13 +202,13 @@ class PrefillWorker:
 
     def _abort(self, job_id: str) -> None:
         if self._jobs.pop(job_id, None) is not None and self.scheduler.abort(job_id) is not None:
-            self.runner.scrub(self.block_manager.take_scrub_list())  # I2
+            self.block_manager.flush_scrub(self.runner.scrub)  # I2
 
     # ---- one prefill step --------------------------------------------------------------------
 
     def step(self) -> None:
         batch = self.scheduler.schedule()
-        self.runner.scrub(batch.scrub_pages)  # I2: before the forward pass reads anything
+        self.block_manager.flush_scrub(self.runner.scrub, batch.scrub_pages)  # I2: before the forward pass reads anything
         outgoing: list[tuple[_Job, list[list[bytes | memoryview]]]] = []
         failed: list[tuple[_Job, str]] = []
         sampled: dict[str, int] = {}
@@ -237,7 +237,7 @@ class PrefillWorker:
                     continue
                 sampled[it.seq.request_id] = tok.token_id
         self.scheduler.postprocess(batch, sampled)  # the prompt pages are released here ...
-        self.runner.scrub(self.block_manager.take_scrub_list())  # ... and zeroed now (I2)
+        self.block_manager.flush_scrub(self.runner.scrub)  # ... and zeroed now (I2)
         for job, messages in outgoing:
             self._jobs.pop(_job_id(job.identity, job.request_id), None)
             self.num_handoffs += 1

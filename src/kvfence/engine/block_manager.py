@@ -28,6 +28,7 @@ import hashlib
 import logging
 import struct
 from collections import Counter, OrderedDict, deque
+from collections.abc import Callable
 from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass
 
@@ -333,6 +334,23 @@ class BlockManager:
         pages = list(self._scrub_pending)
         self._scrub_pending.clear()
         return pages if self.scrub else []
+
+    def flush_scrub(self, zero_fill: Callable[[list[int]], None], pages: list[int] | None = None) -> None:
+        """Zero-fill ``pages`` (default: the scrub list, taken now) with ``zero_fill`` (I2).
+
+        If ``zero_fill`` raises, the pages go back on the scrub list before the error propagates:
+        a failed scrub must never leave a page on the free list with its old KV and nobody owing
+        its zero-fill. The next scrub, at the latest the one before the next forward pass, retries
+        them, so they are still zero before any request writes or reads them.
+        """
+        if pages is None:
+            pages = self.take_scrub_list()
+        try:
+            zero_fill(pages)
+        except BaseException:
+            if self.scrub:
+                self._scrub_pending.update(dict.fromkeys(pages))  # I2: still owed
+            raise
 
     # ---- checks ------------------------------------------------------------------------------
 

@@ -170,7 +170,7 @@ class LLMEngine:
         if held is not None:
             held.status, held.finish_reason = SequenceStatus.FINISHED, FinishReason.ABORT  # never had pages
         elif self.scheduler.abort(request_id) is not None:
-            self.runner.scrub(self.block_manager.take_scrub_list())
+            self.block_manager.flush_scrub(self.runner.scrub)
             self._queue_released()
         self._requests.pop(request_id, None)
 
@@ -187,7 +187,7 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """Run one batch; return outputs of requests that made progress or finished."""
         batch = self.scheduler.schedule()
-        self.runner.scrub(batch.scrub_pages)  # I2: before any request can read these pages
+        self.block_manager.flush_scrub(self.runner.scrub, batch.scrub_pages)  # I2: before any request can read these pages
         outputs: list[RequestOutput] = []
         if self.config.verify_isolation:
             outputs.extend(self._verify(batch))
@@ -204,7 +204,7 @@ class LLMEngine:
         self._queue_released()
         # Pages released in this step (finished requests) are zeroed now rather than next step,
         # so stale KV does not sit in the pool while the engine idles (I2, defence in depth).
-        self.runner.scrub(self.block_manager.take_scrub_list())
+        self.block_manager.flush_scrub(self.runner.scrub)
         return outputs
 
     def _verify(self, batch: SchedulerOutput) -> list[RequestOutput]:
