@@ -158,13 +158,24 @@ async def run_engine(client: EndpointClient) -> CheckResult:
             data={"advisory": m.advisory.id, "state": m.state.value},
         ))
     name = f"{fingerprint.engine} {fingerprint.version or '(version unknown)'}" if fingerprint.engine else None
-    if fingerprint.engine is None:
+    # An endpoint that says itself that freed KV pages keep their bytes (kvfence --unsafe-no-scrub,
+    # invariant I2 off) has the incident's precondition: a finding, whatever its version.
+    no_scrub = isinstance(declared, dict) and declared.get("scrub") is False
+    if no_scrub:
+        result.evidence.append(Evidence(
+            title="KV page scrubbing is off (declared by the endpoint)",
+            detail="/v1/capacity says scrub=false: freed KV pages keep the previous request's KV, so one "
+                   "bookkeeping fault hands a tenant another tenant's prompt. Restart without the unsafe switch.",
+            data={"source": "/v1/capacity", "scrub": False},
+        ))
+    if affected or no_scrub:
+        result.verdict = Verdict.FINDING
+        problems = [m.advisory.id for m in affected] + (["KV page scrubbing off"] if no_scrub else [])
+        result.summary = f"{name or 'the endpoint'}: affected by {', '.join(problems)}"
+    elif fingerprint.engine is None:
         result.verdict = Verdict.INCONCLUSIVE
         result.summary = ("could not identify the serving engine from headers, /version, /get_server_info, "
                           "/metrics or /v1/models; ask the provider (see the questionnaire)")
-    elif affected:
-        result.verdict = Verdict.FINDING
-        result.summary = f"{name}: affected by {', '.join(m.advisory.id for m in affected)}"
     elif serious:
         result.verdict = Verdict.INCONCLUSIVE
         result.summary = (f"{name}: possibly affected by {', '.join(m.advisory.id for m in serious)} "
