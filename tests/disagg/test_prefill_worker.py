@@ -12,10 +12,11 @@ import pytest
 import zmq
 
 from kvfence.disagg.prefill_worker import PrefillWorker
-from kvfence.disagg.protocol import Manifest
+from kvfence.disagg.protocol import Manifest, submit_mac
 from kvfence.disagg.wire import Message, MessageKind, decode, encode
 from kvfence.engine.config import EngineConfig
 from tests.disagg.conftest import WORKER_MAX_MODEL_LEN, WorkerHandle
+from tests.disagg.helpers import KEY
 
 GOOD_PARAMS = {"max_tokens": 4, "temperature": 0.0}
 
@@ -41,9 +42,9 @@ def _recv_until(s: zmq.Socket[Any], kind: MessageKind, timeout_s: float = 20.0) 
     raise TimeoutError(f"no {kind.name}")
 
 
-def _submit(s: zmq.Socket[Any], rid: str, **fields: Any) -> None:
+def _submit(s: zmq.Socket[Any], rid: str, key: bytes = KEY, **fields: Any) -> None:
     body = {"request_id": rid, "prompt_token_ids": [5, 6, 7], "params": GOOD_PARAMS, "scope_key": "aa" * 16, **fields}
-    s.send_multipart(encode(MessageKind.SUBMIT, body))
+    s.send_multipart(encode(MessageKind.SUBMIT, {**body, "mac": submit_mac(body, key)}))
 
 
 @pytest.mark.parametrize(
@@ -69,6 +70,20 @@ def test_bad_submissions_are_rejected_explicitly(sock: zmq.Socket[Any], fields: 
     assert fragment in reject.fields["error"]["message"]
 
 
+@pytest.mark.parametrize("mac", ["missing", "unkeyed", "other key", "other body"])
+def test_a_submit_not_signed_with_the_handoff_key_is_rejected(sock: zmq.Socket[Any], mac: str) -> None:
+    """I4/I5: without the key, no prefill, no KV, no prefix-hit flags of any scope."""
+    body: dict[str, Any] = {"request_id": "unsigned", "prompt_token_ids": [5, 6, 7], "params": GOOD_PARAMS,
+                            "scope_key": "aa" * 16}
+    if mac != "missing":
+        signed = {**body, "prompt_token_ids": [5, 6, 8]} if mac == "other body" else body
+        body["mac"] = submit_mac(signed, {"unkeyed": b"", "other key": b"k" * 32}.get(mac, KEY))
+    sock.send_multipart(encode(MessageKind.SUBMIT, body))
+    reject = _recv_until(sock, MessageKind.REJECT)
+    assert reject.request_id == "unsigned"
+    assert "handoff key" in reject.fields["error"]["message"]
+
+
 def test_garbage_does_not_take_the_worker_down(sock: zmq.Socket[Any]) -> None:
     for frames in ([b""], [b"KVFD"], [b"XXXX\x00\x01\x03{}"], [b"KVFD\x00\x01\x63{}"], [b"KVFD\x00\x01\x03[1,2]"],
                    encode(MessageKind.ABORT, {"request_id": "never-submitted"}), encode(MessageKind.COMMIT, {}),
@@ -89,8 +104,8 @@ def test_duplicate_request_id_in_flight_is_rejected(model_dir: Path) -> None:
     s.setsockopt(zmq.LINGER, 0)
     try:
         s.connect(worker.endpoint)
-        _submit(s, "twice")
-        _submit(s, "twice")
+        _submit(s, "twice", key=b"")  # an unkeyed worker: the MAC is a plain digest
+        _submit(s, "twice", key=b"")
         deadline = time.monotonic() + 20
         while not s.poll(10) and time.monotonic() < deadline:
             worker._drain()  # messages only; no prefill step runs, so "twice" stays in flight

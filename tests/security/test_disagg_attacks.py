@@ -60,3 +60,40 @@ def test_decode_refuses_a_prefill_worker_running_a_fine_tune(default_model_dir: 
             make_engine(default_model_dir, worker.address)
     finally:
         worker.stop()
+
+
+# ---- a peer of the prefill worker that does not hold the handoff key ----------------------------
+
+
+def test_prefill_worker_serves_no_peer_without_the_handoff_key(default_model_dir: Path, tmp_path: Path) -> None:
+    """A local process that reaches the worker's socket but lacks the handoff key gets a REJECT:
+    no prefill, no KV, and no 'shared' flags that would tell it which prefixes a scope has cached."""
+    import secrets
+
+    import zmq
+
+    from kvfence.disagg.engine import _params_to_wire
+    from kvfence.disagg.wire import MessageKind, decode, encode
+    from kvfence.engine.sampling_params import SamplingParams
+
+    worker = start_worker(default_model_dir, tmp_path / "worker")
+    context = zmq.Context()
+    rogue = context.socket(zmq.DEALER)
+    rogue.setsockopt(zmq.LINGER, 0)
+    try:
+        rogue.connect(worker.address)
+        rogue.send_multipart(encode(MessageKind.SUBMIT, {
+            "request_id": "rogue-1", "prompt_token_ids": list(range(10, 60)),
+            "params": _params_to_wire(SamplingParams(max_tokens=4)), "scope_key": secrets.token_bytes(32).hex(),
+        }))
+        kinds = []
+        while rogue.poll(10_000):
+            message = decode(rogue.recv_multipart())
+            kinds.append(message.kind)
+            if message.kind in (MessageKind.COMMIT, MessageKind.REJECT, MessageKind.ABORT):
+                break
+        assert kinds == [MessageKind.REJECT], kinds
+    finally:
+        rogue.close(0)
+        context.term()
+        worker.stop()

@@ -34,7 +34,14 @@ from kvfence.disagg.kv_pages import (
     read_pages,
     write_page,
 )
-from kvfence.disagg.protocol import PROTOCOL_VERSION, HandoffError, HandoffFailure, Manifest, key_proof
+from kvfence.disagg.protocol import (
+    PROTOCOL_VERSION,
+    HandoffError,
+    HandoffFailure,
+    Manifest,
+    key_proof,
+    submit_mac,
+)
 from kvfence.disagg.spawn import WorkerProcess
 from kvfence.disagg.wire import Message, MessageKind, WireError, decode, encode
 from kvfence.engine.block_manager import PageState
@@ -318,10 +325,11 @@ class DisaggregatedEngine:
             receiver=receiver,
             deadline=time.monotonic() + self.config.handoff_timeout_s,
         )
-        self._send(MessageKind.SUBMIT, {
+        submit = {
             "request_id": request_id, "prompt_token_ids": list(prompt_token_ids),
             "params": _params_to_wire(params), "scope_key": scope_key.hex(),
-        })
+        }
+        self._send(MessageKind.SUBMIT, {**submit, "mac": submit_mac(submit, self.key)})  # I4: keyed request
 
     def abort_request(self, request_id: str) -> None:
         """Abort wherever the request is; its pages are released and zero-filled now (I2)."""

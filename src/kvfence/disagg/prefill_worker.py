@@ -14,6 +14,7 @@ and the COMMIT go out after that; any fault sends an ABORT instead.
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import logging
 import secrets
 import threading
@@ -25,7 +26,7 @@ import zmq
 
 from kvfence.disagg.handoff import SentPage, build_manifest
 from kvfence.disagg.kv_pages import ChecksumPool, kv_layout, model_identity, page_nbytes, read_pages
-from kvfence.disagg.protocol import PROTOCOL_VERSION, expected_page_count, key_proof
+from kvfence.disagg.protocol import PROTOCOL_VERSION, expected_page_count, key_proof, submit_mac
 from kvfence.disagg.wire import Message, MessageKind, WireError, decode, encode
 from kvfence.engine.block_manager import PageState
 from kvfence.engine.config import EngineConfig
@@ -155,6 +156,12 @@ class PrefillWorker:
             return
         job_id = _job_id(identity, request_id)
         try:
+            # I4/I5: only a peer holding the handoff key may have prompts computed under a scope key
+            # and read back their KV (and, through the manifest, which pages were prefix hits).
+            mac = fields.get("mac")
+            if not isinstance(mac, str) or not hmac.compare_digest(mac, submit_mac(fields, self.key)):
+                raise InvalidParameterError("the request is not signed with this worker's handoff key",
+                                            param="mac")
             job = self._parse(identity, request_id, fields)
             if job_id in self._jobs:
                 raise InvalidParameterError(f"request id {request_id!r} is already in use", param="request_id")

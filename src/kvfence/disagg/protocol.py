@@ -41,6 +41,7 @@ __all__ = [
     "page_checksum",
     "prompt_digest",
     "scope_digest",
+    "submit_mac",
 ]
 
 PROTOCOL_VERSION = 1
@@ -235,6 +236,20 @@ def manifest_mac(body: dict[str, Any], key: bytes = b"") -> bytes:
     h = _blake(b"kvfence-manifest", key)
     h.update(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
     return bytes(h.digest())
+
+
+def submit_mac(fields: dict[str, Any], key: bytes = b"") -> str:
+    """Keyed BLAKE2b-256 (hex) of a SUBMIT's fields, ``mac`` left out, over their canonical JSON.
+
+    A prefill worker computes prompts, seals prefix pages under the scope key a SUBMIT names and
+    answers with their KV: only a peer that holds the handoff key may ask (I4, I5). The fields are
+    canonicalised after a JSON round trip, so both sides hash the same text.
+    """
+    body = {k: v for k, v in fields.items() if k != "mac"}
+    canonical = json.dumps(json.loads(json.dumps(body)), sort_keys=True, separators=(",", ":"))
+    h = _blake(b"kvfence-submit", key)
+    h.update(canonical.encode())
+    return h.hexdigest()
 
 
 def _int(value: Any) -> int:
