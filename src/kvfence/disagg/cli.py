@@ -76,6 +76,10 @@ def prefill_worker(listen: str, allow_remote: bool, ready_file: Path | None, han
     from kvfence.disagg.config import read_handoff_key
 
     key = read_handoff_key(handoff_key_file)
+    if not key:  # I4: without a key, checksums and SUBMIT MACs are plain digests anybody can compute
+        logging.getLogger("kvfence.disagg").warning(
+            "UNSAFE: no handoff key (--handoff-key-file or $KVFENCE_HANDOFF_KEY): any process that reaches "
+            "%s can have prompts prefilled under any scope key and read their KV back", listen)
     config = _engine_config(opts)
     from kvfence.disagg.prefill_worker import PrefillWorker
 
