@@ -167,6 +167,9 @@ class DisaggregatedEngine:
         else:
             self.key = cfg.handoff_key or b""
             address = cfg.prefill_address
+            if not self.key:  # I4: unkeyed checksums and MACs are plain digests anybody can compute
+                log.warning("UNSAFE: no handoff key for the prefill worker at %s: whoever can reach or replace "
+                            "it can forge manifests and pages", address)
         self.prefill_address = address
         self.socket.connect(address)
         self.socket.send_multipart(encode(MessageKind.HELLO, {"protocol": PROTOCOL_VERSION}))
