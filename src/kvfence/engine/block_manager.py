@@ -36,9 +36,15 @@ from kvfence.engine.scope import is_unshared
 from kvfence.engine.sequence import Sequence
 from kvfence.errors import CapacityError, ConfigError, IsolationViolation
 
-__all__ = ["BlockManager", "PageInfo", "PageState", "page_hash"]
+__all__ = ["MAX_SCOPES_COUNTED", "OTHER_SCOPES", "BlockManager", "PageInfo", "PageState", "page_hash"]
 
 logger = logging.getLogger(__name__)
+
+# Prefix-hit counters are kept per scope for at most this many scopes; later scopes count together
+# under OTHER_SCOPES. A client that mints cache_salts mints scopes: without a bound it would grow
+# this dict, every stats copy and /metrics without end.
+MAX_SCOPES_COUNTED = 65536
+OTHER_SCOPES = b"kvfence-other-scopes"
 
 
 class PageState(enum.Enum):
@@ -216,10 +222,11 @@ class BlockManager:
         self._tables[seq.request_id] = block_table
         self._chain[seq.request_id] = [h for _, h in hits]
         if hits:  # only scopes with hits, so per-request scope keys don't grow this dict
+            counts = self.prefix_hit_tokens_by_scope
             scope = seq.scope_key
-            self.prefix_hit_tokens_by_scope[scope] = (
-                self.prefix_hit_tokens_by_scope.get(scope, 0) + seq.num_cached_tokens
-            )
+            if scope not in counts and len(counts) >= MAX_SCOPES_COUNTED:
+                scope = OTHER_SCOPES
+            counts[scope] = counts.get(scope, 0) + seq.num_cached_tokens
 
     def _take_fresh_page(self, request_id: str) -> int:
         if self._free:
