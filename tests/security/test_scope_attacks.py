@@ -2,7 +2,7 @@
 
 The attacker's signal is the one a real client has: ``usage.prompt_tokens_details.cached_tokens``
 (exact) and, derived from it, the time to first token. A victim sends a prompt; the attacker then
-sends a prompt that shares 1, 15, 16, 17, 33 or all 40 of its tokens with the victim's. The attacker
+sends a prompt that shares 1, 15, 16, 17 or all 40 of its tokens with the victim's. The attacker
 may see cached tokens only when the scope lets the two share, and then exactly the full pages they
 have in common. Further attacks: a chat template that puts a shared system prompt first, client
 ``cache_salt`` values and headers that try to name another tenant's scope, a revoked key, and the same
@@ -71,7 +71,7 @@ def _cached(server: RunningServer, who: str, prompt: Any, *, headers: dict[str, 
 
 
 @pytest.mark.parametrize("pair", list(PAIRS))
-@pytest.mark.parametrize("overlap", [1, 15, 16, 17, 33, PROMPT_LEN])
+@pytest.mark.parametrize("overlap", [1, 15, 16, 17, PROMPT_LEN])
 def test_hits_follow_the_scope_and_only_full_common_pages(scoped: RunningServer, pair: str, overlap: int) -> None:
     victim = _tokens(scoped.cache_scope, pair, overlap, "victim")
     assert _cached(scoped, "alice", victim) == 0
