@@ -252,3 +252,23 @@ def test_leak_index_failure_fails_closed() -> None:
     f = hook.response_filter(c)
     with pytest.raises(DetectorFailure, match="withheld"):
         f.feed("An answer of several words that needs looking up in the index now.")
+
+
+def test_completions_suffix_and_legacy_function_call_are_scanned() -> None:
+    # Both are sent upstream: a value in them is pseudonymised like one in the prompt.
+    hook, _ = make_hook(make_policy())
+    out = run(hook.on_request(ctx(endpoint="completions"),
+                              {"model": "m", "prompt": "Dear x@y.io,", "suffix": "Sent to carol@globex.io"}))
+    assert out["prompt"] == "Dear <EMAIL_1>," and out["suffix"] == "Sent to <EMAIL_2>"
+    out = run(hook.on_request(ctx(endpoint="completions"), {"model": "m", "suffix": "carol@globex.io"}))
+    assert out["suffix"] == "<EMAIL_1>"
+    body = {"model": "m", "messages": [
+        {"role": "user", "content": "look up carol"},
+        {"role": "assistant", "content": None,
+         "function_call": {"name": "lookup", "arguments": '{"email": "carol@globex.io"}'}},
+        {"role": "function", "name": "lookup", "content": "carol is at +44 20 7946 0958"},
+    ]}
+    out = run(hook.on_request(ctx(), body))
+    assert out["messages"][1]["function_call"] == {"name": "lookup", "arguments": '{"email": "<EMAIL_1>"}'}
+    assert out["messages"][2]["content"] == "carol is at <PHONE_1>"
+    assert body["messages"][1]["function_call"]["arguments"] == '{"email": "carol@globex.io"}'  # input untouched

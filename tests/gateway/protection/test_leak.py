@@ -172,3 +172,25 @@ def test_verdict_does_not_depend_on_chunking(sizes: list[int], leak: bool) -> No
         pos, i = pos + step, i + 1
     evidence = evidence or scanner.finish()
     assert (evidence is not None) == leak
+
+
+def test_a_tenants_own_old_prompt_handed_back_does_not_whitelist_it() -> None:
+    # An engine hands acme its own earlier prompt (no leak for acme: it owns the text) ...
+    m = monitor()
+    m.record_prompt("acme", [SECRET_PROMPT])
+    assert stream(m, "acme", ["what did I ask before?"], SECRET_PROMPT) is None
+    # ... which must not turn acme's text into "model language": the same text reaching globex
+    # afterwards is still acme's, and still a leak.
+    evidence = stream(m, "globex", ["hello"], SECRET_PROMPT)
+    assert evidence is not None and evidence.owners == ("acme",)
+
+
+def test_only_text_nobody_sent_is_recorded_as_the_models_own() -> None:
+    m = monitor()
+    m.record_prompt("acme", [SECRET_PROMPT])
+    model_words = "the weather in the harbour town stays mild and bright for most of the spring season"
+    assert stream(m, "acme", ["tell me something"], f"{SECRET_PROMPT} {model_words}") is None
+    recorded = m.index.owners(sorted(m.fingerprint([model_words])))
+    assert recorded and all(owners == frozenset({MODEL_OWNER}) for owners in recorded)
+    acme_grams = sorted(m.fingerprint([SECRET_PROMPT]))
+    assert all(MODEL_OWNER not in owners for owners in m.index.owners(acme_grams))

@@ -139,8 +139,11 @@ class AnswerScanner:
         if not grams:
             return None
         foreign = [g for g in grams if g not in self._own]
-        self._generated.update(foreign)
         owners_of = dict(zip(foreign, self._monitor.index.owners(foreign), strict=True)) if foreign else {}
+        # Only n-grams nobody sent count as the model's own writing. One that some tenant's prompt
+        # holds (the asker's earlier request included: an engine can hand a tenant its own old KV)
+        # must stay evidence, or one answer would whitelist that tenant's text for everybody.
+        self._generated.update(g for g, owners in owners_of.items() if not owners - {MODEL_OWNER})
         monitor = self._monitor
         for gram, end in zip(grams, ends, strict=True):
             owners = owners_of.get(gram, frozenset())

@@ -1,8 +1,9 @@
 """Where the text of an OpenAI request lives, so every piece of it is scanned and can be rewritten.
 
-Chat: each message's ``content`` (a string, or a list of parts whose ``text`` parts count), and the
-``arguments`` of assistant tool calls; completions: ``prompt`` (a string or a list of strings).
-System, user, assistant and tool messages are all scanned alike.
+Chat: each message's ``content`` (a string, or a list of parts whose ``text`` parts count), the
+``arguments`` of assistant tool calls and of the legacy ``function_call``; completions: ``prompt`` (a
+string or a list of strings) and ``suffix`` (text the model writes before, sent upstream like the
+prompt). System, user, assistant, tool and function messages are all scanned alike.
 """
 
 from __future__ import annotations
@@ -49,17 +50,24 @@ def _chat_slots(body: dict[str, Any]) -> list[TextSlot]:
             if isinstance(function, dict) and isinstance(function.get("arguments"), str):
                 slots.append(TextSlot(("messages", i, "tool_calls", k, "function", "arguments"),
                                       function["arguments"], role))
+        # The deprecated single-call form (OpenAI `functions` API) still reaches every backend.
+        legacy = message.get("function_call")
+        if isinstance(legacy, dict) and isinstance(legacy.get("arguments"), str):
+            slots.append(TextSlot(("messages", i, "function_call", "arguments"), legacy["arguments"], role))
     return slots
 
 
 def _completion_slots(body: dict[str, Any]) -> list[TextSlot]:
     prompt = body.get("prompt")
+    suffix = body.get("suffix")
+    # The suffix is sent upstream with the prompt, so it is scanned (and rewritten) like it.
+    tail = [TextSlot(("suffix",), suffix)] if isinstance(suffix, str) else []
     if isinstance(prompt, str):
-        return [TextSlot(("prompt",), prompt)]
+        return [TextSlot(("prompt",), prompt), *tail]
     if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
-        return [TextSlot(("prompt", j), p) for j, p in enumerate(prompt)]
+        return [*(TextSlot(("prompt", j), p) for j, p in enumerate(prompt)), *tail]
     if prompt is None:
-        return []
+        return tail
     # Token ids cannot be read by a text detector; forwarding them unscanned would not fail closed.
     raise GatewayRequestError("data protection is on for this gateway, and a `prompt` given as token ids "
                               "cannot be scanned: send the prompt as text", param="prompt")
