@@ -286,4 +286,8 @@ def _protection_checks(policy: Policy) -> list[tuple[Loc, str]]:
             model.model_validate(raw)
         except ValidationError as exc:
             out += [((*where, *error["loc"]), _pydantic_message(error)) for error in exc.errors()]
-    return out
+    # names that must refer to something (entity types, rules, classes, canaries): the same
+    # checks the gateway makes when it builds the hook, so `check` passes only what will start
+    from kvfence.gateway.protection.policy_checks import protection_policy_problems
+
+    return out + protection_policy_problems(policy)

@@ -272,3 +272,10 @@ def test_completions_suffix_and_legacy_function_call_are_scanned() -> None:
     assert out["messages"][1]["function_call"] == {"name": "lookup", "arguments": '{"email": "<EMAIL_1>"}'}
     assert out["messages"][2]["content"] == "carol is at <PHONE_1>"
     assert body["messages"][1]["function_call"]["arguments"] == '{"email": "carol@globex.io"}'  # input untouched
+
+
+def test_start_up_refuses_what_gateway_check_refuses() -> None:
+    # the hook runs the same name checks as `kvfence gateway check` (policy_checks.py)
+    with pytest.raises(ConfigError, match=r"disabled_rules\.0: 'ipv7' is neither a rule nor an entity type"):
+        make_hook(make_policy({"disabled_rules": ["ipv7"]}))
+    make_hook(make_policy({"disabled_rules": ["ipv6", "EMAIL_ADDRESS"]}))

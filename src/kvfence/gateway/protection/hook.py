@@ -35,6 +35,7 @@ from kvfence.gateway.protection.leak_index import InMemoryIndex
 from kvfence.gateway.protection.messages import set_texts, text_slots
 from kvfence.gateway.protection.metrics import ProtectionMetrics
 from kvfence.gateway.protection.pii_rules import PII_ENTITIES, RESTRICTED_PII
+from kvfence.gateway.protection.policy_checks import protection_policy_problems
 from kvfence.gateway.protection.pseudonymise import Pseudonymiser
 from kvfence.gateway.protection.secret_rules import SECRET_ENTITIES
 from kvfence.gateway.protection.topics import TOPICS, detect_topics
@@ -92,6 +93,10 @@ class ProtectionHook:
             raise ConfigError(f"gateway.protection.raise_on_topics: unknown topics or data classes: {', '.join(bad)}; "
                               f"topics: {', '.join(sorted(TOPICS))}")
         self._topic_classes = topics
+        # the rest of what `kvfence gateway check` reports (disabled rules, canaries)
+        problems = protection_policy_problems(policy)
+        if problems:
+            raise ConfigError("; ".join(".".join(str(p) for p in loc) + f": {message}" for loc, message in problems))
         self._states: dict[int, RequestState] = {}
         self._record_inline = monitor is not None and isinstance(monitor.index, InMemoryIndex)
 
