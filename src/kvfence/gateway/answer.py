@@ -35,8 +35,8 @@ from kvfence.gateway.trace import RequestTrace
 from kvfence.gateway.upstream import UpstreamResponse
 from kvfence.gateway.usage import StreamUsage, answer_completion_tokens
 
-__all__ = ["OVERHEAD_HEADER", "OwnedStream", "charge_completion", "json_error", "stream_response",
-           "whole_response"]
+__all__ = ["OVERHEAD_HEADER", "OwnedStream", "charge_completion", "json_error", "openai_error_body",
+           "stream_response", "whole_response"]
 
 log = logging.getLogger("kvfence.gateway")
 
@@ -129,6 +129,10 @@ async def whole_response(runtime: GatewayRuntime, ctx: RequestContext, upstream:
         filters.filter_completion(answer)  # may raise LeakSuspected: the answer is withheld
         raw = json.dumps(answer, ensure_ascii=False).encode()
         content_type = "application/json"
+    elif status >= 400:
+        error_body = openai_error_body(raw, status, trace.backend or "-")
+        if error_body is not None:
+            raw, content_type = error_body, "application/json"
     trace.overhead_s += time.perf_counter() - after_upstream
     outcome = "ok" if status < 400 else "upstream_error"
     runtime.metrics.overhead.observe(trace.overhead_s)
@@ -138,6 +142,37 @@ async def whole_response(runtime: GatewayRuntime, ctx: RequestContext, upstream:
               or k.lower().startswith("x-ratelimit-")}
     return Response(raw, status_code=status, media_type=None,
                     headers={**passed, "content-type": content_type, **_response_headers(trace, trace.overhead_s)})
+
+
+def openai_error_body(raw: bytes, status: int, backend: str) -> bytes | None:
+    """An upstream error body in OpenAI's shape ``{"error": {...}}``, or None when it already is.
+
+    Backends answer errors in other shapes: vLLM's and SGLang's ``{"object": "error", "message"}``,
+    a framework's ``{"detail": ...}``, a proxy's HTML page. OpenAI clients read ``error.message``;
+    anything else reaches the caller as an error without a reason. The upstream's own text is kept
+    only when it came as a JSON message (an HTML page is not passed on: it is not for the caller).
+    """
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+        return None
+    message: Any = None
+    error_type, code, param = "upstream_error", None, None
+    if isinstance(parsed, dict):
+        message = parsed.get("message") if parsed.get("message") is not None else parsed.get("detail")
+        if isinstance(parsed.get("error"), str):
+            message = parsed["error"]
+        error_type = parsed.get("type") if isinstance(parsed.get("type"), str) else error_type
+        code, param = parsed.get("code"), parsed.get("param")
+    if message is None or not isinstance(message, str | list | dict):
+        message = f"backend {backend} answered HTTP {status} without an error message in OpenAI's format"
+    elif not isinstance(message, str):
+        message = json.dumps(message, ensure_ascii=False)
+    body = {"error": {"message": message, "type": error_type, "param": param if isinstance(param, str) else None,
+                      "code": code if isinstance(code, str | int) else None}}
+    return json.dumps(body, ensure_ascii=False).encode()
 
 
 @dataclass
