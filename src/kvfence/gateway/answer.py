@@ -159,7 +159,9 @@ def openai_error_body(raw: bytes, status: int, backend: str) -> bytes | None:
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
         return None
     message: Any = None
-    error_type, code, param = "upstream_error", None, None
+    error_type: Any = "upstream_error"
+    code: Any = None
+    param: Any = None
     if isinstance(parsed, dict):
         message = parsed.get("message") if parsed.get("message") is not None else parsed.get("detail")
         if isinstance(parsed.get("error"), str):
