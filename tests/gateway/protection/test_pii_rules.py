@@ -19,6 +19,9 @@ def found(text: str) -> set[tuple[str, str]]:
 
 POSITIVES = [
     ("Write to maria.lopez+billing@northwind-traders.co.uk today", "EMAIL_ADDRESS", "maria.lopez+billing@northwind-traders.co.uk"),
+    # an apostrophe is legal inside a local part (RFC 5322) and common in names: the whole address goes
+    ("mail sean.o'neill@mail.corp.example.org or 'ann@acme.io'", "EMAIL_ADDRESS", "sean.o'neill@mail.corp.example.org"),
+    ("mail sean.o'neill@mail.corp.example.org or 'ann@acme.io'", "EMAIL_ADDRESS", "ann@acme.io"),
     ("call (415) 555-0132 after 5pm", "PHONE_NUMBER", "(415) 555-0132"),
     ("my cell is 212.555.0199", "PHONE_NUMBER", "212.555.0199"),
     ("call me at 123-456-7890 tonight", "PHONE_NUMBER", "123-456-7890"),
