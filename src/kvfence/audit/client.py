@@ -56,6 +56,7 @@ class EndpointClient:
         self.api: Api = target.api
         self.model: str | None = target.model
         self._listed: list[str] = []  # the model ids /v1/models gave, for error messages
+        self._models_problem: str | None = None  # why /v1/models gave no list (not just an empty one)
         self._token_field = "max_tokens"  # or max_completion_tokens, for models that refuse max_tokens
         self._send_temperature = True  # False for models that take only their default temperature
         self._http = httpx.AsyncClient(
@@ -94,10 +95,12 @@ class EndpointClient:
                 status_code=response.status_code,
             )
         if response.status_code != 200:
+            self._models_problem = f"answered HTTP {response.status_code}"
             return []
         try:
             data = response.json().get("data", [])
         except (ValueError, AttributeError):
+            self._models_problem = "answered something that is not an OpenAI model list"
             return []
         return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
 
@@ -112,6 +115,10 @@ class EndpointClient:
         models = await self.models()
         ids = [str(m["id"]) for m in models if m.get("id")]
         if not ids:
+            problem = self._models_problem
+            if problem:  # not an empty list: most likely not an OpenAI-compatible API at this URL
+                raise AuditCannotRun(f"{self.target.base_url}/v1/models {problem}: is this an OpenAI-compatible "
+                                     "endpoint (check --endpoint)? If it has no model list, pass --model NAME")
             raise AuditCannotRun(f"{self.target.base_url}/v1/models lists no model; pass --model NAME")
         self.model = next((i for i in ids if not _NOT_TEXT_MODEL.search(i)), ids[0])
         self._listed = ids
@@ -129,7 +136,8 @@ class EndpointClient:
                 self.api = api
                 return api
             last = reply
-        detail = last.error or last.transport_error or last.body[:200] if last else "no answer"
+        detail = (f"HTTP {last.status}: {last.error or last.transport_error or last.body[:200]}"
+                  if last else "no answer")
         others = [i for i in self._listed if i != self.model][:8]
         hint = f"; pass --model NAME (the endpoint also lists: {', '.join(others)})" if others else ""
         raise AuditCannotRun(
@@ -315,12 +323,19 @@ def _absorb(reply: Reply, data: Any) -> None:
             reply.completion_tokens = usage["completion_tokens"]
 
 
+_HTML_TITLE = re.compile(r"<(?:title|h1)[^>]*>(.*?)</(?:title|h1)>", re.IGNORECASE | re.DOTALL)
+
+
 def _error_message(body: str) -> str | None:
     """The ``error.message`` of an OpenAI-style error body, or a short plain-text body."""
     try:
         data = json.loads(body)
     except ValueError:
         text = body.strip()
+        if text[:1] == "<":  # an HTML error page (a proxy, a web server): its title, not its markup
+            title = _HTML_TITLE.search(text)
+            heading = re.sub(r"\s+", " ", title.group(1)).strip() if title else ""
+            return f"an HTML page, not an API error ({heading[:200]})" if heading else "an HTML page, not an API error"
         return text[:500] if text else None
     if isinstance(data, dict):
         error = data.get("error", data.get("detail", data.get("message")))
