@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kvfence.audit.admission import plan_probes
 from kvfence.audit.advisories import Fingerprint, MatchState, match_advisories, parse_version
-from kvfence.audit.fingerprint import identify
+from kvfence.audit.fingerprint import GATEWAYS, identify
 from kvfence.audit.prompts import TokenModel, make_canary, random_units, spaced
 from kvfence.audit.scan import SecretIndex
 from kvfence.audit.sharing_policy import AllowedSharing, Level, LevelOutcome, decide
@@ -144,3 +144,13 @@ def test_combined_exit_code() -> None:
     assert combined_exit_code([Verdict.PASS, Verdict.PASS]) == 0
     assert combined_exit_code([Verdict.PASS, Verdict.INCONCLUSIVE]) == 2
     assert combined_exit_code([Verdict.ERROR, Verdict.FINDING]) == 1
+
+
+def test_a_gateway_is_not_taken_for_the_engine_behind_it() -> None:
+    # kvfence's own gateway: its /v1/models owner and its metrics, not kvfence serve's
+    fp = identify({"models.owned_by": ["kvfence-gateway"],
+                   "metrics.names": ["kvfence_gateway_backend_up", "kvfence_gateway_in_flight"], "headers": {}})
+    assert fp.engine == "kvfence-gateway" and fp.engine in GATEWAYS
+    assert identify({"headers": {"x-litellm-version": "1.52.0"}}).engine == "litellm"
+    # kvfence serve itself is still an engine
+    assert identify({"models.owned_by": ["kvfence"], "metrics.names": ["kvfence_kv_pages_free"]}).engine == "kvfence"

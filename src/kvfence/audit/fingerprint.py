@@ -16,13 +16,19 @@ from kvfence.audit.client import EndpointClient
 from kvfence.audit.errors import AuditCannotRun, EndpointRejected
 from kvfence.audit.verdict import CheckResult, Evidence, Verdict
 
-__all__ = ["collect_fingerprint", "identify", "run_engine"]
+__all__ = ["GATEWAYS", "collect_fingerprint", "identify", "run_engine"]
 
 _METRIC_NAME = re.compile(r"^(?:# (?:HELP|TYPE) )?([a-zA-Z_:][a-zA-Z0-9_:]*)", re.MULTILINE)
 # metric-name prefix -> engine
-_METRIC_PREFIXES = {"vllm:": "vllm", "sglang:": "sglang", "tgi_": "tgi", "kvfence_": "kvfence", "kvfence:": "kvfence"}
-_ENGINE_WORDS = ("vllm", "sglang", "kvfence", "tgi", "text-generation", "lmdeploy", "tensorrt", "triton",
-                 "llama.cpp", "ollama", "litellm")
+# (first match wins: the gateway's own metrics before the engine's)
+_METRIC_PREFIXES = {"kvfence_gateway_": "kvfence-gateway", "vllm:": "vllm", "sglang:": "sglang", "tgi_": "tgi",
+                    "kvfence_": "kvfence", "kvfence:": "kvfence"}
+_ENGINE_WORDS = ("kvfence-gateway", "litellm", "vllm", "sglang", "kvfence", "tgi", "text-generation", "lmdeploy",
+                 "tensorrt", "triton", "llama.cpp", "ollama")
+# Proxies in front of engines: what they say about themselves is not the engine behind them, which
+# stays invisible from outside (their own headers and metrics hide it), so no advisory can be ruled out.
+GATEWAYS = frozenset({"kvfence-gateway", "litellm"})
+_HEADER_ENGINES = {"x-kvfence-version": "kvfence", "x-litellm-version": "litellm"}
 _HEADERS = ("server", "x-powered-by", "x-kvfence-version", "x-engine", "via", "openai-version",
             "x-litellm-version", "x-request-id")
 
@@ -72,7 +78,7 @@ def identify(raw: dict[str, Any]) -> Fingerprint:
                 fp.evidence.append(("/metrics", name))
                 break
     for header, value in raw.get("headers", {}).items():
-        engine = _engine_in(value) or ("kvfence" if header == "x-kvfence-version" else None)
+        engine = _engine_in(value) or _HEADER_ENGINES.get(header)
         if engine:
             votes[engine] += 2
             fp.evidence.append((f"header {header}", value))
@@ -176,6 +182,11 @@ async def run_engine(client: EndpointClient) -> CheckResult:
         result.verdict = Verdict.INCONCLUSIVE
         result.summary = ("could not identify the serving engine from headers, /version, /get_server_info, "
                           "/metrics or /v1/models; ask the provider (see the questionnaire)")
+    elif fingerprint.engine in GATEWAYS:
+        result.verdict = Verdict.INCONCLUSIVE
+        result.summary = (f"the endpoint is a gateway ({fingerprint.engine}); the engine behind it is not visible "
+                          "from outside: audit its backends directly, or ask its operator which engine and version "
+                          "each one runs (see the questionnaire)")
     elif serious:
         result.verdict = Verdict.INCONCLUSIVE
         result.summary = (f"{name}: possibly affected by {', '.join(m.advisory.id for m in serious)} "
