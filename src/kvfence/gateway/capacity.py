@@ -2,8 +2,8 @@
 
 The incident behind this project was a backend advertising 1,048,576 tokens of context on a KV pool
 of 681,280. The gateway therefore asks each backend (kvfence's capacity endpoint; vLLM's
-``vllm:cache_config_info`` metric, num_gpu_blocks x block_size, and ``max_model_len`` from
-``/v1/models``), falls back to the policy's vendor facts, flags a backend that advertises more than
+``vllm:cache_config_info`` metric, num_gpu_blocks x block_size; SGLang's ``/get_server_info``
+``max_total_num_tokens``; and ``max_model_len`` from ``/v1/models``), falls back to the policy's vendor facts, flags a backend that advertises more than
 it holds, and caps requests to what it holds.
 """
 
@@ -25,6 +25,7 @@ __all__ = [
     "parse_kvfence_capacity",
     "parse_model_ids",
     "parse_models_max_len",
+    "parse_sglang_server_info",
     "parse_vllm_cache_config",
 ]
 
@@ -75,6 +76,22 @@ def parse_vllm_cache_config(metrics_text: str) -> int | None:
         if blocks > 0 and block_size > 0:
             return blocks * block_size
     return None
+
+
+def parse_sglang_server_info(payload: Any) -> int | None:
+    """Tokens of KV capacity from SGLang's ``/get_server_info``: ``max_total_num_tokens``, at the top
+    (older releases) or per scheduler in ``internal_states`` (newer ones; the smallest pool counts,
+    since any one of them may get the request)."""
+    if not isinstance(payload, dict):
+        return None
+    holders = [payload]
+    states = payload.get("internal_states")
+    if isinstance(states, list):
+        holders += [s for s in states if isinstance(s, dict)]
+    values = [h["max_total_num_tokens"] for h in holders
+              if isinstance(h.get("max_total_num_tokens"), int) and not isinstance(h.get("max_total_num_tokens"), bool)
+              and h["max_total_num_tokens"] > 0]
+    return min(values) if values else None
 
 
 def parse_models_max_len(payload: Any, model: str | None = None) -> int | None:
@@ -160,6 +177,15 @@ async def discover_capacity(
             capacity = parse_vllm_cache_config(response.text)
             if capacity is not None:
                 sources.append("vllm:cache_config_info")
+    if capacity is None and mode in (CapacitySource.AUTO, CapacitySource.SGLANG):
+        response = await _get(client, root + "/get_server_info", headers)
+        if response is not None:
+            try:
+                capacity = parse_sglang_server_info(response.json())
+            except ValueError:
+                capacity = None
+            if capacity is not None:
+                sources.append("sglang /get_server_info")
     model_ids: tuple[str, ...] = ()
     response = await _get(client, backend.base_url + "/models", headers)
     if response is not None:

@@ -70,9 +70,10 @@ def scope_width(scope: CacheScope) -> int:
 class CapacitySource(enum.StrEnum):
     """Where the gateway learns a backend's real KV capacity."""
 
-    AUTO = "auto"        # try kvfence's capacity endpoint, then vLLM's metrics, then the policy
+    AUTO = "auto"        # try kvfence's capacity endpoint, vLLM's metrics, SGLang's server info, then the policy
     KVFENCE = "kvfence"
     VLLM = "vllm"
+    SGLANG = "sglang"    # /get_server_info max_total_num_tokens
     POLICY = "policy"    # trust the vendor facts in this file only
 
 
