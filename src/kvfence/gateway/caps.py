@@ -22,22 +22,31 @@ from kvfence.gateway.policy import OverCapAction, OverCapConfig
 from kvfence.gateway.tokens import TokenCounter
 from kvfence.gateway.trim import trim_to_fit
 
-__all__ = ["CapResult", "completion_budget", "count_prompt", "enforce_cap", "num_sequences", "prompt_sizes"]
+__all__ = ["CapResult", "completion_budget", "count_prompt", "enforce_cap", "num_sequences", "prompt_sizes",
+           "tool_schemas"]
 
 
 def prompt_sizes(counter: TokenCounter, endpoint: str, body: dict[str, Any]) -> list[int]:
     """Prompt tokens of each prompt of a chat or completions body (several for a completions batch)."""
     if endpoint == "chat":
-        return [counter.count_chat(body.get("messages") or [], body.get("tools"))]
+        return [counter.count_chat(body.get("messages") or [], tool_schemas(body))]
     prompt = body.get("prompt", "")
+    # the suffix goes to the model with every prompt of the batch
+    suffix = counter.count_text(body["suffix"]) if isinstance(body.get("suffix"), str) else 0
     if isinstance(prompt, str):
-        return [counter.count_text(prompt)]
+        return [counter.count_text(prompt) + suffix]
     if isinstance(prompt, list):
         if all(isinstance(t, int) for t in prompt):
-            return [len(prompt)]
-        return [len(p) if isinstance(p, list) else counter.count_text(str(p)) for p in prompt]
+            return [len(prompt) + suffix]
+        return [(len(p) if isinstance(p, list) else counter.count_text(str(p))) + suffix for p in prompt]
     raise GatewayRequestError("`prompt` must be a string, a list of strings or a list of token ids",
                               param="prompt")
+
+
+def tool_schemas(body: dict[str, Any]) -> list[Any] | None:
+    """The function definitions a chat request sends: ``tools``, and the deprecated ``functions``."""
+    schemas = [item for key in ("tools", "functions") if isinstance(body.get(key), list) for item in body[key]]
+    return schemas or None
 
 
 def count_prompt(counter: TokenCounter, endpoint: str, body: dict[str, Any]) -> int:
@@ -128,7 +137,7 @@ def enforce_cap(
     cut = 0
     if over_cap.action is OverCapAction.TRIM and endpoint == "chat":
         result = trim_to_fit(body.get("messages") or [], over_cap,
-                             lambda msgs: counter.count_chat(msgs, body.get("tools")), limit)
+                             lambda msgs: counter.count_chat(msgs, tool_schemas(body)), limit)
         if result.tokens_after <= limit:
             body["messages"] = result.messages
             return CapResult(result.tokens_after, prompt_limit, context_limit, result.tokens_cut,

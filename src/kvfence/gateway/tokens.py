@@ -36,6 +36,13 @@ def media_parts(content: Any) -> int:
     return sum(1 for part in content if isinstance(part, dict) and part.get("type") not in (None, "text"))
 
 
+def message_calls(message: dict[str, Any]) -> str:
+    """The calls an assistant message makes, as the text the backend is sent: ``tool_calls`` and the
+    deprecated single ``function_call`` (both reach the model; an uncounted one is a way past the cap)."""
+    calls = [message[key] for key in ("tool_calls", "function_call") if message.get(key)]
+    return json.dumps(calls) if calls else ""
+
+
 def message_text(content: Any) -> str:
     """The text of a chat message's ``content``: a string, or the text parts of a list of parts."""
     if content is None:
@@ -76,8 +83,9 @@ class ApproximateCounter:
             content = message.get("content")
             total += PER_MESSAGE_OVERHEAD + self.count_text(message_text(content))
             total += PER_MEDIA_PART * media_parts(content)
-            if message.get("tool_calls"):
-                total += self.count_text(json.dumps(message["tool_calls"]))
+            calls = message_calls(message)
+            if calls:
+                total += self.count_text(calls)
         if tools:
             total += self.count_text(json.dumps(tools))
         return total
@@ -141,9 +149,12 @@ class TokenizerCounter:
                 pass
         total = PER_REQUEST_OVERHEAD
         for message in messages:
-            total += PER_MESSAGE_OVERHEAD + self.count_text(message_text(message.get("content")))
-            if message.get("tool_calls"):
-                total += self.count_text(json.dumps(message["tool_calls"]))
+            content = message.get("content")
+            total += PER_MESSAGE_OVERHEAD + self.count_text(message_text(content))
+            total += PER_MEDIA_PART * media_parts(content)
+            calls = message_calls(message)
+            if calls:
+                total += self.count_text(calls)
         if tools:
             total += self.count_text(json.dumps(tools))
         return total
