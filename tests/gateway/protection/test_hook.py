@@ -279,3 +279,19 @@ def test_start_up_refuses_what_gateway_check_refuses() -> None:
     with pytest.raises(ConfigError, match=r"disabled_rules\.0: 'ipv7' is neither a rule nor an entity type"):
         make_hook(make_policy({"disabled_rules": ["ipv7"]}))
     make_hook(make_policy({"disabled_rules": ["ipv6", "EMAIL_ADDRESS"]}))
+
+
+def test_canary_goes_into_the_callers_system_message_whatever_its_shape() -> None:
+    # One system message, first: chat templates (Llama, Mistral...) refuse a second one.
+    hook, _ = make_hook(make_policy({"leak": {"canaries": True}}))
+    parts = [{"type": "text", "text": "Be brief."}]
+    out = run(hook.on_request(ctx("acme"), {"model": "m", "messages": [{"role": "system", "content": parts},
+                                                                       {"role": "user", "content": "hi"}]}))
+    assert [m["role"] for m in out["messages"]] == ["system", "user"]
+    system = out["messages"][0]["content"]
+    assert system[0] == parts[0] and "kvfc-" in system[1]["text"] and system[1]["type"] == "text"
+    out = run(hook.on_request(ctx("acme"), {"model": "m", "messages": [{"role": "developer", "content": "Be brief."},
+                                                                       {"role": "user", "content": "hi"}]}))
+    assert [m["role"] for m in out["messages"]] == ["developer", "user"] and "kvfc-" in out["messages"][0]["content"]
+    out = run(hook.on_request(ctx("acme"), chat("hi")))
+    assert [m["role"] for m in out["messages"]] == ["system", "user"]
