@@ -154,3 +154,14 @@ def test_a_gateway_is_not_taken_for_the_engine_behind_it() -> None:
     assert identify({"headers": {"x-litellm-version": "1.52.0"}}).engine == "litellm"
     # kvfence serve itself is still an engine
     assert identify({"models.owned_by": ["kvfence"], "metrics.names": ["kvfence_kv_pages_free"]}).engine == "kvfence"
+
+
+def test_a_version_in_a_server_header_decides_when_nothing_better_says() -> None:
+    fp = identify({"headers": {"server": "vllm/0.8.4"}})
+    assert (fp.engine, fp.version) == ("vllm", "0.8.4")
+    fp = identify({"headers": {"x-engine": "SGLang 0.4.6.post1"}, "models.owned_by": ["sglang"]})
+    assert (fp.engine, fp.version) == ("sglang", "0.4.6.post1")
+    # /version is more specific than a header and wins
+    fp = identify({"headers": {"server": "vllm/0.8.4"}, "/version": {"version": "0.10.1"}})
+    assert fp.version == "0.10.1"
+    assert identify({"headers": {"server": "uvicorn"}, "models.owned_by": ["vllm"]}).version is None

@@ -28,6 +28,9 @@ _ENGINE_WORDS = ("kvfence-gateway", "litellm", "vllm", "sglang", "kvfence", "tgi
 # Proxies in front of engines: what they say about themselves is not the engine behind them, which
 # stays invisible from outside (their own headers and metrics hide it), so no advisory can be ruled out.
 GATEWAYS = frozenset({"kvfence-gateway", "litellm"})
+# "vllm/0.8.4", "SGLang 0.4.6.post1", "kvfence v0.1.0": an engine word, then its version
+_HEADER_VERSION = re.compile(r"(?i)(?:vllm|sglang|kvfence|tgi|text-generation-inference|lmdeploy)[/ _-]v?"
+                             r"(\d+\.\d+(?:\.\d+)?(?:[.+-]?[0-9A-Za-z]+)*)")
 _HEADER_ENGINES = {"x-kvfence-version": "kvfence", "x-litellm-version": "litellm"}
 _HEADERS = ("server", "x-powered-by", "x-kvfence-version", "x-engine", "via", "openai-version",
             "x-litellm-version", "x-request-id")
@@ -66,6 +69,7 @@ def identify(raw: dict[str, Any]) -> Fingerprint:
     """Vote for an engine from every clue (pure); the version comes from the most specific source."""
     votes: Counter[str] = Counter()
     fp = Fingerprint()
+    header_version: str | None = None
     for owner in raw.get("models.owned_by", []):
         engine = _engine_in(owner)
         if engine:
@@ -82,6 +86,9 @@ def identify(raw: dict[str, Any]) -> Fingerprint:
         if engine:
             votes[engine] += 2
             fp.evidence.append((f"header {header}", value))
+            version = _HEADER_VERSION.search(value)
+            if version and header_version is None and engine not in GATEWAYS:
+                header_version = version.group(1)
     server_info = raw.get("/get_server_info") or raw.get("/server_info")
     if isinstance(server_info, dict):
         if any(k in server_info for k in ("disaggregation_mode", "tp_size", "mem_fraction_static")):
@@ -111,6 +118,8 @@ def identify(raw: dict[str, Any]) -> Fingerprint:
         fp.features.add("cache_salt")
     if votes:
         fp.engine = votes.most_common(1)[0][0]
+    if fp.version is None and header_version is not None:
+        fp.version = header_version  # "Server: vllm/0.8.4": the least specific source, used last
     return fp
 
 
