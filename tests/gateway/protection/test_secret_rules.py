@@ -49,6 +49,14 @@ CASES: dict[str, tuple[str, str, str]] = {
     "stripe_key": (
         "STRIPE_SECRET_KEY=sk_live_51Hq8Zr2LmXv4Tb9Nc1Wy6Kd3Pf", "sk_live_51Hq8Zr2LmXv4Tb9Nc1Wy6Kd3Pf",
         "publishable key pk_live_51Hq8Zr2LmXv4Tb9Nc1Wy6Kd3Pf is public"),
+    "azure_key": (
+        "DefaultEndpointsProtocol=https;AccountName=acmelogs;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFs"
+        "uFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;EndpointSuffix=core.windows.net",
+        "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==",
+        "DefaultEndpointsProtocol=https;AccountName=acmelogs;AccountKey=<storage-account-key>;"),
+    "telegram_bot_token": (
+        "bot = Bot('5432109876:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw7')", "5432109876:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw7",
+        "at 12:30:45 the job 1234567890:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA finished"),
     "google_api_key": (
         "maps?key=AIzaSyD4x9Q2mZ7LbR1cV8nW3kJ6hY0pD5sGaQe", "AIzaSyD4x9Q2mZ7LbR1cV8nW3kJ6hY0pD5sGaQe",
         "AIza is the prefix of Google keys"),
@@ -153,3 +161,11 @@ def test_quoted_values_keep_their_spaces() -> None:
                                     "sk_live_xxxxxxxxxxxxxxxxxxxxxxxx"])
 def test_filler_tokens_from_documentation_are_not_secrets(filler: str) -> None:
     assert RuleSet(SECRET_RULES).scan(f"token: {filler}") == []
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("REDIS_URL=redis://:s3cretRedisPw@10.1.2.3:6379/0", "s3cretRedisPw"),  # a password without a user name
+    ("STRIPE_WEBHOOK_SECRET=whsec_9fT2xQ7mZ4LbR1cV8nW3kJ6hY0pD5sGa", "whsec_9fT2xQ7mZ4LbR1cV8nW3kJ6hY0pD5sGa"),
+])
+def test_more_secret_shapes(text: str, secret: str) -> None:
+    assert secret in {text[f.start:f.end] for f in RuleSet(SECRET_RULES).scan(text)}

@@ -132,8 +132,16 @@ SECRET_RULES: list[Rule] = [
          re.compile(r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+-]{20,}"),
          score=1.0, hints=("hooks.slack.com",)),
     Rule("stripe_key", "STRIPE_KEY", _SECRET,
-         re.compile(r"(?<![\w])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{20,247}(?![\w])"),
-         score=1.0, hints=("_live_", "_test_"), validate=_varied),
+         # secret and restricted keys, and webhook signing secrets (whsec_)
+         re.compile(r"(?<![\w])(?:(?:sk|rk)_(?:live|test)_|whsec_)[A-Za-z0-9]{20,247}(?![\w])"),
+         score=1.0, hints=("_live_", "_test_", "whsec_"), validate=_varied),
+    Rule("azure_key", "AZURE_KEY", _SECRET,
+         # storage / service bus / event hub connection strings: "...;AccountKey=<base64>;..."
+         re.compile(r"(?<![a-z])(?:accountkey|sharedaccesskey)\s*=\s*(?P<value>[a-z0-9+/]{20,}={0,2})"),
+         score=1.0, group="value", hints=("accountkey", "sharedaccesskey"), validate=_varied, on_lowered=True),
+    Rule("telegram_bot_token", "TELEGRAM_BOT_TOKEN", _SECRET,
+         re.compile(r"(?<![\w:])\d{8,10}:AA[A-Za-z0-9_-]{32,33}(?![\w-])"),
+         score=1.0, hints=(":aa",), validate=lambda s: _varied(s.partition(":")[2][2:])),
     Rule("google_api_key", "GOOGLE_API_KEY", _SECRET,
          re.compile(r"(?<![\w-])AIza[0-9A-Za-z_-]{35}(?![\w-])"),
          score=1.0, hints=("aiza",), validate=_varied),
@@ -150,7 +158,7 @@ SECRET_RULES: list[Rule] = [
          re.compile(r"(?<![\w-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}(?![\w-])"),
          score=1.0, hints=("eyj",), validate=v.jwt_ok),
     Rule("url_password", "CONNECTION_PASSWORD", _SECRET,
-         re.compile(r"\b[a-z][a-z0-9+.-]{1,20}://[^\s:/@'\"]{1,64}:(?P<value>[^\s@/'\"]{1,128})@[\w.-]+"),
+         re.compile(r"\b[a-z][a-z0-9+.-]{1,20}://[^\s:/@'\"]{0,64}:(?P<value>[^\s@/'\"]{1,128})@[\w.-]+"),
          score=1.0, group="value", hints=("://",), validate=lambda s: not is_placeholder_value(s) and len(s) >= 3),
     Rule("dsn_password", "CONNECTION_PASSWORD", _SECRET,
          # ADO/ODBC/JDBC key=value strings: "...;Password=xyz;" - a ';' before or after marks the style.
