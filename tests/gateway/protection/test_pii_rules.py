@@ -22,6 +22,8 @@ POSITIVES = [
     # an apostrophe is legal inside a local part (RFC 5322) and common in names: the whole address goes
     ("mail sean.o'neill@mail.corp.example.org or 'ann@acme.io'", "EMAIL_ADDRESS", "sean.o'neill@mail.corp.example.org"),
     ("mail sean.o'neill@mail.corp.example.org or 'ann@acme.io'", "EMAIL_ADDRESS", "ann@acme.io"),
+    ("mi correo es josé.garcía@correo.es", "EMAIL_ADDRESS", "josé.garcía@correo.es"),
+    ("Bestellung an info@bücher-müller.de senden", "EMAIL_ADDRESS", "info@bücher-müller.de"),
     ("call (415) 555-0132 after 5pm", "PHONE_NUMBER", "(415) 555-0132"),
     ("my cell is 212.555.0199", "PHONE_NUMBER", "212.555.0199"),
     ("call me at 123-456-7890 tonight", "PHONE_NUMBER", "123-456-7890"),

@@ -87,8 +87,9 @@ def _is_placeholder_email(value: str) -> bool:
 
 PII_RULES: list[Rule] = [
     Rule("email", "EMAIL_ADDRESS", _PII,
-         re.compile(r"(?<![\w.+%-])[A-Za-z0-9](?:[A-Za-z0-9._%+'-]{0,62}[A-Za-z0-9_%+-])?"
-                    r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"),
+         # letters are Unicode ones (RFC 6531/IDN: josé.garcía@correo.es, info@bücher.de)
+         re.compile(r"(?<![\w.+%-])[^\W_](?:[\w.%+'-]{0,62}[\w%+-])?"
+                    r"@(?:[^\W_](?:[\w-]{0,61}[^\W_])?\.)+[^\W\d_]{2,24}(?![\w-])"),
          score=1.0, hints=("@",), reject_value=_is_placeholder_email, anchor=_AT,
          reject_before=_MESSAGE_ID_BEFORE),
     Rule("phone_nanp", "PHONE_NUMBER", _PII,
