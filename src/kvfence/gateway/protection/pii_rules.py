@@ -38,7 +38,10 @@ _HEX_COLON = Anchor(re.compile(r"[0-9A-Fa-f]{0,4}::?[0-9A-Fa-f]{1,4}:"), before=
 # Message-IDs look like addresses (<id@host>) but name a message, not a person.
 _MESSAGE_ID_BEFORE = re.compile(r"(?:message-id|in-reply-to|references|content-id)\s*:\s*<?$")
 
-_CARD_PREFIX = re.compile(r"^(?:4|5[1-5]|2[2-7]|3[47]|3[068]|35|6011|64[4-9]|65|62|8[0-9])")
+# Visa, Mastercard, Amex, Diners, JCB, Discover, UnionPay, UATP-like 8x, Maestro (its own IINs only:
+# a whole 5x/6x range would take many Luhn-valid order numbers for cards)
+_CARD_PREFIX = re.compile(r"^(?:4|5[1-5]|2[2-7]|3[47]|3[068]|35|6011|64[4-9]|65|62|8[0-9]"
+                          r"|5018|5020|5038|5893|6304|6759|676[1-3])")
 
 
 def _card_ok(value: str) -> bool:
