@@ -81,3 +81,9 @@ def test_names_that_refer_to_nothing_are_refused_with_their_line(protection: str
 def test_same_canary_inside_one_tenant_unit_is_fine() -> None:
     text = policy_text(ca='["ACME-CANARY-7731"]').replace("organization: globex", "organization: acme")
     parse_policy(text.replace('canaries: []', 'canaries: ["ACME-CANARY-7731"]'))
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000", "http://127.0.0.1:8000/"])
+def test_a_backend_url_without_a_path_is_refused(url: str) -> None:
+    message = error(policy_text().replace("http://127.0.0.1:8000/v1", url))
+    assert "p.yaml:10:" in message and "backends[0].url" in message and "http://127.0.0.1:8000/v1" in message

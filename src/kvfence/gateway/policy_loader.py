@@ -237,6 +237,12 @@ def _cross_checks(policy: Policy, base_dir: Path | None) -> list[tuple[Loc, str]
 
     for i, backend in enumerate(policy.backends):
         where: Loc = ("backends", i)
+        if backend.url.path in (None, "", "/"):
+            # Requests go to url + /chat/completions; every OpenAI-compatible server we know of (vLLM,
+            # SGLang, kvfence, OpenAI itself) serves them under /v1, so a bare host is a 404 on each call.
+            out.append(((*where, "url"), f"{backend.base_url!r} has no path, so requests would go to "
+                                         f"{backend.base_url}/chat/completions: use {backend.base_url}/v1 "
+                                         "(or the API's own base path)"))
         if backend.facts.engine_version and not _VERSION.match(backend.facts.engine_version):
             out.append(((*where, "facts", "engine_version"),
                         f"{backend.facts.engine_version!r} is not a version like 0.8.5"))
