@@ -129,15 +129,26 @@ async def whole_response(runtime: GatewayRuntime, ctx: RequestContext, upstream:
         filters.filter_completion(answer)  # may raise LeakSuspected: the answer is withheld
         raw = json.dumps(answer, ensure_ascii=False).encode()
         content_type = "application/json"
+    elif status in (401, 403):
+        # The caller's gateway key is never forwarded: the backend refused the gateway's own upstream
+        # credential. Passed on as 401, a client would take its (valid) gateway key for the bad one.
+        log.error("backend %s refused the gateway's upstream credential (HTTP %d, request %s)",
+                  trace.backend, status, trace.request_id)
+        error = GatewayError(f"backend {trace.backend} refused the gateway's credential for it (HTTP {status}); "
+                             "this is the gateway's configuration, not your API key: tell its operator",
+                             code="upstream_auth_failed")
+        raw, content_type = json.dumps(error.to_body()).encode(), "application/json"
     elif status >= 400:
         error_body = openai_error_body(raw, status, trace.backend or "-")
         if error_body is not None:
             raw, content_type = error_body, "application/json"
     trace.overhead_s += time.perf_counter() - after_upstream
+    upstream_status, status = status, (502 if status in (401, 403) else status)
     outcome = "ok" if status < 400 else "upstream_error"
     runtime.metrics.overhead.observe(trace.overhead_s)
     runtime.metrics.count_request(ctx.endpoint, ctx.data_class, trace.backend or "-", status)
-    runtime.audit.record_decision(trace.decision(status, outcome, None if status < 400 else f"upstream HTTP {status}"))
+    runtime.audit.record_decision(trace.decision(status, outcome,
+                                                 None if status < 400 else f"upstream HTTP {upstream_status}"))
     passed = {k: v for k, v in upstream.headers.items() if k.lower() in _PASSED_HEADERS
               or k.lower().startswith("x-ratelimit-")}
     return Response(raw, status_code=status, media_type=None,
