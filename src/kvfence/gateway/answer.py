@@ -205,20 +205,25 @@ def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: Upst
 
     async def processed() -> AsyncIterator[bytes]:
         decoder = SSEDecoder()
+        progress = _StreamProgress()
         async for chunk in upstream.aiter_raw():
             started = time.perf_counter()
             out: list[bytes] = []
             for event in decoder.feed(chunk):
-                out.extend(_process_event(event, filters, usage))
+                out.extend(_process_event(event, filters, usage, progress))
             trace.overhead_s += time.perf_counter() - started
             if out:
                 yield b"".join(out)
         tail = decoder.rest()
-        out = list(_process_event(tail, filters, usage)) if tail.strip() else []
+        out = list(_process_event(tail, filters, usage, progress)) if tail.strip() else []
         if filters is not None:
             out.extend(encode_event(c) for c in filters.flush())
         if out:
             yield b"".join(out)
+        if not progress.ended:
+            # A body that ends by closing the connection (no length, no chunked framing) looks the
+            # same cut short as complete; only the stream's own end markers tell them apart.
+            raise _UnreadableStream("the stream ended without a finish_reason or [DONE]: the answer may be cut short")
 
     def ending(exc: Exception) -> bytes:
         """The last event of a stream that could not go on, and what the audit log says about it."""
@@ -266,11 +271,32 @@ def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: Upst
                          raw_headers=headers)
 
 
-def _process_event(event: bytes, filters: AnswerFilter | None, usage: StreamUsage | None) -> list[bytes]:
+@dataclass
+class _StreamProgress:
+    """Whether a decoded stream reached its end: ``[DONE]``, a finish_reason, or an error event."""
+
+    ended: bool = False
+
+    def observe(self, chunk: Any) -> None:
+        if not isinstance(chunk, dict):
+            return
+        if chunk.get("error") is not None or chunk.get("object") == "error":
+            self.ended = True  # the backend said why it stops: passed on as is
+            return
+        choices = chunk.get("choices")
+        if isinstance(choices, list) and any(isinstance(c, dict) and c.get("finish_reason") is not None
+                                             for c in choices):
+            self.ended = True
+
+
+def _process_event(event: bytes, filters: AnswerFilter | None, usage: StreamUsage | None,
+                   progress: _StreamProgress | None = None) -> list[bytes]:
     data = event_data(event)
     if data is None:
         return [event + b"\n\n"]  # comments / keep-alives pass through
     if data.strip() == "[DONE]":
+        if progress is not None:
+            progress.ended = True
         flushed = [encode_event(c) for c in filters.flush()] if filters is not None else []
         return [*flushed, encode_event("[DONE]")]
     try:
@@ -280,6 +306,8 @@ def _process_event(event: bytes, filters: AnswerFilter | None, usage: StreamUsag
             return [event + b"\n\n"]  # nothing to filter, nothing to count in it
         # An event we cannot read is an event we cannot filter: end the stream rather than pass it on.
         raise _UnreadableStream("the backend sent a stream event that is not JSON") from None
+    if progress is not None:
+        progress.observe(chunk)
     action = usage.observe(chunk) if usage is not None else "pass"
     if action == "drop":
         return []  # the usage chunk the gateway asked for, not the client
