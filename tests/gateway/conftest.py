@@ -18,6 +18,8 @@ from tests.netutil import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[2]
 KVFENCE = str(Path(sys.executable).parent / "kvfence")
+# This checkout's code first: in a git worktree the installed package may be another checkout's.
+CHILD_PYTHONPATH = os.pathsep.join([str(REPO / "src"), str(REPO)])
 
 
 class Process:
@@ -27,10 +29,10 @@ class Process:
         self.log_path = log_path
         if log_path is not None:
             with open(log_path, "wb") as out:  # the child keeps its own copy of the descriptor
-                self.proc = subprocess.Popen(argv, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+                self.proc = subprocess.Popen(argv, cwd=REPO, env={**os.environ, "PYTHONPATH": CHILD_PYTHONPATH, **(env or {})},
                                              stdout=out, stderr=out)
         else:
-            self.proc = subprocess.Popen(argv, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+            self.proc = subprocess.Popen(argv, cwd=REPO, env={**os.environ, "PYTHONPATH": CHILD_PYTHONPATH, **(env or {})},
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             self._wait(port, timeout=60)

@@ -84,8 +84,14 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
+def _no_constant(name: str) -> Any:
+    # NaN / Infinity / -Infinity are not JSON (RFC 8259); Python accepts them, most backends do not,
+    # and a NaN max_tokens or temperature would pass every numeric comparison of the caps unnoticed.
+    raise ValueError(f"{name} is not valid JSON")
+
+
 # One decoder for every request: ``json.loads(..., object_pairs_hook=...)`` would build a new one each time.
-_STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs)
+_STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_no_constant)
 
 
 def parse_forwardable(raw: bytes) -> tuple[Any, bool]:
@@ -96,7 +102,7 @@ def parse_forwardable(raw: bytes) -> tuple[Any, bool]:
     ``max_tokens`` or message ``content`` the gateway could cap one value while a backend generates
     from the other. A body with duplicates is therefore re-serialised from what the gateway parsed.
     Keys are compared decoded, so escaped spellings (``"max_tok\\u0065ns"``) count as the same key.
-    Raises ``ValueError`` for invalid JSON, as ``json.loads``.
+    Raises ``ValueError`` for invalid JSON, as ``json.loads``, and for ``NaN`` / ``Infinity``.
     """
     encoding = json.detect_encoding(raw)  # as json.loads does (UTF-8 with or without BOM, -16, -32)
     try:
@@ -106,7 +112,7 @@ def parse_forwardable(raw: bytes) -> tuple[Any, bool]:
     try:
         body = _STRICT_DECODER.decode(text)
     except _DuplicateKey:
-        return json.loads(text), False
+        return json.loads(text, parse_constant=_no_constant), False
     return body, encoding == "utf-8"  # other encodings (or a BOM) are re-serialised, not passed on
 
 

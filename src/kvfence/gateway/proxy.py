@@ -36,6 +36,7 @@ from kvfence.gateway.hang_up import CLIENT_GONE_STATUS, HangUpWatch
 from kvfence.gateway.hooks import RequestContext
 from kvfence.gateway.limits import LimitLease
 from kvfence.gateway.plans import UpstreamPlan, parse_forwardable, with_cache_salt
+from kvfence.gateway.request_shape import check_request_shape
 from kvfence.gateway.runtime import BackendState, GatewayRuntime
 from kvfence.gateway.trace import RequestTrace
 from kvfence.gateway.upstream import UpstreamClient, UpstreamResponse
@@ -74,6 +75,7 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
         # From here on the only message left is the disconnect: a hang-up cancels whatever we wait on.
         watch = HangUpWatch(request.receive)
         body, forwardable = _parse_body(raw_body)
+        check_request_shape(body, endpoint)
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise GatewayRequestError("`model` is required and must be a string", param="model")
