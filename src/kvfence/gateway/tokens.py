@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -78,17 +78,7 @@ class ApproximateCounter:
         return math.ceil(len(text.encode("utf-8")) / 3)
 
     def count_chat(self, messages: Sequence[dict[str, Any]], tools: Any = None) -> int:
-        total = PER_REQUEST_OVERHEAD
-        for message in messages:
-            content = message.get("content")
-            total += PER_MESSAGE_OVERHEAD + self.count_text(message_text(content))
-            total += PER_MEDIA_PART * media_parts(content)
-            calls = message_calls(message)
-            if calls:
-                total += self.count_text(calls)
-        if tools:
-            total += self.count_text(json.dumps(tools))
-        return total
+        return _sum_of_parts(self.count_text, messages, tools)
 
 
 class TokenizerCounter:
@@ -147,17 +137,22 @@ class TokenizerCounter:
                 return self.count_text(rendered)
             except Exception:  # a template that rejects this conversation: fall back to the sum below
                 pass
-        total = PER_REQUEST_OVERHEAD
-        for message in messages:
-            content = message.get("content")
-            total += PER_MESSAGE_OVERHEAD + self.count_text(message_text(content))
-            total += PER_MEDIA_PART * media_parts(content)
-            calls = message_calls(message)
-            if calls:
-                total += self.count_text(calls)
-        if tools:
-            total += self.count_text(json.dumps(tools))
-        return total
+        return _sum_of_parts(self.count_text, messages, tools)
+
+
+def _sum_of_parts(count_text: Callable[[str], int], messages: Sequence[dict[str, Any]], tools: Any) -> int:
+    """Tokens of a chat counted part by part: every message's text, media parts, tool calls, tools."""
+    total = PER_REQUEST_OVERHEAD
+    for message in messages:
+        content = message.get("content")
+        total += PER_MESSAGE_OVERHEAD + count_text(message_text(content))
+        total += PER_MEDIA_PART * media_parts(content)
+        calls = message_calls(message)
+        if calls:
+            total += count_text(calls)
+    if tools:
+        total += count_text(json.dumps(tools))
+    return total
 
 
 def _raise_template_error(message: str) -> None:
