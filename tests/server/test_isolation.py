@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Any
 
 import httpx
 import openai
@@ -83,6 +84,22 @@ def _stream_request(server: RunningServer) -> dict[str, object]:
             "max_tokens": 960, "temperature": 0, "ignore_eos": True, "stream": True}
 
 
+STEP_DELAY_S = 0.01
+
+
+def slow_down_steps(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every engine step take at least ``STEP_DELAY_S``, so that a long answer cannot finish
+    before the client hangs up (on a busy 2-core machine the tiny model can outrun the reader)."""
+    engine = server.engine
+    step = engine.step
+
+    def slowed() -> Any:
+        time.sleep(STEP_DELAY_S)
+        return step()
+
+    monkeypatch.setattr(engine, "step", slowed)
+
+
 def _assert_back_to_baseline(server: RunningServer, baseline_used: int) -> None:
     deadline = time.monotonic() + 20
     while True:
@@ -95,8 +112,10 @@ def _assert_back_to_baseline(server: RunningServer, baseline_used: int) -> None:
     assert server.engine.pool_is_zero(), "pages freed by the abort must be zero-filled (I2)"
 
 
-def test_disconnect_mid_stream_returns_the_pool_to_baseline(server: RunningServer) -> None:
+def test_disconnect_mid_stream_returns_the_pool_to_baseline(server: RunningServer,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     baseline = server.wait_idle().num_used_pages
+    slow_down_steps(server, monkeypatch)  # 960 steps now take at least 9.6 s
     received = 0
     with httpx.stream("POST", server.base_url + "/v1/completions", json=_stream_request(server),
                       headers=server.headers("bob"), timeout=60) as response:
@@ -107,7 +126,9 @@ def test_disconnect_mid_stream_returns_the_pool_to_baseline(server: RunningServe
             if received >= 3:
                 break  # leave mid-stream: the connection is closed here
         assert server.stats().num_used_pages > baseline or server.app.state.serving.engine.num_pending > 0
+        hung_up = time.monotonic()
     _assert_back_to_baseline(server, baseline)
+    assert time.monotonic() - hung_up < 960 * STEP_DELAY_S / 2, "the request ran on after the client left"
 
 
 def test_disconnect_while_waiting_for_a_full_answer(server: RunningServer) -> None:

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from tests.server.conftest import RunningServer
-from tests.server.test_isolation import _assert_back_to_baseline
+from tests.server.test_isolation import STEP_DELAY_S, _assert_back_to_baseline, slow_down_steps
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -180,8 +180,9 @@ def test_choices_that_cannot_fit_are_refused_before_anything_is_queued(server: R
     assert server.wait_idle().num_running == 0
 
 
-def test_hanging_up_aborts_every_choice(server: RunningServer) -> None:
+def test_hanging_up_aborts_every_choice(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
     baseline = server.wait_idle().num_used_pages
+    slow_down_steps(server, monkeypatch)  # 900 steps now take at least 9 s: the answer cannot finish first
     body = {"model": _model(server), "prompt": "Tell me a very long story. " * 2, "max_tokens": 900, "n": 3,
             "temperature": 1.0, "ignore_eos": True, "stream": True}
     seen: set[int] = set()
@@ -194,7 +195,9 @@ def test_hanging_up_aborts_every_choice(server: RunningServer) -> None:
             if len(seen) == 3:
                 break
         assert server.stats().num_running + server.stats().num_waiting >= 1
+        hung_up = time.monotonic()
     _assert_back_to_baseline(server, baseline)
+    assert time.monotonic() - hung_up < 900 * STEP_DELAY_S / 2, "the choices ran on after the client left"
 
 
 # ---- best_of, echo -------------------------------------------------------------------------------
