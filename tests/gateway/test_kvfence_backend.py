@@ -85,6 +85,30 @@ def test_capacity_is_discovered_from_kvfence(gateway: Gateway) -> None:
     assert err.value.code == "context_length_exceeded" and "over the cap" in str(err.value)
 
 
+def test_scoring_a_prompt_of_exactly_the_context_passes_the_gateway(gateway: Gateway, kvfence_serve: Process) -> None:
+    # lm-eval's loglikelihood call: echo + logprobs, max_tokens 0. kvfence computes the prompt only for
+    # it and says so on its capacity endpoint, so the gateway counts no position past the prompt.
+    capacity = httpx.get(f"http://127.0.0.1:{kvfence_serve.port}/v1/capacity").json()
+    assert capacity["scores_max_tokens_0"] is True
+    max_len = int(capacity["max_model_len"])
+    prompt = [(7 * i) % 200 + 10 for i in range(max_len)]
+    with _client(gateway, "eng") as c:
+        answer = c.completions.create(model="tiny", prompt=prompt, max_tokens=0, echo=True, logprobs=1)
+        assert answer.usage is not None and answer.usage.prompt_tokens == max_len
+        assert answer.usage.completion_tokens == 0
+        logprobs = answer.choices[0].logprobs
+        assert logprobs is not None and logprobs.token_logprobs is not None
+        assert len(logprobs.token_logprobs) == max_len and logprobs.token_logprobs[0] is None
+        # one token more still does not fit: refused by the gateway, before the backend
+        with pytest.raises(openai.BadRequestError) as err:
+            c.completions.create(model="tiny", prompt=[*prompt, 11], max_tokens=0, echo=True, logprobs=1)
+        assert err.value.code == "context_length_exceeded" and "over the cap" in str(err.value)
+        # and a generating call of the full context is refused as before: it needs one more position
+        with pytest.raises(openai.BadRequestError) as err:
+            c.completions.create(model="tiny", prompt=prompt, max_tokens=1)
+        assert "over the cap" in str(err.value)
+
+
 def test_gateway_salt_splits_the_engine_cache_by_workspace(gateway: Gateway) -> None:
     prompt = "The quarterly numbers for the northern region are as follows and must stay private. " * 4
 

@@ -52,6 +52,21 @@ def test_max_tokens_counts_against_the_context() -> None:
     with pytest.raises(PromptTooLongError):
         enforce_cap({"prompt": list(range(1024)), "max_tokens": 0}, "completions", APPROX, prompt_limit=None,
                     context_limit=1024, over_cap=OverCapConfig())
+    # A backend that scores max_tokens 0 without sampling (kvfence says so): counted as 0, so a
+    # prompt of exactly the context fits; one token more still does not.
+    assert completion_budget({"max_tokens": 0}, scores_max_tokens_0=True) == 0
+    assert completion_budget({"max_tokens": 7}, scores_max_tokens_0=True) == 7
+    assert completion_budget({}, scores_max_tokens_0=True) == 1
+    fits = enforce_cap({"prompt": list(range(1024)), "max_tokens": 0, "echo": True, "logprobs": 1}, "completions",
+                       APPROX, prompt_limit=None, context_limit=1024, over_cap=OverCapConfig(),
+                       scores_max_tokens_0=True)
+    assert fits.prompt_tokens == 1024
+    with pytest.raises(PromptTooLongError):
+        enforce_cap({"prompt": list(range(1025)), "max_tokens": 0}, "completions", APPROX, prompt_limit=None,
+                    context_limit=1024, over_cap=OverCapConfig(), scores_max_tokens_0=True)
+    with pytest.raises(PromptTooLongError):  # any other budget is counted as it is
+        enforce_cap({"prompt": list(range(1024)), "max_tokens": 1}, "completions", APPROX, prompt_limit=None,
+                    context_limit=1024, over_cap=OverCapConfig(), scores_max_tokens_0=True)
 
 
 def test_token_id_prompts_count_exactly() -> None:

@@ -46,6 +46,9 @@ class CapacityInfo:
     # One copy of the prompt serves all of a request's choices (n / best_of): kvfence says so through
     # its capacity endpoint's cache scope; unknown elsewhere, so assumed not (see caps.py).
     shares_prompt: bool = False
+    # ``max_tokens: 0`` computes the prompt and samples nothing (kvfence says so through its capacity
+    # endpoint): such a call needs prompt tokens only. Other backends may compute one position past it.
+    scores_max_tokens_0: bool = False
 
     @property
     def advertises_more_than_it_holds(self) -> bool:
@@ -155,6 +158,7 @@ async def discover_capacity(
     capacity: int | None = None
     sources: list[str] = []
     shares_prompt = False
+    scores_max_tokens_0 = False
     mode = backend.capacity
     if mode in (CapacitySource.AUTO, CapacitySource.KVFENCE):
         for path in KVFENCE_CAPACITY_PATHS:
@@ -170,6 +174,7 @@ async def discover_capacity(
                 sources.append("kvfence " + path)
                 # kvfence's choices share the prompt's pages unless every request is its own scope
                 shares_prompt = isinstance(payload, dict) and payload.get("cache_scope") not in (None, "request")
+                scores_max_tokens_0 = isinstance(payload, dict) and payload.get("scores_max_tokens_0") is True
                 break
     if capacity is None and mode in (CapacitySource.AUTO, CapacitySource.VLLM):
         response = await _get(client, root + "/metrics", headers)
@@ -207,7 +212,7 @@ async def discover_capacity(
         advertised = facts.advertised_context
         sources.append("policy")
     return CapacityInfo(advertised, capacity, ",".join(dict.fromkeys(sources)) or "unknown", model_ids,
-                        shares_prompt=shares_prompt)
+                        shares_prompt=shares_prompt, scores_max_tokens_0=scores_max_tokens_0)
 
 
 def parse_model_ids(payload: Any) -> tuple[str, ...]:

@@ -63,17 +63,20 @@ def _int_field(body: dict[str, Any], key: str, minimum: int) -> int | None:
     return value
 
 
-def completion_budget(body: dict[str, Any]) -> int:
-    """Tokens the request may generate, as far as the body says (at least 1).
+def completion_budget(body: dict[str, Any], *, scores_max_tokens_0: bool = False) -> int:
+    """Tokens the request may generate, as far as the body says.
 
-    ``max_tokens: 0`` is how clients score a prompt (``echo`` + ``logprobs``, lm-evaluation-harness):
-    it passes, and is capped as 1, since an engine may compute one position past the prompt; whether
-    the backend accepts it is the backend's answer.
+    ``max_tokens: 0`` is how clients score a prompt (``echo`` + ``logprobs``, lm-evaluation-harness).
+    A backend known to compute the prompt only for it (``scores_max_tokens_0``: kvfence, from its
+    capacity endpoint) needs no room past the prompt, so it counts as 0 and a prompt of exactly the
+    backend's context is let through; any other backend may compute one position past the prompt, so
+    it counts as 1. Whether the backend accepts the call is the backend's answer.
     """
+    least = 0 if scores_max_tokens_0 else 1
     for key in ("max_completion_tokens", "max_tokens"):
         value = _int_field(body, key, 0)
         if value is not None:
-            return max(value, 1)
+            return max(value, least)
     return 1
 
 
@@ -110,13 +113,16 @@ def enforce_cap(
     over_cap: OverCapConfig,
     kv_capacity: int | None = None,
     shares_prompt: bool = False,
+    scores_max_tokens_0: bool = False,
 ) -> CapResult:
     """Check ``body`` against the limits; trim it in place when the class allows, else raise 400.
 
     ``context_limit`` is what one sequence may hold (prompt + ``max_tokens``); ``kv_capacity`` what
     all of a request's sequences hold together (only checked with ``n`` / ``best_of`` > 1);
-    ``shares_prompt``: the backend keeps one copy of the prompt for all of them."""
-    budget = completion_budget(body)
+    ``shares_prompt``: the backend keeps one copy of the prompt for all of them;
+    ``scores_max_tokens_0``: ``max_tokens: 0`` costs it no position past the prompt (see
+    :func:`completion_budget`)."""
+    budget = completion_budget(body, scores_max_tokens_0=scores_max_tokens_0)
     sequences = num_sequences(body)
     sizes = prompt_sizes(counter, endpoint, body)
     tokens = max(sizes, default=0)

@@ -208,7 +208,8 @@ def _prepare(runtime: GatewayRuntime, state: BackendState, ctx: RequestContext, 
     limits = [v for v in (ctx.tenant.limits.max_prompt_tokens, klass.max_prompt_tokens) if v is not None]
     cap = enforce_cap(out, ctx.endpoint, state.counter, prompt_limit=min(limits) if limits else None,
                       context_limit=state.capacity.max_context, over_cap=klass.over_cap,
-                      kv_capacity=state.capacity.kv_capacity_tokens, shares_prompt=state.capacity.shares_prompt)
+                      kv_capacity=state.capacity.kv_capacity_tokens, shares_prompt=state.capacity.shares_prompt,
+                      scores_max_tokens_0=state.capacity.scores_max_tokens_0)
     salt = plan.salt
     if plan.salt_per_request and plan.salt_scope is not None:
         salt = tenant_cache_salt(ctx.tenant, plan.salt_scope, runtime.secret or b"")

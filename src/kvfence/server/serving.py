@@ -223,6 +223,9 @@ class OpenAIServing:
             "cache_scope": self.config.cache_scope.value,
             "scrub": bool(cap.scrub),
             "random_weights": model.is_random_weights,
+            # max_tokens 0 (echo + logprobs) computes the prompt only: a prompt of exactly
+            # max_model_len tokens is scored, so a gateway may count such a call as 0 tokens, not 1
+            "scores_max_tokens_0": bool(model.serves_prompt_only),
         })
 
     async def metrics_text(self, request: Request) -> Response:
