@@ -15,6 +15,7 @@ from kvfence.gateway.stream_out import RelayStream
 from tests.gateway.lean_harness import TestApp, running_server
 
 PIECE = b"data: " + b"x" * 65530 + b"\n\n"  # 64 KiB per SSE event
+DONE = b"data: [DONE]\n\n"  # a whole stream ends with it: the relay checks (stream_end.py)
 
 
 class Upstream:
@@ -41,7 +42,7 @@ class Upstream:
                 for _ in range(self.pieces):
                     conn.sendall(b"%x\r\n%s\r\n" % (len(PIECE), PIECE))
                     self.sent += len(PIECE)
-                conn.sendall(b"0\r\n\r\n")
+                conn.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(DONE), DONE))
                 conn.recv(1)  # until the gateway closes or reuses it
             except OSError:
                 self.broken.set()
@@ -105,7 +106,7 @@ def test_a_slow_client_pauses_the_upstream_and_still_gets_every_byte() -> None:
                 data = client.sock.recv(1 << 20)
                 assert data, "the stream ended early"
                 raw += data
-            assert raw.count(b"data: ") == 512 and raw.count(b"x") == 512 * (len(PIECE) - 8)
+            assert raw.count(b"data: x") == 512 and raw.count(b"data: ") == 513 and b"[DONE]" in raw and raw.count(b"x") == 512 * (len(PIECE) - 8)
             assert _wait_for(lambda: hot.closes == [False])
     finally:
         upstream.close()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,7 @@ from kvfence.gateway.hang_up import CLIENT_GONE_STATUS, HangUpWatch
 from kvfence.gateway.hooks import RequestContext
 from kvfence.gateway.limits import LimitLease
 from kvfence.gateway.runtime import GatewayRuntime
-from kvfence.gateway.stream_out import ClosingStream, OwnedStream, RelayStream
+from kvfence.gateway.stream_out import ClosingStream, OwnedStream, RelayStream, checked_stream
 from kvfence.gateway.tokens import TokenCounter
 from kvfence.gateway.trace import RequestTrace
 from kvfence.gateway.upstream import UpstreamResponse
@@ -113,6 +113,11 @@ async def whole_response(runtime: GatewayRuntime, ctx: RequestContext, upstream:
         await upstream.aclose()
     after_upstream = time.perf_counter()
     status = upstream.status_code
+    if status == 200 and _close_framed(upstream.headers) and not _is_json(raw):
+        # A body that ends by closing the connection looks the same cut short as complete: an answer
+        # that is not whole JSON was cut (or is no answer), never passed on as a success.
+        raise UpstreamUnavailable(f"backend {trace.backend} broke off its answer: the connection closed "
+                                  "before the JSON body was complete")
     content_type = upstream.headers.get("content-type", "application/json")
     filters = _answer_filter(runtime, ctx)
     answer: Any = None
@@ -153,6 +158,19 @@ async def whole_response(runtime: GatewayRuntime, ctx: RequestContext, upstream:
               or k.lower().startswith("x-ratelimit-")}
     return Response(raw, status_code=status, media_type=None,
                     headers={**passed, "content-type": content_type, **_response_headers(trace, trace.overhead_s)})
+
+
+def _close_framed(headers: Mapping[str, str]) -> bool:
+    """True for a body whose only end is the connection closing (no length, no chunked coding)."""
+    return headers.get("content-length") is None and "chunked" not in headers.get("transfer-encoding", "").lower()
+
+
+def _is_json(raw: bytes) -> bool:
+    try:
+        json.loads(raw)
+    except ValueError:
+        return False
+    return True
 
 
 def openai_error_body(raw: bytes, status: int, backend: str) -> bytes | None:
@@ -215,7 +233,12 @@ def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: Upst
             if out:
                 yield b"".join(out)
         tail = decoder.rest()
-        out = list(_process_event(tail, filters, usage, progress)) if tail.strip() else []
+        out = []
+        if tail.strip():
+            if _is_whole_event(tail):  # a last event without its blank line ("data: [DONE]\n")
+                out = list(_process_event(tail, filters, usage, progress))
+            else:
+                progress.ended = False  # cut inside its last event: never passed on, never complete
         if filters is not None:
             out.extend(encode_event(c) for c in filters.flush())
         if out:
@@ -265,7 +288,7 @@ def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: Upst
         if isinstance(upstream, FastResponse):
             return RelayStream(upstream, on_close, ending, watch, status_code=200, media_type="text/event-stream",
                                raw_headers=headers)
-        return ClosingStream(upstream.aiter_raw(), on_close, ending, watch, status_code=200,
+        return ClosingStream(checked_stream(upstream.aiter_raw()), on_close, ending, watch, status_code=200,
                              media_type="text/event-stream", raw_headers=headers)
     return ClosingStream(processed(), on_close, ending, watch, status_code=200, media_type="text/event-stream",
                          raw_headers=headers)
@@ -287,6 +310,21 @@ class _StreamProgress:
         if isinstance(choices, list) and any(isinstance(c, dict) and c.get("finish_reason") is not None
                                              for c in choices):
             self.ended = True
+
+
+def _is_whole_event(event: bytes) -> bool:
+    """True when an event that lacks its closing blank line still holds a whole payload."""
+    try:
+        data = event_data(event)
+    except UnicodeDecodeError:
+        return False
+    if data is None or data.strip() == "[DONE]":
+        return data is not None
+    try:
+        json.loads(data)
+    except ValueError:
+        return False
+    return True
 
 
 def _process_event(event: bytes, filters: AnswerFilter | None, usage: StreamUsage | None,

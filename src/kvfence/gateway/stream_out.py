@@ -22,8 +22,9 @@ from starlette.types import Receive, Scope, Send
 
 from kvfence.gateway.fast_http import FastResponse
 from kvfence.gateway.hang_up import HangUpWatch
+from kvfence.gateway.stream_end import CUT_SHORT_MESSAGE, StreamTail
 
-__all__ = ["ClosingStream", "DirectOut", "DirectRelay", "OwnedStream", "RelayStream", "SendPump"]
+__all__ = ["ClosingStream", "DirectOut", "DirectRelay", "OwnedStream", "RelayStream", "SendPump", "checked_stream"]
 
 OnClose = Callable[[bool], Awaitable[None]]
 OnError = Callable[[Exception], bytes]
@@ -115,7 +116,8 @@ class SendPump:
     then flushes what came meanwhile in one piece and reads on.
     """
 
-    def __init__(self, send: Send, upstream: FastResponse, before_last: Callable[[], None]) -> None:
+    def __init__(self, send: Send, upstream: FastResponse, before_last: Callable[[], None],
+                 framing: StreamTail | None = None) -> None:
         self._send = send
         self._upstream = upstream
         self._before_last = before_last
@@ -126,16 +128,23 @@ class SendPump:
         self._ended = False
         self._paused = False
         self._end_error: httpx.HTTPError | None = None
+        self._framing = framing  # an SSE answer's: whole events out, a cut-short end is an error
         self.done: asyncio.Future[httpx.HTTPError | BaseException | None] = self._loop.create_future()
 
     # -- BodySink ---------------------------------------------------------------------------------
     def body(self, data: bytes) -> None:
+        if self._framing is not None:
+            data = self._framing.take(data)
+            if not data:
+                return  # an unfinished event, held until the read that completes it
         if self._busy is not None or self.done.done():
             self._pending.append(data)
             return
         self._start(data)
 
     def end(self, error: httpx.HTTPError | None, tail: bytes) -> None:
+        if self._framing is not None:
+            error, tail = _relay_end(self._framing, error, tail)
         self._ended, self._end_error = True, error
         if self._busy is not None or self.done.done():
             if tail:
@@ -212,6 +221,36 @@ class SendPump:
         self._pending.clear()
 
 
+def _relay_end(seen: StreamTail, error: httpx.HTTPError | None, tail: bytes) -> tuple[httpx.HTTPError | None, bytes]:
+    """How a relayed stream ends: (its error, the last bytes to send). The error is the upstream's, or,
+    when the framing said "complete" but the stream's own end markers are missing (a close-framed body
+    cut short), one saying so; an unfinished last event is never sent."""
+    rest, complete = seen.end(tail)
+    if error is None and not complete:
+        error = httpx.RemoteProtocolError(CUT_SHORT_MESSAGE)
+    return error, rest
+
+
+async def checked_stream(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``chunks`` in whole events, then an error if they did not end the stream (``stream_end``): the
+    lean relays' check, for streams relayed from httpx."""
+    seen = StreamTail()
+    try:
+        async for chunk in chunks:
+            whole = seen.take(chunk)
+            if whole:
+                yield whole
+    finally:
+        closer = getattr(chunks, "aclose", None)
+        if closer is not None:
+            await closer()
+    rest, complete = seen.end(b"")
+    if rest:
+        yield rest
+    if not complete:
+        raise httpx.RemoteProtocolError(CUT_SHORT_MESSAGE)
+
+
 class DirectOut(Protocol):
     """A server that takes the answer's bytes without ASGI messages (``lean_cycle.RequestCycle``)."""
 
@@ -232,19 +271,25 @@ class DirectRelay:
     """The upstream's body straight to a :class:`DirectOut`, from the upstream's read callback: one
     write per read, the upstream paused while the client's buffer is full (slow-client backpressure)."""
 
-    def __init__(self, out: DirectOut, upstream: FastResponse, before_last: Callable[[], None]) -> None:
+    def __init__(self, out: DirectOut, upstream: FastResponse, before_last: Callable[[], None],
+                 framing: StreamTail | None = None) -> None:
         self._out = out
         self._upstream = upstream
         self._before_last = before_last
         self._paused = False
+        self._framing = framing  # as SendPump's
         self.done: asyncio.Future[httpx.HTTPError | None] = asyncio.get_running_loop().create_future()
 
     def body(self, data: bytes) -> None:
-        if self._out.write(data) and not self._paused:
+        if self._framing is not None:
+            data = self._framing.take(data)
+        if data and self._out.write(data) and not self._paused:
             self._paused = True
             self._upstream.pause_reading()
 
     def end(self, error: httpx.HTTPError | None, tail: bytes) -> None:
+        if self._framing is not None:
+            error, tail = _relay_end(self._framing, error, tail)
         if error is None:
             self._before_last()
             self._out.finish(tail)
@@ -261,7 +306,8 @@ class DirectRelay:
 
 class RelayStream(OwnedStream):
     """An unprocessed stream from the lean client, relayed by a :class:`SendPump` (no scanners, no
-    per-chunk accounting: the answer goes out byte for byte as it came)."""
+    per-chunk accounting: the answer goes out byte for byte as it came; a stream that ends without its
+    end markers gets an error event after it, see ``stream_end``)."""
 
     def __init__(self, upstream: FastResponse, on_close: OnClose, on_error: OnError,
                  watch: HangUpWatch | None = None, *, status_code: int = 200, media_type: str | None = None,
@@ -274,7 +320,7 @@ class RelayStream(OwnedStream):
     async def _body(self, send: Send, watch: HangUpWatch) -> bool:
         # The hang-up watch stops before the last message goes out: once the answer is complete the
         # server reports a "disconnect" to anyone still receiving, and that is no hang-up.
-        pump = self._pump = SendPump(send, self._upstream, watch.stop)
+        pump = self._pump = SendPump(send, self._upstream, watch.stop, StreamTail())
         self._upstream.relay_to(pump)
         outcome = await pump.done
         if isinstance(outcome, BaseException) and not isinstance(outcome, httpx.HTTPError):
@@ -289,7 +335,7 @@ class RelayStream(OwnedStream):
         client_gone = False
         try:
             out.start(self.status_code, self.raw_headers)
-            relay = DirectRelay(out, self._upstream, watch.stop)
+            relay = DirectRelay(out, self._upstream, watch.stop, StreamTail())
             out.on_drain = relay.resume
             self._upstream.relay_to(relay)
             outcome = await relay.done
