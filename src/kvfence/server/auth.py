@@ -30,6 +30,11 @@ class Tenant:
         """A stable id of the API key for per-key limits."""
         return self.key.sha256 if self.key is not None else "local"
 
+    @property
+    def scope_identity(self) -> TenantIdentity:
+        """The identity the cache scope is computed from (I5): the key's id, not its reusable name."""
+        return self.key.scope_identity if self.key is not None else self.identity
+
 
 LOCAL_TENANT = Tenant(TenantIdentity("local", "default", "local"))
 

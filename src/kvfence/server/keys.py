@@ -1,16 +1,23 @@
 """Tenant API keys: a TOML file that maps SHA-256 hashes of secrets to identities.
 
 The file never holds a secret, only its hash, so a leaked keys file does not let anyone call the
-server. Each entry names the organisation, workspace and key name that the cache scope (I5) is
-derived from, and may carry per-key limits::
+server. Each entry names the organisation and workspace that the cache scope (I5) is derived
+from, a random ``id`` that stands for the key itself in ``--cache-scope key``, a display name, and
+may carry per-key limits::
 
     [[keys]]
     organization = "acme"
     workspace = "research"
     name = "alice-laptop"
+    id = "k-4f1c9a0b2d7e6f35a1c2"
     sha256 = "9f86d0..."
     max_concurrent_requests = 4   # optional
     max_prompt_tokens = 4096      # optional
+
+The key scope derives from ``id``, never from ``name``: names are reused (revoke "ci", add a new
+"ci"), and a new key must not inherit the prefix cache of the key it replaces. An entry without an
+``id`` (files written before ids existed) gets one derived from its hash, which no other key
+shares either; the next ``kvfence keys add`` or ``revoke`` writes it into the file.
 """
 
 from __future__ import annotations
@@ -31,14 +38,18 @@ from typing import Any
 from kvfence.engine.scope import TenantIdentity
 from kvfence.errors import ConfigError
 
-__all__ = ["ApiKey", "KeyRing", "add_key", "generate_secret", "hash_secret", "load_keys", "write_keys"]
+__all__ = [
+    "ApiKey", "KeyRing", "add_key", "derived_key_id", "generate_secret", "hash_secret", "load_keys", "new_key_id",
+    "write_keys",
+]
 
 SECRET_PREFIX = "kvf-"
 log = logging.getLogger(__name__)
 
 _ID_FIELDS = ("organization", "workspace", "name")
 _LIMIT_FIELDS = ("max_concurrent_requests", "max_prompt_tokens")
-_ALLOWED_FIELDS = {*_ID_FIELDS, "sha256", *_LIMIT_FIELDS}
+_ALLOWED_FIELDS = {*_ID_FIELDS, "id", "sha256", *_LIMIT_FIELDS}
+_KEY_ID_PREFIX = "k-"
 # Spellings other tools use for the same fields; read, never written.
 _ALIASES = {"org": "organization", "key_name": "name", "hash": "sha256", "key_sha256": "sha256",
             "sha256_hash": "sha256"}
@@ -54,10 +65,36 @@ class ApiKey:
     sha256: str
     max_concurrent_requests: int | None = None
     max_prompt_tokens: int | None = None
+    key_id: str = ""  # empty: derived from the hash (see :attr:`scope_id`)
 
     @property
     def identity(self) -> TenantIdentity:
+        """Who the key belongs to, with the key's display name (for messages and limits)."""
         return TenantIdentity(self.organization, self.workspace, self.name)
+
+    @property
+    def scope_id(self) -> str:
+        """The key's own identity for the key cache scope: its ``id``, or one derived from its hash.
+
+        Never the name: a new key that reuses a revoked key's name must not share its cache (I5).
+        """
+        return self.key_id or derived_key_id(self.sha256)
+
+    @property
+    def scope_identity(self) -> TenantIdentity:
+        """The identity cache scopes are computed from (I5): the ``key_name`` field holds :attr:`scope_id`."""
+        return TenantIdentity(self.organization, self.workspace, "id:" + self.scope_id)
+
+
+def new_key_id() -> str:
+    """A fresh random key id (80 bits: ids are not secrets, they only must never repeat)."""
+    return _KEY_ID_PREFIX + secrets.token_hex(10)
+
+
+def derived_key_id(sha256: str) -> str:
+    """The id of a key filed without one: a function of its hash, so it is stable across reloads and
+    restarts and no other key (another secret, another hash) has it."""
+    return "h-" + hashlib.sha256(b"kvfence-key-id:" + sha256.encode()).hexdigest()[:20]
 
 
 def generate_secret() -> str:
@@ -105,6 +142,11 @@ def _parse_entry(raw: Any, where: str, default_name: str | None = None) -> ApiKe
         digest = digest.strip().lower().removeprefix("sha256:")
     if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
         raise ConfigError(f"{where}: 'sha256' must be 64 lower-case hex digits (the hash, never the key)")
+    key_id = raw.get("id")
+    if key_id is None:
+        key_id = derived_key_id(digest)  # migration: a file written before key ids
+    elif not isinstance(key_id, str) or not 1 <= len(key_id) <= 64 or not all(c.isalnum() or c in "-_" for c in key_id):
+        raise ConfigError(f"{where}: 'id' must be 1-64 letters, digits, '-' or '_', got {key_id!r}")
     return ApiKey(
         organization=_check_label(raw.get("organization"), "organization", where),
         workspace=_check_label(raw.get("workspace", "default"), "workspace", where),
@@ -112,6 +154,7 @@ def _parse_entry(raw: Any, where: str, default_name: str | None = None) -> ApiKe
         sha256=digest,
         max_concurrent_requests=_check_limit(raw.get("max_concurrent_requests"), "max_concurrent_requests", where),
         max_prompt_tokens=_check_limit(raw.get("max_prompt_tokens"), "max_prompt_tokens", where),
+        key_id=key_id,
     )
 
 
@@ -136,10 +179,15 @@ def load_keys(path: str | Path) -> list[ApiKey]:
         raise ConfigError(f"keys file {path}: 'keys' must be an array of tables ([[keys]])")
     seen_hashes: set[str] = set()
     seen_names: set[tuple[str, str, str]] = set()
+    seen_ids: set[str] = set()
     for key in keys:
         ident = (key.organization, key.workspace, key.name)
         if key.sha256 in seen_hashes:
             raise ConfigError(f"keys file {path}: the same key hash appears twice ({key.name!r})")
+        if key.scope_id in seen_ids:
+            # Two keys with one id would share a key-scoped prefix cache.
+            raise ConfigError(f"keys file {path}: the key id {key.scope_id!r} appears twice ({key.name!r})")
+        seen_ids.add(key.scope_id)
         if ident in seen_names:
             raise ConfigError(f"keys file {path}: duplicate key name {'/'.join(ident)!r}")
         seen_hashes.add(key.sha256)
@@ -158,8 +206,10 @@ def write_keys(path: str | Path, keys: list[ApiKey]) -> None:
     lines = ["# kvfence API keys. Only SHA-256 hashes of the secrets are stored here.", ""]
     for key in keys:
         lines.append("[[keys]]")
-        for field in (*_ID_FIELDS, "sha256"):
+        for field in _ID_FIELDS:
             lines.append(f"{field} = {_toml_string(getattr(key, field))}")
+        lines.append(f"id = {_toml_string(key.scope_id)}")  # written out: migrates an id-less entry
+        lines.append(f"sha256 = {_toml_string(key.sha256)}")
         for field in _LIMIT_FIELDS:
             value = getattr(key, field)
             if value is not None:
@@ -197,6 +247,7 @@ def add_key(
         sha256=hash_secret(secret),
         max_concurrent_requests=_check_limit(max_concurrent_requests, "max_concurrent_requests", where),
         max_prompt_tokens=_check_limit(max_prompt_tokens, "max_prompt_tokens", where),
+        key_id=new_key_id(),
     )
     if any((k.organization, k.workspace, k.name) == (organization, workspace, name) for k in keys):
         raise ConfigError(f"a key named {name!r} already exists in {organization}/{workspace}; pick another name")

@@ -320,7 +320,8 @@ class OpenAIServing:
 
         # I5: the scope comes from the authenticated tenant and the server secret; the client's
         # cache_salt is mixed in after the identity, so it can only narrow the scope.
-        scope_key = compute_scope_key(tenant.identity, self.config.cache_scope, self.secret,
+        # With --cache-scope key the key's random id stands for the key, never its reusable name.
+        scope_key = compute_scope_key(tenant.scope_identity, self.config.cache_scope, self.secret,
                                       cache_salt=req.cache_salt)
         if self.config.cache_scope is not CacheScope.REQUEST:
             self.metrics.remember_scope(scope_key, tenant.identity.organization)
