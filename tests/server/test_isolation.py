@@ -21,7 +21,8 @@ SHARED = "Common preamble that every organization sends, long enough to fill pag
 
 
 def _prefix_hits(server: RunningServer) -> dict[tuple[str, str], float]:
-    text = httpx.get(server.base_url + "/metrics").text
+    # The per-organisation view: over HTTP it needs the metrics key (tests/security/test_metrics_access.py).
+    text = server.app.state.metrics.render(per_tenant=True).decode()
     hits: dict[tuple[str, str], float] = {}
     for family in text_string_to_metric_families(text):
         if family.name == "kvfence_prefix_cache_hit_tokens":

@@ -15,7 +15,7 @@ from kvfence.engine.scope import TenantIdentity
 from kvfence.server.api_errors import APIError
 from kvfence.server.keys import ApiKey, KeyRing
 
-__all__ = ["LOCAL_TENANT", "AuthMiddleware", "Tenant"]
+__all__ = ["LOCAL_TENANT", "AuthMiddleware", "Tenant", "bearer_token"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +39,7 @@ class Tenant:
 LOCAL_TENANT = Tenant(TenantIdentity("local", "default", "local"))
 
 
-def _bearer(scope: Scope) -> str | None:
+def bearer_token(scope: Scope) -> str | None:
     """The key from ``Authorization: Bearer``, else from ``x-api-key`` / ``api-key`` (Anthropic- and
     Azure-style clients); a malformed Authorization header is not rescued by the others."""
     headers = dict(scope.get("headers", []))
@@ -85,7 +85,7 @@ class AuthMiddleware:
     def _authenticate(self, scope: Scope) -> Tenant | APIError:
         if self.keyring is None:
             return LOCAL_TENANT
-        token = _bearer(scope)
+        token = bearer_token(scope)
         if token is None:
             return APIError.unauthorized(
                 "missing API key: send it as 'Authorization: Bearer <key>' (keys are added with `kvfence keys add`)"

@@ -34,6 +34,11 @@ __all__ = ["keys", "parse_size", "serve"]
               help="File holding the server secret that keys cache scopes (HMAC). Generated with mode 0600 "
                    "if absent. $KVFENCE_SERVER_SECRET overrides it. "
                    "Default: $KVFENCE_HOME/server-secret or ~/.config/kvfence/server-secret.")
+@click.option("--metrics-key-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="File holding a bearer token for GET /metrics (one word, >= 16 characters; Prometheus: "
+                   "authorization.credentials_file). With it, /metrics answers 401 without that token and the "
+                   "full per-organization series with it. Without it, /metrics shows only totals summed over "
+                   "organizations when API keys are on (everything with --no-auth).")
 @click.option("--max-queue-len", type=int, default=256, show_default=True,
               help="Requests that may wait beyond --max-num-seqs; more are refused with 429.")
 @click.option("--served-model-name", multiple=True,
@@ -75,6 +80,7 @@ def serve(**opts: Any) -> None:
         served_model_names=tuple(opts["served_model_name"]),
         max_queue_len=opts["max_queue_len"],
         generation_config=opts["generation_config"],
+        metrics_key_path=opts["metrics_key_file"],
     )
     engine_config = build_engine_config(opts, seed=opts["seed"])
     if opts["model"] is not None and not resolve_model_dir(str(opts["model"])).is_dir():

@@ -16,7 +16,8 @@ __all__ = ["ServerConfig"]
 class ServerConfig:
     """Everything about the HTTP side; the engine has its own ``EngineConfig``.
 
-    ``keys_path=None`` means ``--no-auth``: every caller is one local tenant.
+    ``keys_path=None`` means ``--no-auth``: every caller is one local tenant. ``metrics_key_path``
+    locks ``/metrics`` behind its own bearer token (see :mod:`kvfence.server.metrics_access`).
     """
 
     host: str = "127.0.0.1"
@@ -28,6 +29,7 @@ class ServerConfig:
     max_queue_len: int = 256
     max_body_bytes: int = 16 * 1024 * 1024
     generation_config: Literal["auto", "vllm"] = "auto"  # as vLLM's flag: the model's sampling defaults or none
+    metrics_key_path: Path | None = None  # /metrics per-organisation view behind this bearer token
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

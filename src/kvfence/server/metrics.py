@@ -3,7 +3,9 @@
 Request counters are labelled by the tenant's organisation; prefix-cache hits by a short,
 non-reversible scope id (never the scope key itself: keys do not belong in dashboards) together with
 the organisation the scope belongs to, so an operator can see that hits stay inside organisations
-(I1, I6).
+(I1, I6). Those labels tell who uses the server and how much, so callers without the metrics key
+read :meth:`ServerMetrics.render` ``per_tenant=False``: every series summed over them
+(see :mod:`kvfence.server.metrics_access`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["ServerMetrics", "scope_label"]
+__all__ = ["TENANT_LABELS", "ServerMetrics", "scope_label"]
 
 _MAX_KNOWN_SCOPES = 100_000
+# Labels that name or single out a tenant; the aggregate view sums them away.
+TENANT_LABELS = frozenset({"organization", "scope"})
 
 
 def scope_label(scope_key: bytes) -> str:
@@ -58,6 +62,35 @@ class _EngineCollector(Collector):
         yield hits
 
 
+def _aggregated(family: Metric) -> Metric:
+    """``family`` with its tenant labels summed away (``_created`` samples: the earliest, not a sum)."""
+    if not any(TENANT_LABELS & sample.labels.keys() for sample in family.samples):
+        return family
+    out = Metric(family.name, family.documentation + " (summed over organizations)", family.type, family.unit)
+    totals: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for sample in family.samples:
+        labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k not in TENANT_LABELS))
+        key = (sample.name, labels)
+        if sample.name.endswith("_created"):
+            totals[key] = min(totals.get(key, sample.value), sample.value)
+        else:
+            totals[key] = totals.get(key, 0.0) + sample.value
+    for (name, labels), value in totals.items():
+        out.add_sample(name, dict(labels), value)
+    return out
+
+
+class _AggregateView(Collector):
+    """The server's registry as seen without the metrics key: no tenant label anywhere."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            yield _aggregated(family)
+
+
 class ServerMetrics:
     """All metrics of one server instance."""
 
@@ -85,6 +118,8 @@ class ServerMetrics:
                                   ["page_size", "num_pages", "pool_tokens", "max_model_len", "cache_scope", "scrub"],
                                   registry=r)
         r.register(_EngineCollector(self))
+        self._aggregate = CollectorRegistry(auto_describe=False)
+        self._aggregate.register(_AggregateView(r))
 
     def remember_scope(self, scope_key: bytes, organization: str) -> None:
         """Record which organisation a scope key belongs to (bounded), for the hit metric label."""
@@ -96,5 +131,6 @@ class ServerMetrics:
     def organization_of(self, scope_key: bytes) -> str:
         return self._scope_orgs.get(scope_key, "unknown")
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, *, per_tenant: bool = True) -> bytes:
+        """The Prometheus text exposition; ``per_tenant=False`` sums away every tenant label."""
+        return generate_latest(self.registry if per_tenant else self._aggregate)
