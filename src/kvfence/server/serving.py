@@ -29,6 +29,7 @@ from kvfence.server.choices import fan_out, returned_choices
 from kvfence.server.config import ServerConfig
 from kvfence.server.limits import ConcurrencyLimiter
 from kvfence.server.metrics import ServerMetrics
+from kvfence.server.metrics_access import MetricsAccess, MetricsView, read_metrics_key
 from kvfence.server.prepare import (
     LoadedModel,
     chat_prompt,
@@ -163,6 +164,8 @@ class OpenAIServing:
         self.metrics = metrics
         self.secret = secret
         self.limiter = ConcurrencyLimiter()
+        key_digest = read_metrics_key(config.metrics_key_path) if config.metrics_key_path is not None else None
+        self.metrics_access = MetricsAccess(key_digest=key_digest, tenants_authenticated=config.auth_enabled)
         self.engine: AsyncEngine | None = None
         self.model: LoadedModel | None = None
         self.created = int(time.time())
@@ -229,7 +232,12 @@ class OpenAIServing:
         })
 
     async def metrics_text(self, request: Request) -> Response:
-        return Response(self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        """Prometheus text; per-organisation series only for the metrics key (:mod:`.metrics_access`)."""
+        view = self.metrics_access.view(request.scope)
+        if isinstance(view, APIError):
+            return self.reject(view)
+        return Response(self.metrics.render(per_tenant=view is MetricsView.FULL),
+                        media_type="text/plain; version=0.0.4; charset=utf-8")
 
     # -- generation ------------------------------------------------------------------------------
 
