@@ -2,7 +2,8 @@
 
 Each :meth:`LLMEngine.step` schedules a batch, zero-fills the pages released since the last step
 (I2) before the forward pass, optionally re-checks I1 for every scheduled request (paranoid mode),
-runs the model, samples, detokenizes and applies stop strings.
+runs the model, samples, detokenizes and applies stop strings. A forward pass that fails is retried
+in halves so only the request(s) that fail on their own are aborted (:mod:`.fault_isolation`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from kvfence.engine.capacity import Capacity, plan_capacity
 from kvfence.engine.config import EngineConfig, ModelConfig
 from kvfence.engine.default_model import ensure_default_model
 from kvfence.engine.detokenizer import IncrementalDetokenizer
+from kvfence.engine.fault_isolation import isolate_failures
 from kvfence.engine.layers.sampler import SampleRow, sample
 from kvfence.engine.loader import checkpoint_files
 from kvfence.engine.model_path import resolve_model_dir
@@ -126,6 +128,7 @@ class LLMEngine:
         self._requests: dict[str, _Request] = {}
         self._shared_prefill = SharedPrefill(config.page_size)
         self.isolation_incidents = 0
+        self._failed_requests: list[tuple[str, BaseException]] = []
         if self.is_random_weights:
             log.warning("model %s has RANDOM WEIGHTS (built-in test model): its output is gibberish", self.model_name)
         log.info(
@@ -192,8 +195,7 @@ class LLMEngine:
         if self.config.verify_isolation:
             outputs.extend(self._verify(batch))
         prompt_scores: dict[str, PromptScores] = {}
-        sampled = self.forward_and_sample(batch.items, self._requests, self._generator, self.abort_request,
-                                           prompt_scores)
+        sampled = self._forward_isolating_faults(batch, prompt_scores)
         self._record_prompt_logprobs(prompt_scores)
         finished = self.scheduler.postprocess(batch, sampled)
         for request_id, token_id in sampled.items():
@@ -257,7 +259,7 @@ class LLMEngine:
             rows = [_sample_row(requests[it.seq.request_id]) for it in sample_items]
             tokens = sample(logits, rows, generator)
         except Exception:
-            log.exception("forward pass failed; aborting the %d requests of the batch", len(items))
+            log.exception("forward pass failed on a batch of %d requests", len(items))
             for it in items:
                 abort(it.seq.request_id)
             raise
@@ -268,6 +270,52 @@ class LLMEngine:
             if req.logprobs is not None and tok.logprobs is not None:
                 req.logprobs.append(tok.logprobs)
         return sampled
+
+    def _forward_isolating_faults(self, batch: SchedulerOutput, prompt_scores: dict[str, PromptScores]) -> dict[str, int]:
+        """:meth:`forward_and_sample` over the batch; when it fails, only the request(s) that fail on
+        their own are aborted (pages released and zero-filled, I2), found by retrying halves of the
+        batch (:mod:`.fault_isolation`), and the others' step runs as if nothing happened.
+
+        The aborted ones are reported by :meth:`take_failed_requests`. When no request of a batch of
+        two or more runs even alone, the engine itself is broken: all are aborted and the error raised.
+        """
+        def attempt(group: list[ScheduledSeq]) -> None:
+            seeded = [(req.generator, req.generator.get_state()) for it in group
+                      if (req := self._requests[it.seq.request_id]).generator is not None]
+            scores: dict[str, PromptScores] = {}
+            try:
+                got = self.forward_and_sample(group, self._requests, self._generator, _no_abort, scores)
+            except Exception:
+                for generator, state in seeded:  # a retried request samples as if it had run once
+                    generator.set_state(state)
+                raise
+            sampled.update(got)
+            prompt_scores.update(scores)
+
+        sampled: dict[str, int] = {}
+        if not batch.items:
+            return sampled
+        try:
+            attempt(batch.items)
+            return sampled
+        except Exception as exc:
+            error = exc
+        outcome = isolate_failures(batch.items, attempt)
+        for it in outcome.failed:
+            log.error("request %s fails the forward pass%s; aborted, the other %d request(s) of the batch continue",
+                      it.seq.request_id, " on its own" if it in outcome.culprits else " (retry budget spent)",
+                      len(outcome.succeeded))
+            self.abort_request(it.seq.request_id)
+            self._failed_requests.append((it.seq.request_id, error))
+        batch.items = outcome.succeeded
+        if len(outcome.failed) > 1 and not outcome.succeeded:
+            raise error  # nothing runs, even alone: not one request's fault
+        return sampled
+
+    def take_failed_requests(self) -> list[tuple[str, BaseException]]:
+        """Requests aborted since the last call because the forward pass failed on them, with the error."""
+        failed, self._failed_requests = self._failed_requests, []
+        return failed
 
     def _record_prompt_logprobs(self, prompt_scores: dict[str, PromptScores]) -> None:
         """Append this step's prompt scores to their sequences (in order: no gap, no duplicate)."""
@@ -330,6 +378,10 @@ class LLMEngine:
     def pool_is_zero(self, pages: list[int] | None = None) -> bool:
         """Debug/test helper: True when ``pages`` (default: every free page) are all zero in the pool."""
         return self.runner.pages_are_zero(self.free_pages() if pages is None else list(pages))
+
+
+def _no_abort(request_id: str) -> None:
+    """The abort callback of a retried forward pass: fault isolation decides whom to abort."""
 
 
 def check_prompt(prompt_token_ids: list[int], vocab_size: int, scope_key: bytes) -> None:

@@ -2,7 +2,8 @@
 
 The engine is not thread-safe, so exactly one thread touches it. HTTP handlers talk to that
 thread through an inbox of commands (add, abort) and receive outputs on a per-request
-``asyncio.Queue``. A request is *admitted* only once the engine thread has called
+``asyncio.Queue``. A request the engine aborted alone after a failed forward pass (fault
+isolation) gets an internal error; the others keep running. A request is *admitted* only once the engine thread has called
 ``add_request`` for it, so an admission error (I3: prompt plus ``max_tokens`` cannot fit) reaches
 the handler before any response byte is sent, and nothing was allocated for it.
 """
@@ -74,7 +75,9 @@ class RequestGroup:
         while self._unfinished:
             item = await self._queue.get()
             if isinstance(item, BaseException):
-                self._unfinished.clear()
+                # One request failed (e.g. fault isolation aborted it): the call fails, so its other
+                # requests (choices, prompts) must not run on unread.
+                self.abort()
                 raise item
             if item.request_id not in self._unfinished:
                 continue
@@ -207,11 +210,14 @@ class AsyncEngine:
             try:
                 outputs = self.engine.step()
             except Exception as exc:  # an internal fault: never answered as success
+                # The engine isolates a request that fails on its own (take_failed_requests); a step
+                # that still raises means nothing runs, so every in-flight request ends now.
                 log.exception("engine step failed; aborting every in-flight request")
                 self._fail_all(exc)
                 if self._engine_busy():
                     raise EngineFault("the engine still holds requests after aborting all of them") from exc
                 continue
+            self._fail_isolated()
             self._deliver(outputs)
             self._refresh_stats(force=False)
 
@@ -255,6 +261,21 @@ class AsyncEngine:
                 batches.setdefault(id(stream), (stream, []))[1].append(out)
         for stream, items in batches.values():
             self._post(stream, _put_many, items)
+
+    def _fail_isolated(self) -> None:
+        """Answer the requests the engine aborted alone after a failed forward pass (fault isolation):
+        an internal error for each, while every other request keeps running."""
+        take = getattr(self.engine, "take_failed_requests", None)
+        if take is None:
+            return
+        for request_id, exc in take():
+            with self._cond:
+                stream = self._streams.pop(request_id, None)
+            if stream is None:
+                continue  # aborted by its client meanwhile
+            fault = EngineFault(f"internal engine error: {type(exc).__name__}")
+            self._post(stream, _resolve_admission, fault)
+            self._post(stream, _put_many, [fault])
 
     def _fail_all(self, exc: BaseException) -> None:
         with self._cond:
