@@ -117,11 +117,13 @@ def chat_prompt(
 
 
 def sampling_params(
-    req: GenerationRequest, num_prompt: int, model: LoadedModel, key: ApiKey | None, param: str
+    req: GenerationRequest, num_prompt: int, model: LoadedModel, key: ApiKey | None, param: str,
+    scope_key: bytes | None = None,
 ) -> SamplingParams:
     """Engine sampling parameters, after the admission checks that need no engine (I3).
 
-    ``param`` names the request field that holds the prompt ("prompt" or "messages"), for errors.
+    ``param`` names the request field that holds the prompt ("prompt" or "messages"), for errors;
+    ``scope_key`` the cache scope whose compiled grammars a structured output may reuse (I6).
     """
     if num_prompt == 0:
         raise APIError.bad_request(f"'{param}' must contain at least one token", param=param)
@@ -163,7 +165,7 @@ def sampling_params(
     if requested == 0 and not model.serves_prompt_only:
         # max_tokens 0 with echo on an engine that always samples: one token, which the answer drops.
         requested = 1
-    structured = structured_output(req, model)  # a 400 for a bad schema / regex / grammar
+    structured = structured_output(req, model, scope_key)  # a 400 for a bad schema / regex / grammar
     default = model.sampling_defaults
     top_k = req.effective_top_k if req.top_k is not None else default.get("top_k")
     try:

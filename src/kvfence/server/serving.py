@@ -305,6 +305,11 @@ class OpenAIServing:
         is_chat = endpoint == "chat"
         req: GenerationRequest = parse_body(body, ChatCompletionRequest if is_chat else CompletionRequest)
         public_name = resolve_model_name(req.model, model)
+        # I5: the scope comes from the authenticated tenant and the server secret; the client's
+        # cache_salt is mixed in after the identity, so it can only narrow the scope.
+        # With --cache-scope key the key's random id stands for the key, never its reusable name.
+        scope_key = compute_scope_key(tenant.scope_identity, self.config.cache_scope, self.secret,
+                                      cache_salt=req.cache_salt)
 
         def prepare() -> tuple[list[list[int]], list[SamplingParams]]:
             if isinstance(req, ChatCompletionRequest):
@@ -315,7 +320,7 @@ class OpenAIServing:
                 assert isinstance(req, CompletionRequest)
                 prompts = [tokenize_prompt(p, model, add_special_tokens=req.add_special_tokens) for p in req.prompts()]
                 param = "prompt"
-            params = [sampling_params(req, len(p), model, tenant.key, param) for p in prompts]
+            params = [sampling_params(req, len(p), model, tenant.key, param, scope_key) for p in prompts]
             # I3 for n / best_of: all of a prompt's choices fit the pool at once, before anything is queued
             check_choices(prompts, params, model, shares_prefix=self.config.cache_scope is not CacheScope.REQUEST,
                           max_sequences=engine.max_pending)
@@ -326,11 +331,6 @@ class OpenAIServing:
         # off the event loop, so other requests keep streaming meanwhile.
         prompts, params = await asyncio.to_thread(prepare) if constraint is not None else prepare()
 
-        # I5: the scope comes from the authenticated tenant and the server secret; the client's
-        # cache_salt is mixed in after the identity, so it can only narrow the scope.
-        # With --cache-scope key the key's random id stands for the key, never its reusable name.
-        scope_key = compute_scope_key(tenant.scope_identity, self.config.cache_scope, self.secret,
-                                      cache_salt=req.cache_salt)
         if self.config.cache_scope is not CacheScope.REQUEST:
             self.metrics.remember_scope(scope_key, tenant.identity.organization)
 

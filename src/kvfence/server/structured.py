@@ -13,21 +13,30 @@ Accepted spellings (one constraint per request; two are a 400):
 
 Every error (bad schema, unsupported schema keyword, bad regex, a tokenizer whose tokens are not
 bytes) is a 400 whose ``param`` names the field the constraint came from.
+
+Compiled grammars are cached per cache scope (:class:`ScopedGrammarCache`), never across scopes: a
+schema compiles in milliseconds (8 ms for a 30-field schema with the built-in model) and a cached one
+in microseconds, so one process-wide cache would let a tenant confirm a guess of another tenant's
+schema (field names, enum values) from its latency, as a shared prefix cache would (I6).
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvfence.engine.sampling_params import LogitsProcessor
+from kvfence.engine.scope import is_unshared
 from kvfence.engine.structured import GrammarLogitsProcessor, GrammarSpec, compile_grammar
+from kvfence.engine.structured.compiler import DEFAULT_CACHE_SIZE, CompiledGrammar, GrammarCompiler
 from kvfence.engine.structured.processor import DEFAULT_MAX_STATES
 from kvfence.errors import InvalidParameterError
 from kvfence.server.api_errors import APIError
 
-__all__ = ["StructuredOutput", "grammar_spec", "structured_output"]
+__all__ = ["ScopedGrammarCache", "StructuredOutput", "grammar_spec", "structured_output"]
 
 _GUIDED_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
 # Keys of vLLM's StructuredOutputsParams this server reads, and ones that change nothing here.
@@ -44,12 +53,50 @@ class StructuredOutput:
     stop_token_ids: list[int] = field(default_factory=list)
 
 
-def structured_output(req: Any, model: Any) -> StructuredOutput:
+class ScopedGrammarCache:
+    """Compiled grammars keyed by (cache scope, tokenizer, spec), the ``max_entries`` most recent.
+
+    A miss compiles with a compiler of its own, so nothing another scope compiled is reused (I6).
+    Per-request scopes (``--cache-scope request``) are never cached, like their prefix pages.
+    """
+
+    def __init__(self, max_entries: int = DEFAULT_CACHE_SIZE) -> None:
+        self.max_entries = max_entries
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[bytes, int, GrammarSpec], CompiledGrammar] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def compile(self, tokenizer: Any, spec: GrammarSpec, scope_key: bytes) -> CompiledGrammar:
+        key = (scope_key, id(tokenizer), spec)
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+                return found
+        compiled = GrammarCompiler(max_entries=1).compile(tokenizer, spec)  # a fresh compiler: no shared entry
+        if is_unshared(scope_key):
+            return compiled
+        with self._lock:
+            # The entry keeps the tokenizer's vocabulary alive, not the tokenizer: the server holds that.
+            self._entries[key] = compiled
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+        return compiled
+
+
+_scoped = ScopedGrammarCache()
+
+
+def structured_output(req: Any, model: Any, scope_key: bytes | None = None) -> StructuredOutput:
     """The processor for the constraint ``req`` asks for (none: an empty StructuredOutput).
 
     ``ignore_eos`` keeps EOS out until the grammar is complete; then EOS is the only token left and
     it is added to the stop tokens, so the answer ends with finish_reason "stop" rather than EOS
-    tokens up to max_tokens.
+    tokens up to max_tokens. With ``scope_key`` (the server's), the grammar comes from that scope's
+    cache only; without, from the process-wide one (offline use, one tenant).
     """
     found = grammar_spec(req)
     if found is None:
@@ -60,7 +107,10 @@ def structured_output(req: Any, model: Any) -> StructuredOutput:
         raise APIError.bad_request("min_tokens cannot be combined with structured outputs; leave it out",
                                    param="min_tokens")
     try:
-        compiled = compile_grammar(model.tokenizer, spec)
+        if scope_key is None:
+            compiled = compile_grammar(model.tokenizer, spec)
+        else:
+            compiled = _scoped.compile(model.tokenizer, spec, scope_key)
     except InvalidParameterError as exc:
         raise APIError.bad_request(f"{param}: {exc.message}", param=param) from exc
     ignore_eos = bool(req.ignore_eos)
