@@ -107,7 +107,7 @@ def create_app(
     """Build the app. ``engine_factory`` builds the ``LLMEngine`` (in a background thread);
     ``keyring=None`` serves one local tenant without authentication (``--no-auth``)."""
     metrics = ServerMetrics()
-    serving = OpenAIServing(config, metrics, secret)
+    serving = OpenAIServing(config, metrics, secret, keyring)
     holder: dict[str, AsyncEngine] = {}
 
     def load() -> None:

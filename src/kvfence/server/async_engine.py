@@ -55,6 +55,7 @@ class RequestStream:
     loop: asyncio.AbstractEventLoop
     queue: asyncio.Queue[Any]
     admitted: asyncio.Future[None]
+    owner: str = ""  # the organisation whose slot this is (its share of the queue)
 
 
 class RequestGroup:
@@ -145,19 +146,28 @@ class AsyncEngine:
         """The latest ``EngineStats`` snapshot taken by the engine thread."""
         return self._stats
 
-    async def submit(self, requests: list[tuple[str, list[int], Any]], scope_key: bytes) -> RequestGroup:
+    async def submit(self, requests: list[tuple[str, list[int], Any]], scope_key: bytes, *,
+                     owner: str = "", owner_limit: int | None = None) -> RequestGroup:
         """Queue ``(request_id, prompt_token_ids, params)`` items and wait until the engine admitted all.
 
-        Raises :class:`QueueFullError` when the bounded queue is full and the engine's
+        ``owner`` (an organisation) may hold at most ``owner_limit`` of the request slots, so one
+        tenant cannot take all of them from the others; a call that alone exceeds it still runs
+        when the owner holds nothing else.
+        Raises :class:`QueueFullError` when the bounded queue, or the owner's share of it, is full, and the engine's
         :class:`RequestError` (e.g. context length, I3) when it refused one of them; in both cases
         nothing of this call stays in the engine.
         """
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        streams = [RequestStream(rid, loop, queue, loop.create_future()) for rid, _, _ in requests]
+        streams = [RequestStream(rid, loop, queue, loop.create_future(), owner) for rid, _, _ in requests]
         with self._cond:
             if self.max_pending is not None and len(self._streams) + len(requests) > self.max_pending:
                 raise QueueFullError(f"the request queue is full ({len(self._streams)} requests in flight)")
+            if owner_limit is not None:
+                held = sum(1 for s in self._streams.values() if s.owner == owner)
+                if held and held + len(requests) > owner_limit:
+                    raise QueueFullError(f"your organization holds {held} of the server's request slots, "
+                                         f"its share ({owner_limit}) while other organizations may need them")
             ids = [s.request_id for s in streams]
             if len(set(ids)) != len(ids) or any(rid in self._streams for rid in ids):
                 raise RequestError("duplicate request id")

@@ -41,6 +41,10 @@ __all__ = ["keys", "parse_size", "serve"]
                    "organizations when API keys are on (everything with --no-auth).")
 @click.option("--max-queue-len", type=int, default=256, show_default=True,
               help="Requests that may wait beyond --max-num-seqs; more are refused with 429.")
+@click.option("--max-org-share", type=float, default=0.5, show_default=True,
+              help="Most of the request slots (--max-num-seqs + --max-queue-len) one organization may hold "
+                   "when the keys file has two or more organizations; its next request gets 429 queue_full, so "
+                   "one tenant cannot lock the others out. 1.0 turns the share off.")
 @click.option("--served-model-name", multiple=True,
               help="Name(s) clients use in the 'model' field. Default: the model's own name.")
 @click.option("--generation-config", type=click.Choice(["auto", "vllm"]), default="auto", show_default=True,
@@ -81,6 +85,7 @@ def serve(**opts: Any) -> None:
         max_queue_len=opts["max_queue_len"],
         generation_config=opts["generation_config"],
         metrics_key_path=opts["metrics_key_file"],
+        max_org_share=opts["max_org_share"],
     )
     engine_config = build_engine_config(opts, seed=opts["seed"])
     if opts["model"] is not None and not resolve_model_dir(str(opts["model"])).is_dir():

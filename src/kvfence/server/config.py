@@ -30,12 +30,15 @@ class ServerConfig:
     max_body_bytes: int = 16 * 1024 * 1024
     generation_config: Literal["auto", "vllm"] = "auto"  # as vLLM's flag: the model's sampling defaults or none
     metrics_key_path: Path | None = None  # /metrics per-organisation view behind this bearer token
+    max_org_share: float = 0.5  # of max_num_seqs + max_queue_len, per organisation (1.0: no share)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"--port must be in 0..65535, got {self.port}")
         if self.max_queue_len < 0:
             raise ConfigError(f"--max-queue-len must be >= 0, got {self.max_queue_len}")
+        if not 0.0 < self.max_org_share <= 1.0:
+            raise ConfigError(f"--max-org-share must be in (0, 1], got {self.max_org_share}")
         if self.max_body_bytes < 1024:
             raise ConfigError(f"--max-body-bytes must be at least 1024, got {self.max_body_bytes}")
         if self.generation_config not in ("auto", "vllm"):

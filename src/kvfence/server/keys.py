@@ -263,6 +263,7 @@ class KeyRing:
         self._reload_interval = reload_interval
         self._lock = threading.Lock()
         self._by_hash: dict[str, ApiKey] = {}
+        self._num_organizations = 0
         self._mtime: int | None = None
         self._checked_at = 0.0
         self._load()
@@ -274,6 +275,7 @@ class KeyRing:
             mtime = None
         keys = load_keys(self.path)
         self._by_hash = {k.sha256: k for k in keys}
+        self._num_organizations = len({k.organization for k in keys})
         self._mtime = mtime
 
     def _maybe_reload(self) -> None:
@@ -297,6 +299,11 @@ class KeyRing:
 
     def __len__(self) -> int:
         return len(self._by_hash)
+
+    @property
+    def num_organizations(self) -> int:
+        """Organisations with at least one key (as of the last reload)."""
+        return self._num_organizations
 
     def lookup(self, secret: str) -> ApiKey | None:
         """The key whose hash matches ``secret``, or None."""

@@ -27,6 +27,7 @@ from kvfence.server.async_engine import AsyncEngine, EngineFault, QueueFullError
 from kvfence.server.auth import Tenant
 from kvfence.server.choices import fan_out, returned_choices
 from kvfence.server.config import ServerConfig
+from kvfence.server.keys import KeyRing
 from kvfence.server.limits import ConcurrencyLimiter
 from kvfence.server.metrics import ServerMetrics
 from kvfence.server.metrics_access import MetricsAccess, MetricsView, read_metrics_key
@@ -159,8 +160,10 @@ def _with_running_usage(req: GenerationRequest, chunk: dict[str, Any], lease: _L
 class OpenAIServing:
     """Request handlers of the OpenAI API, bound to one engine once it has loaded."""
 
-    def __init__(self, config: ServerConfig, metrics: ServerMetrics, secret: bytes) -> None:
+    def __init__(self, config: ServerConfig, metrics: ServerMetrics, secret: bytes,
+                 keyring: KeyRing | None = None) -> None:
         self.config = config
+        self.keyring = keyring
         self.metrics = metrics
         self.secret = secret
         self.limiter = ConcurrencyLimiter()
@@ -273,6 +276,15 @@ class OpenAIServing:
             log.exception("unexpected error while serving %s", request.url.path)
             return self.reject(APIError.internal())
 
+    def _org_slot_limit(self, engine: AsyncEngine) -> int | None:
+        """Request slots one organisation may hold: a share of all, once two or more organisations
+        have keys (a single-organisation or --no-auth server keeps every slot for its one tenant)."""
+        if engine.max_pending is None or self.keyring is None or self.keyring.num_organizations < 2:
+            return None
+        if self.config.max_org_share >= 1.0:
+            return None
+        return max(1, int(engine.max_pending * self.config.max_org_share))
+
     def ready(self) -> tuple[AsyncEngine, LoadedModel]:
         """The engine and model, or the 503 to answer while loading / after an engine failure."""
         engine, model = self.engine, self.model
@@ -357,7 +369,8 @@ class OpenAIServing:
             r.state.keeps_output = not req.scores_prompt_only
         try:
             lease.group = await engine.submit(
-                [(r.request_id, r.prompt_token_ids, r.params) for r in requests], scope_key)
+                [(r.request_id, r.prompt_token_ids, r.params) for r in requests], scope_key,
+                owner=tenant.identity.organization, owner_limit=self._org_slot_limit(engine))
         except BaseException as exc:
             lease.choices = []
             lease.close()
