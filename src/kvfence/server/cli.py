@@ -143,7 +143,7 @@ def keys_list(path: Path) -> None:
             limits.append(f"max_concurrent_requests={k.max_concurrent_requests}")
         if k.max_prompt_tokens is not None:
             limits.append(f"max_prompt_tokens={k.max_prompt_tokens}")
-        click.echo(f"{k.organization}/{k.workspace}/{k.name}  sha256:{k.sha256[:12]}…  {' '.join(limits)}".rstrip())
+        click.echo(f"{k.organization}/{k.workspace}/{k.name}  id:{k.scope_id}  sha256:{k.sha256[:12]}…  {' '.join(limits)}".rstrip())
 
 
 @keys.command("revoke")
