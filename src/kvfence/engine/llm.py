@@ -185,6 +185,7 @@ class LLM:
                 for out in self.engine.step():
                     if out.finished:
                         finals[out.request_id] = out
+                _raise_for_failed(self.engine.take_failed_requests(), request_ids)
         except BaseException:
             for rid in added:
                 self.engine.abort_request(rid)
@@ -242,3 +243,13 @@ def _completion(choices: list[RequestOutput], params: SamplingParams) -> Complet
         outputs=samples,
         prompt_logprobs=choices[0].prompt_logprobs,  # choice 0 scores the prompt (choice_params)
     )
+
+
+def _raise_for_failed(failed: list[tuple[str, BaseException]], request_ids: list[list[str]]) -> None:
+    """Raise for the first of our prompts the engine aborted because the forward pass failed on it alone
+    (fault isolation); the other prompts of the call are aborted by the caller, not left running."""
+    for rid, error in failed:
+        for index, rids in enumerate(request_ids):
+            if rid in rids:
+                raise RuntimeError(f"the forward pass failed on prompt {index}: {error}") from error
+
