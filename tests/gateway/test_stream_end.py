@@ -34,12 +34,22 @@ def test_end_markers_decide() -> None:
     assert stream_is_complete(_event("a", "stop") + USAGE + b": bye\n\n")  # usage chunk and comments after it
     assert stream_is_complete(b'data: {"error": {"message": "overloaded"}}\n\n')
     assert stream_is_complete(_event("a", "stop") + b"data: [DONE]\n")     # [DONE] missing its blank line
+    assert stream_is_complete(_event("a") + _event("", "stop")[:-1])      # a whole last chunk, likewise
+    assert stream_is_complete(_event("a") + _event("", "stop")[:-2])
     assert not stream_is_complete(_event("a") + _event("b"))              # closed before the end
-    assert not stream_is_complete(_event("a", "stop")[:-1])               # stopped inside the last event
+    assert not stream_is_complete(_event("a", "stop")[:-3])               # stopped inside the last event
     assert not stream_is_complete(_event("a", "stop") + b"data: [DO")
     assert not stream_is_complete(_event("a") + USAGE)                    # usage, but no finish before it
     assert not stream_is_complete(b"")
     assert not stream_is_complete(b"data: not json\n\n")
+
+
+def test_a_whole_last_event_without_its_blank_line_goes_out_with_one() -> None:
+    for newline in (b"\n", b"\r\n", b"\r"):
+        body = (_event("a") + _event("", "stop")).replace(b"\n", newline)
+        for cut in (len(newline), 2 * len(newline)):  # one line end left, or none
+            sent, complete = _relay([body[:-cut]])
+            assert complete and sent.replace(b"\r\n", b"\n").replace(b"\r", b"\n").endswith(b"}\n\n"), (newline, cut)
 
 
 def test_a_later_choice_still_streaming_is_not_an_end() -> None:
@@ -61,9 +71,9 @@ ENDS_WITH_FINISH = _event("Hel") + b": keep-alive\n\n" + _event("lo") + _event("
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.integers(min_value=0, max_value=len(ENDS_WITH_FINISH) - 1), st.integers(min_value=1, max_value=40))
+@given(st.integers(min_value=0, max_value=len(ENDS_WITH_FINISH) - 3), st.integers(min_value=1, max_value=40))
 def test_a_cut_stream_is_never_complete_and_sends_only_whole_events(cut_at: int, read_size: int) -> None:
-    cut = ENDS_WITH_FINISH[:cut_at]  # anywhere before its only end marker is whole
+    cut = ENDS_WITH_FINISH[:cut_at]  # anywhere before its only end marker's JSON is whole ("}" then "\n\n")
     sent, complete = _relay([cut[i:i + read_size] for i in range(0, len(cut), read_size)])
     assert not complete
     assert ENDS_WITH_FINISH.startswith(sent) and (not sent or sent.endswith(b"\n\n"))

@@ -87,10 +87,20 @@ class StreamTail:
         held = b"".join(self._held)
         self._held.clear()
         if held.strip():
-            if stream_is_complete(b"".join(self._pieces) + held):  # a last "data: [DONE]\n"
-                return out + held, True
+            if stream_is_complete(b"".join(self._pieces) + held):
+                # a whole last event without its blank line: sent with one, so every client reads it
+                return out + held + _blank_line_after(held), True
             return out, False
         return out, stream_is_complete(b"".join(self._pieces))
+
+
+def _blank_line_after(event: bytes) -> bytes:
+    """What ends ``event`` (which lacks its blank line) in its own line-end style."""
+    if event.endswith(b"\r\n"):
+        return b"\r\n"
+    if event.endswith((b"\n", b"\r")):
+        return event[-1:]
+    return b"\n\n"
 
 
 def _last_boundary(data: bytes) -> int:
@@ -110,9 +120,9 @@ def stream_is_complete(tail: bytes) -> bool:
     events = tail.split(b"\n\n")
     last = events.pop()  # what follows the last blank line: empty unless the body stopped inside an event
     if last.strip():
-        # SSE clients drop an unfinished event; only a whole [DONE] line missing its blank line still
-        # ends the stream (a server that writes "data: [DONE]\n" at the very end)
-        return last.endswith(b"\n") and event_data(last) == "[DONE]"
+        # The body stopped inside its last event: cut, unless that event is whole all the same and ends
+        # the stream (a server that writes "data: [DONE]\n" or a last chunk without its blank line)
+        return _verdict(last) is True
     for event in reversed(events):  # from the end: usually [DONE] decides at once
         if event.strip():
             verdict = _verdict(event)
