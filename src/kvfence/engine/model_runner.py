@@ -10,6 +10,7 @@ import torch
 
 from kvfence.engine.config import ModelConfig
 from kvfence.engine.kernels import calibrate_linear, gemv_kernel_in_use, kernel_status, tiled_kernel_in_use
+from kvfence.engine.kernels.huge_pages import huge_page_zeros
 from kvfence.engine.kernels.ops import CALIBRATION_ROWS
 from kvfence.engine.layers.attention import AttentionMetadata, PrefillChunk
 from kvfence.engine.loader import load_model
@@ -72,9 +73,9 @@ class ModelRunner:
                     timings.torch_tiled_s * 1e3, timings.kernel_tiled_s * 1e3,
                     "kernel" if tiled_kernel_in_use() else "torch",
                 )
-        self.kv_pool = torch.zeros(
-            cfg.num_hidden_layers, 2, num_pages + 1, page_size, cfg.num_key_value_heads, cfg.head_dim,
-            dtype=kv_dtype or dtype, device=device,
+        self.kv_pool = huge_page_zeros(  # decode attention streams it: 2 MiB pages where possible
+            (cfg.num_hidden_layers, 2, num_pages + 1, page_size, cfg.num_key_value_heads, cfg.head_dim),
+            kv_dtype or dtype, device,
         )
         flat = self.kv_pool.view(cfg.num_hidden_layers, 2, -1, cfg.num_key_value_heads, cfg.head_dim)
         self.kv_caches = [(flat[i, 0], flat[i, 1]) for i in range(cfg.num_hidden_layers)]

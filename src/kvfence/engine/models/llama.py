@@ -16,6 +16,7 @@ from torch import nn
 
 from kvfence.engine.config import ModelConfig
 from kvfence.engine.kernels import DecoderLayerKernel, linear, rms_norm, silu_mul
+from kvfence.engine.kernels.huge_pages import place_on_huge_pages
 from kvfence.engine.layers.attention import AttentionMetadata, paged_attention
 from kvfence.engine.layers.rotary import RotaryEmbedding
 
@@ -221,6 +222,9 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head: FusedLinear | None = None
         if not cfg.tie_word_embeddings:
             self.lm_head = FusedLinear(cfg.hidden_size, {"": cfg.vocab_size}, bias=False, dtype=dtype, device=device)
+        if device.type == "cpu":
+            # every step streams all the weights: one buffer on 2 MiB pages (see kernels.huge_pages)
+            place_on_huge_pages(self)
 
     def forward(
         self,
