@@ -281,7 +281,7 @@ TEMPLATES: list[tuple[str, str]] = [
     ("chat", "customer: please call me back, my number is {NPHONE}\nsupport: will do today"),
     ("chat", "user: send the BTC to {WALLET} and ping me\nuser2: done, tx id {SHA}"),
     ("chat", "user: what's the weather in Lisbon on {DATE}?\nassistant: Sunny, 24 degrees."),
-    ("chat", "user: my ssn is {SSN} and dob {DATE}, can you fill the form?"),
+    ("chat", "user: my ssn is {SSN} and dob {DOB}, can you fill the form?"),
     ("chat", "user: the VPN gives me {IP} but the office range is different, is that ok?"),
     ("chat", "user: summarise ticket {ORDER} for me please, version {VERSION} regression"),
     ("chat", "bob: whats ur email again\nalice: {EMAIL} or work {EMAIL}"),
@@ -364,6 +364,8 @@ FILLERS = {
     **{name: (gen, name) for name, gen in SECRETS.items()},
     **{name: (gen, None) for name, gen in BAIT.items()},
     "FNAME": (FNAME, None), "LNAME": (LNAME, None),
+    # a date is personal data where the text says it is a birth date (same generator as the bait DATE)
+    "DOB": (BAIT["DATE"], "DATE_OF_BIRTH"),
 }
 
 

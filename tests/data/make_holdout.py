@@ -214,7 +214,8 @@ def positives() -> list[tuple[str, list]]:
         val = iban(c, n)
         T.append(("email", [f"Dear {N()}, please pay invoice 2025/{R.randint(100, 999)} to ", (val, "IBAN_CODE"), " within 14 days."]))
     for _ in range(4):
-        T.append(("form", ["Applicant SSN: ", (ssn(), "US_SSN"), f"  DOB: {R.randint(1, 12)}/{R.randint(1, 28)}/19{R.randint(50, 99)}"]))
+        T.append(("form", ["Applicant SSN: ", (ssn(), "US_SSN"), "  DOB: ",
+                           (f"{R.randint(1, 12)}/{R.randint(1, 28)}/19{R.randint(50, 99)}", "DATE_OF_BIRTH")]))
     T.append(("chat", ["my social is ", (ssn().replace("-", " "), "US_SSN"), " if hr needs it"]))
     for sp in (False, True, False):
         T.append(("email", ["Hello, my NI number is ", (nino(sp), "UK_NINO"), " for the P45, thanks."]))

@@ -69,7 +69,7 @@ def build_protection_hook(policy: Policy, *, incidents: Any, registry: Any = Non
                               max_owners=leak.max_owners, canaries=book)
     detector = build_detector(ner_model=config.ner_model, cache_dir=config.spacy_cache_dir,
                               disabled=config.disabled_rules, timeout_s=config.detector_timeout_s,
-                              score_threshold=config.score_threshold)
+                              score_threshold=config.score_threshold, private_ips=config.private_ips)
     return ProtectionHook(policy, config, detector, monitor=monitor, incidents=incidents,
                           metrics=ProtectionMetrics(registry))
 

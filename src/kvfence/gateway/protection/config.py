@@ -88,6 +88,9 @@ class ProtectionConfig(_Strict):
     ner_model: Path | None = None
     spacy_cache_dir: Path | None = None
     disabled_rules: list[str] = Field(default_factory=list)
+    private_ips: bool = Field(
+        default=False, description="count private, loopback, link-local and documentation IP addresses as personal "
+                                   "data (default: only globally routable addresses are)")
     score_threshold: float = Field(default=0.5, ge=0, le=1)
     raise_class: dict[str, str] | None = Field(
         default=None, description="entity -> data class; default: national IDs to the most sensitive class")

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from kvfence.gateway.errors import DetectorFailure
 from kvfence.gateway.protection.findings import Finding, resolve_overlaps
-from kvfence.gateway.protection.pii_rules import PII_RULES
+from kvfence.gateway.protection.pii_rules import PII_RULES, PRIVATE_IP_RULES
 from kvfence.gateway.protection.rules import RuleSet
 from kvfence.gateway.protection.secret_rules import SECRET_RULES
 
@@ -91,9 +91,13 @@ class Detector:
 
 
 def build_detector(*, use_presidio: bool = True, ner_model: Path | None = None, cache_dir: Path | None = None,
-                   disabled: Sequence[str] = (), timeout_s: float = 2.0, score_threshold: float = 0.5) -> Detector:
-    """The default detector: Presidio with kvfence's PII rules, plus kvfence's secret rules."""
-    off = frozenset(disabled)
+                   disabled: Sequence[str] = (), timeout_s: float = 2.0, score_threshold: float = 0.5,
+                   private_ips: bool = False) -> Detector:
+    """The default detector: Presidio with kvfence's PII rules, plus kvfence's secret rules.
+
+    ``private_ips``: also report addresses of private / loopback / documentation ranges as personal data.
+    """
+    off = frozenset(disabled) | (frozenset() if private_ips else frozenset(PRIVATE_IP_RULES))
     pii_rules = [r for r in PII_RULES if r.name not in off and r.entity not in off]
     pii: PiiEngine
     if use_presidio:

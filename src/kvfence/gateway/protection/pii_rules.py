@@ -8,15 +8,32 @@ numbers (a nine-digit BSN or SIN) require a context word just before them.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
-import phonenumbers
-
+from kvfence.gateway.protection import phone_checks as phones
 from kvfence.gateway.protection import validators as v
+from kvfence.gateway.protection.address_rules import ADDRESS_RULES
+from kvfence.gateway.protection.dob_rules import DOB_RULES
 from kvfence.gateway.protection.findings import Category
+from kvfence.gateway.protection.id_checks import de_tax_id_ok, fr_nir_ok
 from kvfence.gateway.protection.rules import Anchor, Rule
 
-__all__ = ["PII_ENTITIES", "PII_RULES", "RESTRICTED_PII"]
+__all__ = ["PII_ENTITIES", "PII_RULES", "PRIVATE_IP_RULES", "RESTRICTED_PII", "ip_is_public"]
+
+# Rules for addresses in private, loopback, link-local, shared (CGNAT) and documentation ranges:
+# they name a machine on someone's internal network, not a person, so they are off unless the
+# policy says otherwise (``gateway.protection.private_ips: true``).
+PRIVATE_IP_RULES = ("ipv4_private", "ipv6_private")
+
+
+def ip_is_public(value: str) -> bool:
+    """True for a globally routable address (what can point at a subscriber)."""
+    try:
+        return ipaddress.ip_address(value).is_global
+    except ValueError:
+        return False
+
 
 _PII = Category.PII
 
@@ -54,19 +71,6 @@ def _card_ok(value: str) -> bool:
     return len(groups) == 1 or (lengths[0] == 4 and all(3 <= n <= 6 for n in lengths[1:]))
 
 
-def _phone_possible(value: str) -> bool:
-    try:
-        number = phonenumbers.parse(value, None if value.startswith("+") else "US")
-    except phonenumbers.NumberParseException:
-        return False
-    return bool(phonenumbers.is_possible_number(number))
-
-
-def _international_phone_ok(value: str) -> bool:
-    digits = v.digits_of(value)
-    return 8 <= len(digits) <= 15 and _phone_possible(value)
-
-
 def _national_phone_ok(value: str) -> bool:
     digits = v.digits_of(value)
     return 9 <= len(digits) <= 11 and len(set(digits)) > 2
@@ -97,7 +101,7 @@ PII_RULES: list[Rule] = [
          reject_before=_MESSAGE_ID_BEFORE),
     Rule("phone_nanp", "PHONE_NUMBER", _PII,
          re.compile(r"(?<![\w+-])(?:\+?1[ .-]?)?(?:\([2-9]\d{2}\)[ .-]?|[2-9]\d{2}[ .-])\d{3}[ .-]\d{4}(?![\w-])"),
-         score=0.85, validate=_phone_possible, anchor=_DIGITS),
+         score=0.85, validate=phones.possible_nanp, anchor=_DIGITS),
     Rule("phone_334_context", "PHONE_NUMBER", _PII,
          # 123-456-7890 and friends: not dialable in the NANP, but what people write as "my number".
          re.compile(r"(?<![\w+-])\(?\d{3}\)?[ .-]\d{3}[ .-]\d{4}(?![\w-])"),
@@ -105,10 +109,21 @@ PII_RULES: list[Rule] = [
          needs_context=True, anchor=_DIGITS),
     Rule("phone_nanp_context", "PHONE_NUMBER", _PII,
          re.compile(r"(?<![\w+-])1?[2-9]\d{2}[2-9]\d{6}(?![\w-])"),
-         score=0.7, validate=_phone_possible, context=_PHONE_CONTEXT, needs_context=True, anchor=_DIGITS),
+         score=0.7, validate=phones.possible_nanp, context=_PHONE_CONTEXT, needs_context=True, anchor=_DIGITS),
     Rule("phone_international", "PHONE_NUMBER", _PII,
          re.compile(r"(?<![\w+])\+[1-9]\d{0,2}(?:[ .-]?\(?\d{1,5}\)?){2,6}(?![\w])"),
-         score=0.85, hints=("+",), validate=_international_phone_ok, anchor=_DIGITS),
+         score=0.85, hints=("+",), validate=phones.international_ok, anchor=_DIGITS),
+    Rule("phone_00_international", "PHONE_NUMBER", _PII,
+         # 0049 30 1234567: "00" is the international prefix dialled from most of Europe
+         re.compile(r"(?<![\w+.-])00[1-9]\d{0,2}(?:[ .-]?\(?\d{1,5}\)?){2,6}(?![\w-]|\.\d)"),
+         score=0.8, validate=phones.possible_with_00, anchor=_DIGITS),
+    Rule("phone_eu_national", "PHONE_NUMBER", _PII,
+         # 030/1234567, 030 1234567, 06 12 34 56 78, 07700 900123, 020 7946 0958: trunk 0, then
+         # groups split by spaces, a slash or dashes (dots only in the French pairs: 06.12.34.56.78;
+         # other dotted runs are dates and versions); valid in a European numbering plan.
+         re.compile(r"(?<![\w+./-])(?:\(0\d{1,4}\)|0\d{1,4})(?:(?:[ /-]|\) ?)\d{2,8}){1,4}(?![\w-]|[./]\d)"
+                    r"|(?<![\w+./-])0[1-9](?:\.\d{2}){4}(?![\w-]|[./]\d)"),
+         score=0.75, validate=phones.eu_national_ok, anchor=_DIGITS),
     Rule("phone_national_context", "PHONE_NUMBER", _PII,
          re.compile(r"(?<![\w+.-])(?:0\d{1,4}|\(0\d{1,4}\))(?:[ .-]?\d{2,4}){2,4}(?![\w-]|\.\d)"),
          score=0.7, validate=_national_phone_ok, context=_PHONE_CONTEXT, needs_context=True, anchor=_DIGITS),
@@ -120,10 +135,19 @@ PII_RULES: list[Rule] = [
          score=1.0, accept=_iban_length, anchor=_COUNTRY_CODE),
     Rule("ipv4", "IP_ADDRESS", _PII,
          re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)"),
-         score=0.8, validate=v.ipv4_ok, reject_before=_VERSION_BEFORE, anchor=_DIGITS),
+         score=0.8, validate=lambda value: v.ipv4_ok(value) and ip_is_public(value), reject_before=_VERSION_BEFORE,
+         anchor=_DIGITS),
+    Rule(PRIVATE_IP_RULES[0], "IP_ADDRESS", _PII,
+         re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)"),
+         score=0.8, validate=lambda value: v.ipv4_ok(value) and not ip_is_public(value),
+         reject_before=_VERSION_BEFORE, anchor=_DIGITS),
     Rule("ipv6", "IP_ADDRESS", _PII,
          re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){1,7}(?::|(?::[0-9A-Fa-f]{1,4}){1,6}|[0-9A-Fa-f]{1,4})(?![\w:])"),
-         score=0.8, hints=(":",), validate=v.ipv6_ok, anchor=_HEX_COLON),
+         score=0.8, hints=(":",), validate=lambda value: v.ipv6_ok(value) and ip_is_public(value), anchor=_HEX_COLON),
+    Rule(PRIVATE_IP_RULES[1], "IP_ADDRESS", _PII,
+         re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){1,7}(?::|(?::[0-9A-Fa-f]{1,4}){1,6}|[0-9A-Fa-f]{1,4})(?![\w:])"),
+         score=0.8, hints=(":",), validate=lambda value: v.ipv6_ok(value) and not ip_is_public(value),
+         anchor=_HEX_COLON),
     Rule("us_ssn", "US_SSN", _PII,
          re.compile(r"(?<![\w-])\d{3}([- ])\d{2}\1\d{4}(?![\w-])"),
          score=0.85, validate=v.us_ssn_ok, anchor=_DIGITS),
@@ -151,6 +175,16 @@ PII_RULES: list[Rule] = [
     Rule("it_fiscal_code", "IT_FISCAL_CODE", _PII,
          re.compile(r"\b[A-Za-z]{6}[0-9LMNPQRSTUV]{2}[A-Za-z][0-9LMNPQRSTUV]{2}[A-Za-z][0-9LMNPQRSTUV]{3}[A-Za-z](?![\w])"),
          score=0.9, validate=v.it_fiscal_code_ok),
+    Rule("de_tax_id", "DE_TAX_ID", _PII,
+         # Steuer-ID: 11 digits (often 2-3-3-3); the check digit passes one number in ten, so a cue is needed
+         re.compile(r"(?<![\w-])[1-9]\d(?:[ ]?\d{3}){3}(?![\w-])"),
+         score=0.9, validate=de_tax_id_ok, context=("steuer", "idnr", "id-nr", "identifikationsnummer", "tax id",
+                                                   " tin", "tax identification"),
+         needs_context=True, anchor=_DIGITS),
+    Rule("fr_nir", "FR_NIR", _PII,
+         # numéro de sécurité sociale: 1 84 12 75 123 456 78 (15 characters, mod-97 key)
+         re.compile(r"(?<![\w-])[1-478] ?\d{2} ?\d{2} ?(?:\d{2}|2[ABab]) ?\d{3} ?\d{3} ?\d{2}(?![\w-])"),
+         score=0.9, validate=fr_nir_ok, anchor=_DIGITS),
     Rule("medical_record_number", "MEDICAL_RECORD_NUMBER", _PII,
          re.compile(r"\b(?:mrn|medical record (?:number|no\.?|#)|patient id)\s*[:#]?\s*(?P<value>[a-z]{0,3}-?\d{5,10})\b"),
          score=0.85, group="value", hints=("mrn", "medical record", "patient id"), on_lowered=True),
@@ -165,10 +199,12 @@ PII_RULES: list[Rule] = [
          score=0.9, hints=("0x",), validate=v.eth_address_ok),
 ]
 
+PII_RULES += DOB_RULES + ADDRESS_RULES
+
 PII_ENTITIES: frozenset[str] = frozenset(rule.entity for rule in PII_RULES)
 
 # National identifiers and health records: a finding raises the request's data class to the policy's most restricted
 # class by default (DESIGN.md: "a detector finding can raise a request's class, never lower it").
 RESTRICTED_PII: frozenset[str] = frozenset(
-    {"US_SSN", "UK_NINO", "UK_NHS", "CA_SIN", "ES_DNI", "IN_AADHAAR", "NL_BSN", "IT_FISCAL_CODE",
+    {"US_SSN", "UK_NINO", "UK_NHS", "CA_SIN", "ES_DNI", "IN_AADHAAR", "NL_BSN", "IT_FISCAL_CODE", "DE_TAX_ID", "FR_NIR",
      "MEDICAL_RECORD_NUMBER"})
