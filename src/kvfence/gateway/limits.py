@@ -1,12 +1,17 @@
 """Per-tenant limits: requests per minute, tokens per minute (both over a sliding window, 60 s unless
 ``gateway.limit_window_s`` says otherwise) and concurrent requests.
 
-Tokens per minute counts what LiteLLM users expect it to: a request's prompt tokens when it is admitted
-(:meth:`LimitLease.admit_prompt`, counted with the same tokenizer as the length caps) plus its
-completion tokens once the answer says how many there were (:meth:`LimitLease.add_completion`). A
-request is refused when the window already holds the limit (before its body is read), or when its
-prompt would push the window over; completion tokens are added after the fact, so concurrent answers
-can carry a tenant past its limit for one window, never longer.
+Tokens per minute: a request's prompt tokens are charged when it is admitted
+(:meth:`LimitLease.admit_prompt`, counted with the same tokenizer as the length caps), and the most it
+may generate (``max_tokens`` x choices, when the request says) is **reserved** at the same moment: a
+reservation counts against the limit until the answer ends, when it is settled to the completion tokens
+the answer really had (:meth:`LimitLease.add_completion`, also for a stream cut short) or dropped (the
+request ended without an answer: :meth:`LimitLease.release`). So one request with a huge ``max_tokens``,
+or many at once, cannot carry a tenant past its limit: a request whose prompt + reservation does not fit
+what the window and the other requests in flight leave is refused with 429 (``tokens_per_minute_exceeded``,
+naming the limit); one that could never fit is "request too large", without ``Retry-After``. A request
+that names no ``max_tokens`` reserves nothing and its completion is charged when it ends (as before),
+which can still overshoot the limit for one window.
 
 Two stores with one interface: in process (one replica; pure logic with an injectable clock), or
 Redis (several replicas share the counts; ``gateway.redis_url``). Each admission is one atomic Lua
@@ -33,16 +38,17 @@ WINDOW_S = 60.0
 class LimitLease(Protocol):
     """One admitted request's hold on its tenant's limits."""
 
-    async def admit_prompt(self, tokens: int) -> None:
-        """Charge the prompt's tokens, or raise :class:`RateLimited` (tokens per minute)."""
+    async def admit_prompt(self, tokens: int, reserve: int = 0) -> None:
+        """Charge the prompt's tokens and reserve ``reserve`` completion tokens, or raise
+        :class:`RateLimited` (tokens per minute) when they do not fit."""
         ...
 
     async def add_completion(self, tokens: int) -> None:
-        """Charge the answer's tokens (never refuses: the answer is already out)."""
+        """Settle the reservation to the answer's real completion tokens (never refuses: the answer is out)."""
         ...
 
     async def release(self) -> None:
-        """The request ended: free its concurrency slot (idempotent)."""
+        """The request ended: free its concurrency slot and any unsettled reservation (idempotent)."""
         ...
 
 
@@ -63,14 +69,24 @@ def _rate_error(tenant: GatewayTenant, retry_after_s: float) -> RateLimited:
                        "requests per minute", retry_after_s=retry_after_s)
 
 
-def _tokens_error(tenant: GatewayTenant, used: int, asked: int, retry_after_s: float | None) -> RateLimited:
+def _asked(prompt: int, reserve: int) -> str:
+    if not reserve:
+        return f"{prompt}" if prompt else "0"
+    return f"{prompt + reserve} ({prompt} prompt + {reserve} reserved for max_tokens)"
+
+
+def _tokens_error(tenant: GatewayTenant, used: int, asked: int, retry_after_s: float | None, *,
+                  reserve: int = 0, reserved: int = 0) -> RateLimited:
     limit = tenant.limits.tokens_per_minute
     if retry_after_s is None:
         # As OpenAI's "Request too large": waiting cannot help, so no Retry-After.
-        return RateLimited(f"request too large for tenant {tenant.name!r}: its prompt is {asked} tokens, over "
-                           f"its whole limit of {limit} tokens per minute", code="tokens_per_minute_exceeded")
-    return RateLimited(f"tenant {tenant.name!r} is over its limit of {limit} tokens per minute (used {used}, "
-                       f"requested {asked})", retry_after_s=retry_after_s, code="tokens_per_minute_exceeded")
+        what = "its prompt is" if not reserve else "its prompt + max_tokens x choices come to"
+        return RateLimited(f"request too large for tenant {tenant.name!r}: {what} {_asked(asked, reserve)} tokens, "
+                           f"over its whole limit of {limit} tokens per minute", code="tokens_per_minute_exceeded")
+    held = f", {reserved} reserved by requests in flight" if reserved else ""
+    return RateLimited(f"tenant {tenant.name!r} is over its limit of {limit} tokens per minute (used {used}{held}, "
+                       f"requested {_asked(asked, reserve)})", retry_after_s=retry_after_s,
+                       code="tokens_per_minute_exceeded")
 
 
 def _tokens_retry_after(entries: deque[tuple[float, int]], need: int, now: float, window_s: float) -> float:
@@ -89,6 +105,7 @@ class _TenantState:
     in_flight: int = 0
     tokens: deque[tuple[float, int]] = field(default_factory=deque)  # (when, how many), oldest first
     tokens_in_window: int = 0
+    reserved: int = 0  # completion tokens reserved by requests in flight (they do not slide out)
 
 
 class _LocalLease:
@@ -96,11 +113,22 @@ class _LocalLease:
         self._limiter = limiter
         self._tenant = tenant
         self._released = False
+        self._reserved = 0
 
-    async def admit_prompt(self, tokens: int) -> None:
-        self._limiter.admit_tokens(self._tenant, tokens)
+    async def admit_prompt(self, tokens: int, reserve: int = 0) -> None:
+        self.admit_now(tokens, reserve)
+
+    def admit_now(self, tokens: int, reserve: int = 0) -> None:
+        self._limiter.admit_tokens(self._tenant, tokens, reserve=reserve)
+        if self._tenant.limits.tokens_per_minute is not None:
+            self._reserved += max(reserve, 0)
 
     async def add_completion(self, tokens: int) -> None:
+        self.settle_now(tokens)
+
+    def settle_now(self, tokens: int) -> None:
+        reserved, self._reserved = self._reserved, 0
+        self._limiter.unreserve(self._tenant, reserved)
         self._limiter.add_tokens(self._tenant, tokens)
 
     async def release(self) -> None:
@@ -109,6 +137,9 @@ class _LocalLease:
     def release_now(self) -> None:
         if not self._released:  # idempotent
             self._released = True
+            # ended without an answer to settle (refused, upstream error): the reservation is freed
+            reserved, self._reserved = self._reserved, 0
+            self._limiter.unreserve(self._tenant, reserved)
             self._limiter._release(self._tenant.name)
 
 
@@ -135,11 +166,13 @@ class TenantLimiter:
         if limits.max_concurrent is not None and state.in_flight >= limits.max_concurrent:
             raise _concurrency_error(tenant, state.in_flight)
         if limits.tokens_per_minute is not None:
-            # A window already full refuses before the body is even read.
+            # A window already full (counting what requests in flight reserved) refuses before the
+            # body is even read.
             used = self._tokens_used(state, now)
-            if used >= limits.tokens_per_minute:
-                retry = _tokens_retry_after(state.tokens, used - limits.tokens_per_minute + 1, now, self._window_s)
-                raise _tokens_error(tenant, used, 0, retry)
+            if used + state.reserved >= limits.tokens_per_minute:
+                need = used + state.reserved - limits.tokens_per_minute + 1
+                retry = _tokens_retry_after(state.tokens, need, now, self._window_s)
+                raise _tokens_error(tenant, used, 0, retry, reserved=state.reserved)
         if limits.requests_per_minute is not None:
             while state.starts and state.starts[0] <= now - self._window_s:
                 state.starts.popleft()
@@ -154,27 +187,43 @@ class TenantLimiter:
         state = self._state.get(tenant)
         return self._tokens_used(state, self._clock()) if state else 0
 
+    def tokens_reserved(self, tenant: str) -> int:
+        """Completion tokens reserved by the tenant's requests in flight."""
+        state = self._state.get(tenant)
+        return state.reserved if state else 0
+
     def _tokens_used(self, state: _TenantState, now: float) -> int:
         horizon = now - self._window_s
         while state.tokens and state.tokens[0][0] <= horizon:
             state.tokens_in_window -= state.tokens.popleft()[1]
         return state.tokens_in_window
 
-    def admit_tokens(self, tenant: GatewayTenant, tokens: int) -> None:
-        """Charge a prompt's ``tokens``, or raise :class:`RateLimited` if they would not fit the window."""
+    def admit_tokens(self, tenant: GatewayTenant, tokens: int, *, reserve: int = 0) -> None:
+        """Charge a prompt's ``tokens`` and reserve ``reserve`` completion tokens, or raise
+        :class:`RateLimited` if together they would not fit the window beside the other reservations."""
         limit = tenant.limits.tokens_per_minute
-        if limit is None or tokens <= 0:
+        tokens, reserve = max(tokens, 0), max(reserve, 0)
+        if limit is None or tokens + reserve == 0:
             return
         state = self._state.setdefault(tenant.name, _TenantState())
         now = self._clock()
         used = self._tokens_used(state, now)
-        if tokens > limit:
-            raise _tokens_error(tenant, used, tokens, None)
-        if used + tokens > limit:
-            retry = _tokens_retry_after(state.tokens, used + tokens - limit, now, self._window_s)
-            raise _tokens_error(tenant, used, tokens, retry)
-        state.tokens.append((now, tokens))
-        state.tokens_in_window += tokens
+        if tokens + reserve > limit:
+            raise _tokens_error(tenant, used, tokens, None, reserve=reserve)
+        if used + state.reserved + tokens + reserve > limit:
+            need = used + state.reserved + tokens + reserve - limit
+            retry = _tokens_retry_after(state.tokens, need, now, self._window_s)
+            raise _tokens_error(tenant, used, tokens, retry, reserve=reserve, reserved=state.reserved)
+        if tokens:
+            state.tokens.append((now, tokens))
+            state.tokens_in_window += tokens
+        state.reserved += reserve
+
+    def unreserve(self, tenant: GatewayTenant, tokens: int) -> None:
+        """Give back ``tokens`` of a reservation (its request settled or ended)."""
+        state = self._state.get(tenant.name)
+        if state is not None and tokens > 0:
+            state.reserved = max(0, state.reserved - tokens)
 
     def add_tokens(self, tenant: GatewayTenant, tokens: int) -> None:
         """Charge an answer's ``tokens`` (never refuses)."""

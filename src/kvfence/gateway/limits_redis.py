@@ -10,6 +10,9 @@ Keys per tenant (``PREFIX`` = ``kvfence:gw`` by default)::
     PREFIX:rpm:TENANT       request starts             member = request id, score = start (ms)
     PREFIX:inflight:TENANT  requests in flight         member = request id, score = lease expiry (ms)
     PREFIX:tpm:TENANT       tokens counted             member = "id:tokens", score = when (ms)
+    PREFIX:tpmres:TENANT    completion tokens reserved member = "id:tokens", score = reservation expiry (ms)
+                            by requests in flight      (settled or freed when the request ends; a crashed
+                                                       replica's reservations expire with the lease ttl)
 
 Summing the tokens of a window walks its entries (two per request): fine for thousands of requests per
 tenant and minute, the regime these limits are for.
@@ -38,6 +41,16 @@ local function tokens_used(key, now, window)
   end
   return used, entries
 end
+-- Sum of the reservations still held (expired ones, of crashed replicas, are dropped first).
+local function tokens_reserved(key, now)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  local held = redis.call('ZRANGE', key, 0, -1)
+  local total = 0
+  for i = 1, #held do
+    total = total + tonumber(string.match(held[i], ':(%d+)$'))
+  end
+  return total
+end
 -- Milliseconds until the oldest entries have left the window and freed `need` tokens.
 local function retry_ms(entries, need, now, window)
   local freed = 0
@@ -49,10 +62,10 @@ local function retry_ms(entries, need, now, window)
 end
 """
 
-# KEYS: rate zset, in-flight zset, tpm zset. ARGV: now, member, rpm (0 = none), max_concurrent
-# (0 = none), lease ttl, tpm (0 = none), window (ms).
-# Returns {0, 0} admitted; {1, in_flight} over concurrency; {2, retry_ms} over rate; {3, retry_ms, used}
-# when the token window is already full.
+# KEYS: rate zset, in-flight zset, tpm zset, tpm reservations zset. ARGV: now, member, rpm (0 = none),
+# max_concurrent (0 = none), lease ttl, tpm (0 = none), window (ms).
+# Returns {0, 0} admitted; {1, in_flight} over concurrency; {2, retry_ms} over rate; {3, retry_ms, used,
+# reserved} when the token window (with the reservations of requests in flight) is already full.
 _ACQUIRE = _TOKENS_USED + """
 local now = tonumber(ARGV[1])
 local rpm = tonumber(ARGV[3])
@@ -66,7 +79,10 @@ if conc > 0 then
 end
 if tpm > 0 then
   local used, entries = tokens_used(KEYS[3], now, window)
-  if used >= tpm then return {3, retry_ms(entries, used - tpm + 1, now, window), used} end
+  local reserved = tokens_reserved(KEYS[4], now)
+  if used + reserved >= tpm then
+    return {3, retry_ms(entries, used + reserved - tpm + 1, now, window), used, reserved}
+  end
 end
 if rpm > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
@@ -84,20 +100,42 @@ end
 return {0, 0}
 """
 
-# KEYS: tpm zset. ARGV: now, member ("id:tokens"), tokens, tpm, window (ms), admit (1: refuse if over).
-# Returns {0, used} charged; {1, used, retry_ms} refused.
-_CHARGE = _TOKENS_USED + """
+# KEYS: tpm zset, tpm reservations zset. ARGV: now, member ("id:tokens") of the prompt, tokens, tpm,
+# window (ms), reservation member ("id:tokens", "" for none), reserve, reservation ttl (ms).
+# Prompt + reservation are admitted together or not at all. Returns {0} admitted; {1, used, retry_ms,
+# reserved} refused.
+_ADMIT = _TOKENS_USED + """
 local now = tonumber(ARGV[1])
 local tokens = tonumber(ARGV[3])
 local tpm = tonumber(ARGV[4])
 local window = tonumber(ARGV[5])
+local reserve = tonumber(ARGV[7])
 local used, entries = tokens_used(KEYS[1], now, window)
-if ARGV[6] == '1' and used + tokens > tpm then
-  return {1, used, retry_ms(entries, used + tokens - tpm, now, window)}
+local reserved = tokens_reserved(KEYS[2], now)
+if used + reserved + tokens + reserve > tpm then
+  return {1, used, retry_ms(entries, used + reserved + tokens + reserve - tpm, now, window), reserved}
 end
-redis.call('ZADD', KEYS[1], now, ARGV[2])
-redis.call('PEXPIRE', KEYS[1], window + 1000)
-return {0, used + tokens}
+if tokens > 0 then
+  redis.call('ZADD', KEYS[1], now, ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], window + 1000)
+end
+if reserve > 0 then
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[8]), ARGV[6])
+  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[8]) + 1000)
+end
+return {0}
+"""
+
+# KEYS: tpm zset, tpm reservations zset. ARGV: now, member ("id:tokens", "" for none) of the completion,
+# window (ms), reservation member to drop ("" for none). Settles in one step: the reservation goes, the
+# real completion tokens enter the window.
+_SETTLE = """
+if ARGV[4] ~= '' then redis.call('ZREM', KEYS[2], ARGV[4]) end
+if ARGV[2] ~= '' then
+  redis.call('ZADD', KEYS[1], tonumber(ARGV[1]), ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) + 1000)
+end
+return {0}
 """
 
 
@@ -112,19 +150,28 @@ class _RedisLease:
     def __init__(self, limiter: RedisTenantLimiter, tenant: GatewayTenant, key: str | None, member: str) -> None:
         self._limiter, self._tenant, self._key, self._member = limiter, tenant, key, member
         self._released = False
+        self._reservation: str | None = None  # "id:tokens" in the reservations set, until settled
 
-    async def admit_prompt(self, tokens: int) -> None:
-        await self._limiter._charge(self._tenant, tokens, self._member, admit=True)
+    async def admit_prompt(self, tokens: int, reserve: int = 0) -> None:
+        self._reservation = await self._limiter._admit(self._tenant, tokens, reserve, self._member)
 
     async def add_completion(self, tokens: int) -> None:
-        # The answer is already out: if Redis fails now, the tokens go uncounted rather than fail it.
+        reservation, self._reservation = self._reservation, None
+        # The answer is already out: if Redis fails now, the tokens go uncounted rather than fail it
+        # (an unsettled reservation expires with the lease ttl).
         with contextlib.suppress(LimitStoreUnavailable):
-            await self._limiter._charge(self._tenant, tokens, self._member + "c", admit=False)
+            await self._limiter._settle(self._tenant, tokens, self._member + "c", reservation)
 
     async def release(self) -> None:
-        if self._released or self._key is None:
+        if self._released:
             return
         self._released = True
+        reservation, self._reservation = self._reservation, None
+        if reservation is not None:  # ended without an answer to settle: free what it reserved
+            with contextlib.suppress(Exception):
+                await self._limiter._settle(self._tenant, 0, "", reservation)
+        if self._key is None:
+            return
         # If this fails the lease expires on its own (lease ttl); never fail a finished answer.
         with contextlib.suppress(Exception):
             await self._limiter._client.zrem(self._key, self._member)
@@ -139,7 +186,8 @@ class RedisTenantLimiter:
 
         self._client = redis_asyncio.from_url(url)
         self._acquire_script = self._client.register_script(_ACQUIRE)
-        self._charge_script = self._client.register_script(_CHARGE)
+        self._admit_script = self._client.register_script(_ADMIT)
+        self._settle_script = self._client.register_script(_SETTLE)
         self._ttl_ms = int(lease_ttl_s * 1000)
         self._window_ms = int(window_s * 1000)
         self._prefix = prefix
@@ -154,7 +202,8 @@ class RedisTenantLimiter:
         if limits.requests_per_minute is None and limits.max_concurrent is None and limits.tokens_per_minute is None:
             return _RedisLease(self, tenant, None, member)
         name = tenant.name
-        keys = [f"{self._prefix}:rpm:{name}", f"{self._prefix}:inflight:{name}", f"{self._prefix}:tpm:{name}"]
+        keys = [f"{self._prefix}:rpm:{name}", f"{self._prefix}:inflight:{name}", f"{self._prefix}:tpm:{name}",
+                f"{self._prefix}:tpmres:{name}"]
         try:
             now_ms = await self._now_ms()
             result: Any = await self._acquire_script(keys=keys, args=[
@@ -168,24 +217,49 @@ class RedisTenantLimiter:
         if kind == 2:
             raise _rate_error(tenant, int(result[1]) / 1000)
         if kind == 3:
-            raise _tokens_error(tenant, int(result[2]), 0, int(result[1]) / 1000)
+            raise _tokens_error(tenant, int(result[2]), 0, int(result[1]) / 1000, reserved=int(result[3]))
         return _RedisLease(self, tenant, keys[1] if limits.max_concurrent else None, member)
 
-    async def _charge(self, tenant: GatewayTenant, tokens: int, member: str, *, admit: bool) -> None:
+    def _token_keys(self, tenant: GatewayTenant) -> list[str]:
+        return [f"{self._prefix}:tpm:{tenant.name}", f"{self._prefix}:tpmres:{tenant.name}"]
+
+    async def _admit(self, tenant: GatewayTenant, tokens: int, reserve: int, member: str) -> str | None:
+        """Charge the prompt and reserve the completion atomically; the reservation's member, if any."""
         limit = tenant.limits.tokens_per_minute
-        if limit is None or tokens <= 0:
-            return
-        if admit and tokens > limit:
-            raise _tokens_error(tenant, 0, tokens, None)
+        tokens, reserve = max(tokens, 0), max(reserve, 0)
+        if limit is None or tokens + reserve == 0:
+            return None
+        if tokens + reserve > limit:
+            raise _tokens_error(tenant, 0, tokens, None, reserve=reserve)
+        reservation = f"{member}r:{reserve}" if reserve else ""
         try:
             now_ms = await self._now_ms()
-            result: Any = await self._charge_script(
-                keys=[f"{self._prefix}:tpm:{tenant.name}"],
-                args=[now_ms, f"{member}:{tokens}", tokens, limit, self._window_ms, 1 if admit else 0])
+            result: Any = await self._admit_script(keys=self._token_keys(tenant), args=[
+                now_ms, f"{member}:{tokens}", tokens, limit, self._window_ms, reservation, reserve, self._ttl_ms])
         except Exception as exc:
             raise _unreachable(exc) from exc
         if int(result[0]) == 1:
-            raise _tokens_error(tenant, int(result[1]), tokens, int(result[2]) / 1000)
+            raise _tokens_error(tenant, int(result[1]), tokens, int(result[2]) / 1000, reserve=reserve,
+                                reserved=int(result[3]))
+        return reservation or None
+
+    async def _settle(self, tenant: GatewayTenant, tokens: int, member: str, reservation: str | None) -> None:
+        """Drop ``reservation`` and charge ``tokens`` completion tokens, in one step."""
+        if tenant.limits.tokens_per_minute is None or (tokens <= 0 and reservation is None):
+            return
+        try:
+            now_ms = await self._now_ms()
+            await self._settle_script(keys=self._token_keys(tenant), args=[
+                now_ms, f"{member}:{tokens}" if tokens > 0 else "", self._window_ms, reservation or ""])
+        except Exception as exc:
+            raise _unreachable(exc) from exc
+
+    async def tokens_reserved(self, tenant: str) -> int:
+        """Completion tokens reserved by the tenant's requests in flight (for tests)."""
+        now_ms = await self._now_ms()
+        held: list[bytes] = await self._client.zrangebyscore(  # type: ignore[assignment]
+            f"{self._prefix}:tpmres:{tenant}", f"({now_ms}", "+inf")
+        return sum(int(member.rsplit(b":", 1)[1]) for member in held)
 
     async def tokens_used(self, tenant: str) -> int:
         """Tokens counted in the current window (for tests)."""

@@ -40,7 +40,7 @@ from kvfence.gateway.request_shape import check_request_shape
 from kvfence.gateway.runtime import BackendState, GatewayRuntime
 from kvfence.gateway.trace import RequestTrace
 from kvfence.gateway.upstream import UpstreamClient, UpstreamResponse
-from kvfence.gateway.usage import StreamUsage, wants_usage_injection
+from kvfence.gateway.usage import StreamUsage, completion_reservation, wants_usage_injection
 
 __all__ = ["handle_completion"]
 
@@ -258,8 +258,9 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
         trace.cap, trace.backend, ctx.backend = cap, state.config.name, state.config
         token_limited = ctx.tenant.limits.tokens_per_minute is not None
         if token_limited and not prompt_charged:
-            # counted by the same tokenizer as the cap, once (a fallback resends the same prompt)
-            await lease.admit_prompt(cap.total_prompt_tokens)  # may refuse: 429 tokens_per_minute_exceeded
+            # counted by the same tokenizer as the cap, once (a fallback resends the same prompt); the
+            # most the answer can cost is reserved until it ends (limits.py)
+            await lease.admit_prompt(cap.total_prompt_tokens, completion_reservation(body))  # may refuse: 429
             prompt_charged = True
             runtime.metrics.count_tokens(ctx.tenant.name, "prompt", "count", cap.total_prompt_tokens)
         if cap.tokens_cut:

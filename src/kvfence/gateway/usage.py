@@ -14,10 +14,39 @@ from typing import Any
 
 from kvfence.gateway.tokens import TokenCounter
 
-__all__ = ["StreamUsage", "answer_completion_tokens", "wants_usage_injection"]
+__all__ = ["StreamUsage", "answer_completion_tokens", "completion_reservation", "wants_usage_injection"]
 
 # Text fields of a chat delta / message that the model generated.
 _CHAT_TEXT_FIELDS = ("content", "reasoning_content", "reasoning", "refusal")
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def completion_reservation(body: dict[str, Any]) -> int:
+    """The most completion tokens a request can cost, as its body says: ``max_completion_tokens`` (or
+    ``max_tokens``) x choices (max of ``n`` and ``best_of``) x prompts (a completions batch); 0 when the
+    body names no maximum (then nothing is reserved: its completion is charged when it ends).
+
+    ``best_of`` counts, although only ``n`` choices come back: the backend generates (and usually bills)
+    every one of the ``best_of`` sequences.
+    """
+    budget = None
+    for key in ("max_completion_tokens", "max_tokens"):
+        budget = _positive_int(body.get(key))
+        if budget is not None:
+            break
+    if not budget:
+        return 0
+    choices = max(_positive_int(body.get("n")) or 1, _positive_int(body.get("best_of")) or 1)
+    prompt = body.get("prompt")
+    prompts = 1
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str | list) for p in prompt):
+        prompts = len(prompt)  # a batch: strings, or token-id lists (a flat id list is one prompt)
+    return budget * choices * prompts
 
 
 def wants_usage_injection(body: dict[str, Any]) -> bool:
