@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from kvfence.gateway.answer_logprobs import LogprobsFilter, TokenFilter
 from kvfence.gateway.hooks import ResponseFilter
 
 __all__ = ["AnswerFilter", "FilterChain", "SSEDecoder", "encode_event"]
@@ -28,6 +29,10 @@ class FilterChain:
         for f in self._filters:
             text = f.feed(text)
         return text
+
+    def token_filters(self) -> list[TokenFilter]:
+        """Fresh per-token filters (for ``logprobs``) of the filters that offer one (``token_restorer``)."""
+        return [f.token_restorer() for f in self._filters if hasattr(f, "token_restorer")]
 
     def finish(self) -> str:
         # Each filter's tail still has to pass through the filters after it.
@@ -100,6 +105,25 @@ class AnswerFilter:
         self._chains: dict[Slot, FilterChain] = {}
         self._finished: set[Slot] = set()
         self._last_chunk: dict[str, Any] | None = None
+        self._logprobs: dict[int, LogprobsFilter] = {}  # per choice: its per-token fields (logprobs)
+        self._logprobs_done: set[int] = set()
+
+    def _filter_logprobs(self, choice: dict[str, Any], index: int, *, final: bool) -> None:
+        """Restore placeholders in the choice's ``logprobs`` tokens too (see :mod:`.answer_logprobs`)."""
+        if index in self._logprobs_done:
+            return
+        logprobs = choice.get("logprobs")
+        lp_filter = self._logprobs.get(index)
+        if logprobs is None and (lp_filter is None or not final):
+            return
+        if lp_filter is None:
+            lp_filter = self._logprobs[index] = LogprobsFilter(lambda: self._make_chain().token_filters())
+        if final:
+            self._logprobs_done.add(index)
+        filtered = (lp_filter.chat(logprobs, final=final) if self._endpoint == "chat"
+                    else lp_filter.completion(logprobs, final=final))
+        if filtered is not None:
+            choice["logprobs"] = filtered
 
     def _chain(self, key: Slot) -> FilterChain:
         chain = self._chains.get(key)
@@ -155,6 +179,7 @@ class AnswerFilter:
                     continue
                 text = holder[field]
                 holder[field] = self._chain((index, slot)).feed(text) if text else ""
+            self._filter_logprobs(choice, index, final=choice.get("finish_reason") is not None)
             if choice.get("finish_reason") is not None:
                 for key in [k for k in self._chains if k[0] == index and k not in self._finished]:
                     self._finished.add(key)
@@ -177,7 +202,14 @@ class AnswerFilter:
             base = {k: v for k, v in (self._last_chunk or {}).items() if k in ("id", "object", "created", "model")}
             choice: dict[str, Any] = {"index": key[0], "finish_reason": None}
             self._put_tail(choice, key[1], tail, chat=chat)
+            self._filter_logprobs(choice, key[0], final=True)
             out.append({**base, "choices": [choice]})
+        for index in [i for i in self._logprobs if i not in self._logprobs_done]:
+            choice = {"index": index, "finish_reason": None}
+            self._filter_logprobs(choice, index, final=True)
+            if choice.get("logprobs"):
+                base = {k: v for k, v in (self._last_chunk or {}).items() if k in ("id", "object", "created", "model")}
+                out.append({**base, "choices": [{**choice, **({"delta": {}} if chat else {"text": ""})}]})
         return out
 
     # -- whole answers ----------------------------------------------------------------------------
@@ -191,4 +223,5 @@ class AnswerFilter:
                 chain = self._chain((index, slot))
                 holder[field] = chain.feed(holder[field]) + chain.finish()
                 self._finished.add((index, slot))
+            self._filter_logprobs(choice, index, final=True)
         return body

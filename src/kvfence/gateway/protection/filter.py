@@ -11,6 +11,7 @@ from kvfence.gateway.errors import DetectorFailure, LeakSuspected
 from kvfence.gateway.hooks import RequestContext
 from kvfence.gateway.protection.leak import AnswerScanner, LeakEvidence
 from kvfence.gateway.protection.streaming import StreamRestorer
+from kvfence.gateway.protection.token_restore import TokenRestorer
 
 if TYPE_CHECKING:
     from kvfence.gateway.protection.hook import ProtectionHook
@@ -62,6 +63,10 @@ class ProtectionFilter:
             raise DetectorFailure("the leak check of this answer failed; the rest of the answer was withheld "
                                   "(fail closed)") from exc
         self._check(evidence)
+
+    def token_restorer(self) -> TokenRestorer:
+        """Placeholder restoration for this request's per-token fields (``logprobs``)."""
+        return TokenRestorer(self._state.restore_table)
 
     def feed(self, text_delta: str) -> str:
         if self._stopped is not None:

@@ -1,0 +1,101 @@
+"""Restoring placeholders inside per-token fields (``logprobs``), where one placeholder spans tokens.
+
+A model writes ``<EMAIL_1>`` as several tokens (``<``, ``EMAIL``, ``_``, ``1``, ``>``). The answer text
+gets the address back (:mod:`.streaming`); the tokens must neither keep the placeholder nor carry half
+of it. Rule: in the tokens' joined text every known placeholder is replaced by its value; the whole
+value goes to the token where the placeholder starts, the other tokens it covered lose those characters
+(often becoming ``""``), and every token that covered part of a placeholder is reported as *spanned*,
+so the caller can drop what no longer describes it (its ``top_logprobs`` alternatives, its ``bytes``).
+The joined tokens then equal the restored answer text.
+
+Streamed, tokens are held back while their joined text ends in a proper prefix of a placeholder (as
+the text restorer holds characters), so a placeholder split across chunks is still seen whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+
+from kvfence.gateway.protection.pseudonymise import PLACEHOLDER
+
+__all__ = ["TokenRestorer"]
+
+E = TypeVar("E")
+TokenOf = Callable[[E], str]
+Rebuild = Callable[[E, str, bool], E]  # (entry, restored token, spanned a placeholder) -> entry
+
+
+class TokenRestorer:
+    """One token stream (e.g. a choice's ``logprobs.content``): feed entries, get entries safe to emit."""
+
+    def __init__(self, table: Mapping[str, str]) -> None:
+        self._table = dict(table)
+        self._prefixes = {p[:i] for p in self._table for i in range(1, len(p))}
+        self._max_hold = max((len(p) - 1 for p in self._table), default=0)
+        self._pending: list[object] = []
+
+    @property
+    def held(self) -> int:
+        """Entries currently held back."""
+        return len(self._pending)
+
+    def feed(self, entries: Sequence[E], token_of: TokenOf[E], rebuild: Rebuild[E]) -> list[E]:
+        if not self._table:
+            return list(entries)
+        pending: list[E] = [*self._pending, *entries]  # type: ignore[list-item]
+        texts = [token_of(e) for e in pending]
+        joined = "".join(texts)
+        hold_from = len(joined)
+        index = joined.find("<", max(0, len(joined) - self._max_hold))
+        while index != -1:
+            if joined[index:] in self._prefixes:
+                hold_from = index
+                break
+            index = joined.find("<", index + 1)
+        emit = 0  # tokens that end at or before the hold point go now; one straddling it waits
+        end = 0
+        for text in texts:
+            if end + len(text) > hold_from:
+                break
+            end += len(text)
+            emit += 1
+        self._pending = list(pending[emit:])
+        return self._rewrite(pending[:emit], texts[:emit], rebuild)
+
+    def finish(self, token_of: TokenOf[E], rebuild: Rebuild[E]) -> list[E]:
+        pending: list[E] = self._pending  # type: ignore[assignment]
+        self._pending = []
+        return self._rewrite(pending, [token_of(e) for e in pending], rebuild)
+
+    def _rewrite(self, entries: list[E], texts: list[str], rebuild: Rebuild[E]) -> list[E]:
+        joined = "".join(texts)
+        if "<" not in joined:
+            return entries
+        spans = [(m.start(), m.end(), self._table[m.group(0)]) for m in PLACEHOLDER.finditer(joined)
+                 if m.group(0) in self._table]
+        if not spans:
+            return entries
+        out: list[E] = []
+        j, start = 0, 0
+        for entry, text in zip(entries, texts, strict=True):
+            stop = start + len(text)
+            parts: list[str] = []
+            spanned = False
+            pos = start
+            while pos < stop:
+                while j < len(spans) and spans[j][1] <= pos:
+                    j += 1
+                if j < len(spans) and spans[j][0] <= pos:  # inside placeholder j
+                    first, last, value = spans[j]
+                    if pos == first:
+                        parts.append(value)
+                    spanned = True
+                    pos = min(stop, last)
+                else:
+                    nxt = min(stop, spans[j][0]) if j < len(spans) else stop
+                    parts.append(joined[pos:nxt])
+                    pos = nxt
+            out.append(rebuild(entry, "".join(parts), True) if spanned else entry)
+            start = stop
+        return out
