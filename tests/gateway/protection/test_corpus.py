@@ -47,3 +47,18 @@ def test_recall_and_precision_targets_on_the_corpus(private_ips: bool) -> None:
         assert metrics["precision"] >= 0.9, (category, metrics, report["false_positives"])
     for entity, metrics in report["per_type"].items():
         assert metrics["recall"] >= 0.9, (entity, metrics)
+
+
+def test_targets_on_the_european_corpus() -> None:
+    """tests/data/pii_eu.jsonl: EU phones, Steuer-ID, NIR, dates of birth, addresses, and their look-alikes."""
+    quality = _quality_module()
+    rows = quality.load(REPO / "tests" / "data" / "pii_eu.jsonl")
+    assert {t for r in rows for _, _, t in r["spans"]} >= {"PHONE_NUMBER", "DE_TAX_ID", "FR_NIR", "DATE_OF_BIRTH",
+                                                          "POSTAL_ADDRESS"}
+    assert sum(1 for r in rows if not r["spans"]) >= 50
+    report = quality.score(rows, quality.kvfence_predictor(), {"pii"})
+    metrics = report["per_category"]["pii"]
+    assert metrics["recall"] >= 0.95 and metrics["precision"] >= 0.95, (metrics, report["missed"],
+                                                                        report["false_positives"])
+    for entity, per_type in report["per_type"].items():
+        assert per_type["recall"] >= 0.9, (entity, per_type)

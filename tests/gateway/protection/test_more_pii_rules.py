@@ -94,6 +94,8 @@ NEGATIVES = [
     "Steuer-ID: 12345678901",
     "NIR 1 84 12 75 123 456 00",
     "order 0123 456789 ships Monday",  # not a valid number anywhere
+    "Bestellung 0207 386867 vom 12.03.2024",  # context words count at a word start: no "tel" in "Bestellung"
+    "Kundennummer 030 1234567",  # a bare German-shaped number without a phone word is no phone
     "version 06.12.34 and build 03.12.2024",
     # street-ish text that is not an address
     "we fixed 3 Main Street bugs and the Spring 2024 release",

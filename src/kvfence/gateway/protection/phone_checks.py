@@ -14,7 +14,7 @@ import re
 import phonenumbers
 from phonenumbers import PhoneNumberType
 
-__all__ = ["eu_national_ok", "international_ok", "nanp_ok", "possible_nanp", "possible_with_00"]
+__all__ = ["eu_national_ok", "international_ok", "nanp_ok", "not_reserved_nanp", "possible_nanp", "possible_with_00"]
 
 _NON_DIGIT = re.compile(r"\D")
 _BUSINESS_TYPES = frozenset({PhoneNumberType.TOLL_FREE, PhoneNumberType.PREMIUM_RATE,
@@ -46,6 +46,21 @@ def nanp_ok(national: str) -> bool:
     if exchange == "555" and line.startswith("01"):
         return False
     if (area[0] == "8" and area[1] == area[2]) or area == "900":  # 800, 822 ... 888 (8YY toll free), 900
+        return False
+    return len(set(national)) > 2
+
+
+def not_reserved_nanp(value: str) -> bool:
+    """For numbers people write loosely next to a phone word (123-456-7890, 555-0123 as "my number"):
+    anything but a toll-free / premium line. The user says it is their number; a fictional one
+    costs nothing to pseudonymise."""
+    national = _digits(value)
+    if len(national) == 11 and national[0] == "1":
+        national = national[1:]
+    if len(national) != 10:
+        return False
+    area = national[:3]
+    if (area[0] == "8" and area[1] == area[2]) or area == "900":
         return False
     return len(set(national)) > 2
 
@@ -98,7 +113,7 @@ def eu_national_ok(value: str) -> bool:
 
     Numbering plans are permissive (almost any ``0xxx xxxxxx`` is valid in some country), so the
     written shape picks the country: French pairs (06 12 34 56 78), British groupings (020 7946 0958,
-    07700 900123), German / Dutch area code and number (030/1234567, 089 12345678, 06-12345678).
+    07700 900123), German (030/1234567, (089) 12345678, 0171 1234567), Dutch (020-1234567).
     """
     compact = value.strip()
     digits = _digits(compact)
@@ -121,5 +136,9 @@ def _valid_in(value: str, region: str) -> bool:
 _NATIONAL_SHAPES: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (
     (re.compile(r"0[1-9]([ .-])\d{2}(?:\1\d{2}){3}"), ("FR",)),
     (re.compile(r"0\d{4} \d{6}|0\d{4} \d{3} \d{3}|0\d{3} \d{3} \d{4}|0\d{2} \d{4} \d{4}"), ("GB",)),
-    (re.compile(r"(?:0\d{1,4}|\(0\d{1,4}\))[ /-]?\d{3,8}(?:-\d{1,5})?"), ("DE", "NL")),
+    # German: a slash after the area code, the area code in parentheses, or a mobile prefix (015x-017x);
+    # a bare "0xxx xxxxxx" is as often an order or customer number, so that needs a phone word (context rule)
+    (re.compile(r"0\d{2,4}/\d{3,8}(?:-\d{1,5})?|\(0\d{2,4}\) ?\d{3,8}(?:-\d{1,5})?|01[5-7]\d{1,2}[ -]\d{6,8}"),
+     ("DE",)),
+    (re.compile(r"0\d{1,3}-\d{6,8}"), ("NL",)),  # Dutch: 020-1234567, 06-12345678
 )

@@ -37,9 +37,11 @@ def ip_is_public(value: str) -> bool:
 
 _PII = Category.PII
 
+# Matched at the start of a word (see Rule): "tel" is in "Tel.:" and "telefon", not in "Bestellung".
 _PHONE_CONTEXT = ("phone", "tel", "call", "mobile", "cell", "ring", "whatsapp", "sms", "text me", "fax",
                   "contact", "reach", "my number", "number is", "dial", "handy", "telefon", "portable",
-                  "landline")
+                  "landline", "ruf", "anruf", "erreichbar", "mobil", "numéro", "téléphone", "appel", "joindre",
+                  "teléfono", "móvil", "llama", "cellulare", "chiama", "bellen", "bel me", "hotline")
 # Dotted numbers after these words are versions or section numbers, not IPv4 addresses.
 # Whole words only: "server 10.1.2.3" is a host, not "ver 10.1.2.3".
 _VERSION_BEFORE = re.compile(r"(?:\b(?:v|version|ver\.?|release|build|firmware|rev\.?|oid|section|chapter|step|clause"
@@ -105,11 +107,11 @@ PII_RULES: list[Rule] = [
     Rule("phone_334_context", "PHONE_NUMBER", _PII,
          # 123-456-7890 and friends: not dialable in the NANP, but what people write as "my number".
          re.compile(r"(?<![\w+-])\(?\d{3}\)?[ .-]\d{3}[ .-]\d{4}(?![\w-])"),
-         score=0.6, validate=lambda value: len(set(v.digits_of(value))) > 2, context=_PHONE_CONTEXT,
+         score=0.6, validate=phones.not_reserved_nanp, context=_PHONE_CONTEXT,
          needs_context=True, anchor=_DIGITS),
     Rule("phone_nanp_context", "PHONE_NUMBER", _PII,
          re.compile(r"(?<![\w+-])1?[2-9]\d{2}[2-9]\d{6}(?![\w-])"),
-         score=0.7, validate=phones.possible_nanp, context=_PHONE_CONTEXT, needs_context=True, anchor=_DIGITS),
+         score=0.7, validate=phones.not_reserved_nanp, context=_PHONE_CONTEXT, needs_context=True, anchor=_DIGITS),
     Rule("phone_international", "PHONE_NUMBER", _PII,
          re.compile(r"(?<![\w+])\+[1-9]\d{0,2}(?:[ .-]?\(?\d{1,5}\)?){2,6}(?![\w])"),
          score=0.85, hints=("+",), validate=phones.international_ok, anchor=_DIGITS),
@@ -179,7 +181,7 @@ PII_RULES: list[Rule] = [
          # Steuer-ID: 11 digits (often 2-3-3-3); the check digit passes one number in ten, so a cue is needed
          re.compile(r"(?<![\w-])[1-9]\d(?:[ ]?\d{3}){3}(?![\w-])"),
          score=0.9, validate=de_tax_id_ok, context=("steuer", "idnr", "id-nr", "identifikationsnummer", "tax id",
-                                                   " tin", "tax identification"),
+                                                   "tin", "tax identification"),
          needs_context=True, anchor=_DIGITS),
     Rule("fr_nir", "FR_NIR", _PII,
          # numéro de sécurité sociale: 1 84 12 75 123 456 78 (15 characters, mod-97 key)

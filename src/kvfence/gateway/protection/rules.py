@@ -48,7 +48,8 @@ class Rule:
     entity (``None`` to reject); ``validate`` is the simpler yes/no form. ``hints`` are lowercase
     literals of which at least one must occur in the lowercased text for the rule to run at all.
     ``context`` words, with ``needs_context``, must occur just before the candidate (a bare
-    nine-digit number is only a national ID when the text says so). ``on_lowered`` runs the regex
+    nine-digit number is only a national ID when the text says so), each at the start of a word
+    ("tel" in "Tel.:" and "telefon", not in "Bestellung"; "sin" not in "using"). ``on_lowered`` runs the regex
     on the lowercased text (same offsets), which is much faster than ``re.IGNORECASE``.
     """
 
@@ -67,6 +68,12 @@ class Rule:
     reject_before: re.Pattern[str] | None = None
     reject_value: Callable[[str], bool] | None = None
     on_lowered: bool = False
+    _context_re: re.Pattern[str] | None = field(init=False, default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.context:
+            words = "|".join(re.escape(w) for w in sorted(self.context, key=len, reverse=True))
+            object.__setattr__(self, "_context_re", re.compile(rf"(?<![^\W\d_])(?:{words})"))
 
     def applies(self, lowered: str) -> bool:
         return not self.hints or any(hint in lowered for hint in self.hints)
@@ -95,7 +102,7 @@ class Rule:
             before = lowered[max(0, start - CONTEXT_WINDOW):start]
             if self.reject_before is not None and self.reject_before.search(before):
                 continue
-            if self.needs_context and not any(word in before for word in self.context):
+            if self.needs_context and (self._context_re is None or not self._context_re.search(before)):
                 continue
             found.append(Finding(start, end, self.entity, self.category, self.score, self.name))
         return found
