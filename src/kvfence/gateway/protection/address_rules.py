@@ -1,8 +1,8 @@
 """Postal addresses (US, UK, German, French): street + house number, with a postcode or a cue.
 
 A street name and a number alone are often not an address ("Main Street 5 was closed" is rare,
-"10 Downing Street" is famous, "Route 66" is a road), so each country has two rules: the full
-form with its postcode and town fires on its own; the street line alone needs a cue word just
+"10 Downing Street" is famous, "Route 66" is a road), so each country's rule fires on its own for
+the full form with postcode and town, while the street line alone needs a cue word just
 before it ("address", "lives at", "ship to", "Anschrift", "wohnhaft", "domicilié" ...). Patterns
 only: a street written without its type word ("12 Acacia") or a PO box is not found.
 """
@@ -49,21 +49,19 @@ _DE_TAIL = r",?\s{1,3}(?:D-)?\d{5}\s{1,3}[A-ZÄÖÜ][\wäöüß-]{1,30}(?:\s{1,3
 _FR_TYPE = (r"(?:rue|avenue|av\.|boulevard|bd|place|chemin|allée|allee|impasse|quai|route|cours|square|passage"
             r"|faubourg|rond-point)")
 _FR_STREET = (rf"\b\d{{1,4}}(?:\s?(?:bis|ter|[A-C]))?,?\s{{1,3}}{_FR_TYPE}\s{{1,3}}(?:(?:de\s{{1,3}}la|de\s{{1,3}}l'|du|des|de|d'|la|le|les)\s{{0,3}})?"
-              rf"[A-ZÉÈ][\w'’-]{{0,30}}(?:\s{{1,3}}(?:de\s{{1,3}}la|de\s{{1,3}}l'|du|des|de|d'|la|le|les|et|[A-ZÉÈ][\w'’-]{{0,30}})){{0,4}}")
+              rf"[A-ZÉÈ][\w'’-]{{0,30}}(?:\s{{1,3}}(?:de\s{{1,3}}la|de\s{{1,3}}l'|du|des|de|d'|la|le|les|et|[A-ZÉÈ][\w'’-]{{0,30}})){{0,4}}"
+              r"(?![\w'’-])")
 _FR_TAIL = r",?\s{1,3}\d{5}\s{1,3}[A-ZÉÈ][\w'’-]{0,30}(?:[\s-]{1,3}[A-ZÉÈ][\w'’-]{0,30}){0,3}"
 
 
-def _rules(country: str, street: str, tail: str, flags: int = 0) -> list[Rule]:
-    return [
-        Rule(f"address_{country}", "POSTAL_ADDRESS", _PII, re.compile(street + tail, flags), score=0.85),
-        Rule(f"address_{country}_context", "POSTAL_ADDRESS", _PII, re.compile(street, flags), score=0.7,
-             context=ADDRESS_CUES, needs_context=True),
-    ]
+def _rule(country: str, street: str, tail: str, flags: int = 0) -> Rule:
+    return Rule(f"address_{country}", "POSTAL_ADDRESS", _PII, re.compile(f"{street}(?P<tail>{tail})?", flags),
+                score=0.8, context=ADDRESS_CUES, needs_context=True, context_waived_by="tail")
 
 
 ADDRESS_RULES: list[Rule] = [
-    *_rules("us", _US_STREET, _US_TAIL),
-    *_rules("uk", _UK_STREET, _UK_TAIL),
-    *_rules("de", _DE_STREET, _DE_TAIL),
-    *_rules("fr", _FR_STREET, _FR_TAIL, re.IGNORECASE),
+    _rule("us", _US_STREET, _US_TAIL),
+    _rule("uk", _UK_STREET, _UK_TAIL),
+    _rule("de", _DE_STREET, _DE_TAIL),
+    _rule("fr", _FR_STREET, _FR_TAIL, re.IGNORECASE),
 ]

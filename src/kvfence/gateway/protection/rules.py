@@ -49,7 +49,8 @@ class Rule:
     literals of which at least one must occur in the lowercased text for the rule to run at all.
     ``context`` words, with ``needs_context``, must occur just before the candidate (a bare
     nine-digit number is only a national ID when the text says so), each at the start of a word
-    ("tel" in "Tel.:" and "telefon", not in "Bestellung"; "sin" not in "using"). ``on_lowered`` runs the regex
+    ("tel" in "Tel.:" and "telefon", not in "Bestellung"; "sin" not in "using"), unless the group
+    ``context_waived_by`` matched (a street line needs a cue word, the same line with its postcode not). ``on_lowered`` runs the regex
     on the lowercased text (same offsets), which is much faster than ``re.IGNORECASE``.
     """
 
@@ -68,6 +69,7 @@ class Rule:
     reject_before: re.Pattern[str] | None = None
     reject_value: Callable[[str], bool] | None = None
     on_lowered: bool = False
+    context_waived_by: str | None = None  # a named group that, when it matched, makes context unnecessary
     _context_re: re.Pattern[str] | None = field(init=False, default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -102,7 +104,8 @@ class Rule:
             before = lowered[max(0, start - CONTEXT_WINDOW):start]
             if self.reject_before is not None and self.reject_before.search(before):
                 continue
-            if self.needs_context and (self._context_re is None or not self._context_re.search(before)):
+            if self.needs_context and (self._context_re is None or not self._context_re.search(before)) \
+                    and not (self.context_waived_by and match.start(self.context_waived_by) >= 0):
                 continue
             found.append(Finding(start, end, self.entity, self.category, self.score, self.name))
         return found

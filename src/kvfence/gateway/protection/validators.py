@@ -92,8 +92,9 @@ def ipv4_ok(text: str) -> bool:
             return False
     # 0.0.0.0, 255.255.255.255 and loopback (127/8) are wildcards, broadcast and "this host": they
     # point at no one.
-    # Netmasks (255.x) are no host either.
-    return text != "0.0.0.0" and not text.startswith(("127.", "255."))
+    # Netmasks (255.x) are no host either, nor is a /8 network written out ("1.0.0.0", more often a
+    # version string in a tuple).
+    return text != "0.0.0.0" and not text.startswith(("127.", "255.")) and not text.endswith(".0.0.0")
 
 
 def ipv6_ok(text: str) -> bool:
