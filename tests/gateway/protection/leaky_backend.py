@@ -6,7 +6,9 @@
 - ``echo``: the caller's own last message, verbatim (placeholders included);
 - ``leak``: the last user message of the *previous* request it served, whoever sent it.
 
-Answers stream in 5-character chunks when asked to. ``GET /_received`` returns what it was sent.
+Answers stream in 5-character chunks when asked to. With ``logprobs: true`` the answer comes as
+3-character "tokens" with chat ``logprobs`` (two tokens per streamed chunk), so a placeholder is split
+across tokens and chunks. ``GET /_received`` returns what it was sent.
 """
 
 from __future__ import annotations
@@ -44,15 +46,34 @@ def build() -> Starlette:
             text = f"Thanks for your message. You wrote: {' '.join(own.split()[:5])}. Here is a short answer."
         state["previous"] = own
         base = {"id": f"chatcmpl-{len(state['received'])}", "created": int(time.time()), "model": body.get("model")}
+        with_logprobs = body.get("logprobs") is True
+        tokens = [text[i:i + 3] for i in range(0, len(text), 3)]
+
+        def entry(token: str) -> dict[str, Any]:
+            raw = list(token.encode())
+            return {"token": token, "logprob": -0.25, "bytes": raw,
+                    "top_logprobs": [{"token": token, "logprob": -0.25, "bytes": raw},
+                                     {"token": token[:1], "logprob": -3.0, "bytes": list(token[:1].encode())}]}
+
         if not body.get("stream"):
-            return JSONResponse({**base, "object": "chat.completion", "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                      "finish_reason": "stop"}
+            if with_logprobs:
+                choice["logprobs"] = {"content": [entry(t) for t in tokens], "refusal": None}
+            return JSONResponse({**base, "object": "chat.completion", "choices": [choice],
+                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
 
         async def events():  # type: ignore[no-untyped-def]
             head = {**base, "object": "chat.completion.chunk"}
             yield f"data: {json.dumps({**head, 'choices': [{'index': 0, 'delta': {'role': 'assistant', 'content': ''}, 'finish_reason': None}]})}\n\n"
-            for i in range(0, len(text), 5):
+            if with_logprobs:
+                for i in range(0, len(tokens), 2):
+                    pair = tokens[i:i + 2]
+                    chunk = {**head, "choices": [{"index": 0, "delta": {"content": "".join(pair)},
+                                                  "logprobs": {"content": [entry(t) for t in pair]},
+                                                  "finish_reason": None}]}
+                    yield f"data: {json.dumps(chunk)}\n\n"
+            for i in range(0, 0 if with_logprobs else len(text), 5):
                 chunk = {**head, "choices": [{"index": 0, "delta": {"content": text[i:i + 5]}, "finish_reason": None}]}
                 yield f"data: {json.dumps(chunk)}\n\n"
             yield f"data: {json.dumps({**head, 'choices': [{'index': 0, 'delta': {}, 'finish_reason': 'stop'}]})}\n\n"
