@@ -16,7 +16,7 @@ import pytest
 from kvfence.gateway.tenants import hash_api_key
 from tests.gateway.conftest import FakeBackend, Gateway
 
-KEYS = {name: f"kvf-gw-reserve-{name}-key" for name in ("big", "busy-stream", "busy-whole")}
+KEYS = {name: f"kvf-gw-reserve-{name}-key" for name in ("big", "busy-stream", "busy-whole", "cut")}
 # A prompt of "hi" is 8 tokens by the approximate counter; with max_tokens=40 a request reserves 48.
 PER_REQUEST = 48
 
@@ -31,7 +31,7 @@ def policy(backend: FakeBackend, audit: Path) -> dict[str, Any]:
         "data_classes": [{"name": "public", "allowed_tiers": ["shared"]}],
         "backends": [{"name": "fake", "url": backend.url, "tier": "shared", "capacity": "policy"}],
         "tenants": [tenant("big", 1000), tenant("busy-stream", 2 * PER_REQUEST + 5),
-                    tenant("busy-whole", 2 * PER_REQUEST + 5)],
+                    tenant("busy-whole", 2 * PER_REQUEST + 5), tenant("cut", 64)],
     }
 
 
@@ -111,3 +111,16 @@ def test_concurrent_requests_are_held_to_the_limit_then_settled(gateway: Gateway
     assert sorted(outcomes) == ["429", "429", "hello from reserve-backend", "hello from reserve-backend"]
     # settled to 7 completion tokens each: 2 x (8 + 7) = 30 stay in the window, so 48 more fit again
     assert chat(busy, stream=stream, max_tokens=40) == "hello from reserve-backend"
+
+
+def test_a_stream_cut_short_settles_its_reservation(gateway: Gateway, backend: FakeBackend) -> None:
+    cut = client(gateway, "cut")
+    backend.control(break_after=2)  # the backend drops the connection after two 4-character chunks
+    try:
+        with pytest.raises(openai.APIError):
+            chat(cut, stream=True, max_tokens=40)
+    finally:
+        backend.control(break_after=None)
+    # Settled to what was generated (8 characters, counted as 3 tokens): 8 + 3 in the window and nothing
+    # held, so another 48 fit the limit of 64. Had the 40 stayed reserved, 11 + 40 + 48 would not.
+    assert chat(cut, stream=False, max_tokens=40) == "hello from reserve-backend"
