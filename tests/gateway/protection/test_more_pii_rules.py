@@ -74,6 +74,7 @@ POSITIVES = [
     # public IP addresses stay personal data
     ("login from 81.2.69.142 failed", "IP_ADDRESS", "81.2.69.142"),
     ("peer 2a00:1450:4001:80b::200e", "IP_ADDRESS", "2a00:1450:4001:80b::200e"),
+    ("ssh login from 5.2.14.9 rejected", "IP_ADDRESS", "5.2.14.9"),  # small octets, but a network word
 ]
 
 NEGATIVES = [
@@ -85,6 +86,7 @@ NEGATIVES = [
     # private, loopback, shared, link-local and documentation ranges: machines, not people
     "bind to 10.0.0.1 and 192.168.1.20, gateway 172.16.0.1, CGNAT 100.64.3.2, link 169.254.1.1",
     "ApiContract', '1.0.0.0' and network 81.0.0.0",  # a /8 network (or a version), no host
+    "Git 1.8.1.4 Release Notes: fixed in 1.5.4.1.",  # versions: four small numbers, no network word
     "docs use 192.0.2.10, 198.51.100.7, 203.0.113.99 and 2001:db8::1, fe80::1ff:fe23:4567:890a",
     # dates that are not birth dates
     "released 12.03.2024, due 2025-01-31, meeting on March 12, 1984 was long",

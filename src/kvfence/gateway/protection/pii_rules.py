@@ -47,6 +47,15 @@ _PHONE_CONTEXT = ("phone", "tel", "call", "mobile", "cell", "ring", "whatsapp", 
 _VERSION_BEFORE = re.compile(r"(?:\b(?:v|version|ver\.?|release|build|firmware|rev\.?|oid|section|chapter|step|clause"
                              r"|item)|§|/|==|~=|>=|<=)\s*[:=]?\s*$")
 
+_IP_CONTEXT = ("ip", "address", "addr", "host", "from", "client", "server", "peer", "src", "dst", "source",
+               "destination", "connect", "login", "remote", "nameserver", "dns", "gateway", "route", "ping", "@",
+               "ssh", "curl", "http", "proxy", "bind", "listen", "inet", "origin", "forwarded")
+
+
+def _small_octets(value: str) -> bool:
+    return all(int(octet) < 32 for octet in value.split("."))
+
+
 # Every digit-shaped identifier (phones, cards, SSNs, IPs ...) lies in or next to a run of digits
 # and separators; that run is found once per text and the rules only run around it.
 _DIGITS = Anchor(re.compile(r"\d[\d ().-]{5,}\d"), before=5, after=3)
@@ -137,8 +146,14 @@ PII_RULES: list[Rule] = [
          score=1.0, accept=_iban_length, anchor=_COUNTRY_CODE),
     Rule("ipv4", "IP_ADDRESS", _PII,
          re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)"),
-         score=0.8, validate=lambda value: v.ipv4_ok(value) and ip_is_public(value), reject_before=_VERSION_BEFORE,
-         anchor=_DIGITS),
+         score=0.8, validate=lambda value: v.ipv4_ok(value) and ip_is_public(value) and not _small_octets(value),
+         reject_before=_VERSION_BEFORE, anchor=_DIGITS),
+    Rule("ipv4_small_octets", "IP_ADDRESS", _PII,
+         # "Git 1.8.1.4", "fixed in 1.5.4.1", "section 2.3.1.4": four small numbers are far more often a
+         # version or a section than a host, so they need a network word before them
+         re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)"),
+         score=0.7, validate=lambda value: v.ipv4_ok(value) and ip_is_public(value) and _small_octets(value),
+         reject_before=_VERSION_BEFORE, context=_IP_CONTEXT, needs_context=True, anchor=_DIGITS),
     Rule(PRIVATE_IP_RULES[0], "IP_ADDRESS", _PII,
          re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)"),
          score=0.8, validate=lambda value: v.ipv4_ok(value) and not ip_is_public(value),
