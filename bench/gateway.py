@@ -28,6 +28,12 @@ Scenarios (``--scenario KIND:STREAMS``, repeatable; default: all four):
   between chunks, the first after one interval), so 100 streams are in flight while the cores are
   not saturated. This is the regime of the target: "p50 overhead under 2 ms and p99 under 10 ms at
   100 concurrent streams, without data-protection scanners".
+- ``staggered:100`` / ``staggered:10``: the same paced answers and closed loop, but the streams'
+  first requests are spread evenly over one answer's duration (``--chunks`` x ``--interval-ms``), as
+  independent users' would be. In ``paced`` every stream starts at once and, its answers lasting
+  alike, stays in step with the others, so requests arrive in bursts of up to the stream count; here
+  about streams x 20 ms / answer duration arrive in any 20 ms. Same streams in flight, same requests,
+  same client for the direct and gateway runs; both kinds are printed, neither replaces the other.
 - ``saturating:100`` / ``saturating:10``: the backend answers as fast as it can; the loop saturates
   the machine's cores (load generator, backend and gateway share them), so added latency there is
   mostly queueing for CPU: reported with each process's CPU per request.
@@ -344,7 +350,7 @@ class Run:
 
 
 async def load(base_url: str, concurrency: int, total: int, headers: dict[str, str], client_kind: str,
-               pids: dict[str, int]) -> Run:
+               pids: dict[str, int], stagger_s: float = 0.0) -> Run:
     make = _httpx_client if client_kind == "httpx" else _fast_client
     stream_for, close = await make(base_url, concurrency, headers)
     run = Run()
@@ -354,6 +360,8 @@ async def load(base_url: str, concurrency: int, total: int, headers: dict[str, s
     async def worker(index: int) -> None:
         nonlocal remaining
         one = stream_for(index)
+        if record and stagger_s:
+            await asyncio.sleep(stagger_s * index / concurrency)  # spread the streams' starts over one answer
         while remaining > 0:
             remaining -= 1
             try:
@@ -399,16 +407,17 @@ def set_pace(backend_root: str, chunks: int, interval_ms: float) -> None:
 def run_scenario(kind: str, streams: int, args: argparse.Namespace, urls: dict[str, str],
                  pids: dict[str, int], marks: list[tuple[str, str, list[tuple[str | None, float, float]]]]
                  ) -> dict[str, Any]:
-    interval = args.interval_ms if kind == "paced" else 0.0
+    interval = 0.0 if kind == "saturating" else args.interval_ms
+    stagger_s = args.chunks * interval / 1000 if kind == "staggered" else 0.0
     set_pace(urls["backend_root"], args.chunks, interval)
-    total = args.requests or (30 * streams if kind == "paced" else max(500, 10 * streams))
+    total = args.requests or (max(500, 10 * streams) if kind == "saturating" else 30 * streams)
     auth = {"authorization": f"Bearer {KEY}"}
     middle = ["relay", "before", "gateway"] if "before" in urls else ["relay", "gateway"]
     order = ["direct"] + [*middle, "direct"] * args.rounds
     runs: list[tuple[str, Run]] = []
     for path in order:
         headers = auth if path in ("gateway", "before") else {}
-        runs.append((path, asyncio.run(load(urls[path], streams, total, headers, args.client, pids))))
+        runs.append((path, asyncio.run(load(urls[path], streams, total, headers, args.client, pids, stagger_s))))
         marks.append((f"{kind}:{streams}", path, runs[-1][1].marks))
     by_path = {path: [r.summary() for p, r in runs if p == path] for path in ("direct", *middle)}
     overheads = [v for p, r in runs if p == "gateway" for v in r.overhead_ms]
@@ -536,9 +545,11 @@ def print_timing(marks: list[tuple[str, str, list[tuple[str | None, float, float
 
 def print_scenario(result: dict[str, Any]) -> None:
     kind, streams = result["scenario"].split(":")
-    if kind == "paced":
+    if kind in ("paced", "staggered"):
         how = (f"backend paces {result['chunks_per_answer']} chunks {result['chunk_interval_ms']:g} ms apart "
                "(like a model decoding)")
+        if kind == "staggered":
+            how += ", streams' starts spread over one answer"
     else:
         how = f"backend sends {result['chunks_per_answer']} chunks as fast as it can (saturates the cores)"
     print(f"\n== {result['scenario']}: {streams} concurrent streams, closed loop, {how}; "
@@ -593,7 +604,7 @@ def print_scenario(result: dict[str, Any]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", action="append", default=None,
-                        help="KIND:STREAMS, KIND paced or saturating (repeatable; default: paced:100 paced:10 "
+                        help="KIND:STREAMS, KIND paced, staggered or saturating (repeatable; default: paced:100 paced:10 "
                              "saturating:100 saturating:10)")
     parser.add_argument("--chunks", type=int, default=16, help="SSE chunks per answer")
     parser.add_argument("--interval-ms", type=float, default=40.0, help="chunk spacing of paced scenarios")
@@ -627,8 +638,8 @@ def main() -> None:
     parsed = []
     for spec in scenarios:
         kind, _, streams = spec.partition(":")
-        if kind not in ("paced", "saturating") or not streams.isdigit():
-            parser.error(f"--scenario {spec!r}: expected paced:N or saturating:N")
+        if kind not in ("paced", "staggered", "saturating") or not streams.isdigit():
+            parser.error(f"--scenario {spec!r}: expected paced:N, staggered:N or saturating:N")
         parsed.append((kind, int(streams)))
 
     from kvfence.gateway.tenants import hash_api_key
