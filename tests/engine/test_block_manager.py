@@ -155,7 +155,7 @@ def test_lru_eviction_scrubs_and_bumps_generation() -> None:
     bm.deallocate(a)
     bm.take_scrub_list()
     gen = {p: bm.page_info(p).generation for p in cached}
-    b = make_seq("b1", list(range(50, 61)), ORG_B)  # 3 pages: forces eviction of both cached pages
+    b = make_seq("b1", list(range(50, 61)))  # same scope, 3 other pages: evicts both cached pages
     bm.allocate(b)
     assert set(cached) <= set(b.block_table)
     assert set(cached) <= set(bm.take_scrub_list())
@@ -163,6 +163,35 @@ def test_lru_eviction_scrubs_and_bumps_generation() -> None:
     assert bm.num_cached_pages == 0
     bm.verify(b)
     bm.check_invariants()
+
+
+def test_another_scopes_request_never_evicts_my_parked_pages() -> None:
+    """I6: a request waits rather than take another scope's parked pages (it cannot: no room)."""
+    bm = BlockManager(3, PS)
+    a = make_seq("a1", list(range(9)))
+    run_prefill(bm, a)
+    cached = a.block_table[:2]
+    bm.deallocate(a)
+    b = make_seq("b1", list(range(50, 61)), ORG_B)  # 3 pages; only 1 is free, 2 are A's
+    assert bm.num_available_pages(ORG_B) == 1 and bm.num_available_pages(ORG_A) == 3
+    assert not bm.can_allocate(b)
+    with pytest.raises(CapacityError):
+        bm.allocate(b)
+    assert bm.parked_pages() == {ORG_A: cached[::-1]}  # released tail first: the tail goes first
+    bm.check_invariants()
+
+
+def test_reserve_shrinks_a_default_budget_and_refuses_a_chosen_one() -> None:
+    bm = BlockManager(8, PS)
+    assert bm.cache_pages == 8
+    bm.reserve(3)
+    assert (bm.cache_pages, bm.flush_above_pages) == (5, None)
+    tight = BlockManager(8, PS)
+    tight.reserve(5)  # less than half the pool left: half of it caches, longer requests flush it
+    assert (tight.cache_pages, tight.flush_above_pages) == (4, 4)
+    with pytest.raises(ConfigError, match="at most 3 pages"):
+        BlockManager(8, PS, cache_pages=4).reserve(5)
+    BlockManager(8, PS, cache_pages=3).reserve(5)
 
 
 def test_capacity_error_changes_nothing() -> None:

@@ -13,7 +13,13 @@ against this simulated pool and not only against the ledger:
 * writes only ever go to pages the writer owns (never into a shared sealed page);
 * no partial allocation: a scheduled sequence has pages for all of its tokens;
 * ledger: ref counts equal the number of block tables holding each page, free + used == pool,
-  generation counters never decrease and advance whenever a page's content changes hands.
+  generation counters never decrease and advance whenever a page's content changes hands;
+* I6: parked prefix pages stay within the budget C, each scope within its share (at least Q), at
+  most C // Q scopes hold cache; and in every step, a scope none of whose requests ran loses
+  parked pages only when another scope joins the cache (down to the new share, or whole when it
+  is the least recently admitted one): never because another scope needed pages. A parked page
+  never reaches another scope's request in a step in which no scope joined. (In a tight pool a
+  request past the fixed flush line empties every scope's cache: such steps are counted apart.)
 """
 
 from __future__ import annotations
@@ -34,8 +40,9 @@ from hypothesis.stateful import (
 )
 
 from kvfence.engine.block_manager import BlockManager, PageState
+from kvfence.engine.cache_partition import ScopedPrefixCache
 from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.scheduler import Scheduler, SchedulerConfig
+from kvfence.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from kvfence.engine.sequence import FinishReason, Sequence, SequenceStatus
 from kvfence.errors import ContextLengthExceededError
 
@@ -70,10 +77,15 @@ class EngineIsolationMachine(RuleBasedStateMachine):
         chunk=st.integers(1, 8),
         budget=st.integers(2, 16),
         max_seqs=st.integers(1, 4),
+        data=st.data(),
     )
-    def setup(self, num_pages: int, page_size: int, chunk: int, budget: int, max_seqs: int) -> None:
-        self.bm = BlockManager(num_pages, page_size, scrub=self.scrub)
-        self.max_model_len = num_pages * page_size
+    def setup(self, num_pages: int, page_size: int, chunk: int, budget: int, max_seqs: int, data: st.DataObject) -> None:
+        max_pages = data.draw(st.integers(max(1, num_pages // 3), num_pages), label="max_model_len in pages")
+        room = num_pages - max_pages
+        cache_pages = data.draw(st.one_of(st.none(), st.integers(0, room)), label="cache pages (None: default)")
+        scope_pages = data.draw(st.one_of(st.none(), st.integers(1, max(1, cache_pages or room))), label="Q")
+        self.bm = BlockManager(num_pages, page_size, scrub=self.scrub, cache_pages=cache_pages, scope_pages=scope_pages)
+        self.max_model_len = max_pages * page_size
         self.sched = Scheduler(
             SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget, max_prefill_chunk=chunk),
             self.bm,
@@ -155,6 +167,8 @@ class EngineIsolationMachine(RuleBasedStateMachine):
 
     def step(self, tokens: list[int]) -> None:
         was_waiting = {s.request_id for s in self.sched.waiting}
+        parked_before = self.bm.parked_pages()
+        flushes_before = self.bm.num_cache_flushes
         out = self.sched.schedule()
         for page_id in out.scrub_pages:  # the runner zero-fills BEFORE the forward pass (I2)
             self.pool[page_id].clear()
@@ -176,6 +190,37 @@ class EngineIsolationMachine(RuleBasedStateMachine):
             del self.live[seq.request_id]
         for seq in out.preempted:
             assert seq.status is SequenceStatus.WAITING and seq.block_table == []
+        if self.bm.num_cache_flushes == flushes_before:
+            self._check_partition_step(parked_before, out)
+        else:  # a tight pool admitted a request past the flush line: every scope's cache went
+            assert self.bm.num_parked_pages == 0
+            COVERAGE["flushes"] += 1
+
+    def _check_partition_step(self, before: dict[bytes, list[int]], out: SchedulerOutput) -> None:
+        """I6: nothing another scope asked for in this step moved a scope's parked pages."""
+        after = self.bm.parked_pages()
+        joined = set(after) - set(before)
+        ran = {item.seq.scope_key for item in out.items}
+        preempted = {seq.scope_key for seq in out.preempted}
+        policy = self.bm._parked
+        assert isinstance(policy, ScopedPrefixCache)
+        holders_by_page = {p: seq.scope_key for seq in self.live.values() for p in seq.block_table}
+        for scope, pages in before.items():
+            if scope not in after:  # pushed out whole: only by a newcomer, when the holders were full
+                assert joined and len(before) + len(joined) > policy.max_scopes, "a scope left the cache"
+                COVERAGE["scopes_pushed_out"] += 1
+                continue
+            if scope not in ran | preempted:
+                if joined:  # shares shrink: its own oldest pages go, down to the new share
+                    kept = min(len(pages), policy.share)
+                    assert after[scope] == pages[len(pages) - kept :], "cross-scope eviction beyond the share"
+                    COVERAGE["shares_shrunk"] += len(pages) > kept
+                else:
+                    assert after[scope] == pages, "a scope that did not run lost parked pages"
+            if not joined and scope not in preempted:
+                for page_id in pages:
+                    taker = holders_by_page.get(page_id)
+                    assert taker in (None, scope), f"page {page_id} parked by one scope went to another's request"
 
     @precondition(lambda self: self.ready and bool(self.live))
     @rule(tokens=st.lists(st.sampled_from([1, 2, 3, EOS]), min_size=1, max_size=6))
@@ -223,6 +268,14 @@ class EngineIsolationMachine(RuleBasedStateMachine):
         for page_id in range(self.bm.num_pages):
             assert self.bm.page_info(page_id).ref_count == refs[page_id]
         assert self.bm.num_free_pages + self.bm.num_used_pages == self.bm.num_pages
+        parked = self.bm.parked_pages()
+        policy = self.bm._parked
+        assert isinstance(policy, ScopedPrefixCache)
+        assert self.bm.num_parked_pages == sum(map(len, parked.values())) <= self.bm.cache_pages
+        assert len(parked) <= policy.max_scopes and (policy.share >= policy.scope_pages or not policy.cache_pages)
+        assert all(len(pages) <= policy.share for pages in parked.values())
+        reserved = self.bm.flush_above_pages or self.bm.pages_needed(self.max_model_len)
+        assert self.bm.cache_pages + reserved <= self.bm.num_pages
         assert self.bm.num_used_pages == len(refs)
         self._check_generations()
 
@@ -308,6 +361,7 @@ def test_isolation_state_machine() -> None:
     assert COVERAGE["admissions_with_hits"] > 0 and COVERAGE["scopes_with_hits"] >= 2
     assert COVERAGE["cross_scope_candidates"] > 0
     assert COVERAGE["rejected"] > 0
+    assert COVERAGE["shares_shrunk"] > 0 and COVERAGE["scopes_pushed_out"] > 0 and COVERAGE["flushes"] > 0
 
 
 @pytest.mark.slow

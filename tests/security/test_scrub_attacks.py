@@ -195,30 +195,44 @@ def test_a_prompt_that_fits_the_context_but_not_the_free_pool_waits_without_page
     _assert_released(engine)
 
 
-# ---- a cross-scope channel that remains: the shared eviction order ------------------------------
+# ---- I6: the shared eviction order was a channel; the partitioned prefix cache closes it ----------
 
 
-def _probe_after_victim(model_dir: Path, victim_len: int) -> int:
-    """Prime+probe: B caches a prompt, victim A (another scope) runs, B resends and reads its hits."""
-    engine = _engine(model_dir, pages=12)
+def _probe_after_victim(model_dir: Path, victim_len: int, **overrides: Any) -> tuple[int, int]:
+    """Prime+probe: B caches two prompts, victim A (another scope) runs, B resends both and reads its hits.
+
+    A 16-page pool serving at most 128 tokens: the default prefix-cache budget is the other 8
+    pages. Under one shared LRU, B's 12 cached pages leave 4 free, and the victim's pages (1 to 8)
+    push out B's oldest ones in proportion to its length.
+    """
+    engine = _engine(model_dir, pages=16, max_model_len=128, **overrides)
     one = SamplingParams(max_tokens=1, temperature=0.0)
-    attacker = _prompt(7, 150)
-    engine.add_request("prime", attacker, one, SCOPE_B)
-    _run(engine)
+    primes = [_prompt(7, 100), _prompt(9, 100)]
+    for k, prompt in enumerate(primes):
+        engine.add_request(f"prime{k}", prompt, one, SCOPE_B)
+        _run(engine)
     engine.add_request("victim", _prompt(8, victim_len), one, SCOPE_A)
     _run(engine)
-    engine.add_request("probe", attacker, one, SCOPE_B)
-    hits = 0
-    while engine.has_unfinished_requests():
-        for out in engine.step():
-            if out.finished:
-                hits = out.num_cached_tokens
-    return hits
+    hits = []
+    for k in (1, 0):  # newest first: the oldest is what a victim evicts first under the shared LRU
+        engine.add_request(f"probe{k}", primes[k], one, SCOPE_B)
+        while engine.has_unfinished_requests():
+            hits += [out.num_cached_tokens for out in engine.step() if out.finished]
+    engine.block_manager.check_invariants()
+    return hits[0], hits[1]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "I6 gap: prefix pages of every scope share one LRU and one pool, so a victim's prompt evicts the "
-    "attacker's cached pages in proportion to its length; the attacker's cached tokens (and TTFT) then "
-    "reveal how long another tenant's prompt was. Closing it needs per-scope cache partitions or quotas"))
+VICTIM_LENGTHS = (1, 40, 100, 112, 127)
+
+
 def test_another_scopes_prompt_length_does_not_show_in_my_hits(default_model_dir: Path) -> None:
-    assert _probe_after_victim(default_model_dir, 40) == _probe_after_victim(default_model_dir, 120)
+    hits = [_probe_after_victim(default_model_dir, n) for n in VICTIM_LENGTHS]
+    # B keeps its share of the budget whatever A sent: 4 of the 8 pages, its newest prompt's head
+    assert hits == [(4 * PAGE, 0)] * len(VICTIM_LENGTHS)
+
+
+def test_the_attack_is_real_under_the_unsafe_shared_lru(default_model_dir: Path) -> None:
+    """The same probe reads the victim's length when every scope shares one LRU (the old design)."""
+    oldest = [_probe_after_victim(default_model_dir, n, unsafe_shared_prefix_cache=True)[1] for n in VICTIM_LENGTHS]
+    assert oldest[0] == oldest[1] == 6 * PAGE  # short victims fit in the free pages
+    assert oldest[1] > oldest[2] > oldest[4]  # longer ones evict B's oldest pages, page by page

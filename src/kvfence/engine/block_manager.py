@@ -6,8 +6,8 @@ themselves; only this ledger says who may read which page. Every page is in one 
 * ``FREE``: on the free list; its bytes are zero or queued on the scrub list;
 * ``OWNED``: written by exactly one request (``owner``), mapped only by it (ref_count 1);
 * ``CACHED``: a sealed prefix page of one cache scope, holding the KV of ``tokens`` after the
-  prefix whose hash is ``parent_hash``; mapped by any number of same-scope requests, and kept
-  in an LRU for same-scope revival once nobody maps it.
+  prefix whose hash is ``parent_hash``; mapped by any number of same-scope requests, and *parked*
+  for same-scope revival once nobody maps it (:mod:`kvfence.engine.cache_partition`).
 
 I1 (who may read a page): :meth:`BlockManager.allocate` maps a cached page only when its scope key
 equals the request's, its parent hash equals the request's prefix hash and its stored tokens equal
@@ -19,6 +19,12 @@ I2 (no stale bytes): a page that leaves a request or is evicted from the cache g
 list, which the model runner zero-fills before the next forward pass, before anyone reads it.
 Only a same-scope revival of a cached page skips the scrub. ``scrub=False`` is a benchmark-only,
 unsafe switch.
+
+I6 (no timing signal across scopes): parked pages live in per-scope partitions under a budget of
+``cache_pages`` (:class:`~kvfence.engine.cache_partition.ScopedPrefixCache`). An allocation takes
+free pages, then parked pages of its own scope, never another scope's; so how many of my pages
+survive does not depend on how much another scope asked for. The engine sizes the budget so that
+the rest of the pool holds one request of ``max_model_len`` (I3: it can always run).
 """
 
 from __future__ import annotations
@@ -27,11 +33,18 @@ import enum
 import hashlib
 import logging
 import struct
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 from collections.abc import Callable
 from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass
 
+from kvfence.engine.cache_partition import (
+    PrefixCachePolicy,
+    ScopedPrefixCache,
+    SharedPrefixLRU,
+    default_cache_budget,
+    default_scope_pages,
+)
 from kvfence.engine.scope import is_unshared
 from kvfence.engine.sequence import Sequence
 from kvfence.errors import CapacityError, ConfigError, IsolationViolation
@@ -94,9 +107,30 @@ def page_hash(scope_key: bytes, parent_hash: bytes | None, tokens: SequenceABC[i
 
 
 class BlockManager:
-    """Allocates KV pages to sequences and keeps the ownership ledger (I1, I2)."""
+    """Allocates KV pages to sequences and keeps the ownership ledger (I1, I2, I6).
 
-    def __init__(self, num_pages: int, page_size: int, *, scrub: bool = True) -> None:
+    ``cache_pages`` (C) bounds the parked (sealed, unmapped) prefix pages. Since a request never
+    takes another scope's parked pages, the pool minus C must hold a request of ``max_model_len``
+    (I3): :meth:`reserve` checks that, and ``None`` means "the default budget for the longest
+    request" (:func:`~kvfence.engine.cache_partition.default_cache_budget`; the whole pool until
+    a scheduler reserves its longest request). ``flush_above_pages`` relaxes the check for a
+    tight pool: a request that may grow past it empties the cache when admitted (see
+    :class:`~kvfence.engine.cache_partition.CacheBudget`). ``scope_pages`` (Q) is the share each
+    cache scope keeps however many scopes are active (default: an eighth of C).
+    ``unsafe_shared_prefix_cache=True`` restores one LRU over every scope (breaks I6).
+    """
+
+    def __init__(
+        self,
+        num_pages: int,
+        page_size: int,
+        *,
+        scrub: bool = True,
+        cache_pages: int | None = None,
+        scope_pages: int | None = None,
+        flush_above_pages: int | None = None,
+        unsafe_shared_prefix_cache: bool = False,
+    ) -> None:
         if not isinstance(num_pages, int) or num_pages < 1:
             raise ConfigError(f"the KV pool needs at least one page; got num_pages={num_pages!r}")
         if not isinstance(page_size, int) or page_size < 1:
@@ -109,9 +143,29 @@ class BlockManager:
                 "UNSAFE: KV page scrubbing is OFF (invariant I2 disabled). Freed pages keep the "
                 "previous request's KV. Use only for benchmarks, never with real tenants."
             )
+        self._cache_pages_given = cache_pages is not None
+        self._scope_pages_given = scope_pages
+        if cache_pages is None:
+            cache_pages = num_pages
+        if isinstance(cache_pages, bool) or not isinstance(cache_pages, int) or not 0 <= cache_pages <= num_pages:
+            raise ConfigError(f"cache_pages must be an integer in [0, {num_pages}]; got {cache_pages!r}")
+        if flush_above_pages is not None and (
+            isinstance(flush_above_pages, bool) or not isinstance(flush_above_pages, int) or flush_above_pages < 0
+        ):
+            raise ConfigError(f"flush_above_pages must be an integer >= 0 or None; got {flush_above_pages!r}")
+        self.flush_above_pages = flush_above_pages
+        self.unsafe_shared_prefix_cache = unsafe_shared_prefix_cache
+        self._parked: PrefixCachePolicy = self._policy(cache_pages)
+        self._flushing: set[str] = set()  # admitted requests over flush_above_pages: nothing parks
+        self.num_cache_flushes = 0
+        if unsafe_shared_prefix_cache:
+            logger.warning(
+                "UNSAFE: one prefix-cache LRU is shared by every cache scope (invariant I6 disabled): "
+                "another tenant's prompt length shows in a tenant's prefix hits and time to first token. "
+                "Use only for benchmarks."
+            )
         self._pages = [_Page() for _ in range(num_pages)]
         self._free: deque[int] = deque(range(num_pages))
-        self._lru: OrderedDict[int, None] = OrderedDict()  # cached pages nobody maps, oldest first
         self._cache: dict[bytes, int] = {}  # prefix hash -> cached page
         self._scrub_pending: dict[int, None] = {}  # ordered set
         # The ledger's own copy of every block table: release and sealing follow it, so a
@@ -120,12 +174,71 @@ class BlockManager:
         self._chain: dict[str, list[bytes]] = {}  # per request: hashes of its pages so far
         self.prefix_hit_tokens_by_scope: dict[bytes, int] = {}
 
+    def _policy(self, cache_pages: int) -> PrefixCachePolicy:
+        self.cache_pages = cache_pages
+        if self.unsafe_shared_prefix_cache:
+            return SharedPrefixLRU()
+        scope_pages = self._scope_pages_given
+        if scope_pages is None:
+            scope_pages = default_scope_pages(cache_pages)
+        elif not self._cache_pages_given:
+            scope_pages = min(scope_pages, cache_pages)  # a default budget shrunk by reserve()
+        return ScopedPrefixCache(cache_pages, scope_pages)
+
+    def reserve(self, num_pages: int) -> None:
+        """Keep room for a request of ``num_pages`` pages outside the prefix-cache budget (I3 with I6).
+
+        No request may take another scope's parked pages, so a request of ``max_model_len`` can
+        always run only if ``num_pages + cache_pages <= self.num_pages``. A budget chosen at
+        construction that breaks this raises :class:`ConfigError`; one left to default shrinks to
+        fit. Call before the first allocation (the scheduler does, with its ``max_model_len``).
+        """
+        room = self.num_pages - num_pages
+        if self.unsafe_shared_prefix_cache or self.cache_pages <= room or self.flush_above_pages is not None:
+            return
+        if self._cache_pages_given:
+            raise ConfigError(
+                f"the prefix-cache budget of {self.cache_pages} pages leaves {self.num_pages - self.cache_pages} "
+                f"of the {self.num_pages}-page KV pool for running requests, but a request of the longest "
+                f"allowed length needs {num_pages} pages; lower the prefix-cache budget to at most "
+                f"{max(room, 0)} pages, lower max_model_len, or enlarge the pool"
+            )
+        if self._tables or self._parked.num_parked:
+            raise RuntimeError("reserve() must be called before the first allocation")
+        budget = default_cache_budget(self.num_pages, num_pages)
+        self.flush_above_pages = budget.flush_above_pages
+        self._parked = self._policy(budget.cache_pages)
+
     # ---- sizes -------------------------------------------------------------------------------
 
     @property
     def num_free_pages(self) -> int:
-        """Pages that can be handed out now: free ones plus unreferenced cached ones (evictable)."""
-        return len(self._free) + len(self._lru)
+        """Pages nobody maps: free ones plus parked (unreferenced cached) ones."""
+        return len(self._free) + self._parked.num_parked
+
+    @property
+    def num_parked_pages(self) -> int:
+        """Sealed prefix pages nobody maps, kept for same-scope revival (at most ``cache_pages``)."""
+        return self._parked.num_parked
+
+    def num_available_pages(self, scope_key: bytes) -> int:
+        """Pages a request of ``scope_key`` may be given now: free ones and its own scope's parked ones (I6)."""
+        return len(self._free) + self._parked.parked_of(scope_key)
+
+    def flushes_cache(self, seq: Sequence) -> bool:
+        """Whether admitting ``seq`` empties the prefix cache: it may grow past ``flush_above_pages``."""
+        if self.flush_above_pages is None or self.unsafe_shared_prefix_cache:
+            return False
+        return self.pages_needed(seq.num_prompt_tokens + seq.params.max_tokens) > self.flush_above_pages
+
+    def _num_allocatable(self, seq: Sequence) -> int:
+        if self.flushes_cache(seq):  # every parked page will go: its hits are counted as revived
+            return len(self._free) + self._parked.num_parked
+        return self.num_available_pages(seq.scope_key)
+
+    def parked_pages(self) -> dict[bytes, list[int]]:
+        """The parked pages of each cache scope, least recently used first (a copy)."""
+        return self._parked.parked_pages()
 
     @property
     def num_used_pages(self) -> int:
@@ -191,31 +304,38 @@ class BlockManager:
         hits = self._match_prefix(seq)
         revived = sum(1 for page_id, _ in hits if self._pages[page_id].ref_count == 0)
         fresh = self.pages_needed(seq.num_tokens) - len(hits)
-        return fresh <= self.num_free_pages - revived
+        return fresh <= self._num_allocatable(seq) - revived
 
     def allocate(self, seq: Sequence) -> None:
         """Map prefix-cache hits, then fresh pages for the rest of ``seq.token_ids``.
 
         All or nothing: raises CapacityError (before touching anything) when the pages don't fit.
+        Fresh pages come from the free list, then from the request's own scope's parked pages:
+        never from another scope's (I6). Admission makes the scope a cache holder (which may
+        shrink the other holders' shares: the only way one scope's pages leave for another).
         """
         if seq.block_table or seq.request_id in self._tables:
             raise ValueError(f"sequence {seq.request_id!r} already holds pages")
         hits = self._match_prefix(seq)
         revived = sum(1 for page_id, _ in hits if self._pages[page_id].ref_count == 0)
         fresh = self.pages_needed(seq.num_tokens) - len(hits)
-        if fresh > self.num_free_pages - revived:
-            raise CapacityError(
-                f"request {seq.request_id!r} needs {fresh} free KV pages, {self.num_free_pages - revived} are free"
-            )
+        available = self._num_allocatable(seq) - revived
+        if fresh > available:
+            raise CapacityError(f"request {seq.request_id!r} needs {fresh} free KV pages, {available} are free")
+        # Joining never evicts this scope's own parked pages (its hits stay valid): only others'.
+        self._release_parked(self._parked.join(seq.scope_key))
         block_table: list[int] = []
         for page_id, _ in hits:
             page = self._pages[page_id]
             if page.ref_count == 0:
-                del self._lru[page_id]  # same-scope revival: its KV is valid, no scrub (I2)
+                self._parked.unpark(page_id, seq.scope_key)  # same-scope revival: valid KV, no scrub (I2)
             page.ref_count += 1
             block_table.append(page_id)
+        if self.flushes_cache(seq):
+            self._flush_parked()
+            self._flushing.add(seq.request_id)
         for _ in range(fresh):
-            block_table.append(self._take_fresh_page(seq.request_id))
+            block_table.append(self._take_fresh_page(seq))
         seq.block_table = list(block_table)
         seq.num_cached_tokens = len(hits) * self.page_size
         seq.num_computed_tokens = seq.num_cached_tokens
@@ -228,11 +348,12 @@ class BlockManager:
                 scope = OTHER_SCOPES
             counts[scope] = counts.get(scope, 0) + seq.num_cached_tokens
 
-    def _take_fresh_page(self, request_id: str) -> int:
+    def _take_fresh_page(self, seq: Sequence) -> int:
+        request_id = seq.request_id
         if self._free:
             page_id = self._free.popleft()  # already scrubbed or on the scrub list (I2)
-        elif self._lru:
-            page_id, _ = self._lru.popitem(last=False)
+        elif (parked := self._parked.take_for(seq.scope_key)) is not None:
+            page_id = parked  # its own scope's least recently used parked page (I6)
             self._evict(page_id)
         else:
             raise CapacityError("the KV pool has no free page")
@@ -246,6 +367,20 @@ class BlockManager:
             del self._cache[page.content_hash]
         self._retire(page_id)
 
+    def _flush_parked(self) -> None:
+        """Empty every scope's parked pages (tight pool: an over-long request is admitted)."""
+        for pages in self._parked.parked_pages().values():
+            for page_id in pages:
+                self._parked.unpark(page_id, self._pages[page_id].scope_key or b"")
+            self._release_parked(pages)
+        self.num_cache_flushes += 1
+
+    def _release_parked(self, page_ids: list[int]) -> None:
+        """Pages the cache policy let go: evicted, scrubbed (I2) and back on the free list."""
+        for page_id in page_ids:
+            self._evict(page_id)
+            self._free.append(page_id)
+
     def _retire(self, page_id: int) -> None:
         """The page's content is dead: new generation, queue the zero-fill (I2)."""
         page = self._pages[page_id]
@@ -255,9 +390,9 @@ class BlockManager:
         self._scrub_pending[page_id] = None
 
     def can_append(self, seq: Sequence) -> bool:
-        """Whether :meth:`may_append` can cover all of ``seq``'s tokens with free pages."""
+        """Whether :meth:`may_append` can cover all of ``seq``'s tokens (free or own-scope parked pages)."""
         table = self._tables.get(seq.request_id, [])
-        return self.pages_needed(seq.num_tokens) - len(table) <= self.num_free_pages
+        return self.pages_needed(seq.num_tokens) - len(table) <= self.num_available_pages(seq.scope_key)
 
     def may_append(self, seq: Sequence) -> None:
         """Give ``seq`` fresh pages until its block table covers all of its tokens."""
@@ -265,10 +400,10 @@ class BlockManager:
         if table is None:
             raise ValueError(f"sequence {seq.request_id!r} holds no pages; allocate it first")
         needed = self.pages_needed(seq.num_tokens) - len(table)
-        if needed > self.num_free_pages:
+        if needed > self.num_available_pages(seq.scope_key):
             raise CapacityError(f"request {seq.request_id!r} needs {needed} more KV pages")
         for _ in range(needed):
-            page_id = self._take_fresh_page(seq.request_id)
+            page_id = self._take_fresh_page(seq)
             table.append(page_id)
             seq.block_table.append(page_id)
 
@@ -301,8 +436,9 @@ class BlockManager:
         """Release every page of ``seq`` (finish, abort, preemption).
 
         Owned pages are retired onto the free list and the scrub list (I2); cached pages whose last
-        mapper leaves go to the LRU, keeping their KV for same-scope revival. Pages are released
-        last-first so the LRU evicts the tail of a prefix before its head.
+        mapper leaves are parked in their scope's partition, keeping their KV for same-scope
+        revival, as far as the scope's share allows (I6). Pages are released last-first so a
+        scope's LRU evicts the tail of a prefix before its head.
         """
         table = self._tables.pop(seq.request_id, None)
         self._chain.pop(seq.request_id, None)
@@ -324,13 +460,17 @@ class BlockManager:
                 self._free.append(page_id)
             elif page.state is PageState.CACHED and page.ref_count > 0:
                 page.ref_count -= 1
-                if page.ref_count == 0:
-                    self._lru[page_id] = None
+                if page.ref_count == 0 and self._flushing:  # an over-long request may need every page
+                    self._release_parked([page_id])
+                elif page.ref_count == 0:
+                    assert page.scope_key is not None  # a CACHED page always has its scope
+                    self._release_parked(self._parked.park(page_id, page.scope_key))
             else:  # only reachable through a bug in this class
                 raise IsolationViolation(
                     f"ledger corrupt: request {seq.request_id!r} releases page {page_id} "
                     f"(state {page.state.value}, owner {page.owner!r}, refs {page.ref_count})"
                 )
+        self._flushing.discard(seq.request_id)
         seq.block_table = []
 
     def take_scrub_list(self) -> list[int]:
@@ -419,7 +559,26 @@ class BlockManager:
             refs.update(table)
             for page_id in table:
                 holders.setdefault(page_id, set()).add(rid)
-        free, lru = set(self._free), set(self._lru)
+        parked_by_scope = self._parked.parked_pages()
+        lru = {page_id for pages in parked_by_scope.values() for page_id in pages}
+        free = set(self._free)
+        if len(lru) != self._parked.num_parked or sum(map(len, parked_by_scope.values())) != len(lru):
+            problems.append("the parked-page count disagrees with the partitions")
+        for scope, pages in parked_by_scope.items():
+            if any(self._pages[p].scope_key != scope for p in pages):
+                problems.append(f"a page is parked under another scope than its own ({scope.hex()[:12]})")
+        if self._flushing and lru:
+            problems.append(f"{len(lru)} pages are parked while an over-long request runs")
+        if not self.unsafe_shared_prefix_cache:
+            if len(lru) > self.cache_pages:
+                problems.append(f"{len(lru)} parked pages exceed the prefix-cache budget {self.cache_pages}")
+            policy = self._parked
+            assert isinstance(policy, ScopedPrefixCache)
+            if len(parked_by_scope) > policy.max_scopes:
+                problems.append(f"{len(parked_by_scope)} scopes hold cache room, at most {policy.max_scopes} may")
+            over = [s for s, pages in parked_by_scope.items() if len(pages) > policy.share]
+            if over:
+                problems.append(f"{len(over)} scopes park more than their share of {policy.share} pages")
         if len(free) != len(self._free):
             problems.append("a page is on the free list twice")
         for page_id, page in enumerate(self._pages):

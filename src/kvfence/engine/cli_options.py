@@ -78,6 +78,17 @@ _OPTIONS = [
                       "steadier time to first token."),
     click.option("--unsafe-no-scrub", "--no-scrub", "unsafe_no_scrub", is_flag=True,
                  help="UNSAFE, benchmarks only: do not zero freed KV pages (breaks I2)."),
+    click.option("--prefix-cache-tokens", type=click.IntRange(min=0), default=None, metavar="N",
+                 help="Most tokens of prefix-cache pages kept for same-scope reuse once no request maps them "
+                      "(whole pages). One scope's cache never makes room for another scope's request (I6), so the "
+                      "pool minus this must hold a max-length request. Default: the pool minus one max-length "
+                      "request; 0 keeps none."),
+    click.option("--prefix-cache-scope-tokens", type=click.IntRange(min=1), default=None, metavar="N",
+                 help="The prefix-cache share each scope keeps however many scopes are active (at most budget/N "
+                      "scopes cache at once; the least recently active loses its cache). Default: 1/8 of the budget."),
+    click.option("--unsafe-shared-prefix-cache", is_flag=True,
+                 help="UNSAFE, benchmarks only: one prefix-cache LRU for every scope, so another tenant's prompt "
+                      "length shows in a tenant's cached tokens and time to first token (breaks I6)."),
     click.option("--verify-isolation", is_flag=True,
                  help="Paranoid mode: re-check I1 on every step; a violation aborts the request and is "
                       "counted as an isolation incident."),
@@ -86,7 +97,8 @@ _OPTIONS = [
 # The parameter names the options above add to a command's keyword arguments.
 ENGINE_OPTION_NAMES = ("model", "max_model_len", "kv_cache_tokens", "kv_cache_memory", "page_size", "dtype",
                        "kv_cache_dtype", "device", "max_num_seqs", "max_num_batched_tokens", "max_prefill_chunk", "num_threads",
-                       "unsafe_no_scrub", "verify_isolation")
+                       "unsafe_no_scrub", "prefix_cache_tokens", "prefix_cache_scope_tokens",
+                       "unsafe_shared_prefix_cache", "verify_isolation")
 
 
 def engine_options(fn: F) -> F:
@@ -114,6 +126,9 @@ def engine_config(opts: dict[str, Any], **extra: Any) -> EngineConfig:
         max_prefill_chunk=opts["max_prefill_chunk"],
         num_threads=opts["num_threads"],
         scrub=not opts["unsafe_no_scrub"],
+        prefix_cache_tokens=opts["prefix_cache_tokens"],
+        prefix_cache_scope_tokens=opts["prefix_cache_scope_tokens"],
+        unsafe_shared_prefix_cache=opts["unsafe_shared_prefix_cache"],
         verify_isolation=opts["verify_isolation"],
         **extra,
     )

@@ -38,6 +38,14 @@ class EngineConfig:
     The pool is sized by ``kv_cache_tokens`` or ``kv_cache_memory`` (bytes); with neither, a default
     share of memory is used. ``scrub=False`` is UNSAFE and exists only to measure the cost of I2.
 
+    ``prefix_cache_tokens`` bounds the prefix pages kept for same-scope reuse once no request maps
+    them (default ``None``: the pool minus one ``max_model_len`` request; ``0`` keeps none), and
+    ``prefix_cache_scope_tokens`` is the share each cache scope keeps however many are active
+    (default: an eighth of the budget). One scope's cache never makes room for another scope's
+    request and vice versa (invariant I6). ``unsafe_shared_prefix_cache=True`` puts every scope's
+    cached pages in one LRU instead: another tenant's prompt length then shows in a tenant's prefix
+    hits; only for measuring what the partition costs.
+
     ``kv_cache_dtype`` is the dtype of the KV pool: ``"auto"`` (the default) is the model's
     ``dtype``; ``"bfloat16"`` or ``"float16"`` under a float32 model store K/V rounded to 2 bytes
     (half the pool memory and half the bytes decode attention reads; attention itself still
@@ -56,6 +64,9 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     max_prefill_chunk: int = 512
     scrub: bool = True
+    prefix_cache_tokens: int | None = None
+    prefix_cache_scope_tokens: int | None = None
+    unsafe_shared_prefix_cache: bool = False
     verify_isolation: bool = False
     seed: int = 0
     num_threads: int | None = None
@@ -74,6 +85,8 @@ class EngineConfig:
         if self.kv_cache_tokens is not None and self.kv_cache_memory is not None:
             raise ConfigError("give either kv_cache_tokens or kv_cache_memory, not both")
         _positive("page_size", self.page_size)
+        _non_negative_or_none("prefix_cache_tokens", self.prefix_cache_tokens)
+        _positive_or_none("prefix_cache_scope_tokens", self.prefix_cache_scope_tokens)
         _positive("max_num_seqs", self.max_num_seqs)
         _positive("max_num_batched_tokens", self.max_num_batched_tokens)
         _positive("max_prefill_chunk", self.max_prefill_chunk)
@@ -99,6 +112,11 @@ class EngineConfig:
 def _positive(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _non_negative_or_none(name: str, value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ConfigError(f"{name} must be an integer >= 0 or None, got {value!r}")
 
 
 def _positive_or_none(name: str, value: object) -> None:

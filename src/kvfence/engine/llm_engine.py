@@ -106,6 +106,8 @@ class LLMEngine:
             available_memory=_default_pool_memory(device, model_dir),
             max_num_seqs=config.max_num_seqs,
             scrub=config.scrub,
+            prefix_cache_tokens=config.prefix_cache_tokens,
+            prefix_cache_scope_tokens=config.prefix_cache_scope_tokens,
         )
         self.runner = ModelRunner(
             model_dir,
@@ -117,7 +119,22 @@ class LLMEngine:
             device=device,
             kv_dtype=kv_dtype,
         )
-        self.block_manager = BlockManager(self.capacity.num_pages, config.page_size, scrub=config.scrub)
+        self.block_manager = BlockManager(
+            self.capacity.num_pages, config.page_size, scrub=config.scrub,
+            cache_pages=self.capacity.prefix_cache_pages, scope_pages=self.capacity.prefix_cache_scope_pages,
+            flush_above_pages=self.capacity.prefix_cache_flush_above_pages,
+            unsafe_shared_prefix_cache=config.unsafe_shared_prefix_cache,
+        )
+        if self.capacity.prefix_cache_flush_above_pages is not None and not config.unsafe_shared_prefix_cache:
+            flush_above = self.capacity.prefix_cache_flush_above_pages * config.page_size
+            log.warning(
+                "the KV pool (%d tokens) leaves less than half of itself once a max_model_len=%d request runs: "
+                "the prefix cache keeps %d tokens, and a request that may grow past %d tokens (prompt + max_tokens) "
+                "empties every tenant's prefix cache when it starts, a one-bit signal to other tenants (I6). "
+                "For the strict partition give the pool room: --kv-cache-tokens >= max_model_len + "
+                "--prefix-cache-tokens", self.capacity.pool_tokens, self.capacity.max_model_len,
+                self.capacity.prefix_cache_pages * config.page_size, flush_above,
+            )
         self.scheduler = Scheduler(
             SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, config.max_prefill_chunk),
             self.block_manager,
@@ -133,9 +150,11 @@ class LLMEngine:
             log.warning("model %s has RANDOM WEIGHTS (built-in test model): its output is gibberish", self.model_name)
         log.info(
             "engine ready: model=%s device=%s dtype=%s kv_cache_dtype=%s max_model_len=%d pool=%d tokens "
-            "(%d pages of %d) scrub=%s",
+            "(%d pages of %d) scrub=%s prefix cache=%s",
             self.model_name, device, config.dtype, config.resolved_kv_cache_dtype, self.capacity.max_model_len, self.capacity.pool_tokens,
             self.capacity.num_pages, config.page_size, "on" if config.scrub else "OFF (UNSAFE)",
+            "ONE LRU FOR ALL SCOPES (UNSAFE)" if config.unsafe_shared_prefix_cache else
+            f"{self.capacity.prefix_cache_pages} pages, {self.capacity.prefix_cache_scope_pages} per scope at least",
         )
 
     # ---- requests ----------------------------------------------------------------------------

@@ -79,6 +79,9 @@ class Scheduler:
             raise ConfigError(f"max_model_len must be an integer >= 1; got {max_model_len!r}")
         self.config = config
         self.block_manager = block_manager
+        # I3 with I6: a request never takes another scope's parked prefix pages, so the pages
+        # outside the prefix-cache budget must hold the longest request the scheduler admits.
+        block_manager.reserve(min(block_manager.pages_needed(max_model_len), block_manager.num_pages))
         self.max_model_len = max_model_len
         self.eos_token_ids = frozenset(eos_token_ids)
         self.waiting: deque[Sequence] = deque()
