@@ -107,7 +107,11 @@ def test_a_tight_pool_caches_half_and_an_over_long_request_flushes_every_scope()
     assert bm.num_parked_pages == 0 and bm.num_cache_flushes == 1
     run(bm, "b-while", list(range(1, 10)), ATTACKER)
     assert bm.num_parked_pages == 0  # nothing parks while it may still need the whole pool
-    bm.deallocate(long)
+    long.num_computed_tokens = long.num_tokens
+    bm.seal(long)
+    long_pages = set(long.block_table)
+    bm.deallocate(long)  # its own sealed pages park as it ends (it no longer needs the pool)
+    assert set(bm.parked_pages()[VICTIM]) <= long_pages and len(bm.parked_pages()[VICTIM]) == 2
     assert run(bm, "b-after", list(range(1, 10)), ATTACKER) == 0
     assert run(bm, "b-after2", list(range(1, 10)), ATTACKER) == 2 * PS
 

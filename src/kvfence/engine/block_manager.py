@@ -442,6 +442,8 @@ class BlockManager:
         """
         table = self._tables.pop(seq.request_id, None)
         self._chain.pop(seq.request_id, None)
+        # An over-long request that ends no longer needs the pool: its own pages may park.
+        self._flushing.discard(seq.request_id)
         if table is None:
             if seq.block_table:
                 logger.error("request %r holds pages the ledger never gave it; ignored", seq.request_id)
@@ -470,7 +472,6 @@ class BlockManager:
                     f"ledger corrupt: request {seq.request_id!r} releases page {page_id} "
                     f"(state {page.state.value}, owner {page.owner!r}, refs {page.ref_count})"
                 )
-        self._flushing.discard(seq.request_id)
         seq.block_table = []
 
     def take_scrub_list(self) -> list[int]:

@@ -132,6 +132,7 @@ class ScopedPrefixCache:
         # least recently admitted first, the order in which whole scopes leave.
         self._holders: OrderedDict[bytes, OrderedDict[int, None]] = OrderedDict()
         self._num_parked = 0
+        self.num_joins = 0  # scope arrivals so far: the only events that move another scope's pages
 
     @property
     def num_parked(self) -> int:
@@ -163,6 +164,7 @@ class ScopedPrefixCache:
             evicted.extend(pages)
             self._num_parked -= len(pages)
         self._holders[scope_key] = OrderedDict()
+        self.num_joins += 1
         share = self.share
         for other in self._holders:
             evicted.extend(self._shrink(other, share))
