@@ -16,7 +16,7 @@ import logging
 import secrets
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -215,10 +215,8 @@ class DisaggregatedEngine:
                 f"holds only {min(prefill_len, prefill_pool)} tokens (its max_model_len {prefill_len}, pool "
                 f"{prefill_pool}); lower --max-model-len, use --max-model-len auto, or enlarge the prefill pool"
             )
-        capacity = Capacity(
-            max_model_len=limit, pool_tokens=local.pool_tokens, num_pages=local.num_pages,
-            page_size=local.page_size, scrub=local.scrub and bool(w.get("scrub")),
-        )
+        # the decode side's pool and prefix-cache budget; a lower context only leaves the budget more room
+        capacity = replace(local, max_model_len=limit, scrub=local.scrub and bool(w.get("scrub")))
         return instance_id, capacity, int(w["num_pages"])
 
     def _watch_connection(self) -> None:

@@ -13,7 +13,7 @@ past the other half flushes the cache when admitted (:class:`~kvfence.engine.cac
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from kvfence.engine.cache_partition import default_cache_budget, default_scope_pages
@@ -36,9 +36,9 @@ class Capacity:
     scrub: bool
     # Not compared: the disaggregated decode engine rebuilds its Capacity from the prefill worker's
     # handshake (disagg/engine.py) without them; its block manager was built from these values.
-    prefix_cache_pages: int = field(default=0, compare=False)
-    prefix_cache_scope_pages: int = field(default=0, compare=False)
-    prefix_cache_flush_above_pages: int | None = field(default=None, compare=False)
+    prefix_cache_pages: int = 0
+    prefix_cache_scope_pages: int = 0
+    prefix_cache_flush_above_pages: int | None = None
 
 
 def plan_capacity(
