@@ -80,9 +80,18 @@ def _prompt(seed: int, n: int = 30) -> list[int]:
 SEEDED = {"max_tokens": 16, "temperature": 1.0, "ignore_eos": True}
 
 
-def _run_all(engine: LLMEngine, requests: dict[str, int]) -> tuple[dict[str, list[int]], list[str]]:
+def _add_all(engine: LLMEngine, requests: dict[str, int]) -> None:
     for rid, seed in requests.items():
         engine.add_request(rid, _prompt(seed), SamplingParams(seed=seed, **SEEDED), f"scope-{rid}".encode())
+
+
+def _run_all(engine: LLMEngine, requests: dict[str, int]) -> tuple[dict[str, list[int]], list[str]]:
+    _add_all(engine, requests)
+    return _finish(engine)
+
+
+def _finish(engine: LLMEngine) -> tuple[dict[str, list[int]], list[str]]:
+    """Step until nothing is left: each finished request's tokens, and the requests aborted by isolation."""
     done: dict[str, list[int]] = {}
     failed: list[str] = []
     for _ in range(500):
@@ -129,18 +138,11 @@ def test_a_fault_in_the_sampler_aborts_only_its_request(default_model_dir: Path)
 
     llm_engine.sample = sample
     try:
-        for rid, seed in requests.items():
-            engine.add_request(rid, _prompt(seed), SamplingParams(seed=seed, **SEEDED), f"scope-{rid}".encode())
+        _add_all(engine, requests)
         for _ in range(3):  # b decodes a few tokens, then starts failing
             engine.step()
         culprit.append(engine._requests["b"].generator)
-        done: dict[str, list[int]] = {}
-        failed: list[str] = []
-        for _ in range(500):
-            if not engine.has_unfinished_requests():
-                break
-            done.update({o.request_id: o.token_ids for o in engine.step() if o.finished})
-            failed.extend(rid for rid, _ in engine.take_failed_requests())
+        done, failed = _finish(engine)
     finally:
         llm_engine.sample = real_sample
     assert failed == ["b"]
