@@ -29,6 +29,7 @@ from kvfence.gateway.hang_up import CLIENT_GONE_STATUS, HangUpWatch
 from kvfence.gateway.hooks import RequestContext
 from kvfence.gateway.limits import LimitLease
 from kvfence.gateway.runtime import GatewayRuntime
+from kvfence.gateway.stream_end import CUT_SHORT_MESSAGE, chunk_ends_stream
 from kvfence.gateway.stream_out import ClosingStream, OwnedStream, RelayStream, checked_stream
 from kvfence.gateway.tokens import TokenCounter
 from kvfence.gateway.trace import RequestTrace
@@ -246,7 +247,7 @@ def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: Upst
         if not progress.ended:
             # A body that ends by closing the connection (no length, no chunked framing) looks the
             # same cut short as complete; only the stream's own end markers tell them apart.
-            raise _UnreadableStream("the stream ended without a finish_reason or [DONE]: the answer may be cut short")
+            raise _UnreadableStream(CUT_SHORT_MESSAGE)
 
     def ending(exc: Exception) -> bytes:
         """The last event of a stream that could not go on, and what the audit log says about it."""
@@ -301,14 +302,7 @@ class _StreamProgress:
     ended: bool = False
 
     def observe(self, chunk: Any) -> None:
-        if not isinstance(chunk, dict):
-            return
-        if chunk.get("error") is not None or chunk.get("object") == "error":
-            self.ended = True  # the backend said why it stops: passed on as is
-            return
-        choices = chunk.get("choices")
-        if isinstance(choices, list) and any(isinstance(c, dict) and c.get("finish_reason") is not None
-                                             for c in choices):
+        if isinstance(chunk, dict) and chunk_ends_stream(chunk):
             self.ended = True
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from kvfence.gateway.answer_filter import event_data
 
-__all__ = ["CUT_SHORT_MESSAGE", "StreamTail", "stream_is_complete"]
+__all__ = ["CUT_SHORT_MESSAGE", "StreamTail", "chunk_ends_stream", "stream_is_complete"]
 
 CUT_SHORT_MESSAGE = "the stream ended without a finish_reason or [DONE]: the answer may be cut short"
 # What is kept of a stream's end: the decisive events (finish chunk, usage chunk, [DONE]) are a few KB;
@@ -147,10 +147,18 @@ def _verdict(event: bytes) -> bool | None:
         return False
     if not isinstance(chunk, dict):
         return False
-    if chunk.get("error") is not None or chunk.get("object") == "error":
-        return True  # the backend said why it stops
-    choices = chunk.get("choices")
-    if not choices:
+    if chunk_ends_stream(chunk):
+        return True
+    if not chunk.get("choices"):
         return None if "usage" in chunk else False  # the usage-only chunk after the last one
+    return False
+
+
+def chunk_ends_stream(chunk: dict[str, Any]) -> bool:
+    """Whether a decoded stream chunk ends its stream: an error event (the backend said why it stops)
+    or a choice with a ``finish_reason``. Used by the relay's end check and the decoded path alike."""
+    if chunk.get("error") is not None or chunk.get("object") == "error":
+        return True
+    choices = chunk.get("choices")
     return isinstance(choices, list) and any(isinstance(c, dict) and c.get("finish_reason") is not None
                                              for c in choices)
