@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -20,6 +21,7 @@ from kvfence.gateway.answer import json_error
 from kvfence.gateway.errors import GatewayError
 from kvfence.gateway.proxy import handle_completion
 from kvfence.gateway.runtime import GatewayRuntime
+from kvfence.gateway.worker_metrics import merged_worker_metrics
 
 __all__ = ["GatewayApp", "build_app"]
 
@@ -64,8 +66,10 @@ class GatewayApp:
         return await handle_completion(self.runtime, Request(scope, receive), endpoint)
 
 
-def build_app(runtime: GatewayRuntime, *, freeze_heap: bool = False) -> GatewayApp:
-    """An app serving ``runtime``; its lifespan starts and closes the runtime.
+def build_app(runtime: GatewayRuntime, *, freeze_heap: bool = False,
+              on_started: Callable[[], None] | None = None) -> GatewayApp:
+    """An app serving ``runtime``; its lifespan starts and closes the runtime (then calls
+    ``on_started``: a worker tells its supervisor it is up).
 
     ``freeze_heap`` (the ``kvfence gateway`` process, not an app embedded in another program): once
     the runtime and the server are up, move every object alive then out of the cyclic collector's
@@ -102,7 +106,12 @@ def build_app(runtime: GatewayRuntime, *, freeze_heap: bool = False) -> GatewayA
         return JSONResponse({"object": "list", "data": data})
 
     async def metrics(request: Request) -> Response:
-        return Response(generate_latest(runtime.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        worker = runtime.worker
+        if worker is not None and worker.count > 1:  # the sum over every worker, not this one's share
+            body = await merged_worker_metrics(runtime.metrics.registry, worker)
+        else:
+            body = generate_latest(runtime.metrics.registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     async def health(request: Request) -> Response:
         backends = {
@@ -115,8 +124,11 @@ def build_app(runtime: GatewayRuntime, *, freeze_heap: bool = False) -> GatewayA
                    "http_client": state.client.kind}
             for name, state in runtime.backends.items()
         }
-        return JSONResponse({"status": "ok", "hooks": [type(h).__name__ for h in runtime.hooks],
-                             "backends": backends})
+        answer: dict[str, object] = {"status": "ok", "hooks": [type(h).__name__ for h in runtime.hooks],
+                                     "backends": backends}
+        if runtime.worker is not None:
+            answer["worker"] = {"index": runtime.worker.index, "count": runtime.worker.count, "pid": os.getpid()}
+        return JSONResponse(answer)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -124,6 +136,8 @@ def build_app(runtime: GatewayRuntime, *, freeze_heap: bool = False) -> GatewayA
         if freeze_heap:
             gc.collect()
             gc.freeze()
+        if on_started is not None:
+            on_started()
         timing_probe.start_loop_sampler()
         try:
             yield

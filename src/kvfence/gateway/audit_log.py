@@ -87,6 +87,8 @@ def _decision_values(row: Decision) -> tuple[Any, ...]:
     return tuple(values)
 
 _BATCH_WAIT_S = 0.01
+SQLITE_BUSY_TIMEOUT_S = 30.0
+_PG_CREATE_LOCK = 0x6B766663  # 'kvfc': serialises the audit log's CREATE TABLEs across gateway workers
 _FILTERS = ("tenant", "organization", "workspace", "data_class", "backend", "outcome", "request_id")
 
 
@@ -109,7 +111,11 @@ class _Store:
             if path != ":memory:":
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
             try:
-                self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+                # Several gateway workers write the same file: WAL lets them read while one writes,
+                # and the busy timeout makes a writer wait for the lock instead of failing at once.
+                self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
+                                            timeout=SQLITE_BUSY_TIMEOUT_S)
+                self.conn.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
                 self.conn.execute("PRAGMA journal_mode=WAL")
                 # WAL + NORMAL: never corrupt, at worst the last batch lost on power failure; no fsync
                 # per commit on the request path's writer thread.
@@ -121,6 +127,18 @@ class _Store:
         self._create()
 
     def _create(self) -> None:
+        if self.is_postgres:
+            # Workers starting together would race on CREATE TABLE IF NOT EXISTS (PostgreSQL can fail
+            # one of two concurrent creations); one at a time under a transaction-free advisory lock.
+            self.conn.execute("SELECT pg_advisory_lock(%s)", (_PG_CREATE_LOCK,))
+            try:
+                self._create_tables()
+            finally:
+                self.conn.execute("SELECT pg_advisory_unlock(%s)", (_PG_CREATE_LOCK,))
+        else:
+            self._create_tables()
+
+    def _create_tables(self) -> None:
         key = "BIGSERIAL PRIMARY KEY" if self.is_postgres else "INTEGER PRIMARY KEY AUTOINCREMENT"
         kind = 2 if self.is_postgres else 1
         columns = ", ".join(f"{c[0]} {c[kind]}" for c in _DECISION_COLUMNS)
@@ -146,8 +164,14 @@ class _Store:
             with self.conn.cursor() as cur:
                 cur.executemany(sql, values)
         else:
-            self.conn.execute("BEGIN")
-            self.conn.executemany(sql, values)
+            # IMMEDIATE: take the write lock (waiting up to the busy timeout) before anything is
+            # read, so two workers' transactions never deadlock on a lock upgrade.
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self.conn.executemany(sql, values)
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
             self.conn.execute("COMMIT")
 
     def select(self, sql: str, params: Sequence[Any]) -> list[dict[str, Any]]:

@@ -64,19 +64,64 @@ SERVERS = ("lean", "uvicorn")
 
 
 def _serve(config: Path, host: str, port: int, audit_log: str | None, log_level: str, server: str | None,
-           graceful_timeout: float) -> None:
-    from kvfence.gateway import timing_probe
-    from kvfence.gateway.app import build_app
+           graceful_timeout: float, workers: int | None = None) -> None:
     from kvfence.gateway.policy_loader import load_policy
-    from kvfence.gateway.runtime import GatewayRuntime
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = server or os.environ.get(SERVER_ENV, "").strip().lower() or "uvicorn"
     if server not in SERVERS:
         raise ConfigError(f"{SERVER_ENV}={server!r}: expected one of {', '.join(SERVERS)}")
     policy = load_policy(config)
+    count = workers if workers is not None else policy.gateway.workers
+    if count == 1:
+        code = _serve_process(config, policy, host, port, audit_log, log_level, server, graceful_timeout)
+        if code:
+            raise SystemExit(code)
+        return
+    _serve_workers(count, config, policy, host, port, audit_log, log_level, server, graceful_timeout)
+
+
+def _serve_workers(count: int, config: Path, policy: Any, host: str, port: int, audit_log: str | None,
+                   log_level: str, server: str, graceful_timeout: float) -> None:
+    """The supervisor of ``count`` worker processes (``kvfence.gateway.workers``)."""
+    from kvfence.gateway.worker_state import shared_state_problems, split_limits
+    from kvfence.gateway.workers import Supervisor, WorkersFailed, WorkerSocket
+
+    problems = shared_state_problems(policy, count)
+    if problems:
+        raise ConfigError("\n".join(problems))
+    worker_policy = split_limits(policy, count)
+    sock = WorkerSocket(host, port)
+    click.echo(f"kvfence gateway: {count} workers on http://{host}:{sock.port} "
+               f"({'SO_REUSEPORT' if sock.reuse_port else 'one shared socket'})", err=True)
+
+    def main(worker: Any, listen: Any, ready: Any) -> int:
+        try:
+            return _serve_process(config, worker_policy, host, sock.port, audit_log, log_level, server,
+                                  graceful_timeout, sock=listen, worker=worker, on_started=ready)
+        except ConfigError as exc:
+            click.echo(f"kvfence gateway worker {worker.index}: {exc}", err=True)
+            return exc.exit_code if isinstance(getattr(exc, "exit_code", None), int) else 2
+
+    try:
+        Supervisor(count, sock, main).run()
+    except WorkersFailed as exc:
+        click.echo(f"kvfence gateway: {exc}", err=True)
+        raise SystemExit(exc.exit_code) from None
+
+
+def _serve_process(config: Path, policy: Any, host: str, port: int, audit_log: str | None, log_level: str,
+                   server: str, graceful_timeout: float, *, sock: Any = None, worker: Any = None,
+                   on_started: Any = None) -> int:
+    """Run one gateway process (the only one, or one worker on ``sock``); its exit status."""
+    from kvfence.gateway import timing_probe
+    from kvfence.gateway.app import build_app
+    from kvfence.gateway.runtime import GatewayRuntime
+
     runtime = GatewayRuntime.create(policy, base_dir=config.parent, audit_url=audit_log)
-    click.echo(f"kvfence gateway: {len(policy.backends)} backend(s), {len(policy.tenants)} tenant(s), "
+    runtime.worker = worker
+    who = "kvfence gateway" if worker is None else f"kvfence gateway worker {worker.index} (pid {os.getpid()})"
+    click.echo(f"{who}: {len(policy.backends)} backend(s), {len(policy.tenants)} tenant(s), "
                f"{len(runtime.hooks)} hook(s); {server} server on http://{host}:{port}", err=True)
     # Keep idle client connections longer than clients keep them (httpx/openai: 5 s), so a client never
     # sends a request on a connection the gateway is closing at that moment.
@@ -85,7 +130,7 @@ def _serve(config: Path, host: str, port: int, audit_log: str | None, log_level:
     loop = "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
     if loop != "uvloop":
         logging.getLogger("kvfence.gateway").warning("uvloop is not installed: the gateway runs on the slower asyncio event loop")
-    app = build_app(runtime, freeze_heap=True)
+    app = build_app(runtime, freeze_heap=True, on_started=on_started)
     # Everything imported and built so far lives as long as the process: move it out of the cyclic
     # collector's reach, so that a full collection under load scans the requests' objects only
     # (a full collection of the start-up heap takes ~70 ms of CPU here: a pause every stream feels).
@@ -98,18 +143,22 @@ def _serve(config: Path, host: str, port: int, audit_log: str | None, log_level:
 
         try:
             run(app, hot=app.completion_response, host=host, port=port, use_uvloop=loop == "uvloop",
-                config=LeanConfig(keep_alive_s=75.0, graceful_timeout_s=graceful_timeout))
+                config=LeanConfig(keep_alive_s=75.0, graceful_timeout_s=graceful_timeout), sock=sock)
         except LifespanFailed as exc:
-            click.echo(f"kvfence gateway: {exc}", err=True)
-            raise SystemExit(exc.exit_code) from None
-        return
+            click.echo(f"{who}: {exc}", err=True)
+            return exc.exit_code
+        return 0
     import uvicorn
 
     # No proxy-headers middleware: the client address the gateway reads is the peer's own, and it
     # would be one more ASGI layer on every request.
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
-                lifespan="on", timeout_keep_alive=75, loop=loop, http="httptools", proxy_headers=False,
-                timeout_graceful_shutdown=round(graceful_timeout))
+    settings = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
+                              lifespan="on", timeout_keep_alive=75, loop=loop, http="httptools",
+                              proxy_headers=False, timeout_graceful_shutdown=round(graceful_timeout))
+    uvicorn_server = uvicorn.Server(settings)
+    uvicorn_server.run(sockets=None if sock is None else [sock])
+    # uvicorn reports a failed startup by exiting the serve loop early, not by raising
+    return 0 if uvicorn_server.started else 3
 
 
 def _run_options(func: Any) -> Any:
@@ -121,7 +170,11 @@ def _run_options(func: Any) -> Any:
     func = click.option("--server", type=click.Choice(SERVERS), default=None,
                         help=f"HTTP server: lean (asyncio + httptools, the default) or uvicorn; "
                              f"${SERVER_ENV} when not given.")(func)
-    func = click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))(func)
+    func = click.option("--workers", default=None, type=click.IntRange(1, 256),
+                        help="Gateway processes accepting on the port (default: gateway.workers, 1). With more "
+                             "than one, limits and leak fingerprints must be shared (gateway.redis_url, "
+                             "leak.index: redis).")(func)
+    func = click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))(func)
     func = click.option("--host", default="127.0.0.1", show_default=True)(func)
     return _config_option(func)
 
@@ -129,25 +182,25 @@ def _run_options(func: Any) -> Any:
 @click.group(cls=_GatewayGroup, invoke_without_command=True)
 @_run_options
 @click.pass_context
-def gateway(ctx: click.Context, config: Path | None, host: str, port: int, server: str | None,
-            graceful_timeout: float, audit_log: str | None, log_level: str) -> None:
+def gateway(ctx: click.Context, config: Path | None, host: str, port: int, workers: int | None,
+            server: str | None, graceful_timeout: float, audit_log: str | None, log_level: str) -> None:
     """Tenant-aware proxy: `kvfence gateway --config gateway.yaml` runs it."""
     if ctx.invoked_subcommand is not None:
         return
     if config is None:
         click.echo(ctx.get_help())
         raise click.UsageError("give --config FILE to run the gateway, or a sub-command")
-    _serve(config, host, port, audit_log, log_level, server, graceful_timeout)
+    _serve(config, host, port, audit_log, log_level, server, graceful_timeout, workers)
 
 
 @gateway.command("run")
 @_run_options
-def run(config: Path | None, host: str, port: int, server: str | None, graceful_timeout: float,
-        audit_log: str | None, log_level: str) -> None:
+def run(config: Path | None, host: str, port: int, workers: int | None, server: str | None,
+        graceful_timeout: float, audit_log: str | None, log_level: str) -> None:
     """Run the gateway (same as `kvfence gateway --config FILE`)."""
     if config is None:
         raise click.UsageError("--config FILE is required")
-    _serve(config, host, port, audit_log, log_level, server, graceful_timeout)
+    _serve(config, host, port, audit_log, log_level, server, graceful_timeout, workers)
 
 
 @gateway.command("check")

@@ -211,12 +211,13 @@ class _Lifespan:
 
 
 def run(app: ASGIApp, *, hot: HotPath | None, host: str, port: int, config: LeanConfig | None = None,
-        use_uvloop: bool = True) -> None:
-    """Serve ``app`` on ``host:port`` until SIGTERM/SIGINT (the ``kvfence gateway`` process)."""
+        use_uvloop: bool = True, sock: socket.socket | None = None) -> None:
+    """Serve ``app`` on ``host:port`` (or on the listening ``sock``: a worker's) until SIGTERM/SIGINT
+    (the ``kvfence gateway`` process)."""
     factory = None
     if use_uvloop:
         import uvloop
 
         factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(LeanServer(app, hot=hot, config=config).serve(host, port))
+        runner.run(LeanServer(app, hot=hot, config=config).serve(host, port, sock=sock))

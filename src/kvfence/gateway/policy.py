@@ -225,6 +225,12 @@ class GatewaySettings(_Strict):
     hooks: list[str] = Field(default_factory=list, description="extra hooks as module:factory")
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0, description="larger requests get a 413")
     redis_url: str | None = Field(default=None, description="share rate-limit state between replicas")
+    workers: int = Field(default=1, ge=1, le=256,
+                         description="gateway processes accepting on one port (kvfence gateway --workers)")
+    worker_limits: Literal["shared", "split"] = Field(
+        default="shared",
+        description="with workers > 1: 'shared' needs redis_url so every worker counts against one limit; "
+                    "'split' gives each worker limit // workers (at least 1) of each tenant's limits")
     limit_window_s: float = Field(
         default=60.0, gt=0, le=3600,
         description="sliding window of requests_per_minute / tokens_per_minute: 60 means per minute, as their "

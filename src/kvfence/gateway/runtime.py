@@ -35,6 +35,7 @@ from kvfence.gateway.routing import BackendView, RouteDecision, choose_backends,
 from kvfence.gateway.tenants import GatewayTenant, TenantRegistry
 from kvfence.gateway.tokens import TokenCounter, load_counter
 from kvfence.gateway.upstream import UpstreamClient, make_upstream_client
+from kvfence.gateway.worker_metrics import PeerMetricsServer, WorkerInfo
 
 __all__ = ["BackendState", "GatewayRuntime", "load_hooks"]
 
@@ -113,6 +114,9 @@ class GatewayRuntime:
         self._refresh_task: asyncio.Task[None] | None = None
         self._views: dict[str, list[BackendView]] = {}
         self.plans = PlanCache()
+        # Set by the supervisor's worker processes (``kvfence gateway --workers N``), None otherwise.
+        self.worker: WorkerInfo | None = None
+        self._peer_metrics: PeerMetricsServer | None = None
 
     @classmethod
     def create(
@@ -156,10 +160,15 @@ class GatewayRuntime:
                 backend, client, self._counters[backend.name],
                 CapacityInfo(facts.advertised_context, facts.kv_capacity_tokens, "policy"))
         await self.refresh_capacity()
+        if self.worker is not None and self.worker.count > 1:
+            self._peer_metrics = PeerMetricsServer(self.metrics.registry, self.worker)
+            await self._peer_metrics.start()
         if self.policy.gateway.capacity_refresh_s > 0:
             self._refresh_task = asyncio.create_task(self._refresh_loop())
 
     async def close(self) -> None:
+        if self._peer_metrics is not None:
+            await self._peer_metrics.close()
         if self._refresh_task is not None:
             self._refresh_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
