@@ -93,3 +93,17 @@ def test_a_long_stream_keeps_only_its_tail() -> None:
         tail.take(_event("x" * 50))
     assert tail.end(_event("", "stop"))[1]
     assert sum(map(len, tail._pieces)) < 130 * 1024  # trimmed to 64 KiB whenever it passes 128 KiB
+
+
+def test_ended_says_whether_what_went_through_ends_the_stream() -> None:
+    tail = StreamTail()
+    assert not tail.ended()
+    tail.take(b'data: {"choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": null}]}\n\n')
+    assert not tail.ended()
+    tail.take(b"data: [DO")  # an unfinished event is held back: not out yet
+    assert not tail.ended()
+    tail.take(b"NE]\n\n")
+    assert tail.ended()
+    finish_only = StreamTail()
+    finish_only.take(b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n: ping\n\n')
+    assert finish_only.ended()

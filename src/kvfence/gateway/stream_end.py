@@ -80,6 +80,11 @@ class StreamTail:
         while self._size - len(pieces[0]) >= _KEEP_BYTES:
             self._size -= len(pieces.popleft())
 
+    def ended(self) -> bool:
+        """Whether what went through :meth:`take` so far ends the stream (nothing held back): a
+        client that hangs up after this has had the whole answer."""
+        return not self._held and bool(self._pieces) and stream_is_complete(b"".join(self._pieces))
+
     def end(self, tail: bytes) -> tuple[bytes, bool]:
         """The stream's framing says it is over: (what is left to send, whether the stream is complete).
         An incomplete stream's unfinished last event is not sent."""

@@ -6,6 +6,11 @@ costs more CPU than the rest of a streamed answer's pass through the gateway; he
 :class:`~kvfence.gateway.hang_up.HangUpWatch` does it. Both end the same ways: done, upstream broke
 off (an exception becomes the stream's last event through ``on_error``), client gone (quietly).
 ``on_close(client_gone)`` runs however the stream ends, even unstarted.
+
+A client that hangs up after the stream's end went out to it (``[DONE]``, a finish_reason) has had
+the whole answer: a close-framed upstream ends its body only when it closes its connection, often
+after the client (the ``openai`` client closes at ``[DONE]``) has gone. That is a complete answer
+(``client_gone`` false, logged 200), not a hang-up.
 """
 
 from __future__ import annotations
@@ -58,7 +63,8 @@ class OwnedStream(Response):
         except asyncio.CancelledError:
             if not watch.absorb():
                 raise
-            client_gone = True  # the hang-up was ours to handle: end this stream, not the server's task
+            # the hang-up was ours to handle: end this stream, not the server's task
+            client_gone = not self._delivered_end()
         finally:
             watch.stop()
             await self._cleanup()
@@ -66,6 +72,10 @@ class OwnedStream(Response):
 
     async def _body(self, send: Send, watch: HangUpWatch) -> bool:
         """Send the body; True if its last message (``more_body`` false) went out with it."""
+        raise NotImplementedError
+
+    def _delivered_end(self) -> bool:
+        """Whether the stream's end markers were sent to the client (see the module docstring)."""
         raise NotImplementedError
 
     async def _cleanup(self) -> None:
@@ -81,6 +91,7 @@ class ClosingStream(OwnedStream):
         super().__init__(on_close, on_error, watch, status_code=status_code, media_type=media_type,
                          headers=headers, raw_headers=raw_headers)
         self.body_iterator = content
+        self._sent = StreamTail()  # the end of what went out (whole events: gateway-made or checked)
 
     async def _body(self, send: Send, watch: HangUpWatch) -> bool:
         content = self.body_iterator
@@ -93,6 +104,10 @@ class ClosingStream(OwnedStream):
                 await send({"type": "http.response.body", "body": self._on_error(exc), "more_body": True})
                 return False
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            self._sent.take(chunk)
+
+    def _delivered_end(self) -> bool:
+        return self._sent.ended()
 
     async def _cleanup(self) -> None:
         closer = getattr(self.body_iterator, "aclose", None)
@@ -213,6 +228,11 @@ class SendPump:
         if not self.done.done():
             self.done.set_result(result)
 
+    def delivered_end(self) -> bool:
+        """Whether the stream's end markers went out: taken, and neither pending nor in a suspended send."""
+        return (self._framing is not None and self._busy is None and not self._pending
+                and self._framing.ended())
+
     def close(self) -> None:
         """Abandon a send the server suspended (the stream is being torn down)."""
         coro, self._busy = self._busy, None
@@ -303,6 +323,10 @@ class DirectRelay:
             self._paused = False
             self._upstream.resume_reading()
 
+    def delivered_end(self) -> bool:
+        """Whether the stream's end markers were written to the client's transport."""
+        return self._framing is not None and self._framing.ended()
+
 
 class RelayStream(OwnedStream):
     """An unprocessed stream from the lean client, relayed by a :class:`SendPump` (no scanners, no
@@ -316,6 +340,7 @@ class RelayStream(OwnedStream):
                          headers=headers, raw_headers=raw_headers)
         self._upstream = upstream
         self._pump: SendPump | None = None
+        self._relay: DirectRelay | None = None
 
     async def _body(self, send: Send, watch: HangUpWatch) -> bool:
         # The hang-up watch stops before the last message goes out: once the answer is complete the
@@ -335,7 +360,7 @@ class RelayStream(OwnedStream):
         client_gone = False
         try:
             out.start(self.status_code, self.raw_headers)
-            relay = DirectRelay(out, self._upstream, watch.stop, StreamTail())
+            relay = self._relay = DirectRelay(out, self._upstream, watch.stop, StreamTail())
             out.on_drain = relay.resume
             self._upstream.relay_to(relay)
             outcome = await relay.done
@@ -345,11 +370,16 @@ class RelayStream(OwnedStream):
         except asyncio.CancelledError:
             if not watch.absorb():
                 raise
-            client_gone = True
+            client_gone = not self._delivered_end()
         finally:
             out.on_drain = None
             watch.stop()
             await self._on_close(client_gone)
+
+    def _delivered_end(self) -> bool:
+        if self._relay is not None:
+            return self._relay.delivered_end()
+        return self._pump is not None and self._pump.delivered_end()
 
     async def _cleanup(self) -> None:
         if self._pump is not None:
