@@ -7,7 +7,8 @@
 A default run (four scenarios) takes 3-4 minutes; ``--before-src`` adds a fifth run per scenario.
 A/B of a change, in one run: ``git archive HEAD src | tar -x -C /tmp/before`` then ``--before-src
 /tmp/before/src`` ('before' runs that tree's gateway); ``--gateway-server lean --before-server uvicorn``
-(no ``--before-src``) compares the two HTTP servers of this tree alone.
+(no ``--before-src``) compares the two HTTP servers of this tree alone, and ``--gateway-workers 2
+--before-workers 1`` one gateway process against two worker processes ('before' is the one-process run).
 To split a gateway's CPU into per-chunk and per-request parts, run ``--scenario paced:100`` with two
 ``--chunks`` values: the slope is the per-chunk cost, the intercept the per-request one. To see where
 it goes, ``--profile-gateway FILE`` runs the gateway under cProfile (CPU clock; read FILE with
@@ -236,6 +237,22 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of a process and its children (a gateway's supervisor and its workers, --gateway-workers)."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # the field after the command (which may hold spaces and parentheses) are: state, ppid
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # a process that just ended
+        if parent == pid:
+            children.append(int(entry.name))
+    return cpu_seconds(pid) + sum(cpu_seconds(child) for child in children)
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds all processes on the machine have used (every core, /proc/stat), NaN elsewhere."""
     try:
@@ -384,13 +401,13 @@ async def load(base_url: str, concurrency: int, total: int, headers: dict[str, s
         await asyncio.gather(*(worker(i) for i in range(concurrency)))
         run.errors.clear()
         remaining, record = total, True
-        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        cpu_before = {name: tree_cpu_seconds(pid) for name, pid in pids.items()}
         client_before = time.process_time()
         machine_before = machine_busy_seconds()
         started = time.perf_counter()
         await asyncio.gather(*(worker(i) for i in range(concurrency)))
         run.wall_s = time.perf_counter() - started
-        run.cpu_s = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+        run.cpu_s = {name: tree_cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
         run.cpu_s["load generator"] = time.process_time() - client_before
         # everything else that ran on the machine meanwhile (other jobs): the cores the bench did not get
         run.cpu_s["other processes"] = max(0.0, machine_busy_seconds() - machine_before - sum(run.cpu_s.values()))
@@ -626,6 +643,12 @@ def main() -> None:
     parser.add_argument("--before-server", choices=["lean", "uvicorn"], default=None,
                         help="run the 'before' gateway with this server; without --before-src it runs from this "
                              "tree, so `--gateway-server lean --before-server uvicorn` is an A/B of the servers alone")
+    parser.add_argument("--gateway-workers", type=int, default=1, metavar="N",
+                        help="run the gateway as N worker processes on one port (`kvfence gateway --workers N`); "
+                             "its CPU is the supervisor's and the workers' together")
+    parser.add_argument("--before-workers", type=int, default=None, metavar="N",
+                        help="run the 'before' gateway with N workers; without --before-src it runs from this tree, "
+                             "so `--gateway-workers 2 --before-workers 1` is an A/B of the worker count alone")
     parser.add_argument("--profile-gateway", type=Path, default=None, metavar="FILE",
                         help="run the gateway under cProfile (CPU clock) and write its stats to FILE at exit "
                              "(slows the gateway: for where its CPU goes, not for its latency)")
@@ -668,18 +691,21 @@ tenants:
                                env=backend_env)
     kvfence = str(Path(sys.executable).parent / "kvfence")
     gateway_cmd = [kvfence, "gateway", "--config", str(tmp / "gateway.yaml"), "--port", str(gateway_port),
-                   "--log-level", "error", *(["--server", args.gateway_server] if args.gateway_server else [])]
+                   "--log-level", "error", *(["--server", args.gateway_server] if args.gateway_server else []),
+                   *(["--workers", str(args.gateway_workers)] if args.gateway_workers != 1 else [])]
     if args.profile_gateway is not None:
         (tmp / "profiled.py").write_text(PROFILED_SOURCE)
         gateway_cmd = [sys.executable, str(tmp / "profiled.py"), str(args.profile_gateway.resolve()), *gateway_cmd[1:]]
     gateway = subprocess.Popen(gateway_cmd, env=gateway_env)
     before_port = free_port()
     before = None
-    if args.before_src is not None or args.before_server is not None:
+    if args.before_src is not None or args.before_server is not None or args.before_workers is not None:
         before_env = env if args.before_src is None else {**env, "PYTHONPATH": str(args.before_src.resolve())}
         before = subprocess.Popen(
             [kvfence, "gateway", "--config", str(tmp / "gateway.yaml"), "--port", str(before_port), "--log-level",
-             "error", *(["--server", args.before_server] if args.before_server else [])], env=before_env)
+             "error", *(["--server", args.before_server] if args.before_server else []),
+             *(["--workers", str(args.before_workers)] if args.before_workers not in (None, 1) else [])],
+            env=before_env)
     relay = subprocess.Popen([sys.executable, str(tmp / "relay.py"), str(relay_port), str(backend_port)], env=env)
     urls = {"direct": f"http://127.0.0.1:{backend_port}/v1", "gateway": f"http://127.0.0.1:{gateway_port}/v1",
             "relay": f"http://127.0.0.1:{relay_port}/v1", "backend_root": f"http://127.0.0.1:{backend_port}"}
@@ -711,16 +737,18 @@ tenants:
     setup = {"cpus": os.cpu_count(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
              "scanners": "off", "gateway_http_client": args.gateway_http_client,
              "before_src": str(args.before_src) if args.before_src else None,
-             "gateway_server": args.gateway_server or "default", "before_server": args.before_server or "default"}
+             "gateway_server": args.gateway_server or "default", "before_server": args.before_server or "default",
+             "gateway_workers": args.gateway_workers, "before_workers": args.before_workers or 1}
     if args.json:
         print(json.dumps({"setup": setup, "scenarios": results}, indent=2))
         return
     print(f"\n{os.cpu_count()} CPUs shared by load generator, backend, relay and gateway (and whatever else runs: "
           "'other processes' above is the CPU the rest of the machine used during each run); load average before "
           f"{load_before[0]:.2f}, after {setup['load_average_after'][0]:.2f}; scanners off; gateway upstream "
-          f"client: {args.gateway_http_client}; gateway server: {setup['gateway_server']}"
-          + (f"; 'before' = gateway from {args.before_src or 'this tree'}, server {setup['before_server']}"
-             if before is not None else ""))
+          f"client: {args.gateway_http_client}; gateway server: {setup['gateway_server']}, "
+          f"{args.gateway_workers} worker(s)"
+          + (f"; 'before' = gateway from {args.before_src or 'this tree'}, server {setup['before_server']}, "
+             f"{setup['before_workers']} worker(s)" if before is not None else ""))
     print("peer (published, not measured here): LiteLLM 2-12 ms p50, 13-43 ms p99 added on 4-CPU instances")
 
 
