@@ -205,3 +205,21 @@ def test_workers_accept_on_one_port(tmp_path: Path) -> None:
     thread.join()
     assert failed is None and code == 0
     assert seen == {"0", "1"}
+
+
+def test_check_refuses_workers_that_could_not_share_the_state(tmp_path: Path) -> None:
+    import subprocess
+
+    import yaml
+
+    from tests.gateway.conftest import KVFENCE
+
+    policy = _policy(limits={"requests_per_minute": 10}, workers=2).model_dump(mode="json", exclude_none=True)
+    config = tmp_path / "gateway.yaml"
+    config.write_text(yaml.safe_dump(policy))
+    refused = subprocess.run([KVFENCE, "gateway", "check", str(config)], capture_output=True, text=True)
+    assert refused.returncode == 2 and "gateway.redis_url" in refused.stderr, refused.stderr
+    policy["gateway"]["worker_limits"] = "split"
+    config.write_text(yaml.safe_dump(policy))
+    passed = subprocess.run([KVFENCE, "gateway", "check", str(config)], capture_output=True, text=True)
+    assert passed.returncode == 0 and "2 workers" in passed.stdout, passed.stderr

@@ -211,9 +211,15 @@ def check(config: Path, routes: bool) -> None:
     """Validate a policy file and print what it routes where; exit 2 naming each problem."""
     from kvfence.gateway.policy_loader import load_policy
 
+    from kvfence.gateway.worker_state import shared_state_problems
+
     policy = load_policy(config)
+    problems = shared_state_problems(policy, policy.gateway.workers)
+    if problems:  # what `kvfence gateway` would refuse at start-up
+        raise ConfigError("\n".join(problems))
     click.echo(f"{config}: OK — {len(policy.data_classes)} data classes, {len(policy.backends)} backends, "
-               f"{len(policy.tenants)} tenants")
+               f"{len(policy.tenants)} tenants"
+               + (f"; {policy.gateway.workers} workers" if policy.gateway.workers > 1 else ""))
     for data_class in policy.data_classes:
         tiers = ", ".join(t.value for t in data_class.allowed_tiers)
         click.echo(f"  {data_class.name}: tiers {tiers}; over cap: {data_class.over_cap.action.value}")
