@@ -210,7 +210,6 @@ def run(config: Path | None, host: str, port: int, workers: int | None, server: 
 def check(config: Path, routes: bool) -> None:
     """Validate a policy file and print what it routes where; exit 2 naming each problem."""
     from kvfence.gateway.policy_loader import load_policy
-
     from kvfence.gateway.worker_state import shared_state_problems
 
     policy = load_policy(config)
