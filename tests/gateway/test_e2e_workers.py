@@ -12,6 +12,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -252,3 +253,29 @@ def test_postgres_audit_log_keeps_every_workers_rows(backend: FakeBackend, postg
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         after = conn.execute("SELECT count(*) FROM gateway_decisions WHERE tenant = 'globex'").fetchone()
     assert before is not None and after is not None and after[0] - before[0] == 12
+
+
+def test_sigterm_lets_every_workers_answers_in_progress_finish(tmp_path: Path) -> None:
+    slow = FakeBackend("workers-slow")
+    try:
+        slow.control(delay_s=2.0)
+        gw = _start(_policy(slow.url, f"sqlite:///{tmp_path / 'audit.db'}"), tmp_path)
+        answers: dict[int, str] = {}
+
+        def ask(index: int, client: httpx.Client) -> None:
+            answers[index] = openai_on(gw, client, "acme").chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "take your time"}]).choices[0].message.content or ""
+
+        with contextlib.ExitStack() as clients:
+            threads = [threading.Thread(target=ask, args=(index, clients.enter_context(connection_on(gw, index))))
+                       for index in (0, 1)]
+            for thread in threads:
+                thread.start()
+            time.sleep(0.8)  # both requests are waiting on the backend
+            code = _stop(gw)
+            for thread in threads:
+                thread.join(timeout=30)
+        assert code == 0
+        assert set(answers) == {0, 1} and all(answers.values())
+    finally:
+        slow.stop()

@@ -219,7 +219,8 @@ class Supervisor:
             self._stop_all(signal.SIGTERM)
             raise WorkersFailed(f"workers keep dying ({len(self._deaths)} deaths in {self.death_window_s:g} s, "
                                 f"the last: worker {worker.index} with {how}): giving up")
-        attempt = self._restarts.get(worker.index, 0)
+        # a worker that ran a whole window before dying starts its back-off again
+        attempt = 0 if now - worker.started_at > self.death_window_s else self._restarts.get(worker.index, 0)
         delay = self.backoff_s[min(attempt, len(self.backoff_s) - 1)]
         self._restarts[worker.index] = attempt + 1
         log.error("worker %d (pid %d) died with %s; restarting it in %.1f s", worker.index, worker.pid, how, delay)
