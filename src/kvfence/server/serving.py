@@ -30,7 +30,7 @@ from kvfence.server.config import ServerConfig
 from kvfence.server.keys import KeyRing
 from kvfence.server.limits import ConcurrencyLimiter
 from kvfence.server.metrics import ServerMetrics
-from kvfence.server.metrics_access import MetricsAccess, MetricsView, read_metrics_key
+from kvfence.server.metrics_access import MetricsAccess, MetricsKeyFile, MetricsView
 from kvfence.server.prepare import (
     LoadedModel,
     chat_prompt,
@@ -167,8 +167,9 @@ class OpenAIServing:
         self.metrics = metrics
         self.secret = secret
         self.limiter = ConcurrencyLimiter()
-        key_digest = read_metrics_key(config.metrics_key_path) if config.metrics_key_path is not None else None
-        self.metrics_access = MetricsAccess(key_digest=key_digest, tenants_authenticated=config.auth_enabled)
+        # Re-read when the file changes, so a rotated key needs no restart.
+        key_file = MetricsKeyFile(config.metrics_key_path) if config.metrics_key_path is not None else None
+        self.metrics_access = MetricsAccess(key_file=key_file, tenants_authenticated=config.auth_enabled)
         self.engine: AsyncEngine | None = None
         self.model: LoadedModel | None = None
         self.created = int(time.time())
