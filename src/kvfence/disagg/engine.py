@@ -48,6 +48,7 @@ from kvfence.engine.block_manager import PageState
 from kvfence.engine.capacity import Capacity
 from kvfence.engine.config import EngineConfig
 from kvfence.engine.detokenizer import IncrementalDetokenizer
+from kvfence.engine.fault_isolation import rewind_on_failure, run_isolating_faults
 from kvfence.engine.llm_engine import (
     LLMEngine,
     advance_text,
@@ -58,7 +59,7 @@ from kvfence.engine.llm_engine import (
 )
 from kvfence.engine.outputs import EngineStats, RequestOutput
 from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.scheduler import SchedulerConfig
+from kvfence.engine.scheduler import ScheduledSeq, SchedulerConfig, SchedulerOutput
 from kvfence.engine.sequence import FinishReason, Sequence
 from kvfence.errors import (
     CapacityError,
@@ -134,6 +135,7 @@ class DisaggregatedEngine:
         self.num_prefill_rejections = 0
         self.handoff_failures: dict[str, int] = {}
         self.isolation_incidents = 0
+        self._failed_requests: list[tuple[str, BaseException]] = []
         self.worker: WorkerProcess | None = None
         self._context = zmq.Context()
         self.socket = self._context.socket(zmq.DEALER)
@@ -530,13 +532,17 @@ class DisaggregatedEngine:
         self._release_handoff(req)
         self._requests.pop(rid, None)
         req.seq.finish_reason = FinishReason.ABORT
-        self._ready.append(DisaggRequestOutput(
-            request_id=rid, prompt_token_ids=req.seq.prompt_token_ids, token_ids=[], new_token_ids=[], text="",
-            delta_text="", finished=True, finish_reason=FinishReason.ABORT.value,
+        self._ready.append(self._error_output(req, error.reason, str(error)))
+
+    def _error_output(self, req: _Request, reason: HandoffFailure, message: str) -> DisaggRequestOutput:
+        """The last output of a request retired without an answer: no token, no text, the reason."""
+        return DisaggRequestOutput(
+            request_id=req.seq.request_id, prompt_token_ids=req.seq.prompt_token_ids, token_ids=[], new_token_ids=[],
+            text="", delta_text="", finished=True, finish_reason=FinishReason.ABORT.value,
             num_prompt_tokens=req.seq.num_prompt_tokens, num_cached_tokens=0,
             logprobs=None if req.logprobs is None else [], new_logprobs=None if req.logprobs is None else [],
-            error=str(error), error_reason=error.reason.value,
-        ))
+            error=message, error_reason=reason.value,
+        )
 
     def _release_handoff(self, req: _Request) -> None:
         """Release and zero-fill whatever a handoff touched in this pool (I2), now, not next step."""
@@ -573,12 +579,50 @@ class DisaggregatedEngine:
                     if req is not None:
                         outputs.append(self._output(req, [], "", finished=True))
             batch.items = kept
-        sampled = self.local.forward_and_sample(batch.items, self._requests, self._generator, self.abort_request)
+        sampled = self._forward_isolating_faults(batch)
         self.scheduler.postprocess(batch, sampled)
         for rid, token_id in sampled.items():
             outputs.append(self._progress(self._requests[rid], token_id))
         self.block_manager.flush_scrub(self.runner.scrub)  # I2, released this step
         return outputs
+
+    def _forward_isolating_faults(self, batch: SchedulerOutput) -> dict[str, int]:
+        """The decode batch's forward pass and sampling; when it fails, only the request(s) that fail
+        on their own are aborted (pages released and zero-filled, I2), found by retrying halves of
+        the batch exactly as ``kvfence serve`` does (:mod:`kvfence.engine.fault_isolation`).
+
+        The aborted ones are reported by :meth:`take_failed_requests`. When no request of a batch of
+        two or more runs even alone, the engine itself is broken: all are aborted and the error raised.
+        """
+        sampled: dict[str, int] = {}
+
+        def attempt(group: list[ScheduledSeq]) -> None:
+            with rewind_on_failure(self._requests[it.seq.request_id].generator for it in group):
+                got = self.local.forward_and_sample(group, self._requests, self._generator, _abort_nothing)
+            sampled.update(got)
+
+        outcome = run_isolating_faults(batch.items, attempt)
+        batch.items = outcome.succeeded
+        error = outcome.error or RuntimeError("forward pass failed")
+        for it in outcome.failed:
+            rid = it.seq.request_id
+            log.error("request %s fails the decode forward pass%s; aborted, the other %d request(s) continue",
+                      rid, " on its own" if it in outcome.culprits else " (retry budget spent)", len(outcome.succeeded))
+            req = self._requests.get(rid)
+            self.abort_request(rid)  # released and zero-filled now (I2)
+            self._failed_requests.append((rid, error))
+            if req is not None:  # for callers that read outputs only; the server answers take_failed_requests
+                req.seq.finish_reason = FinishReason.ABORT
+                self._ready.append(self._error_output(
+                    req, HandoffFailure.INTERNAL, f"the decode forward pass failed on this request ({type(error).__name__})"))
+        if outcome.is_broken and outcome.error is not None:
+            raise outcome.error  # nothing runs, even alone: not one request's fault
+        return sampled
+
+    def take_failed_requests(self) -> list[tuple[str, BaseException]]:
+        """Requests aborted since the last call because the decode forward pass failed on them, with the error."""
+        failed, self._failed_requests = self._failed_requests, []
+        return failed
 
     def _progress(self, req: _Request, token_id: int) -> RequestOutput:
         seq = req.seq
@@ -626,6 +670,10 @@ class DisaggregatedEngine:
             self.socket.send_multipart(encode(kind, fields), zmq.NOBLOCK)
         except zmq.ZMQError as exc:
             log.error("cannot send %s to the prefill worker: %s", kind.name, exc)
+
+
+def _abort_nothing(request_id: str) -> None:
+    """The abort callback of an attempted forward pass: fault isolation decides whom to abort."""
 
 
 def _params_to_wire(params: SamplingParams) -> dict[str, Any]:

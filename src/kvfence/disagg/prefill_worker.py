@@ -30,9 +30,11 @@ from kvfence.disagg.protocol import PROTOCOL_VERSION, expected_page_count, key_p
 from kvfence.disagg.wire import Message, MessageKind, WireError, decode, encode
 from kvfence.engine.block_manager import PageState
 from kvfence.engine.config import EngineConfig
+from kvfence.engine.fault_isolation import rewind_on_failure, run_isolating_faults
 from kvfence.engine.layers.sampler import SampleRow, sample
 from kvfence.engine.llm_engine import LLMEngine, banned_until_min_tokens
 from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.scheduler import ScheduledSeq, SchedulerOutput
 from kvfence.engine.sequence import Sequence
 from kvfence.errors import InvalidParameterError, IsolationViolation, RequestError
 
@@ -219,30 +221,16 @@ class PrefillWorker:
         outgoing: list[tuple[_Job, list[list[bytes | memoryview]]]] = []
         failed: list[tuple[_Job, str]] = []
         sampled: dict[str, int] = {}
-        if batch.items:
+        for it, tok in self._forward_isolating_faults(batch, failed):
+            job = self._jobs[it.seq.request_id]
             try:
-                items, logits = self.runner.execute(batch.items)
-                rows = [self._row(self._jobs[it.seq.request_id]) for it in items]
-                tokens = sample(logits, rows, self._generator)
-            except Exception:
-                log.exception("prefill forward pass failed; aborting %d requests", len(batch.items))
-                for it in batch.items:
-                    job = self._jobs.get(it.seq.request_id)
-                    if job is not None:
-                        failed.append((job, "internal error in the prefill worker"))
-                        self._abort(it.seq.request_id)
-                self._send_failures(failed)
-                return
-            for it, tok in zip(items, tokens, strict=True):
-                job = self._jobs[it.seq.request_id]
-                try:
-                    outgoing.append((job, self._capture(it.seq, job, tok.token_id, tok.logprobs)))
-                except IsolationViolation as exc:
-                    log.error("ISOLATION: not handing over request %s: %s", job.request_id, exc)
-                    failed.append((job, "isolation check failed on the prefill side"))
-                    self.scheduler.abort(it.seq.request_id)
-                    continue
-                sampled[it.seq.request_id] = tok.token_id
+                outgoing.append((job, self._capture(it.seq, job, tok.token_id, tok.logprobs)))
+            except IsolationViolation as exc:
+                log.error("ISOLATION: not handing over request %s: %s", job.request_id, exc)
+                failed.append((job, "isolation check failed on the prefill side"))
+                self.scheduler.abort(it.seq.request_id)
+                continue
+            sampled[it.seq.request_id] = tok.token_id
         self.scheduler.postprocess(batch, sampled)  # the prompt pages are released here ...
         self.block_manager.flush_scrub(self.runner.scrub)  # ... and zeroed now (I2)
         for job, messages in outgoing:
@@ -253,6 +241,34 @@ class PrefillWorker:
         for job, _ in failed:
             self._jobs.pop(_job_id(job.identity, job.request_id), None)
         self._send_failures(failed)
+
+    def _forward_isolating_faults(self, batch: SchedulerOutput, failed: list[tuple[_Job, str]]) -> list[tuple[ScheduledSeq, Any]]:
+        """The batch's forward pass and first-token sampling, with ``kvfence serve``'s fault isolation
+        (:mod:`kvfence.engine.fault_isolation`): when it fails, halves are retried and only the
+        request(s) that fail on their own are aborted (pages scrubbed, I2) and answered with an ABORT,
+        never a handoff; the other tenants' requests are handed over as if nothing happened. When no
+        request of a batch of two or more runs even alone, every one of them is aborted.
+        """
+        sampled: list[tuple[ScheduledSeq, Any]] = []
+
+        def attempt(group: list[ScheduledSeq]) -> None:
+            jobs = [self._jobs[it.seq.request_id] for it in group]
+            with rewind_on_failure(job.generator for job in jobs):
+                items, logits = self.runner.execute(group)
+                tokens = sample(logits, [self._row(self._jobs[it.seq.request_id]) for it in items], self._generator)
+            sampled.extend(zip(items, tokens, strict=True))
+
+        outcome = run_isolating_faults(batch.items, attempt)
+        batch.items = outcome.succeeded
+        if outcome.failed:
+            log.error("prefill forward pass failed (%s); aborting %d request(s), %d continue",
+                      type(outcome.error).__name__, len(outcome.failed), len(outcome.succeeded), exc_info=outcome.error)
+        for it in outcome.failed:
+            job = self._jobs.get(it.seq.request_id)
+            if job is not None:
+                failed.append((job, "internal error in the prefill worker"))
+                self._abort(it.seq.request_id)
+        return sampled
 
     def _row(self, job: _Job) -> SampleRow:
         p = job.params

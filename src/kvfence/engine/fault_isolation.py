@@ -8,18 +8,29 @@ culprit. The number of retries is bounded (about two per halving, for two culpri
 broken engine, where everything fails, still gives up after a few passes instead of one per request.
 
 Pure logic: no torch, no engine; ``attempt`` runs a group and raises when it fails.
+:func:`run_isolating_faults` is the whole policy (run together, bisect on failure, say whether the
+engine itself is broken) shared by every loop that runs a batch: the engine's step and both sides of
+disaggregated serving (prefill worker, decode worker). :func:`rewind_on_failure` restores seeded
+generators, so a retried request samples as if it had run once.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["FaultIsolation", "isolate_failures", "retry_budget"]
+__all__ = ["FaultIsolation", "isolate_failures", "retry_budget", "rewind_on_failure", "run_isolating_faults"]
 
 T = TypeVar("T")
+
+
+class _Stateful(Protocol):
+    def get_state(self) -> Any: ...
+
+    def set_state(self, state: Any) -> Any: ...
 
 
 def retry_budget(num_items: int) -> int:
@@ -37,11 +48,51 @@ class FaultIsolation(Generic[T]):
     culprits: list[T] = field(default_factory=list)
     untested: list[T] = field(default_factory=list)
     attempts: int = 0
+    error: BaseException | None = None  # the first failure, when there was one
 
     @property
     def failed(self) -> list[T]:
         """Everything that did not run: culprits and, after an exhausted budget, the untested rest."""
         return self.culprits + self.untested
+
+    @property
+    def is_broken(self) -> bool:
+        """Two or more requests failed and none ran even alone: the engine, not one request, is at fault."""
+        return len(self.failed) > 1 and not self.succeeded
+
+
+def run_isolating_faults(items: Sequence[T], attempt: Callable[[list[T]], None]) -> FaultIsolation[T]:
+    """Run ``items`` together with ``attempt``; when that fails, find the culprits (:func:`isolate_failures`).
+
+    The caller aborts ``outcome.failed`` (releasing and scrubbing their pages, I2), keeps going with
+    ``outcome.succeeded``, and raises ``outcome.error`` when ``outcome.is_broken``.
+    """
+    outcome: FaultIsolation[T] = FaultIsolation()
+    if not items:
+        return outcome
+    try:
+        attempt(list(items))
+    except Exception as exc:
+        error = exc
+    else:
+        outcome.succeeded.extend(items)
+        return outcome
+    outcome = isolate_failures(items, attempt)
+    outcome.error = error
+    return outcome
+
+
+@contextmanager
+def rewind_on_failure(generators: Iterable[_Stateful | None]) -> Iterator[None]:
+    """Restore each (seeded) generator's state when the block raises: a retried request samples
+    exactly the tokens it samples in an undisturbed run."""
+    saved = [(g, g.get_state()) for g in generators if g is not None]
+    try:
+        yield
+    except BaseException:
+        for generator, state in saved:
+            generator.set_state(state)
+        raise
 
 
 def isolate_failures(items: Sequence[T], attempt: Callable[[list[T]], None], *,

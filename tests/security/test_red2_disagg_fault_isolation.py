@@ -1,0 +1,201 @@
+"""Disaggregated serving: one tenant's poisoned request must not kill the other tenants' answers.
+
+``kvfence serve`` retries a failed forward pass in halves and aborts only the request that fails
+alone (tests/security/test_fault_isolation.py). Before this, both sides of ``kvfence disagg`` aborted
+the whole batch: the prefill worker sent an ABORT for every request of the failed step, and the decode
+worker aborted every request of the batch and raised out of ``step()`` (the server then ended every
+in-flight stream). These tests failed on that code (the victims ended with ``sender_abort``; the decode
+step raised). Now both sides use the engine's fault isolation: the culprit ends with an error and no
+answer, its pages are released and zero-filled (I2) on both sides, and every other request finishes
+with exactly the tokens of an undisturbed run, seeded sampling included.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvfence.disagg.engine import DisaggregatedEngine, DisaggRequestOutput
+from kvfence.disagg.prefill_worker import PrefillWorker
+from kvfence.engine.config import EngineConfig
+from kvfence.engine.sampling_params import SamplingParams
+from tests.disagg.helpers import KEY, drive, make_engine
+
+PREFILL_POISON = [241, 242, 243, 244]  # a prompt holding this fails the prefill forward pass
+DECODE_POISON = [245, 246, 247, 248]  # ... and this one every decode forward pass
+
+
+def _contains(haystack: list[int], needle: list[int]) -> bool:
+    return any(haystack[i:i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1))
+
+
+class _Poisoned:
+    """Wraps a model runner: a batch whose prompts hold ``poison`` raises, as a kernel fault would."""
+
+    def __init__(self, runner: Any, poison: list[int]) -> None:
+        self.poison = poison
+        self.batch_sizes_with_poison: list[int] = []
+        self._execute = runner.execute
+        runner.execute = self
+
+    def __call__(self, items: list[Any], *args: Any) -> Any:
+        if any(_contains(it.seq.prompt_token_ids, self.poison) for it in items):
+            self.batch_sizes_with_poison.append(len(items))
+            raise RuntimeError("test: kernel failure on this request's input")
+        return self._execute(items, *args)
+
+
+class _Worker:
+    """An in-process prefill worker whose loop can be paused, so requests queue up and batch together."""
+
+    def __init__(self, model_dir: Path) -> None:
+        self.worker = PrefillWorker(EngineConfig(model=str(model_dir), kv_cache_tokens=1024, max_model_len=512,
+                                                 num_threads=1), listen="tcp://127.0.0.1:*", key=KEY)
+        self.faults = _Poisoned(self.worker.runner, PREFILL_POISON)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.resume()
+
+    def pause(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def resume(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self.worker.serve, args=(self._stop,), daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.pause()
+        self.worker.close()
+
+
+@pytest.fixture(scope="module")
+def pair(default_model_dir: Path) -> Iterator[tuple[_Worker, DisaggregatedEngine, _Poisoned]]:
+    worker = _Worker(default_model_dir)
+    engine = make_engine(default_model_dir, worker.worker.endpoint, timeout_s=60.0)
+    faults = _Poisoned(engine.runner, DECODE_POISON)
+    try:
+        yield worker, engine, faults
+    finally:
+        engine.close()
+        worker.close()
+
+
+def _prompt(seed: int, n: int = 30) -> list[int]:
+    return [(seed * 37 + i * 11) % 200 + 5 for i in range(n)]  # never a poison token (>= 241)
+
+
+VICTIMS = {  # name: (prompt seed, sampling)
+    "alice": (1, SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)),
+    "carol": (2, SamplingParams(max_tokens=12, temperature=1.0, seed=1234, ignore_eos=True)),
+    "dave": (3, SamplingParams(max_tokens=12, temperature=0.8, top_p=0.9, seed=7, ignore_eos=True, logprobs=2)),
+}
+
+
+def _run(worker: _Worker, engine: DisaggregatedEngine, tag: str,
+         extra: dict[str, list[int]] | None = None) -> dict[str, DisaggRequestOutput]:
+    """Every request submitted while the prefill loop is paused (one batch there), then driven to the end.
+    Scope keys differ per run, so no run reads another's prefix cache."""
+    worker.pause()
+    ids = []
+    for name, (seed, params) in VICTIMS.items():
+        engine.add_request(f"{tag}-{name}", _prompt(seed), params, f"{tag}-{name}".encode())
+        ids.append(f"{tag}-{name}")
+    for name, prompt in (extra or {}).items():
+        engine.add_request(f"{tag}-{name}", prompt, SamplingParams(max_tokens=12, ignore_eos=True),
+                           f"{tag}-{name}".encode())
+        ids.append(f"{tag}-{name}")
+    time.sleep(0.3)  # every SUBMIT is in the worker's socket before its loop runs again
+    worker.resume()
+    outs = drive(engine, ids, timeout_s=120)
+    last = {rid.rsplit("-", 1)[1]: o[-1] for rid, o in outs.items()}
+    assert all(isinstance(o, DisaggRequestOutput) for o in last.values())
+    return last  # type: ignore[return-value]
+
+
+def _assert_victims_unchanged(got: dict[str, DisaggRequestOutput], undisturbed: dict[str, DisaggRequestOutput]) -> None:
+    for name in VICTIMS:
+        assert got[name].finish_reason == "length", f"{name} was cut by another tenant's fault: {got[name].error}"
+        assert got[name].token_ids == undisturbed[name].token_ids, f"{name}'s answer changed"
+        # A batch of another size rounds differently in the last bits; the tokens above are exact.
+        got_lp, base_lp = got[name].logprobs or [], undisturbed[name].logprobs or []
+        assert [sorted(d) for d in got_lp] == [sorted(d) for d in base_lp]
+        assert all(d[t] == pytest.approx(b[t], abs=1e-4) for d, b in zip(got_lp, base_lp, strict=True) for t in d)
+
+
+def _assert_scrubbed(worker: _Worker, engine: DisaggregatedEngine) -> None:
+    deadline = time.monotonic() + 10
+    while worker.worker._jobs and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not worker.worker._jobs
+    assert worker.worker.block_manager.num_used_pages == 0 or worker.worker.engine.pool_is_zero()
+    assert worker.worker.engine.pool_is_zero()  # the prefill side's free pages hold no KV (I2)
+    assert engine.block_manager.num_used_pages == 0 and engine.pool_is_zero()  # nor the decode side's
+
+
+def test_a_prompt_that_fails_the_prefill_pass_is_aborted_alone(pair: tuple[_Worker, DisaggregatedEngine, _Poisoned]) -> None:
+    worker, engine, _ = pair
+    undisturbed = _run(worker, engine, "p-base")
+    calls_before = len(worker.faults.batch_sizes_with_poison)
+    got = _run(worker, engine, "p-attack", {"bob": [9, 10, *PREFILL_POISON, 11]})
+    sizes = worker.faults.batch_sizes_with_poison[calls_before:]
+    assert sizes and max(sizes) > 1, "the poison never shared a batch with the victims"
+    bob = got["bob"]
+    assert bob.finish_reason == "abort" and bob.token_ids == [] and bob.text == ""
+    assert bob.error_reason == "sender_abort" and "internal error in the prefill worker" in (bob.error or "")
+    _assert_victims_unchanged(got, undisturbed)
+    _assert_scrubbed(worker, engine)
+
+
+def test_a_request_that_fails_the_decode_pass_is_aborted_alone(pair: tuple[_Worker, DisaggregatedEngine, _Poisoned]) -> None:
+    worker, engine, faults = pair
+    undisturbed = _run(worker, engine, "d-base")
+    engine.take_failed_requests()
+    calls_before = len(faults.batch_sizes_with_poison)
+    got = _run(worker, engine, "d-attack", {"bob": [9, 10, *DECODE_POISON, 11]})
+    sizes = faults.batch_sizes_with_poison[calls_before:]
+    assert sizes and max(sizes) > 1, "the poison never shared a decode batch with the victims"
+    bob = got["bob"]
+    assert bob.finish_reason == "abort" and bob.token_ids == [] and bob.text == ""
+    assert bob.error_reason == "internal" and "decode forward pass failed" in (bob.error or "")
+    failed = engine.take_failed_requests()
+    assert [rid for rid, _ in failed] == ["d-attack-bob"]
+    assert isinstance(failed[0][1], RuntimeError)
+    _assert_victims_unchanged(got, undisturbed)
+    _assert_scrubbed(worker, engine)
+
+
+def test_a_broken_decode_device_still_ends_every_request(pair: tuple[_Worker, DisaggregatedEngine, _Poisoned]) -> None:
+    """Everything fails: a bounded number of passes, every request aborted, then the error is raised
+    (the server ends every stream); the pool is clean and the engine serves again afterwards."""
+    worker, engine, faults = pair
+    real = faults._execute
+    calls = {"n": 0}
+
+    def broken(items: list[Any], *args: Any) -> Any:
+        calls["n"] += 1
+        raise RuntimeError("test: the device is gone")
+
+    faults._execute = broken
+    try:
+        for name, (seed, params) in VICTIMS.items():
+            engine.add_request(f"broken-{name}", _prompt(seed), params, f"broken-{name}".encode())
+        with pytest.raises(RuntimeError, match="device is gone"):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                engine.step()
+    finally:
+        faults._execute = real
+    assert calls["n"] <= 4 * 2 + 2 + 1
+    assert sorted(rid for rid, _ in engine.take_failed_requests()) == [f"broken-{n}" for n in sorted(VICTIMS)]
+    assert not engine.has_unfinished_requests() or not engine.scheduler.has_unfinished()
+    assert engine.block_manager.num_used_pages == 0 and engine.pool_is_zero()
+    again = _run(worker, engine, "after")
+    assert all(o.finish_reason == "length" for o in again.values())
