@@ -12,19 +12,21 @@ with exactly the tokens of an undisturbed run, seeded sampling included.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from kvfence.disagg.engine import DisaggregatedEngine, DisaggRequestOutput
 from kvfence.disagg.prefill_worker import PrefillWorker
 from kvfence.engine.config import EngineConfig
 from kvfence.engine.sampling_params import SamplingParams
-from tests.disagg.helpers import KEY, drive, make_engine
+from tests.disagg.helpers import KEY, drive, make_engine, serve_disaggregated
 
 PREFILL_POISON = [241, 242, 243, 244]  # a prompt holding this fails the prefill forward pass
 DECODE_POISON = [245, 246, 247, 248]  # ... and this one every decode forward pass
@@ -39,11 +41,13 @@ class _Poisoned:
 
     def __init__(self, runner: Any, poison: list[int]) -> None:
         self.poison = poison
+        self.delay_s = 0.0  # each pass takes at least this long (keeps HTTP victims in flight)
         self.batch_sizes_with_poison: list[int] = []
         self._execute = runner.execute
         runner.execute = self
 
     def __call__(self, items: list[Any], *args: Any) -> Any:
+        time.sleep(self.delay_s)
         if any(_contains(it.seq.prompt_token_ids, self.poison) for it in items):
             self.batch_sizes_with_poison.append(len(items))
             raise RuntimeError("test: kernel failure on this request's input")
@@ -199,3 +203,83 @@ def test_a_broken_decode_device_still_ends_every_request(pair: tuple[_Worker, Di
     assert engine.block_manager.num_used_pages == 0 and engine.pool_is_zero()
     again = _run(worker, engine, "after")
     assert all(o.finish_reason == "length" for o in again.values())
+
+
+# -- through `kvfence serve` over the disaggregated engine -------------------------------------------
+
+def _stream(base: str, prompt: list[int], seed: int | None, results: dict[str, list[str]], name: str,
+            started: threading.Event) -> None:
+    body = {"prompt": prompt, "max_tokens": 30, "ignore_eos": True, "stream": True,
+            "temperature": 0.0 if seed is None else 1.0, "seed": seed}
+    events: list[str] = []
+    with httpx.stream("POST", base + "/v1/completions", json=body, timeout=120) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                events.append(line[6:])
+                started.set()
+    started.set()
+    results[name] = events
+
+
+def _text(events: list[str]) -> str:
+    return "".join(c["text"] for e in events if e != "[DONE]" for c in json.loads(e).get("choices", []))
+
+
+HTTP_VICTIMS = {"alice": (11, None), "carol": (12, 4321)}
+
+
+def _http_victims(base: str, attack: Any) -> dict[str, list[str]]:
+    results: dict[str, list[str]] = {}
+    started = {name: threading.Event() for name in HTTP_VICTIMS}
+    threads = [threading.Thread(target=_stream, args=(base, _prompt(seed), s, results, name, started[name]))
+               for name, (seed, s) in HTTP_VICTIMS.items()]
+    for t in threads:
+        t.start()
+    attack(started)
+    for t in threads:
+        t.join(120)
+    return results
+
+
+@pytest.mark.parametrize("side", ["prefill", "decode"])
+def test_over_http_the_culprit_gets_an_error_and_the_others_their_answers(
+        default_model_dir: Path, pair: tuple[_Worker, DisaggregatedEngine, _Poisoned], side: str) -> None:
+    worker, _, _ = pair
+    with serve_disaggregated(default_model_dir, worker.worker.endpoint, timeout_s=60.0) as (base, engines):
+        faults = _Poisoned(engines[0].runner, DECODE_POISON)
+        faults.delay_s = 0.01
+        undisturbed = {n: _text(e) for n, e in _http_victims(base, lambda started: None).items()}
+        poison = [9, 10, *(PREFILL_POISON if side == "prefill" else DECODE_POISON), 11]
+        answers: list[httpx.Response] = []
+
+        def attack(started: dict[str, threading.Event]) -> None:
+            if side == "prefill":  # every prompt reaches the worker while its loop is paused: one batch
+                time.sleep(0.3)
+            else:  # the victims decode when the poison joins their batch
+                assert all(ev.wait(60) for ev in started.values())
+            poisoned = threading.Thread(target=lambda: answers.append(httpx.post(
+                base + "/v1/completions", json={"prompt": poison, "max_tokens": 4}, timeout=120)))
+            poisoned.start()
+            if side == "prefill":
+                time.sleep(0.3)
+                worker.resume()
+            poisoned.join(120)
+
+        sizes = (worker.faults if side == "prefill" else faults).batch_sizes_with_poison
+        before = len(sizes)
+        if side == "prefill":
+            worker.pause()
+        attacked = _http_victims(base, attack)
+        (answer,) = answers
+        assert answer.status_code == 500, answer.text
+        error = answer.json()["error"]
+        assert error["type"] == "server_error" and set(error) == {"message", "type", "param", "code"}
+        assert "Traceback" not in answer.text and "kernel failure" not in answer.text
+        for name, events in attacked.items():
+            assert events[-1] == "[DONE]", f"{name}'s stream was cut by another tenant's fault: {events[-1]}"
+            assert _text(events) == undisturbed[name], f"{name}'s answer changed"
+        deadline = time.monotonic() + 10
+        while engines[0].stats().num_used_pages and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert engines[0].stats().num_used_pages == 0
+        assert sizes[before:] and max(sizes[before:]) > 1, "the poison never shared a batch with the victims"

@@ -22,6 +22,7 @@ __all__ = [
     "CompletionRequest",
     "GenerationRequest",
     "StreamOptions",
+    "check_json_content_type",
     "parse_body",
     "template_messages",
 ]
@@ -257,6 +258,11 @@ class ChatCompletionRequest(GenerationRequest):
     tool_choice: Any = None
     functions: list[Any] | None = None  # OpenAI's deprecated spelling of tools
     function_call: Any = None
+    # OpenAI fields asking for output this server cannot produce: refused, never silently dropped
+    # (a client that asked for audio or a web search would read a text-only answer as one).
+    modalities: list[str] | None = None
+    audio: Any = None
+    web_search_options: Any = None
     add_generation_prompt: bool | None = True
     continue_final_message: bool | None = False  # vLLM extra: continue the last (assistant) message
     chat_template_kwargs: dict[str, Any] | None = None  # vLLM extra: template variables (enable_thinking ...)
@@ -284,6 +290,15 @@ class ChatCompletionRequest(GenerationRequest):
                                            "calling is not supported", param=name)
         if self.best_of not in (None, self.num_choices):
             raise APIError.bad_request("best_of is supported on /v1/completions only", param="best_of")
+        other = sorted(set(self.modalities or []) - {"text"})
+        if other:
+            raise APIError.bad_request(f"output modalities {other} are not supported: this server answers with "
+                                       "text only (send modalities ['text'] or leave it out)", param="modalities")
+        if self.audio is not None:
+            raise APIError.bad_request("audio output is not supported: this server answers with text only",
+                                       param="audio")
+        if self.web_search_options is not None:
+            raise APIError.bad_request("web search is not supported by this server", param="web_search_options")
         if self.continue_final_message and self.add_generation_prompt and "add_generation_prompt" in self.model_fields_set:
             raise APIError.bad_request("continue_final_message and add_generation_prompt exclude each other: "
                                        "send add_generation_prompt: false", param="continue_final_message")
@@ -392,6 +407,22 @@ def _refuse_lone_surrogates(data: Any) -> None:
     except UnicodeEncodeError:
         raise APIError.bad_request("request body contains a lone UTF-16 surrogate escape (e.g. \\ud83c "
                                    "without its pair); send valid Unicode text", code="invalid_encoding") from None
+
+
+def check_json_content_type(content_type: str | None) -> None:
+    """Refuse a body declared as anything but JSON (415), as FastAPI-based servers (vLLM) do.
+
+    A missing header is read as JSON (some clients send none). ``text/plain`` and form encodings
+    are what a web page can make a browser send to a local server without a CORS preflight, so a
+    server run with ``--no-auth`` on a workstation must not act on them.
+    """
+    if content_type is None:
+        return
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    if media_type == "application/json" or (media_type.startswith("application/") and media_type.endswith("+json")):
+        return
+    raise APIError(415, f"unsupported Content-Type {content_type[:80]!r}: send the body as JSON with "
+                        "'Content-Type: application/json'", code="unsupported_media_type")
 
 
 def parse_body(body: bytes, model: type[_R]) -> _R:

@@ -46,7 +46,13 @@ from kvfence.server.prompt_scores import (
     prompt_logprobs_body,
     prompt_text_offsets,
 )
-from kvfence.server.protocol import ChatCompletionRequest, CompletionRequest, GenerationRequest, parse_body
+from kvfence.server.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    GenerationRequest,
+    check_json_content_type,
+    parse_body,
+)
 from kvfence.server.responses import (
     ChoiceState,
     chat_chunk,
@@ -296,7 +302,9 @@ class OpenAIServing:
         return engine, model
 
     async def read_body(self, request: Request) -> bytes:
-        """The request body, refused with a 413 beyond ``max_body_bytes`` (checked while reading)."""
+        """The request body, refused with a 413 beyond ``max_body_bytes`` (checked while reading),
+        and with a 415 when it is declared as something other than JSON."""
+        check_json_content_type(request.headers.get("content-type"))
         limit = self.config.max_body_bytes
         too_large = APIError(413, f"request body is larger than {limit} bytes", code="request_too_large")
         declared = request.headers.get("content-length")
