@@ -21,7 +21,14 @@ from kvfence.disagg.wire import Message, MessageKind, encode
 from kvfence.engine.llm_engine import LLMEngine
 from kvfence.engine.outputs import RequestOutput
 from kvfence.engine.sampling_params import SamplingParams
-from tests.disagg.helpers import AllocationSpy, assert_error_not_answer, decode_config, drive, make_engine, resign_handoff
+from tests.disagg.helpers import (
+    AllocationSpy,
+    assert_error_not_answer,
+    decode_config,
+    drive,
+    make_engine,
+    resign_handoff,
+)
 from tests.disagg.mitm import Mitm
 
 GREEDY = SamplingParams(max_tokens=6, temperature=0.0)
