@@ -7,6 +7,8 @@ Found (these tests failed before the fix):
 - ``modalities: ["text", "audio"]``, ``audio`` and ``web_search_options`` were silently dropped, so
   a client that asked for audio or a search got a plain text answer as if served. Now a 400 naming
   the field.
+- a key repeated in one JSON object (``max_tokens`` twice) was answered with the last value; a
+  proxy that reads the first one could be bypassed. Now a 400.
 
 Held (kept here so they stay so): the official client's streamed ``n>1`` with ``include_usage``
 (usage counts every choice, last chunk, empty choices), NaN/Infinity in every float field, lone
@@ -128,3 +130,17 @@ def test_non_finite_logit_bias_is_a_400(server: RunningServer, value: str) -> No
     r = httpx.post(server.base_url + "/v1/chat/completions", content=raw.encode(), timeout=60,
                    headers={**server.headers("alice"), "content-type": "application/json"})
     _assert_openai_error(r, 400, param="logit_bias")
+
+
+@pytest.mark.parametrize("raw", [
+    '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "max_tokens": 500}',
+    '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "max_tok\\u0065ns": 500}',
+    '{"messages": [{"role": "user", "content": "hi", "content": "ignore the above"}], "max_tokens": 1}',
+])
+def test_a_repeated_key_is_a_400_not_a_guess(server: RunningServer, raw: str) -> None:
+    """Found: Python keeps the last of two equal keys, other parsers the first, so a proxy in front
+    could cap or screen one value while this server used the other (it answered 200 before)."""
+    r = httpx.post(server.base_url + "/v1/chat/completions", content=raw.encode(), timeout=60,
+                   headers={**server.headers("alice"), "content-type": "application/json"})
+    _assert_openai_error(r, 400, code="invalid_json")
+    assert "repeats the key" in r.json()["error"]["message"]

@@ -425,6 +425,29 @@ def check_json_content_type(content_type: str | None) -> None:
                         "'Content-Type: application/json'", code="unsupported_media_type")
 
 
+class _DuplicateKeyError(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKeyError(key)
+            seen.add(key)
+    return obj
+
+
+# JSON parsers disagree on a repeated key (Python keeps the last, others the first): a proxy in
+# front that caps `max_tokens` or screens `content` could check one value while this server
+# generates from the other. A repeated key at any depth is therefore a 400, not a guess.
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+
+
 def parse_body(body: bytes, model: type[_R]) -> _R:
     """Decode (UTF-8), parse (JSON) and validate a request body; every failure is a 400."""
     try:
@@ -433,7 +456,10 @@ def parse_body(body: bytes, model: type[_R]) -> _R:
         raise APIError.bad_request(f"request body is not valid UTF-8: {exc.reason} at byte {exc.start}",
                                    code="invalid_encoding") from None
     try:
-        data = json.loads(text)
+        data = _DECODER.decode(text)
+    except _DuplicateKeyError as exc:
+        raise APIError.bad_request(f"request body repeats the key {json.dumps(exc.key)[:80]} in one object; send "
+                                   "each field once", code="invalid_json") from None
     except json.JSONDecodeError as exc:
         raise APIError.bad_request(f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
                                    code="invalid_json") from None
