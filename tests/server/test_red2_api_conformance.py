@@ -144,3 +144,11 @@ def test_a_repeated_key_is_a_400_not_a_guess(server: RunningServer, raw: str) ->
                    headers={**server.headers("alice"), "content-type": "application/json"})
     _assert_openai_error(r, 400, code="invalid_json")
     assert "repeats the key" in r.json()["error"]["message"]
+
+
+def test_a_wrong_type_in_a_union_field_names_the_field_not_pydantics_member(server: RunningServer) -> None:
+    """It said ``'messages[0].content.str'`` (pydantic's name of the union member it tried)."""
+    r = httpx.post(server.base_url + "/v1/chat/completions", headers=server.headers("alice"), timeout=60,
+                   json=_body(server, messages=[{"role": "user", "content": 5}]))
+    _assert_openai_error(r, 400, param="messages")
+    assert "'messages[0].content'" in r.json()["error"]["message"]

@@ -384,9 +384,15 @@ def _decoded_arguments(call: dict[str, Any], index: int) -> dict[str, Any]:
 _R = TypeVar("_R", bound=_Strict)
 
 
+# pydantic names the member of a union it tried (``content.str``, ``stop.list[str]``): not a field.
+_UNION_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
+
+
 def _describe(exc: ValidationError) -> APIError:
     err = exc.errors(include_url=False)[0]
     loc = [str(x) for x in err["loc"]]
+    tag = next((i for i, x in enumerate(loc) if i and (x in _UNION_TAGS or "[" in x)), None)
+    loc = loc if tag is None else loc[:tag]
     field = loc[0] if loc else "body"
     path = field + "".join(f"[{x}]" if x.isdigit() else f".{x}" for x in loc[1:])
     if err["type"] == "missing":
