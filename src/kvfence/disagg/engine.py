@@ -363,7 +363,13 @@ class DisaggregatedEngine:
         self._place_waiting()
         outputs, self._ready = self._ready, []
         if self.scheduler.has_unfinished():
-            outputs.extend(self._decode_step())
+            try:
+                outputs.extend(self._decode_step())
+            except Exception:
+                # Nothing in the batch ran (a broken device): first tokens and handoff failures
+                # already taken from _ready are not lost, the next step() returns them.
+                self._ready = outputs + self._ready
+                raise
         return outputs
 
     def _idle_timeout(self) -> float:
