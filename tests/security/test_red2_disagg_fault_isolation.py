@@ -230,7 +230,7 @@ def test_a_broken_decode_device_still_ends_every_request(pair: tuple[_Worker, Di
 
 def _stream(base: str, prompt: list[int], seed: int | None, results: dict[str, list[str]], name: str,
             started: threading.Event) -> None:
-    body = {"prompt": prompt, "max_tokens": 30, "ignore_eos": True, "stream": True,
+    body = {"prompt": prompt, "max_tokens": 60, "ignore_eos": True, "stream": True,
             "temperature": 0.0 if seed is None else 1.0, "seed": seed}
     events: list[str] = []
     with httpx.stream("POST", base + "/v1/completions", json=body, timeout=120) as r:
