@@ -28,7 +28,7 @@ from kvfence.engine.fault_isolation import isolate_failures, retry_budget
 from kvfence.engine.llm_engine import LLMEngine
 from kvfence.engine.sampling_params import SamplingParams
 from tests.security.conftest import FreshPageWatch
-from tests.server.conftest import RunningServer, engine_factory, serve
+from tests.server.conftest import RunningServer, engine_factory, serve, slow_down_steps
 
 POISON = "<<kernel-poison>>"
 STEP_DELAY_S = 0.01  # each forward pass takes at least this long, so the victims are still decoding
@@ -242,9 +242,12 @@ def _poison(server: RunningServer, *, stream: bool = False) -> httpx.Response:
     return httpx.post(server.base_url + "/v1/completions", json=body, headers=server.headers("bob"), timeout=60)
 
 
-def test_a_poisoned_request_fails_alone_and_the_others_finish_unchanged(faulty: RunningServer) -> None:
+def test_a_poisoned_request_fails_alone_and_the_others_finish_unchanged(faulty: RunningServer,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     undisturbed = {who: _texts(events) for who, events in _run_victims(faulty).items()}
     baseline = faulty.wait_idle().num_used_pages
+    # On a busy machine a victim can finish its 40 tokens before the poison is sent: slow each step.
+    slow_down_steps(faulty, monkeypatch)
     watch = FreshPageWatch(faulty.engine)
     answers: list[httpx.Response] = []
     in_flight: list[int] = []

@@ -74,6 +74,22 @@ class RunningServer:
         raise TimeoutError("the server did not become idle")
 
 
+STEP_DELAY_S = 0.01
+
+
+def slow_down_steps(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every engine step take at least ``STEP_DELAY_S``, so that a long answer cannot finish
+    before the client hangs up (on a busy 2-core machine the tiny model can outrun the reader)."""
+    engine = server.engine
+    step = engine.step
+
+    def slowed() -> Any:
+        time.sleep(STEP_DELAY_S)
+        return step()
+
+    monkeypatch.setattr(engine, "step", slowed)
+
+
 def engine_factory(**overrides: Any) -> Callable[[], Any]:
     def build() -> Any:
         from kvfence.engine.config import EngineConfig

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
 
 import httpx
 import openai
@@ -14,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvfence.server.metrics import scope_label
-from tests.server.conftest import TENANTS, RunningServer
+from tests.server.conftest import STEP_DELAY_S, TENANTS, RunningServer, slow_down_steps
 
 WHO = ["alice", "alice2", "bob", "carol"]  # acme (two workspaces), globex, initech
 SHARED = "Common preamble that every organization sends, long enough to fill pages. " * 2
@@ -83,22 +82,6 @@ def test_32_concurrent_streams_from_three_orgs(server: RunningServer) -> None:
 def _stream_request(server: RunningServer) -> dict[str, object]:
     return {"model": server.app.state.serving.model.public_name, "prompt": "Tell me a very long story. " * 2,
             "max_tokens": 960, "temperature": 0, "ignore_eos": True, "stream": True}
-
-
-STEP_DELAY_S = 0.01
-
-
-def slow_down_steps(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make every engine step take at least ``STEP_DELAY_S``, so that a long answer cannot finish
-    before the client hangs up (on a busy 2-core machine the tiny model can outrun the reader)."""
-    engine = server.engine
-    step = engine.step
-
-    def slowed() -> Any:
-        time.sleep(STEP_DELAY_S)
-        return step()
-
-    monkeypatch.setattr(engine, "step", slowed)
 
 
 def _assert_back_to_baseline(server: RunningServer, baseline_used: int) -> None:

@@ -10,8 +10,8 @@ import httpx
 import openai
 import pytest
 
-from tests.server.conftest import RunningServer
-from tests.server.test_isolation import STEP_DELAY_S, _assert_back_to_baseline, slow_down_steps
+from tests.server.conftest import STEP_DELAY_S, RunningServer, slow_down_steps
+from tests.server.test_isolation import _assert_back_to_baseline
 
 HI = [{"role": "user", "content": "hi"}]
 
