@@ -273,16 +273,22 @@ def test_over_http_the_culprit_gets_an_error_and_the_others_their_answers(
         poison = [9, 10, *(PREFILL_POISON if side == "prefill" else DECODE_POISON), 11]
         answers: list[httpx.Response] = []
 
+        def handoffs_pending(n: int) -> None:  # sent to the paused worker: a busy machine may take a while
+            deadline = time.monotonic() + 60
+            while engines[0].stats().num_handoffs_pending < n and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(0.1)  # the SUBMIT frames reach the worker's socket
+
         def attack(started: dict[str, threading.Event]) -> None:
             if side == "prefill":  # every prompt reaches the worker while its loop is paused: one batch
-                time.sleep(0.3)
+                handoffs_pending(len(HTTP_VICTIMS))
             else:  # the victims decode when the poison joins their batch
                 assert all(ev.wait(60) for ev in started.values())
             poisoned = threading.Thread(target=lambda: answers.append(httpx.post(
                 base + "/v1/completions", json={"prompt": poison, "max_tokens": 4}, timeout=120)))
             poisoned.start()
             if side == "prefill":
-                time.sleep(0.3)
+                handoffs_pending(len(HTTP_VICTIMS) + 1)
                 worker.resume()
             poisoned.join(120)
 

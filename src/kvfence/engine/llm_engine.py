@@ -23,7 +23,7 @@ from kvfence.engine.capacity import Capacity, plan_capacity
 from kvfence.engine.config import EngineConfig, ModelConfig
 from kvfence.engine.default_model import ensure_default_model
 from kvfence.engine.detokenizer import IncrementalDetokenizer
-from kvfence.engine.fault_isolation import isolate_failures
+from kvfence.engine.fault_isolation import rewind_on_failure, run_isolating_faults
 from kvfence.engine.layers.sampler import SampleRow, sample
 from kvfence.engine.loader import checkpoint_files
 from kvfence.engine.model_path import resolve_model_dir
@@ -299,36 +299,25 @@ class LLMEngine:
         two or more runs even alone, the engine itself is broken: all are aborted and the error raised.
         """
         def attempt(group: list[ScheduledSeq]) -> None:
-            seeded = [(req.generator, req.generator.get_state()) for it in group
-                      if (req := self._requests[it.seq.request_id]).generator is not None]
             scores: dict[str, PromptScores] = {}
-            try:
+            with rewind_on_failure(self._requests[it.seq.request_id].generator for it in group):
                 got = self.forward_and_sample(group, self._requests, self._generator, _no_abort, scores)
-            except Exception:
-                for generator, state in seeded:  # a retried request samples as if it had run once
-                    generator.set_state(state)
-                raise
             sampled.update(got)
             prompt_scores.update(scores)
 
         sampled: dict[str, int] = {}
-        if not batch.items:
+        outcome = run_isolating_faults(batch.items, attempt)
+        if outcome.error is None:
             return sampled
-        try:
-            attempt(batch.items)
-            return sampled
-        except Exception as exc:
-            error = exc
-        outcome = isolate_failures(batch.items, attempt)
         for it in outcome.failed:
             log.error("request %s fails the forward pass%s; aborted, the other %d request(s) of the batch continue",
                       it.seq.request_id, " on its own" if it in outcome.culprits else " (retry budget spent)",
                       len(outcome.succeeded))
             self.abort_request(it.seq.request_id)
-            self._failed_requests.append((it.seq.request_id, error))
+            self._failed_requests.append((it.seq.request_id, outcome.error))
         batch.items = outcome.succeeded
-        if len(outcome.failed) > 1 and not outcome.succeeded:
-            raise error  # nothing runs, even alone: not one request's fault
+        if outcome.is_broken:
+            raise outcome.error  # nothing runs, even alone: not one request's fault
         return sampled
 
     def take_failed_requests(self) -> list[tuple[str, BaseException]]:
