@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,8 @@ SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCa
 SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
 SUPPORTED_KV_CACHE_DTYPES = ("auto", *SUPPORTED_DTYPES)
 _SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
+
+log = logging.getLogger(__name__)
 
 DType = Literal["float32", "bfloat16", "float16"]
 KVCacheDType = Literal["auto", "float32", "bfloat16", "float16"]
@@ -150,6 +153,8 @@ class ModelConfig:
     checkpoint_dtype: str | None = None
     is_random_weights: bool = False
     name: str = ""
+    # A limit on the context beyond the positions' own (mixed sliding/full attention layers), or None.
+    context_cap: int | None = None
 
     @classmethod
     def from_dir(cls, model_dir: Path) -> ModelConfig:
@@ -177,6 +182,7 @@ class ModelConfig:
                 f"unsupported architecture {shown}; kvfence runs {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
         try:
+            window, context_cap = _sliding_window(raw, arch, _max_context_len(raw, _rope_scaling(raw)))
             hidden = int(raw["hidden_size"])
             heads = int(raw["num_attention_heads"])
             cfg = cls(
@@ -196,7 +202,8 @@ class ModelConfig:
                 # Qwen2 always has q/k/v biases; its config.json does not say so.
                 attention_bias=arch == "Qwen2ForCausalLM" or bool(raw.get("attention_bias", False)),
                 mlp_bias=bool(raw.get("mlp_bias", False)),
-                sliding_window=_sliding_window(raw, arch),
+                sliding_window=window,
+                context_cap=context_cap,
                 hidden_act=str(raw.get("hidden_act", "silu")),
                 bos_token_id=_optional_int(raw.get("bos_token_id")),
                 eos_token_ids=_int_list(raw.get("eos_token_id")),
@@ -211,6 +218,10 @@ class ModelConfig:
             method = quantization.get("quant_method", "unknown") if isinstance(quantization, dict) else quantization
             raise ModelLoadError(f"quantized checkpoints are not supported (quantization_config: {method}); "
                                  "use the model's bfloat16/float16/float32 weights")
+        partial_rotary = _rope_field(raw, "partial_rotary_factor")
+        if partial_rotary is not None and float(partial_rotary) != 1.0:
+            raise ModelLoadError(f"partial_rotary_factor={partial_rotary} is not supported: kvfence's Llama-family "
+                                 "runner rotates the whole head (as transformers' Llama, Qwen2 and Mistral do)")
         if cfg.hidden_act not in ("silu", "swish"):
             raise ModelLoadError(f"unsupported hidden_act {cfg.hidden_act!r}; kvfence runs 'silu'")
         if cfg.num_attention_heads % cfg.num_key_value_heads:
@@ -225,14 +236,12 @@ class ModelConfig:
         """The longest context the model's positions cover, as vLLM derives it: ``max_position_embeddings``,
         stretched by the RoPE ``factor`` of static ``linear`` and ``yarn`` scaling (YaRN from its
         ``original_max_position_embeddings``). ``llama3`` checkpoints already state the stretched length;
-        ``dynamic`` NTK is computed at the engine's context, so it is not stretched here."""
-        scaling = self.rope_scaling or {}
-        rope_type = scaling.get("rope_type")
-        if rope_type not in ("linear", "yarn"):
-            return self.max_position_embeddings
-        base = scaling.get("original_max_position_embeddings") if rope_type == "yarn" else None
-        stretched = int(int(base or self.max_position_embeddings) * float(scaling.get("factor", 1.0)))
-        return max(self.max_position_embeddings, stretched)
+        ``dynamic`` NTK is computed at the engine's context, so it is not stretched here. A model that
+        mixes sliding-window and full-attention layers is capped at its window (see ``_sliding_window``)."""
+        stretched = _max_context_len(
+            {"max_position_embeddings": self.max_position_embeddings}, self.rope_scaling
+        )
+        return min(stretched, self.context_cap) if self.context_cap is not None else stretched
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -262,13 +271,72 @@ def _rope_scaling(raw: dict[str, Any]) -> dict[str, Any] | None:
     return {**params, "rope_type": rope_type}
 
 
-def _sliding_window(raw: dict[str, Any], arch: str) -> int | None:
+def _max_context_len(raw: dict[str, Any], scaling: dict[str, Any] | None) -> int:
+    max_positions = int(raw.get("max_position_embeddings", 2048))
+    rope_type = (scaling or {}).get("rope_type")
+    if scaling is None or rope_type not in ("linear", "yarn"):
+        return max_positions
+    base = scaling.get("original_max_position_embeddings") if rope_type == "yarn" else None
+    stretched = int(int(base or max_positions) * float(scaling.get("factor", 1.0)))
+    return max(max_positions, stretched)
+
+
+def _sliding_window(raw: dict[str, Any], arch: str, max_context: int) -> tuple[int | None, int | None]:
+    """``(sliding_window, context_cap)`` as transformers reads them for this architecture.
+
+    Mistral windows every layer. Qwen2 windows only when ``use_sliding_window`` is true, and then only
+    the layers ``layer_types`` marks ``sliding_attention`` (by default those from ``max_window_layers``
+    on). kvfence applies one attention pattern to every layer, so a model that mixes windowed and full
+    layers is served only up to its window, where the two patterns are the same mask: exact, never
+    silently different. Llama has no sliding window.
+    """
     window = raw.get("sliding_window")
-    if window is None:
-        return None
-    if arch == "Qwen2ForCausalLM" and not raw.get("use_sliding_window", False):
-        return None
-    return int(window)
+    if window is None or arch == "LlamaForCausalLM":
+        return None, None
+    window = int(window)
+    if arch != "Qwen2ForCausalLM":
+        return window, None
+    if not raw.get("use_sliding_window", False):
+        return None, None
+    num_layers = int(raw["num_hidden_layers"])
+    layer_types = raw.get("layer_types")
+    if not isinstance(layer_types, list) or len(layer_types) != num_layers:
+        first = int(raw.get("max_window_layers", num_layers))
+        layer_types = ["sliding_attention" if i >= first else "full_attention" for i in range(num_layers)]
+    sliding = [i for i, kind in enumerate(layer_types) if kind == "sliding_attention"]
+    if not sliding:
+        return None, None
+    if len(sliding) == num_layers:
+        return window, None
+    if window < max_context:
+        log.warning(
+            "layers %s of this model attend over a sliding window of %d tokens and the others over the "
+            "whole context; kvfence runs one attention pattern for every layer, so it serves this model "
+            "up to %d tokens (max_position_embeddings says %d), where both patterns agree",
+            _ranges(sliding), window, window, max_context,
+        )
+        return None, window
+    return None, None
+
+
+def _ranges(indices: list[int]) -> str:
+    parts: list[str] = []
+    start = prev = indices[0]
+    for i in [*indices[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return ", ".join(parts)
+
+
+def _rope_field(raw: dict[str, Any], name: str) -> Any:
+    params = raw.get("rope_parameters")
+    if isinstance(params, dict) and name in params:
+        return params[name]
+    return raw.get(name)
 
 
 def _optional_int(value: Any) -> int | None:

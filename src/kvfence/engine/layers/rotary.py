@@ -19,7 +19,9 @@ def rope_inverse_frequencies(
     """Return ``(inv_freq [head_dim/2], attention_factor)`` for the given ``rope_scaling``.
 
     ``dynamic`` NTK scaling is fixed at ``max_len``: it only changes the frequencies when the
-    engine's context is longer than the model's trained one, as transformers does per batch.
+    engine's context is longer than ``max_position_embeddings``. transformers rescales per forward
+    call from the longest sequence so far, so up to ``max_position_embeddings`` (the longest context
+    the engine accepts for a dynamic model) both use the unscaled frequencies and agree exactly.
     """
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
     rope_type = (scaling or {}).get("rope_type", "default")
@@ -29,7 +31,8 @@ def rope_inverse_frequencies(
     if rope_type == "linear":
         return inv_freq / factor, 1.0
     if rope_type == "dynamic":
-        original = int(scaling.get("original_max_position_embeddings") or max_position_embeddings)
+        # transformers scales past config.max_position_embeddings (not the dict's original length)
+        original = max_position_embeddings
         if max_len <= original:
             return inv_freq, 1.0
         base = theta * ((factor * max_len / original) - (factor - 1)) ** (head_dim / (head_dim - 2))

@@ -1,0 +1,84 @@
+"""What transformers 5 does to a ``tokenizer.json`` when it loads it, so kvfence's tokens equal ``AutoTokenizer``'s.
+
+transformers 5 does not take ``tokenizer.json`` verbatim. A model-specific ``tokenizer_class`` in
+``tokenizer_config.json`` keeps the file's vocabulary, merges and post-processor but rebuilds the
+normalizer, pre-tokenizer and decoder its own way: a Llama-2 or Mistral ``tokenizer.json`` written
+with the legacy ``Prepend("▁")`` normalizer is encoded with a ``Metaspace`` pre-tokenizer instead,
+which differs on text after a special token and on text that starts with a space. And an explicit
+``add_bos_token`` / ``add_eos_token`` replaces the post-processor with one that adds exactly those.
+vLLM tokenizes through transformers, so this is also what a vLLM user's prompts turn into.
+
+Only the classes of the architectures kvfence runs are mirrored (Llama, Qwen2, GPT-2 style); any
+other class, or none (``PreTrainedTokenizerFast`` / ``TokenizersBackend``), keeps the file's pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tokenizers import Regex, decoders, normalizers, pre_tokenizers, processors
+from tokenizers import Tokenizer as _HFTokenizer
+
+__all__ = ["apply_special_token_flags", "apply_tokenizer_class"]
+
+# transformers' Qwen2Tokenizer pre-tokenisation pattern (the one Qwen2/2.5 checkpoints ship).
+_QWEN2_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+
+def apply_tokenizer_class(backend: _HFTokenizer, tok_cfg: dict[str, Any]) -> str | None:
+    """Rebuild ``backend``'s normalizer, pre-tokenizer and decoder as ``tok_cfg["tokenizer_class"]`` does
+    in transformers 5; returns the class mirrored, or ``None`` when the file's pipeline is kept."""
+    name = str(tok_cfg.get("tokenizer_class") or "").removesuffix("Fast")
+    if name not in ("LlamaTokenizer", "Qwen2Tokenizer", "GPT2Tokenizer") or _model_type(backend) != "BPE":
+        return None
+    add_prefix_space = tok_cfg.get("add_prefix_space")
+    if name == "LlamaTokenizer":
+        prefix = True if add_prefix_space is None else bool(add_prefix_space)
+        legacy = bool(tok_cfg.get("legacy", False))
+        scheme = ("always" if legacy else "first") if prefix else "never"
+        backend.normalizer = None
+        backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=scheme, split=False)
+        steps = [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+        if prefix:
+            steps.append(decoders.Strip(content=" ", left=1, right=0))
+        backend.decoder = decoders.Sequence(steps)
+    elif name == "Qwen2Tokenizer":
+        backend.normalizer = normalizers.NFC()
+        backend.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(_QWEN2_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=bool(add_prefix_space), use_regex=False),
+        ])
+        backend.decoder = decoders.ByteLevel()
+    else:
+        backend.normalizer = None
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=bool(add_prefix_space))
+        backend.decoder = decoders.ByteLevel()
+    return name
+
+
+def apply_special_token_flags(backend: _HFTokenizer, tok_cfg: dict[str, Any], bos: str | None, eos: str | None) -> None:
+    """An explicit ``add_bos_token`` / ``add_eos_token`` (or a file without a post-processor) gets the
+    post-processor transformers builds for it: BOS before and EOS after the text, each only if asked for
+    and known to the vocabulary. Otherwise the file's post-processor stays as it is."""
+    explicit = "add_bos_token" in tok_cfg or "add_eos_token" in tok_cfg
+    if not explicit and backend.post_processor is not None:
+        return
+    bos_id = backend.token_to_id(bos) if bos else None
+    eos_id = backend.token_to_id(eos) if eos else None
+    add_bos = bool(tok_cfg.get("add_bos_token", False)) and bos_id is not None
+    add_eos = bool(tok_cfg.get("add_eos_token", False)) and eos_id is not None
+    single = " ".join([*([f"{bos}:0"] if add_bos else []), "$A:0", *([f"{eos}:0"] if add_eos else [])])
+    pair = " ".join([single, *([f"{bos}:1"] if add_bos else []), "$B:1", *([f"{eos}:1"] if add_eos else [])])
+    special = [*([(bos, bos_id)] if add_bos else []), *([(eos, eos_id)] if add_eos else [])]
+    backend.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=special)
+
+
+def _model_type(backend: _HFTokenizer) -> str | None:
+    try:
+        state = json.loads(backend.model.__getstate__())
+    except (TypeError, ValueError):
+        return None
+    return state.get("type") if isinstance(state, dict) else None
