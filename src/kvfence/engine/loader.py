@@ -1,11 +1,15 @@
-"""Load a local Hugging Face checkpoint (safetensors, single or sharded, memory-mapped) into the model."""
+"""Load a local Hugging Face checkpoint into the model: safetensors (single or sharded, memory-mapped), or
+PyTorch ``.bin`` files read with ``torch.load(weights_only=True)`` (tensors only, no pickled code)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
+from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import Protocol, cast
 
 import torch
 from safetensors import safe_open
@@ -34,26 +38,76 @@ _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 
 
 def checkpoint_files(model_dir: Path) -> list[Path]:
-    """The safetensors files of ``model_dir``; :class:`ModelLoadError` names what is missing."""
-    index = model_dir / "model.safetensors.index.json"
-    if index.is_file():
+    """The weight files of ``model_dir``: safetensors (single, sharded by index, or any ``*.safetensors``),
+    else PyTorch ``.bin`` files (read with ``weights_only``: no pickled code runs). :class:`ModelLoadError`
+    names what is missing."""
+    for index_name, single_name, pattern in (
+        ("model.safetensors.index.json", "model.safetensors", "*.safetensors"),
+        ("pytorch_model.bin.index.json", "pytorch_model.bin", "*.bin"),
+    ):
+        index = model_dir / index_name
+        if index.is_file():
+            return _indexed_files(model_dir, index)
+        single = model_dir / single_name
+        if single.is_file():
+            return [single]
+        files = sorted(f for f in model_dir.glob(pattern) if f.name != "training_args.bin")
+        if files:
+            return files
+    raise ModelLoadError(
+        f"model directory {str(model_dir)!r} has no model.safetensors (nor sharded *.safetensors with "
+        "model.safetensors.index.json, nor pytorch_model.bin): no weights to load"
+    )
+
+
+def _indexed_files(model_dir: Path, index: Path) -> list[Path]:
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        names = sorted(set(weight_map.values()))
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise ModelLoadError(f"cannot read {index}: {exc}") from exc
+    files = [model_dir / name for name in names]
+    for f in files:
+        if not f.is_file():
+            raise ModelLoadError(f"{index.name} lists {f.name}, which is missing from {str(model_dir)!r}")
+    return files
+
+
+def _open_checkpoint(path: Path) -> AbstractContextManager[_TensorSource]:
+    """A name -> tensor view of one weight file, memory-mapped where the format allows."""
+    if path.suffix == ".safetensors":
         try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ModelLoadError(f"cannot read {index}: {exc}") from exc
-        files = [model_dir / name for name in sorted(set(weight_map.values()))]
-        for f in files:
-            if not f.is_file():
-                raise ModelLoadError(f"{index.name} lists {f.name}, which is missing from {str(model_dir)!r}")
-        return files
-    single = model_dir / "model.safetensors"
-    if single.is_file():
-        return [single]
-    files = sorted(model_dir.glob("*.safetensors"))
-    if files:
-        return files
-    hint = " (pytorch_model.bin is not loaded: convert it to safetensors)" if any(model_dir.glob("*.bin")) else ""
-    raise ModelLoadError(f"model directory {str(model_dir)!r} has no model.safetensors{hint}")
+            return cast(AbstractContextManager[_TensorSource], safe_open(str(path), framework="pt", device="cpu"))
+        except Exception as exc:  # safetensors raises its own error types
+            raise ModelLoadError(f"cannot open {path}: {exc}") from exc
+    try:
+        # weights_only: a .bin is a pickle, and only plain tensors may come out of it (no code runs)
+        state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:  # torch raises UnpicklingError, RuntimeError, ... for a bad or unsafe file
+        raise ModelLoadError(
+            f"cannot load {path} safely (weights_only): {exc}; convert the checkpoint to safetensors"
+        ) from exc
+    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+        raise ModelLoadError(f"{path} does not hold a flat name -> tensor state dict")
+    return nullcontext(_StateDict(state))
+
+
+class _TensorSource(Protocol):
+    def keys(self) -> Iterable[str]: ...
+    def get_tensor(self, name: str) -> torch.Tensor: ...
+
+
+class _StateDict:
+    """A loaded ``.bin`` state dict with safetensors' ``keys`` / ``get_tensor`` reading interface."""
+
+    def __init__(self, state: dict[str, torch.Tensor]) -> None:
+        self._state = state
+
+    def keys(self) -> Iterable[str]:
+        return self._state.keys()
+
+    def get_tensor(self, name: str) -> torch.Tensor:
+        return self._state[name]
 
 
 def load_model(
@@ -76,11 +130,7 @@ def load_model(
     loaded: set[tuple[str, str]] = set()
 
     for path in checkpoint_files(model_dir):
-        try:
-            handle = safe_open(str(path), framework="pt", device="cpu")  # memory-mapped
-        except Exception as exc:  # safetensors raises its own error types
-            raise ModelLoadError(f"cannot open {path}: {exc}") from exc
-        with handle as f:
+        with _open_checkpoint(path) as f:
             for ckpt_name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
                 target = _target(ckpt_name, cfg)
                 if target is None:
