@@ -17,7 +17,7 @@ from kvfence.engine.chat_template import (
     compile_chat_template,
     content_format,
 )
-from kvfence.engine.tokenizer_classes import apply_special_token_flags, apply_tokenizer_class
+from kvfence.engine.tokenizer_classes import apply_tokenizer_class
 from kvfence.errors import InvalidParameterError, ModelLoadError
 
 __all__ = ["Tokenizer"]
@@ -82,11 +82,10 @@ class Tokenizer:
         for name in ("bos_token", "eos_token"):
             if tok_cfg.get(name) is None and special_map.get(name) is not None:
                 tok_cfg[name] = special_map[name]
-        # transformers 5 rebuilds parts of the pipeline per tokenizer_class and per add_bos/add_eos_token;
-        # doing the same keeps a prompt's tokens equal to AutoTokenizer's (and so to vLLM's).
+        # transformers 5 rebuilds parts of the pipeline per tokenizer_class; doing the same keeps a
+        # prompt's tokens equal to AutoTokenizer's (and so to vLLM's).
         apply_tokenizer_class(backend, tok_cfg)
         bos_token, eos_token = _token_text(tok_cfg.get("bos_token")), _token_text(tok_cfg.get("eos_token"))
-        apply_special_token_flags(backend, tok_cfg, bos_token, eos_token)
         gen_cfg = _read_json(model_dir / "generation_config.json")
         template = _chat_template(model_dir, tok_cfg)
         eos = list(extra_eos_token_ids or [])
@@ -98,7 +97,7 @@ class Tokenizer:
             backend,
             bos_token=bos_token,
             eos_token=eos_token,
-            chat_template=template,  # BOS/EOS are the post-processor's (apply_special_token_flags)
+            chat_template=template,  # BOS/EOS: tokenizer.json's post-processor, as in transformers 5
             extra_eos_token_ids=eos,
         )
 

@@ -4,9 +4,10 @@ transformers 5 does not take ``tokenizer.json`` verbatim. A model-specific ``tok
 ``tokenizer_config.json`` keeps the file's vocabulary, merges and post-processor but rebuilds the
 normalizer, pre-tokenizer and decoder its own way: a Llama-2 or Mistral ``tokenizer.json`` written
 with the legacy ``Prepend("▁")`` normalizer is encoded with a ``Metaspace`` pre-tokenizer instead,
-which differs on text after a special token and on text that starts with a space. And an explicit
-``add_bos_token`` / ``add_eos_token`` replaces the post-processor with one that adds exactly those.
-vLLM tokenizes through transformers, so this is also what a vLLM user's prompts turn into.
+which differs on text after a special token and on text that starts with a space. The file's
+post-processor is kept whatever ``add_bos_token`` / ``add_eos_token`` say (transformers 5.x reads
+tokenizer.json's BOS/EOS rule, not those flags). vLLM tokenizes through transformers, so this is also
+what a vLLM user's prompts turn into.
 
 Only the classes of the architectures kvfence runs are mirrored (Llama, Qwen2, GPT-2 style); any
 other class, or none (``PreTrainedTokenizerFast`` / ``TokenizersBackend``), keeps the file's pipeline.
@@ -17,10 +18,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tokenizers import Regex, decoders, normalizers, pre_tokenizers, processors
+from tokenizers import Regex, decoders, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as _HFTokenizer
 
-__all__ = ["apply_special_token_flags", "apply_tokenizer_class"]
+__all__ = ["apply_tokenizer_class"]
 
 # transformers' Qwen2Tokenizer pre-tokenisation pattern (the one Qwen2/2.5 checkpoints ship).
 _QWEN2_PATTERN = (
@@ -57,23 +58,6 @@ def apply_tokenizer_class(backend: _HFTokenizer, tok_cfg: dict[str, Any]) -> str
         backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=bool(add_prefix_space))
         backend.decoder = decoders.ByteLevel()
     return name
-
-
-def apply_special_token_flags(backend: _HFTokenizer, tok_cfg: dict[str, Any], bos: str | None, eos: str | None) -> None:
-    """An explicit ``add_bos_token`` / ``add_eos_token`` (or a file without a post-processor) gets the
-    post-processor transformers builds for it: BOS before and EOS after the text, each only if asked for
-    and known to the vocabulary. Otherwise the file's post-processor stays as it is."""
-    explicit = "add_bos_token" in tok_cfg or "add_eos_token" in tok_cfg
-    if not explicit and backend.post_processor is not None:
-        return
-    bos_id = backend.token_to_id(bos) if bos else None
-    eos_id = backend.token_to_id(eos) if eos else None
-    add_bos = bool(tok_cfg.get("add_bos_token", False)) and bos_id is not None
-    add_eos = bool(tok_cfg.get("add_eos_token", False)) and eos_id is not None
-    single = " ".join([*([f"{bos}:0"] if add_bos else []), "$A:0", *([f"{eos}:0"] if add_eos else [])])
-    pair = " ".join([single, *([f"{bos}:1"] if add_bos else []), "$B:1", *([f"{eos}:1"] if add_eos else [])])
-    special = [*([(bos, bos_id)] if add_bos else []), *([(eos, eos_id)] if add_eos else [])]
-    backend.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=special)
 
 
 def _model_type(backend: _HFTokenizer) -> str | None:
