@@ -18,7 +18,15 @@ from kvfence.engine.config import EngineConfig
 from kvfence.engine.dtype_names import DTYPE_ALIASES, parse_dtype
 from kvfence.errors import ConfigError
 
-__all__ = ["ENGINE_OPTION_NAMES", "engine_config", "engine_options", "parse_dtype", "parse_max_model_len", "parse_size"]
+__all__ = [
+    "ENGINE_OPTION_NAMES",
+    "engine_config",
+    "engine_options",
+    "generation_config_option",
+    "parse_dtype",
+    "parse_max_model_len",
+    "parse_size",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -93,6 +101,18 @@ _OPTIONS = [
                  help="Paranoid mode: re-check I1 on every step; a violation aborts the request and is "
                       "counted as an isolation incident."),
 ]
+
+
+def generation_config_option(fn: F) -> F:
+    """``--generation-config auto|vllm|DIR``: where the sampling fields a caller leaves out come from, as
+    vLLM's option (see :func:`kvfence.engine.generation_defaults.sampling_defaults_for`)."""
+    return click.option(
+        "--generation-config", default="auto", show_default=True, metavar="auto|vllm|DIR",
+        help="auto: sampling options left out (temperature, top_p, top_k, min_p, repetition_penalty) take the "
+             "model's generation_config.json values, as vLLM does; vllm: none of them; DIR: that directory's "
+             "generation_config.json.",
+    )(fn)
+
 
 # The parameter names the options above add to a command's keyword arguments.
 ENGINE_OPTION_NAMES = ("model", "max_model_len", "kv_cache_tokens", "kv_cache_memory", "page_size", "dtype",

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SAMPLING_FIELDS", "read_sampling_defaults"]
+__all__ = ["GENERATION_CONFIG_MODES", "SAMPLING_FIELDS", "read_sampling_defaults", "sampling_defaults_for"]
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,18 @@ SAMPLING_FIELDS: dict[str, tuple[float, float]] = {
     "min_p": (0.0, 1.0),
     "repetition_penalty": (1e-9, math.inf),
 }
+
+
+# Where the defaults come from, as vLLM's --generation-config: the model's file, none, or a directory's file.
+GENERATION_CONFIG_MODES = ("auto", "vllm")
+
+
+def sampling_defaults_for(generation_config: str, model_dir: Path) -> dict[str, float | int]:
+    """The defaults ``generation_config`` names: ``"auto"`` (``model_dir``'s generation_config.json),
+    ``"vllm"`` (none: the API's own defaults) or a directory path (that directory's file)."""
+    if generation_config == "vllm":
+        return {}
+    return read_sampling_defaults(model_dir if generation_config == "auto" else Path(generation_config).expanduser())
 
 
 def read_sampling_defaults(model_dir: Path) -> dict[str, float | int]:
