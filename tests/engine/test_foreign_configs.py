@@ -73,6 +73,9 @@ SLOW_CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
         "high_freq_factor": 4.0, "original_max_position_embeddings": 16}}),
     "mistral-mqa-head-dim-32": ("mistral", {"sliding_window": 24, "head_dim": 32}),
+    # a YaRN factor left out: transformers takes max_position_embeddings / original
+    "rope-yarn-factor-from-lengths": ("llama", {"max_position_embeddings": 128, "rope_parameters": {
+        **_ROPE, "rope_type": "yarn", "factor": None, "original_max_position_embeddings": 32}}),
 }
 
 
@@ -115,6 +118,22 @@ def test_qwen2_mixing_windowed_and_full_layers_is_served_up_to_its_window(tmp_pa
     assert [o.token_ids for o in llm.generate(prompts, GREEDY)] == hf_greedy(model_dir, prompts, NEW_TOKENS)
     with pytest.raises(ContextLengthExceededError, match=f"maximum context length is {window} tokens"):
         llm.generate(_prompts(20), GREEDY)
+
+
+@pytest.mark.parametrize("attention_factor", [None, 1.3])
+def test_longrope_is_served_exactly_up_to_its_original_length(attention_factor: float | None, tmp_path: Path) -> None:
+    """Within ``original_max_position_embeddings`` transformers uses the ``short_factor`` set (and the
+    attention factor, derived or given); past it, long factors per batch, which kvfence does not follow,
+    so the servable context stops there."""
+    params: dict[str, Any] = {**_ROPE, "rope_type": "longrope", "original_max_position_embeddings": 64,
+                              "short_factor": [1.0 + 0.3 * i for i in range(8)], "long_factor": [4.0] * 8}
+    if attention_factor is not None:
+        params["attention_factor"] = attention_factor
+    model_dir = build_tiny_model(tmp_path / "longrope", "llama", max_position_embeddings=256, rope_parameters=params)
+    prompts = _prompts(3, 20, 45)
+    llm = LLM(model=str(model_dir), kv_cache_tokens=1024, page_size=8, device="cpu")
+    assert llm.engine.capacity.max_model_len == 64
+    assert [o.token_ids for o in llm.generate(prompts, GREEDY)] == hf_greedy(model_dir, prompts, NEW_TOKENS)
 
 
 @pytest.mark.parametrize("saved", [torch.bfloat16, torch.float16])

@@ -101,9 +101,9 @@ def test_unsupported_architecture_is_named(llama_dir: Path, tmp_path: Path) -> N
     with pytest.raises(ModelLoadError, match="unsupported architecture GPT2LMHeadModel"):
         LLM(model=str(d), device="cpu")
     config["architectures"] = ["LlamaForCausalLM"]
-    config["rope_parameters"] = {"rope_type": "longrope", "rope_theta": 10000.0}
+    config["rope_parameters"] = {"rope_type": "mrope", "rope_theta": 10000.0}  # Qwen2-VL's multimodal RoPE
     (d / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ModelLoadError, match="longrope"):
+    with pytest.raises(ModelLoadError, match="mrope"):
         LLM(model=str(d), device="cpu")
 
 

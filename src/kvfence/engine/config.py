@@ -24,7 +24,7 @@ __all__ = [
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
 SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
 SUPPORTED_KV_CACHE_DTYPES = ("auto", *SUPPORTED_DTYPES)
-_SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
+_SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,11 @@ class ModelConfig:
                 f"unsupported architecture {shown}; kvfence runs {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
         try:
-            window, context_cap = _sliding_window(raw, arch, _max_context_len(raw, _rope_scaling(raw)))
+            scaling = _rope_scaling(raw)
+            max_context = _max_context_len(raw, scaling)
+            window, window_cap = _sliding_window(raw, arch, max_context)
+            caps = [c for c in (window_cap, _longrope_cap(scaling, max_context)) if c is not None]
+            context_cap = min(caps) if caps else None
             hidden = int(raw["hidden_size"])
             heads = int(raw["num_attention_heads"])
             cfg = cls(
@@ -196,7 +200,7 @@ class ModelConfig:
                 head_dim=int(raw.get("head_dim") or hidden // heads),
                 rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
                 rope_theta=_rope_theta(raw),
-                rope_scaling=_rope_scaling(raw),
+                rope_scaling=scaling,
                 max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
                 tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
                 # Qwen2 always has q/k/v biases; its config.json does not say so.
@@ -237,7 +241,8 @@ class ModelConfig:
         stretched by the RoPE ``factor`` of static ``linear`` and ``yarn`` scaling (YaRN from its
         ``original_max_position_embeddings``). ``llama3`` checkpoints already state the stretched length;
         ``dynamic`` NTK is computed at the engine's context, so it is not stretched here. A model that
-        mixes sliding-window and full-attention layers is capped at its window (see ``_sliding_window``)."""
+        mixes sliding-window and full-attention layers is capped at its window (see ``_sliding_window``),
+        a ``longrope`` one at its ``original_max_position_embeddings`` (see ``_longrope_cap``)."""
         stretched = _max_context_len(
             {"max_position_embeddings": self.max_position_embeddings}, self.rope_scaling
         )
@@ -268,7 +273,30 @@ def _rope_scaling(raw: dict[str, Any]) -> dict[str, Any] | None:
         )
     if rope_type == "default":
         return None
+    if rope_type == "longrope" and not isinstance(params.get("short_factor"), list):
+        raise ModelLoadError("rope_type 'longrope' needs a short_factor list in rope_parameters / rope_scaling")
+    if rope_type == "longrope" and not params.get("original_max_position_embeddings"):
+        # Phi-3-style configs keep it at the top level
+        original = raw.get("original_max_position_embeddings") or raw.get("max_position_embeddings", 2048)
+        params = {**params, "original_max_position_embeddings": int(original)}
     return {**params, "rope_type": rope_type}
+
+
+def _longrope_cap(scaling: dict[str, Any] | None, max_context: int) -> int | None:
+    """LongRoPE switches every position to its ``long_factor`` once a sequence outgrows
+    ``original_max_position_embeddings`` (transformers: per forward call, from the longest sequence so
+    far), which a per-request engine cannot follow; up to that length it is the ``short_factor`` set
+    throughout, so that is where kvfence serves it, exactly."""
+    if scaling is None or scaling.get("rope_type") != "longrope":
+        return None
+    original = int(scaling["original_max_position_embeddings"])
+    if original < max_context:
+        log.warning(
+            "longrope: serving up to original_max_position_embeddings=%d tokens (short_factor); past it "
+            "transformers switches every position to long_factor per batch, which kvfence does not follow",
+            original,
+        )
+    return original
 
 
 def _max_context_len(raw: dict[str, Any], scaling: dict[str, Any] | None) -> int:
@@ -276,8 +304,10 @@ def _max_context_len(raw: dict[str, Any], scaling: dict[str, Any] | None) -> int
     rope_type = (scaling or {}).get("rope_type")
     if scaling is None or rope_type not in ("linear", "yarn"):
         return max_positions
+    if scaling.get("factor") is None:  # YaRN without a factor: the stretch max_position_embeddings states
+        return max_positions
     base = scaling.get("original_max_position_embeddings") if rope_type == "yarn" else None
-    stretched = int(int(base or max_positions) * float(scaling.get("factor", 1.0)))
+    stretched = int(int(base or max_positions) * float(scaling["factor"]))
     return max(max_positions, stretched)
 
 

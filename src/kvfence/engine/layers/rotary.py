@@ -27,6 +27,11 @@ def rope_inverse_frequencies(
     rope_type = (scaling or {}).get("rope_type", "default")
     if scaling is None or rope_type == "default":
         return inv_freq, 1.0
+    if rope_type == "longrope":
+        return _longrope_short(head_dim, theta, scaling, max_position_embeddings)
+    if scaling.get("factor") is None and rope_type == "yarn":  # as transformers: the stretch the config states
+        original = int(scaling.get("original_max_position_embeddings") or max_position_embeddings)
+        scaling = {**scaling, "factor": max_position_embeddings / original}
     factor = float(scaling.get("factor", 1.0))
     if rope_type == "linear":
         return inv_freq / factor, 1.0
@@ -42,6 +47,24 @@ def rope_inverse_frequencies(
     if rope_type == "yarn":
         return _yarn(head_dim, theta, scaling, factor, max_position_embeddings)
     raise ValueError(f"unsupported rope type {rope_type!r}")  # config.py rejects these earlier
+
+
+def _longrope_short(
+    head_dim: int, theta: float, scaling: dict[str, Any], max_position_embeddings: int
+) -> tuple[torch.Tensor, float]:
+    """LongRoPE's ``short_factor`` frequencies: what transformers uses while a sequence stays within
+    ``original_max_position_embeddings``, the only lengths the engine serves such a model at."""
+    original = int(scaling["original_max_position_embeddings"])
+    factor = scaling.get("factor")
+    factor = max_position_embeddings / original if factor is None else float(factor)
+    attention_factor = scaling.get("attention_factor")
+    if attention_factor is None:
+        attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    short = torch.tensor([float(f) for f in scaling["short_factor"]], dtype=torch.float32)
+    if short.numel() != head_dim // 2:
+        raise ValueError(f"longrope short_factor has {short.numel()} entries, head_dim {head_dim} needs {head_dim // 2}")
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+    return 1.0 / (short * theta**exponents), float(attention_factor)
 
 
 def _llama3(inv_freq: torch.Tensor, scaling: dict[str, Any], factor: float) -> torch.Tensor:
