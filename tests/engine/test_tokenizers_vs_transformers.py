@@ -212,3 +212,29 @@ def test_template_raise_exception_is_a_request_error(pair: tuple[Tokenizer, Any]
     ours, _ = pair
     with pytest.raises(InvalidParameterError, match="roles must alternate"):
         ours.apply_chat_template([{"role": "tool", "content": "42"}])
+
+
+def test_named_templates_pick_tool_use_for_a_request_with_tools(tmp_path: Path) -> None:
+    """transformers 5 saves a dict of templates as chat_template.jinja plus
+    additional_chat_templates/NAME.jinja; older files list them in tokenizer_config.json. Either
+    way a request with tools renders with ``tool_use``, one without with ``default``."""
+    import transformers
+
+    templates = {"default": "DEFAULT {{ messages[0]['content'] }}",
+                 "tool_use": "TOOLS {{ tools | length }} {{ messages[0]['content'] }}"}
+    saved = tmp_path / "saved"
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_object=_train(byte_level=True), eos_token="<|endoftext|>")
+    hf.chat_template = templates
+    hf.save_pretrained(saved)
+    listed = tmp_path / "listed"
+    listed.mkdir()
+    (listed / "tokenizer.json").write_text((saved / "tokenizer.json").read_text())
+    (listed / "tokenizer_config.json").write_text(json.dumps({
+        "eos_token": "<|endoftext|>", "chat_template": [{"name": k, "template": v} for k, v in templates.items()]}))
+    messages = [{"role": "user", "content": "hi"}]
+    for model_dir in (saved, listed):
+        ours, theirs = Tokenizer.from_dir(model_dir), transformers.AutoTokenizer.from_pretrained(model_dir)
+        for tools in (None, TOOLS):
+            expected = theirs.apply_chat_template(messages, tools=tools, tokenize=False)
+            assert ours.apply_chat_template(messages, False, template_kwargs={"tools": tools}) == expected
+            assert expected.startswith("TOOLS 1" if tools else "DEFAULT")

@@ -39,6 +39,7 @@ class Tokenizer:
         bos_token: str | None = None,
         eos_token: str | None = None,
         chat_template: str | None = None,
+        named_chat_templates: dict[str, str] | None = None,
         add_bos_token: bool = False,
         extra_eos_token_ids: list[int] | None = None,
     ) -> None:
@@ -54,6 +55,9 @@ class Tokenizer:
                 eos_ids.append(tid)
         self.eos_token_ids = eos_ids
         self.chat_template = chat_template
+        # Extra templates by name; "tool_use" renders a request that has tools, as in transformers.
+        self._named_templates = dict(named_chat_templates or {})
+        self._compiled_named: dict[str, jinja2.Template] = {}
         self._add_bos_token = add_bos_token and self.bos_token_id is not None
         self._compiled_template: jinja2.Template | None = None
         self._content_format: ContentFormat | None = None
@@ -87,7 +91,7 @@ class Tokenizer:
         apply_tokenizer_class(backend, tok_cfg)
         bos_token, eos_token = _token_text(tok_cfg.get("bos_token")), _token_text(tok_cfg.get("eos_token"))
         gen_cfg = _read_json(model_dir / "generation_config.json")
-        template = _chat_template(model_dir, tok_cfg)
+        template, named = _chat_templates(model_dir, tok_cfg)
         eos = list(extra_eos_token_ids or [])
         gen_eos = gen_cfg.get("eos_token_id")
         for tid in gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else []:
@@ -98,6 +102,7 @@ class Tokenizer:
             bos_token=bos_token,
             eos_token=eos_token,
             chat_template=template,  # BOS/EOS: tokenizer.json's post-processor, as in transformers 5
+            named_chat_templates=named,
             extra_eos_token_ids=eos,
         )
 
@@ -189,16 +194,26 @@ class Tokenizer:
         text = self._render(messages, add_generation_prompt, template_kwargs or {})
         return _cut_after_final_message(text, messages) if continue_final_message else text
 
+    def _template_for(self, default: str, extra: dict[str, Any]) -> jinja2.Template:
+        """The compiled template for a request: the ``tool_use`` one when it has tools and the model
+        names one, else ``default`` (transformers' choice)."""
+        if extra.get("tools") and "tool_use" in self._named_templates:
+            if "tool_use" not in self._compiled_named:
+                self._compiled_named["tool_use"] = compile_chat_template(self._named_templates["tool_use"])
+            return self._compiled_named["tool_use"]
+        if self._compiled_template is None:
+            self._compiled_template = compile_chat_template(default)
+        return self._compiled_template
+
     def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool, extra: dict[str, Any]) -> str:
         if self.chat_template is None:
             lines = [f"{m.get('role', 'user')}: {_content_text(m.get('content'))}" for m in messages]
             if add_generation_prompt:
                 lines.append("assistant:")
             return "\n".join(lines)
-        if self._compiled_template is None:
-            self._compiled_template = compile_chat_template(self.chat_template)
+        compiled = self._template_for(self.chat_template, extra)
         try:
-            return self._compiled_template.render(
+            return compiled.render(
                 {"tools": None, **extra},
                 messages=messages,
                 add_generation_prompt=add_generation_prompt,
@@ -242,15 +257,25 @@ def _decoder_has(backend: _HFTokenizer, kind: str) -> bool:
     return any(isinstance(p, dict) and p.get("type") == kind for p in parts)
 
 
-def _chat_template(model_dir: Path, tok_cfg: dict[str, Any]) -> str | None:
+def _chat_templates(model_dir: Path, tok_cfg: dict[str, Any]) -> tuple[str | None, dict[str, str]]:
+    """The default chat template and the named ones, where transformers 5 looks: ``chat_template.jinja``
+    and ``additional_chat_templates/NAME.jinja`` (what it saves), else ``tokenizer_config.json``'s
+    ``chat_template``, a string or a list of ``{"name", "template"}``."""
+    named: dict[str, str] = {}
+    extra_dir = model_dir / "additional_chat_templates"
+    if extra_dir.is_dir():
+        named = {f.stem: f.read_text(encoding="utf-8") for f in sorted(extra_dir.glob("*.jinja"))}
+    template = tok_cfg.get("chat_template")
+    if isinstance(template, list):
+        listed = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        named = {**{k: v for k, v in listed.items() if isinstance(k, str) and isinstance(v, str)}, **named}
+        template = None
     jinja_file = model_dir / "chat_template.jinja"
     if jinja_file.is_file():
-        return jinja_file.read_text(encoding="utf-8")
-    template = tok_cfg.get("chat_template")
-    if isinstance(template, list):  # named templates: take "default"
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        template = named.get("default") or next(iter(named.values()), None)
-    return template if isinstance(template, str) else None
+        template = jinja_file.read_text(encoding="utf-8")
+    if not isinstance(template, str):
+        template = named.pop("default", None) or next(iter(named.values()), None)
+    return template, named
 
 
 def _token_text(value: Any) -> str | None:
