@@ -52,11 +52,11 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # transformers scales dynamic NTK past max_position_embeddings only, whatever the dict says
     "rope-dynamic-with-original": ("llama", {"max_position_embeddings": 128, "rope_parameters": {
         **_ROPE, "rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 32}}),
-    "rope-yarn-attention-factor": ("llama", {"max_position_embeddings": 128, "rope_parameters": {
-        **_ROPE, "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "attention_factor": 0.8}}),
 }
 
 SLOW_CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "rope-yarn-attention-factor": ("llama", {"max_position_embeddings": 128, "rope_parameters": {
+        **_ROPE, "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "attention_factor": 0.8}}),
     "qwen2-untied": ("qwen2", {"tie_word_embeddings": False}),
     # a window in config.json that use_sliding_window false turns off
     "qwen2-sliding-window-off": ("qwen2", {"use_sliding_window": False, "sliding_window": 16, "max_window_layers": 0}),
@@ -120,7 +120,7 @@ def test_qwen2_mixing_windowed_and_full_layers_is_served_up_to_its_window(tmp_pa
         llm.generate(_prompts(20), GREEDY)
 
 
-@pytest.mark.parametrize("attention_factor", [None, 1.3])
+@pytest.mark.parametrize("attention_factor", [None, pytest.param(1.3, marks=pytest.mark.slow)])
 def test_longrope_is_served_exactly_up_to_its_original_length(attention_factor: float | None, tmp_path: Path) -> None:
     """Within ``original_max_position_embeddings`` transformers uses the ``short_factor`` set (and the
     attention factor, derived or given); past it, long factors per batch, which kvfence does not follow,
@@ -136,7 +136,7 @@ def test_longrope_is_served_exactly_up_to_its_original_length(attention_factor: 
     assert [o.token_ids for o in llm.generate(prompts, GREEDY)] == hf_greedy(model_dir, prompts, NEW_TOKENS)
 
 
-@pytest.mark.parametrize("saved", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("saved", [torch.bfloat16, pytest.param(torch.float16, marks=pytest.mark.slow)])
 def test_half_precision_checkpoint_loads_as_float32_by_default(saved: torch.dtype, tmp_path: Path) -> None:
     """A bf16/fp16 checkpoint (``dtype`` in config.json) runs in float32 on the CPU unless told otherwise,
     and then matches transformers loading the same file in float32."""

@@ -37,6 +37,7 @@ def test_models_defaults_apply_unless_turned_off_or_overridden(hot_model: Path, 
     assert _run(capsys, hot_model, "--generation-config", "auto", "--temperature", "0") == greedy
 
 
+@pytest.mark.slow
 def test_a_directory_names_another_generation_config(
     hot_model: Path, default_model_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
