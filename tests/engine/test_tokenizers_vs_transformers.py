@@ -238,3 +238,17 @@ def test_named_templates_pick_tool_use_for_a_request_with_tools(tmp_path: Path) 
             expected = theirs.apply_chat_template(messages, tools=tools, tokenize=False)
             assert ours.apply_chat_template(messages, False, template_kwargs={"tools": tools}) == expected
             assert expected.startswith("TOOLS 1" if tools else "DEFAULT")
+
+
+def test_a_class_name_contradicting_the_file_keeps_the_files_pipeline(tmp_path: Path) -> None:
+    """A byte-level (Llama-3 style) tokenizer.json labelled ``LlamaTokenizerFast``: rebuilding it as
+    SentencePiece would tokenize differently from how the model was trained, so the file wins."""
+    tok = _train(byte_level=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "LlamaTokenizerFast",
+                                                                "eos_token": "<|endoftext|>"}))
+    ours = Tokenizer.from_dir(tmp_path)
+    for text in TEXTS:
+        assert ours.encode(text) == tok.encode(text).ids
+        assert ours.decode(tok.encode(text).ids) == tok.decode(tok.encode(text).ids)

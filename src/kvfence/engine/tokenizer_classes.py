@@ -35,6 +35,10 @@ def apply_tokenizer_class(backend: _HFTokenizer, tok_cfg: dict[str, Any]) -> str
     name = str(tok_cfg.get("tokenizer_class") or "").removesuffix("Fast")
     if name not in ("LlamaTokenizer", "Qwen2Tokenizer", "GPT2Tokenizer") or _model_type(backend) != "BPE":
         return None
+    # A class name that contradicts the file (a byte-level Llama-3 file labelled LlamaTokenizer, a
+    # SentencePiece file labelled GPT2Tokenizer) would be rebuilt into a different tokenizer: the file wins.
+    if _is_byte_level(backend) != (name != "LlamaTokenizer"):
+        return None
     add_prefix_space = tok_cfg.get("add_prefix_space")
     if name == "LlamaTokenizer":
         prefix = True if add_prefix_space is None else bool(add_prefix_space)
@@ -58,6 +62,21 @@ def apply_tokenizer_class(backend: _HFTokenizer, tok_cfg: dict[str, Any]) -> str
         backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=bool(add_prefix_space))
         backend.decoder = decoders.ByteLevel()
     return name
+
+
+def _is_byte_level(backend: _HFTokenizer) -> bool:
+    """Whether the file's pre-tokenizer or decoder is GPT-2's byte-level one."""
+    for part in (backend.pre_tokenizer, backend.decoder):
+        if part is None:
+            continue
+        try:
+            state = json.loads(part.__getstate__())
+        except (TypeError, ValueError):
+            continue
+        steps = (state.get("pretokenizers") or state.get("decoders") or [state]) if isinstance(state, dict) else []
+        if any(isinstance(step, dict) and step.get("type") == "ByteLevel" for step in steps):
+            return True
+    return False
 
 
 def _model_type(backend: _HFTokenizer) -> str | None:
