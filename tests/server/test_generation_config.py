@@ -36,7 +36,7 @@ def test_greedy_generation_config_makes_unset_temperature_greedy(tmp_path: Path)
 def test_generation_config_option_is_checked() -> None:
     assert ServerConfig(generation_config="vllm").generation_config == "vllm"
     with pytest.raises(ConfigError, match="--generation-config"):
-        ServerConfig(generation_config="hf")  # type: ignore[arg-type]
+        ServerConfig(generation_config="hf")
 
 
 def test_vllm_mode_ignores_the_models_defaults(tmp_path: Path) -> None:
@@ -49,3 +49,21 @@ def test_vllm_mode_ignores_the_models_defaults(tmp_path: Path) -> None:
     assert _sampling_defaults(engine, ServerConfig()) == {"temperature": 0.6, "top_p": 0.9}
     assert _sampling_defaults(engine, ServerConfig(generation_config="vllm")) == {}
     assert _sampling_defaults(SimpleNamespace(), ServerConfig()) == {}  # an engine without a model directory
+
+
+def test_a_directory_gives_its_own_defaults_also_to_the_built_in_model(tmp_path: Path) -> None:
+    """``--generation-config DIR`` (as vLLM's): that directory's file, whatever the model ships."""
+    from types import SimpleNamespace
+
+    from kvfence.server.app import _sampling_defaults
+
+    model, other = tmp_path / "model", tmp_path / "other"
+    model.mkdir()
+    other.mkdir()
+    (model / "generation_config.json").write_text(json.dumps({"temperature": 0.6}))
+    (other / "generation_config.json").write_text(json.dumps({"temperature": 0.2, "top_k": 5}))
+    config = ServerConfig(generation_config=str(other))
+    assert _sampling_defaults(SimpleNamespace(model_dir=model), config) == {"temperature": 0.2, "top_k": 5}
+    assert _sampling_defaults(SimpleNamespace(), config) == {"temperature": 0.2, "top_k": 5}
+    with pytest.raises(ConfigError, match=r"directory holding a generation_config\.json"):
+        ServerConfig(generation_config=str(tmp_path / "missing"))

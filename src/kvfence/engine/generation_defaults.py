@@ -14,7 +14,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GENERATION_CONFIG_MODES", "SAMPLING_FIELDS", "read_sampling_defaults", "sampling_defaults_for"]
+from kvfence.errors import ConfigError
+
+__all__ = [
+    "GENERATION_CONFIG_MODES",
+    "SAMPLING_FIELDS",
+    "check_generation_config",
+    "read_sampling_defaults",
+    "sampling_defaults_for",
+]
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +38,15 @@ SAMPLING_FIELDS: dict[str, tuple[float, float]] = {
 
 # Where the defaults come from, as vLLM's --generation-config: the model's file, none, or a directory's file.
 GENERATION_CONFIG_MODES = ("auto", "vllm")
+
+
+def check_generation_config(generation_config: object, *, name: str = "generation_config") -> None:
+    """Refuse a value that is neither a mode nor a directory (before the model loads: a typo fails fast)."""
+    if not isinstance(generation_config, str) or (
+        generation_config not in GENERATION_CONFIG_MODES and not Path(generation_config).expanduser().is_dir()
+    ):
+        raise ConfigError(f"{name} must be 'auto', 'vllm' or a directory holding a generation_config.json; "
+                          f"got {generation_config!r}")
 
 
 def sampling_defaults_for(generation_config: str, model_dir: Path) -> dict[str, float | int]:

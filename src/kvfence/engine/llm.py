@@ -5,18 +5,17 @@ from __future__ import annotations
 import itertools
 import secrets
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from kvfence.engine.config import DType, EngineConfig, KVCacheDType
-from kvfence.engine.generation_defaults import read_sampling_defaults
+from kvfence.engine.generation_defaults import check_generation_config, sampling_defaults_for
 from kvfence.engine.llm_engine import LLMEngine
 from kvfence.engine.outputs import PromptLogprobs, RequestOutput
 from kvfence.engine.parallel_sampling import check_choices_fit, choice_params, cumulative_logprob, rank_best
 from kvfence.engine.sampling_params import SamplingParams
 from kvfence.engine.scope import CacheScope, TenantIdentity, compute_scope_key
 from kvfence.engine.tokenizer import Tokenizer
-from kvfence.errors import ConfigError, InvalidParameterError
+from kvfence.errors import InvalidParameterError
 
 __all__ = ["LLM", "CompletionOutput", "SampleOutput"]
 
@@ -103,7 +102,7 @@ class LLM:
         generation_config: str = "auto",
     ) -> None:
         self.cache_scope = CacheScope.parse(cache_scope)
-        _check_generation_config(generation_config)  # before the model loads: a typo fails fast
+        check_generation_config(generation_config)  # before the model loads: a typo fails fast
         self._secret = scope_secret or secrets.token_bytes(32)
         self.engine = LLMEngine(
             EngineConfig(
@@ -128,7 +127,7 @@ class LLM:
             )
         )
         self._ids = itertools.count()
-        self._sampling_defaults = _sampling_defaults(generation_config, self.engine.model_dir)
+        self._sampling_defaults = sampling_defaults_for(generation_config, self.engine.model_dir)
 
     def get_default_sampling_params(self) -> SamplingParams:
         """The sampling parameters :meth:`generate` uses when given none (see ``generation_config``)."""
@@ -204,21 +203,6 @@ class LLM:
         if isinstance(prompt, list):
             return list(prompt)
         raise InvalidParameterError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}", param="prompt")
-
-
-def _check_generation_config(generation_config: str) -> None:
-    if not isinstance(generation_config, str) or (
-        generation_config not in ("auto", "vllm") and not Path(generation_config).expanduser().is_dir()
-    ):
-        raise ConfigError(f"generation_config must be 'auto', 'vllm' or a directory holding a generation_config.json; "
-                          f"got {generation_config!r}")
-
-
-def _sampling_defaults(generation_config: str, model_dir: Path) -> dict[str, float | int]:
-    """The defaults ``generation_config`` names: "auto" (the model's), "vllm" (none) or a directory's."""
-    if generation_config == "vllm":
-        return {}
-    return read_sampling_defaults(model_dir if generation_config == "auto" else Path(generation_config).expanduser())
 
 
 def _completion(choices: list[RequestOutput], params: SamplingParams) -> CompletionOutput:

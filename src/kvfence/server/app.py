@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from kvfence.engine.generation_defaults import read_sampling_defaults
+from kvfence.engine.generation_defaults import sampling_defaults_for
 from kvfence.server.api_errors import APIError
 from kvfence.server.async_engine import AsyncEngine
 from kvfence.server.auth import AuthMiddleware
@@ -86,13 +86,14 @@ def _loaded_model(engine: Any, config: ServerConfig) -> LoadedModel:
 
 def _sampling_defaults(engine: Any, config: ServerConfig) -> dict[str, float | int]:
     model_dir = getattr(engine, "model_dir", None)
-    if config.generation_config != "auto" or model_dir is None:
+    if config.generation_config == "auto" and model_dir is None:
         return {}
-    defaults = read_sampling_defaults(Path(model_dir))
+    defaults = sampling_defaults_for(config.generation_config, Path(model_dir or "."))
     if defaults:
         shown = ", ".join(f"{k}={v}" for k, v in defaults.items())
-        log.info("sampling defaults from the model's generation_config.json (for fields a request leaves out; "
-                 "--generation-config vllm turns them off): %s", shown)
+        where = "the model's" if config.generation_config == "auto" else f"{config.generation_config}'s"
+        log.info("sampling defaults from %s generation_config.json (for fields a request leaves out; "
+                 "--generation-config vllm turns them off): %s", where, shown)
     return defaults
 
 

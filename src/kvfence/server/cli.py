@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from kvfence.engine.cli_options import engine_config as build_engine_config
-from kvfence.engine.cli_options import engine_options, parse_size
+from kvfence.engine.cli_options import engine_options, generation_config_option, parse_size
 from kvfence.engine.model_path import resolve_model_dir
 from kvfence.engine.scope import CacheScope
 from kvfence.errors import ConfigError
@@ -47,10 +47,7 @@ __all__ = ["keys", "parse_size", "serve"]
                    "one tenant cannot lock the others out. 1.0 turns the share off.")
 @click.option("--served-model-name", multiple=True,
               help="Name(s) clients use in the 'model' field. Default: the model's own name.")
-@click.option("--generation-config", type=click.Choice(["auto", "vllm"]), default="auto", show_default=True,
-              help="auto: sampling fields a request leaves out (temperature, top_p, top_k, min_p, "
-                   "repetition_penalty) take the model's generation_config.json values, as vLLM does; "
-                   "vllm: the API defaults (temperature 1, no filters).")
+@generation_config_option
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the built-in model's weights "
               "and of unseeded sampling.")
 @engine_options

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
+from kvfence.engine.generation_defaults import check_generation_config
 from kvfence.engine.scope import CacheScope
 from kvfence.errors import ConfigError
 
@@ -28,7 +28,7 @@ class ServerConfig:
     served_model_names: tuple[str, ...] = ()
     max_queue_len: int = 256
     max_body_bytes: int = 16 * 1024 * 1024
-    generation_config: Literal["auto", "vllm"] = "auto"  # as vLLM's flag: the model's sampling defaults or none
+    generation_config: str = "auto"  # as vLLM's flag: the model's sampling defaults, none, or a directory's
     metrics_key_path: Path | None = None  # /metrics per-organisation view behind this bearer token
     max_org_share: float = 0.5  # of max_num_seqs + max_queue_len, per organisation (1.0: no share)
 
@@ -41,8 +41,7 @@ class ServerConfig:
             raise ConfigError(f"--max-org-share must be in (0, 1], got {self.max_org_share}")
         if self.max_body_bytes < 1024:
             raise ConfigError(f"--max-body-bytes must be at least 1024, got {self.max_body_bytes}")
-        if self.generation_config not in ("auto", "vllm"):
-            raise ConfigError(f"--generation-config must be 'auto' or 'vllm', got {self.generation_config!r}")
+        check_generation_config(self.generation_config, name="--generation-config")
         if any(not name.strip() for name in self.served_model_names):
             raise ConfigError("--served-model-name must not be empty")
 
