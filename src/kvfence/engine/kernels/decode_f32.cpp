@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "broadcast_gemm.h"
+#include "packed_gemm.h"
 #include "simd.h"
 
 namespace {
@@ -216,22 +217,28 @@ void account_shared(long batch, double weights, Clock::duration total, Clock::du
 #endif
 
 // x: [batch, in] with row stride ldx; w: [out, in] contiguous; bias: [out] or null; y: [batch, out]
-// contiguous. With threads > 1 and at least min_parallel_weights weights, `threads` OpenMP threads
-// share the rows in chunks of about 64 KiB of weights; otherwise the caller runs them all.
-// Batches of at least broadcast_rows rows run the register-tiled form of broadcast_gemm.h over a
-// transposed copy of x (packed once, by the caller); smaller ones the dot-product form above.
+// contiguous; packed: w as packed_gemm.h's panels ([ceil(out / 16)][in][16]), or null. With
+// threads > 1 and at least min_parallel_weights weights, `threads` OpenMP threads share the rows in
+// chunks of about 64 KiB of weights; otherwise the caller runs them all. Batches of at least
+// broadcast_rows rows run broadcast_gemm.h's register-tiled form over a transposed copy of x
+// (packed once, by the caller), smaller batches the dot-product form above; but batches in
+// packed_gemm.h's range (2-7 rows) run its tile over the packed panels when they are given.
 void linear_f32(const float* x, long batch, long ldx, const float* w, long out, long in,
-                        const float* bias, float* y, long min_parallel_weights, long threads, long broadcast_rows) {
-    const bool tiled = batch >= broadcast_rows;
+                        const float* bias, float* y, long min_parallel_weights, long threads, long broadcast_rows,
+                        const float* packed) {
+    const bool panels = packed != nullptr && batch >= kvfence_packed::kMinRows && batch <= kvfence_packed::kMaxRows;
+    const bool tiled = !panels && batch >= broadcast_rows;
     const float* xt = nullptr;
-    if (tiled) {
+    if (tiled && !panels) {
         static thread_local std::vector<float> packed;  // the caller's; workers only read it
         packed.resize(static_cast<size_t>(kvfence_gemm::packed_floats(batch, in)));
         kvfence_gemm::pack_transposed(x, batch, ldx, in, packed.data());
         xt = packed.data();
     }
     auto run_rows = [&](long begin, long end, long then_begin = 0, long then_end = 0) {
-        if (tiled) {
+        if (panels) {
+            kvfence_packed::rows_packed(x, batch, ldx, packed, in, bias, y, out, begin, end, then_begin, then_end);
+        } else if (tiled) {
             kvfence_gemm::rows_broadcast(xt, batch, in, w, bias, y, out, begin, end, then_begin, then_end);
         } else {
             rows(x, ldx, batch, w, in, bias, y, out, begin, end);
@@ -246,8 +253,9 @@ void linear_f32(const float* x, long batch, long ldx, const float* w, long out, 
         return;
     }
     if (shareable) {
-        // ~64 KiB of fp32 weights per chunk, in whole register tiles (4 rows, or 12 when tiled)
-        const long unit = tiled ? kvfence_gemm::kPanelRows : 4;
+        // ~64 KiB of fp32 weights per chunk, in whole register tiles (4 rows, 12 when tiled, or
+        // whole 16-row panels when packed)
+        const long unit = panels ? kvfence_packed::kPackWidth : tiled ? kvfence_gemm::kPanelRows : 4;
         const long chunk_rows = ((16384 + in - 1) / in + unit - 1) / unit * unit;
         const long num_chunks = (out + chunk_rows - 1) / chunk_rows;
         std::atomic<long> next{0};
@@ -409,6 +417,7 @@ void argmax_f32(const float* x, long rows, long ld, long cols, long* out) {
 struct KvLinear {
     const float* weight;  // [out, in] row-major
     const float* bias;    // [out] or null
+    const float* packed;  // weight as packed_gemm.h's panels, or null
     long out;
     long in;
 };
@@ -433,7 +442,7 @@ float* scratch(std::vector<float>& buffer, long floats) {
 void run_linear(const KvDecoderLayer& layer, const KvLinear& lin, const float* x, long rows, long ldx, float* y,
                 long threads) {
     linear_f32(x, rows, ldx, lin.weight, lin.out, lin.in, lin.bias, y, layer.min_parallel_weights, threads,
-               layer.broadcast_rows);
+               layer.broadcast_rows, lin.packed);
 }
 
 }  // namespace
@@ -441,10 +450,11 @@ void run_linear(const KvDecoderLayer& layer, const KvLinear& lin, const float* x
 extern "C" {
 
 // x: [batch, in] with row stride ldx; w: [out, in] contiguous; bias: [out] or null; y: [batch, out]
-// contiguous. See linear_f32.
+// contiguous; packed: w's panels or null. See linear_f32.
 void kvfence_linear_f32(const float* x, long batch, long ldx, const float* w, long out, long in,
-                        const float* bias, float* y, long min_parallel_weights, long threads, long broadcast_rows) {
-    linear_f32(x, batch, ldx, w, out, in, bias, y, min_parallel_weights, threads, broadcast_rows);
+                        const float* bias, float* y, long min_parallel_weights, long threads, long broadcast_rows,
+                        const float* packed) {
+    linear_f32(x, batch, ldx, w, out, in, bias, y, min_parallel_weights, threads, broadcast_rows, packed);
 }
 
 void kvfence_rms_norm_f32(const float* x, long rows, long ldx, long dim, const float* weight, float eps, float* out) {

@@ -22,12 +22,19 @@ import torch
 
 from kvfence.engine.kernels.library import cpu_kernels
 from kvfence.engine.kernels.ops import MIN_PARALLEL_WEIGHTS, TILED_MIN_ROWS, kernel_runs_products
+from kvfence.engine.kernels.packed_weights import PackedWeight, packed_weights_enabled
 
 __all__ = ["DecoderLayerKernel"]
 
 
 class _Linear(ctypes.Structure):
-    _fields_ = [("weight", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("out", ctypes.c_long), ("in_", ctypes.c_long)]
+    _fields_ = [
+        ("weight", ctypes.c_void_p),
+        ("bias", ctypes.c_void_p),
+        ("packed", ctypes.c_void_p),
+        ("out", ctypes.c_long),
+        ("in_", ctypes.c_long),
+    ]
 
 
 class _Layer(ctypes.Structure):
@@ -63,11 +70,18 @@ class DecoderLayerKernel:
     library, same storage), and the owner rebuilds it when not, or when it swaps a tensor for another.
     """
 
-    def __init__(self, lib: ctypes.CDLL, layer: _Layer, tensors: tuple[torch.Tensor | None, ...]) -> None:
+    def __init__(
+        self,
+        lib: ctypes.CDLL,
+        layer: _Layer,
+        tensors: tuple[torch.Tensor | None, ...],
+        packed: tuple[PackedWeight, ...] = (),
+    ) -> None:
         self._lib = lib
         self._layer = layer  # kept alive: the C side reads it through its address
         self._address = ctypes.addressof(layer)
         self._tensors = tensors
+        self._packed = packed  # kept alive likewise; each must still match its weight
         self._pointers = tuple(None if t is None else t.data_ptr() for t in tensors)
         self.num_heads, self.num_kv_heads, self.head_dim = layer.num_heads, layer.num_kv_heads, layer.head_dim
         self.hidden = layer.hidden
@@ -107,23 +121,35 @@ class DecoderLayerKernel:
         for (weight, bias), shape in expected:
             if not _usable(weight, shape) or not _usable(bias, (shape[0],)):
                 return None
-            linears.append(_Linear(weight.data_ptr(), None if bias is None else bias.data_ptr(), shape[0], shape[1]))
+        packed = [PackedWeight(weight) if packed_weights_enabled() else None for (weight, _), _ in expected]
+        for ((weight, bias), shape), panels in zip(expected, packed, strict=True):
+            linears.append(
+                _Linear(
+                    weight.data_ptr(),
+                    None if bias is None else bias.data_ptr(),
+                    None if panels is None else panels.panels.data_ptr(),
+                    shape[0],
+                    shape[1],
+                )
+            )
         layer = _Layer(
             *linears, input_norm.data_ptr(), post_norm.data_ptr(), eps, hidden, num_heads, num_kv_heads, head_dim,
             MIN_PARALLEL_WEIGHTS, TILED_MIN_ROWS,
         )
         tensors = (input_norm, post_norm, *(t for pair in (qkv, o, gate_up, down) for t in pair))
-        return cls(lib, layer, tensors)
+        return cls(lib, layer, tensors, tuple(p for p in packed if p is not None))
 
     def is_current(self) -> bool:
-        """Whether the library in use is the one this block was built for and every tensor it
-        describes still has its storage (``param.data = ...`` moves it; copies into it do not)."""
+        """Whether the library in use is the one this block was built for, every tensor it
+        describes still has its storage (``param.data = ...`` moves it; copies into it do not), and
+        every packed weight copy still matches its weight (no in-place write since, by torch's
+        version counter)."""
         if cpu_kernels() is not self._lib:
             return False
         for t, ptr in zip(self._tensors, self._pointers, strict=True):
             if t is not None and t.data_ptr() != ptr:
                 return False
-        return True
+        return all(p.is_current(p.weight) for p in self._packed)
 
     def takes(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
         """Whether :meth:`pre` and :meth:`post` run this batch: ``x`` [T, hidden] CPU float32, no

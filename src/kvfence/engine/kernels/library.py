@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from kvfence.engine.kernels.build import KernelBuildError, build_and_load, find_compiler
+from kvfence.engine.kernels.packed_weights import pack_weight
 
 __all__ = ["KernelStatus", "cpu_kernels", "kernel_status", "reset_kernels"]
 
@@ -31,9 +32,9 @@ _OFF_VALUES = {"0", "false", "off", "no"}
 
 _c_float_p = ctypes.c_void_p
 _SIGNATURES: dict[str, list[type]] = {
-    # x, rows, ldx, w, out, in, bias, y, min_parallel_weights, threads, broadcast_rows
+    # x, rows, ldx, w, out, in, bias, y, min_parallel_weights, threads, broadcast_rows, packed
     "kvfence_linear_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, _c_float_p, ctypes.c_long, ctypes.c_long,
-                           _c_float_p, _c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long],
+                           _c_float_p, _c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, _c_float_p],
     # x, rows, ldx, dim, weight, eps, out
     "kvfence_rms_norm_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, _c_float_p, ctypes.c_float,
                              _c_float_p],
@@ -148,13 +149,16 @@ def _self_check(lib: ctypes.CDLL) -> str | None:
         b = torch.randn(out_features, generator=gen)
         y = torch.empty(rows, out_features)
         want_y = F.linear(x.double(), w.double(), b.double())
+        panels = pack_weight(w)
         for threads in (1, max(2, torch.get_num_threads())):  # the caller alone, and shared (small chunks)
-            for broadcast_rows in (1, rows + 1):  # the register-tiled form, then the dot-product form
+            # the register-tiled form (unpacked, then packed), then the dot-product form
+            for broadcast_rows, packed in ((1, None), (1, panels), (rows + 1, None)):
                 y.fill_(float("nan"))
                 lib.kvfence_linear_f32(x.data_ptr(), rows, x.stride(0), w.data_ptr(), out_features, in_features,
-                                       b.data_ptr(), y.data_ptr(), 0, threads, broadcast_rows)
+                                       b.data_ptr(), y.data_ptr(), 0, threads, broadcast_rows,
+                                       None if packed is None else packed.data_ptr())
                 if not torch.allclose(y.double(), want_y, rtol=1e-5, atol=1e-4):
-                    form = "tiled" if broadcast_rows <= rows else "dot"
+                    form = "dot" if broadcast_rows > rows else "tiled" if packed is None else "tiled, packed"
                     return f"linear ({form}) {(rows, in_features)} x {(out_features, in_features)} on {threads} threads"
         norm = torch.empty(rows, in_features)
         lib.kvfence_rms_norm_f32(x.data_ptr(), rows, x.stride(0), in_features, w[0].data_ptr(), 1e-6, norm.data_ptr())

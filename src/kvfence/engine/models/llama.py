@@ -17,6 +17,13 @@ from torch import nn
 from kvfence.engine.config import ModelConfig
 from kvfence.engine.kernels import DecoderLayerKernel, linear, rms_norm, silu_mul
 from kvfence.engine.kernels.huge_pages import place_on_huge_pages
+from kvfence.engine.kernels.ops import kernel_runs_products
+from kvfence.engine.kernels.packed_weights import (
+    PACKED_MAX_ROWS,
+    PACKED_MIN_ROWS,
+    PackedWeight,
+    packed_weights_enabled,
+)
 from kvfence.engine.layers.attention import AttentionMetadata, paged_attention
 from kvfence.engine.layers.rotary import RotaryEmbedding
 
@@ -225,6 +232,7 @@ class LlamaForCausalLM(nn.Module):
         if device.type == "cpu":
             # every step streams all the weights: one buffer on 2 MiB pages (see kernels.huge_pages)
             place_on_huge_pages(self)
+        self._lm_head_packed: PackedWeight | None = None
 
     def forward(
         self,
@@ -262,4 +270,23 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return linear(hidden, weight).float()
+        return linear(hidden, weight, packed=self._packed_lm_head(hidden, weight)).float()
+
+    def _packed_lm_head(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:
+        """The LM head's panel-major copy for the decode kernels' tiled products (made at the first
+        such product, remade when the weight changed), or ``None`` when they do not run this one."""
+        if not (
+            hidden.dim() == 2
+            and PACKED_MIN_ROWS <= hidden.shape[0] <= PACKED_MAX_ROWS
+            and kernel_runs_products(hidden.shape[0])
+            and weight.is_cpu
+            and weight.dtype == torch.float32
+            and weight.dim() == 2
+            and weight.is_contiguous()
+            and not weight.requires_grad
+            and packed_weights_enabled()
+        ):
+            return None
+        if self._lm_head_packed is None or not self._lm_head_packed.is_current(weight):
+            self._lm_head_packed = PackedWeight(weight)
+        return self._lm_head_packed.panels
