@@ -38,9 +38,14 @@ def build(src_root: Path, out: Path) -> ctypes.CDLL:
     subprocess.run([compiler, *_FLAGS, "-o", str(out), str(source)], check=True)
     lib = ctypes.CDLL(str(out), mode=ctypes.RTLD_LOCAL)
     p, n = ctypes.c_void_p, ctypes.c_long
-    lib.kvfence_linear_f32.argtypes = [p, n, n, p, n, n, p, p, n, n, n]
+    # trees since the panel-major weights take one more argument (the panels, null here)
+    lib.kvfence_linear_f32.argtypes = [p, n, n, p, n, n, p, p, n, n, n] + ([p] if _takes_panels(source) else [])
     lib.kvfence_linear_f32.restype = None
     return lib
+
+
+def _takes_panels(source: Path) -> bool:
+    return "const float* packed)" in source.read_text()
 
 
 def main() -> None:
@@ -75,10 +80,11 @@ def main() -> None:
         for step in range(args.steps + 1):
             for name in (list(libs) if step % 2 else list(libs)[::-1]):
                 fn = libs[name].kvfence_linear_f32
+                extra = [None] * (len(fn.argtypes) - 11)
                 wall, cpu = time.perf_counter(), cpu_clock()
                 for w in weights:
                     fn(x.data_ptr(), rows, INTERMEDIATE, w.data_ptr(), w.shape[0], w.shape[1], None, y.data_ptr(),
-                       1 << 15, args.threads, tiled_from[name])
+                       1 << 15, args.threads, tiled_from[name], *extra)
                 wall, cpu = time.perf_counter() - wall, cpu_clock() - cpu
                 if step == 0:
                     outputs[name] = y[: rows * VOCAB].clone()  # the LM head's output
