@@ -19,7 +19,8 @@ import time
 
 import torch
 
-from kvfence.engine.kernels import MIN_PARALLEL_WEIGHTS, cpu_kernels
+from kvfence.engine.kernels.library import cpu_kernels
+from kvfence.engine.kernels.ops import MIN_PARALLEL_WEIGHTS
 from kvfence.engine.kernels.packed_weights import PACKED_MAX_ROWS, PACKED_MIN_ROWS, pack_weight
 
 HIDDEN, INTERMEDIATE, VOCAB, LAYERS = 576, 1536, 49152, 30
