@@ -96,6 +96,14 @@ def test_a_packed_copy_is_stale_after_an_in_place_write_or_a_move() -> None:
     assert torch.equal(fresh.panels[0, :, 0], w[0])
 
 
+def test_a_packed_copy_of_an_inference_tensor_checks_identity_and_storage() -> None:
+    with torch.inference_mode():
+        w = torch.randn(20, 6)
+    copy = PackedWeight(w)
+    assert copy.is_current(w)
+    assert not copy.is_current(w.clone())
+
+
 @needs_kernels
 def test_a_layer_rebuilds_its_panels_after_an_in_place_write(monkeypatch: pytest.MonkeyPatch) -> None:
     from kvfence.engine.config import ModelConfig

@@ -71,8 +71,17 @@ class PackedWeight:
         self.weight = weight
         self.panels = pack_weight(weight)
         self._pointer = weight.data_ptr()
-        self._version = weight._version
+        self._version = _version(weight)
 
     def is_current(self, weight: torch.Tensor) -> bool:
         """Whether the panels are still ``weight``'s."""
-        return weight is self.weight and weight.data_ptr() == self._pointer and weight._version == self._version
+        return weight is self.weight and weight.data_ptr() == self._pointer and _version(weight) == self._version
+
+
+def _version(weight: torch.Tensor) -> int | None:
+    # tensors made under torch.inference_mode() have no version counter (and cannot be written
+    # in place outside it): for them only identity and storage are checked
+    try:
+        return weight._version
+    except RuntimeError:
+        return None
