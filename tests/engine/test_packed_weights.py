@@ -126,8 +126,12 @@ def test_a_layer_rebuilds_its_panels_after_an_in_place_write(monkeypatch: pytest
 
 
 @needs_kernels
-def test_no_panels_when_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KVFENCE_PACKED_WEIGHTS", "0")
+@pytest.mark.parametrize("switch", ["0", None])  # off by default: a second weight copy costs KV capacity
+def test_no_panels_when_switched_off(monkeypatch: pytest.MonkeyPatch, switch: str | None) -> None:
+    if switch is None:
+        monkeypatch.delenv("KVFENCE_PACKED_WEIGHTS", raising=False)
+    else:
+        monkeypatch.setenv("KVFENCE_PACKED_WEIGHTS", switch)
     w = {name: torch.randn(*shape) for name, shape in
          {"qkv": (64, 32), "o": (32, 32), "gate_up": (96, 32), "down": (32, 48)}.items()}
     kernel = DecoderLayerKernel.build(

@@ -11,7 +11,8 @@ the table). From 8 rows the original layout's tile is as fast or faster, so only
 bit those of the unpacked tile (the same FMAs in the same order).
 
 The cost is memory: one more copy of each weight the decode step reads (for a 135M-parameter
-fp32 model, 538 MB). ``KVFENCE_PACKED_WEIGHTS=0`` turns it off (the unpacked tile then runs).
+fp32 model, 538 MB; for a 7B one, 28 GB), so it is **off by default**: memory a server spends twice
+on weights is KV capacity it does not have. ``KVFENCE_PACKED_WEIGHTS=1`` turns it on.
 Prefill keeps torch's products over the original weights.
 """
 
@@ -38,8 +39,8 @@ _OFF_VALUES = {"0", "false", "off", "no"}
 
 
 def packed_weights_enabled() -> bool:
-    """Whether the decode kernels keep panel-major weight copies (``KVFENCE_PACKED_WEIGHTS``, default on)."""
-    return os.environ.get("KVFENCE_PACKED_WEIGHTS", "1").strip().lower() not in _OFF_VALUES
+    """Whether the decode kernels keep panel-major weight copies (``KVFENCE_PACKED_WEIGHTS``, default off)."""
+    return os.environ.get("KVFENCE_PACKED_WEIGHTS", "0").strip().lower() not in _OFF_VALUES
 
 
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:
