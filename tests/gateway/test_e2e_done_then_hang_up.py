@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import socket
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ import pytest
 
 from kvfence.gateway.tenants import hash_api_key
 from tests.gateway.conftest import Gateway
+from tests.gateway.raw_backend import serve_raw
 
 KEYS = {"relay": "kvf-gw-done-relay-key", "metered": "kvf-gw-done-metered-key"}
 HOLD_S = 1.5  # how long the backend keeps its connection open after the stream's last event
@@ -50,40 +50,10 @@ def _answer(conn: socket.socket, prompt: str) -> None:
     time.sleep(HOLD_S)  # the end is out; the body ends only when this connection closes
 
 
-def _serve(sock: socket.socket) -> None:
-    while True:
-        try:
-            conn, _ = sock.accept()
-        except OSError:
-            return
-        threading.Thread(target=_handle, args=(conn,), daemon=True).start()
-
-
-def _handle(conn: socket.socket) -> None:
-    with conn:
-        request = b""
-        while b"\r\n\r\n" not in request:
-            data = conn.recv(65536)
-            if not data:
-                return  # a port probe
-            request += data
-        head, _, body = request.partition(b"\r\n\r\n")
-        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                       if line.lower().startswith(b"content-length")), 0)
-        while len(body) < length:
-            body += conn.recv(65536)
-        if not head.startswith(b"POST"):
-            conn.sendall(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-            return
-        _answer(conn, json.loads(body)["messages"][-1]["content"])
-
-
 @pytest.fixture(scope="module")
 def raw_backend() -> Iterator[str]:
-    sock = socket.create_server(("127.0.0.1", 0))
-    threading.Thread(target=_serve, args=(sock,), daemon=True).start()
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    sock.close()
+    with serve_raw(_answer) as port:
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 @pytest.fixture(scope="module", params=[("lean", "auto"), ("lean", "httpx"), ("uvicorn", "auto"), ("uvicorn", "httpx")],

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import socket
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ import pytest
 
 from kvfence.gateway.tenants import hash_api_key
 from tests.gateway.conftest import Gateway
+from tests.gateway.raw_backend import serve_raw
 
 KEYS = {"relay": "kvf-gw-cut-relay-key", "metered": "kvf-gw-cut-metered-key"}
 _OK = b"HTTP/1.1 200 OK\r\n"
@@ -70,40 +70,14 @@ CUT_STREAMS = [k for k in SCRIPTS if k.startswith("stream") and "complete" not i
 CUT_WHOLE = [k for k in SCRIPTS if k.startswith("whole") and "complete" not in k]
 
 
-def _handle(conn: socket.socket) -> None:
-    with conn:
-        request = b""
-        while b"\r\n\r\n" not in request:
-            data = conn.recv(65536)
-            if not data:
-                return  # a port probe: connected and left
-            request += data
-        head, _, body = request.partition(b"\r\n\r\n")
-        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                       if line.lower().startswith(b"content-length")), 0)
-        while len(body) < length:
-            body += conn.recv(65536)
-        if not head.startswith(b"POST"):
-            conn.sendall(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-            return
-        conn.sendall(SCRIPTS[json.loads(body)["messages"][-1]["content"]])  # then the close: the cut
-
-
-def _serve(sock: socket.socket) -> None:
-    while True:
-        try:
-            conn, _ = sock.accept()
-        except OSError:
-            return
-        threading.Thread(target=_handle, args=(conn,), daemon=True).start()
+def _answer(conn: socket.socket, prompt: str) -> None:
+    conn.sendall(SCRIPTS[prompt])  # then the close: the cut
 
 
 @pytest.fixture(scope="module")
 def raw_backend() -> Iterator[int]:
-    sock = socket.create_server(("127.0.0.1", 0))
-    threading.Thread(target=_serve, args=(sock,), daemon=True).start()
-    yield sock.getsockname()[1]
-    sock.close()
+    with serve_raw(_answer) as port:
+        yield port
 
 
 @pytest.fixture(scope="module", params=[("uvicorn", "auto"), ("lean", "auto"), ("uvicorn", "httpx"), ("lean", "httpx")],

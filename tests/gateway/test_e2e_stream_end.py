@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pytest
 
 from kvfence.gateway.tenants import hash_api_key
 from tests.gateway.conftest import REPO, Gateway
+from tests.gateway.raw_backend import serve_raw
 
 KEY = "kvf-gw-stream-end-key"
 
@@ -31,52 +31,33 @@ def _chunk(text: str, finish: str | None = None) -> bytes:
     return b"data:" + json.dumps(body).encode() + b"\r\n\r\n"  # no space after "data:", CRLF line ends
 
 
-def _serve(sock: socket.socket) -> None:
-    while True:
-        try:
-            conn, _ = sock.accept()
-        except OSError:
-            return
-        with conn:
-            request = b""
-            while b"\r\n\r\n" not in request:
-                data = conn.recv(65536)
-                if not data:
-                    break  # a port probe: connected and left
-                request += data
-            head, _, body = request.partition(b"\r\n\r\n")
-            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length")), 0)
-            while len(body) < length:
-                body += conn.recv(65536)
-            if not head.startswith(b"POST"):
-                if head:
-                    conn.sendall(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                continue
-            prompt = json.loads(body)["messages"][-1]["content"]
-            out = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n: ping\r\n\r\n"
-            out += _chunk("Hello ") + _chunk("there")
-            if prompt == "complete":
-                out += _chunk("", "stop")  # and no [DONE]
-            conn.sendall(out)  # "cut": the connection closes with neither marker
+def _answer(conn: socket.socket, prompt: str) -> None:
+    out = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n: ping\r\n\r\n"
+    out += _chunk("Hello ") + _chunk("there")
+    if prompt == "complete":
+        out += _chunk("", "stop")  # and no [DONE]
+    conn.sendall(out)  # "cut": the connection closes with neither marker
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    sock = socket.create_server(("127.0.0.1", 0))
-    threading.Thread(target=_serve, args=(sock,), daemon=True).start()
+def raw_port() -> Iterator[int]:
+    with serve_raw(_answer) as port:
+        yield port
+
+
+@pytest.fixture(scope="module")
+def gateway(raw_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     tmp: Path = tmp_path_factory.mktemp("gw-stream-end")
     gw = Gateway({
         "gateway": {"audit_log": f"sqlite:///{tmp / 'audit.db'}", "capacity_refresh_s": 0},  # protection on
         "data_classes": [{"name": "public", "allowed_tiers": ["shared"]}],
-        "backends": [{"name": "raw", "url": f"http://127.0.0.1:{sock.getsockname()[1]}/v1", "tier": "shared",
+        "backends": [{"name": "raw", "url": f"http://127.0.0.1:{raw_port}/v1", "tier": "shared",
                       "capacity": "policy"}],
         "tenants": [{"name": "t", "key_sha256": hash_api_key(KEY), "organization": "acme", "default_class": "public"}],
     }, tmp, env={"PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),  # this checkout's code
                  "KVFENCE_GATEWAY_SECRET": "stream-end-test-secret-0123456789"})
     yield gw
     gw.stop()
-    sock.close()
 
 
 def _stream(gw: Gateway, prompt: str) -> str:
