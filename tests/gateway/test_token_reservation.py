@@ -8,11 +8,12 @@ import asyncio
 
 import pytest
 
+from kvfence.gateway.caps import CapResult
 from kvfence.gateway.errors import RateLimited
 from kvfence.gateway.limits import TenantLimiter
 from kvfence.gateway.policy import TenantLimits
 from kvfence.gateway.tenants import GatewayTenant
-from kvfence.gateway.usage import completion_reservation
+from kvfence.gateway.usage import DEFAULT_ANSWER_RESERVE, completion_reservation
 
 
 def tenant(tpm: int, name: str = "t") -> GatewayTenant:
@@ -27,95 +28,89 @@ def tenant(tpm: int, name: str = "t") -> GatewayTenant:
     ({"max_tokens": 10, "prompt": ["a", "b", "c"]}, 30),  # a completions batch: each prompt gets its choices
     ({"max_tokens": 10, "prompt": [1, 2, 3]}, 10),  # one prompt given as token ids
     ({"max_tokens": 10, "prompt": [[1, 2], [3]], "n": 2}, 40),
-    ({}, 0), ({"max_tokens": None}, 0), ({"max_tokens": 0}, 0), ({"max_tokens": True}, 0),
+    ({"max_tokens": 0}, 0),  # scoring a prompt: nothing generated
+    # no maximum named and the backend's context unknown: the stated default per sequence
+    ({}, DEFAULT_ANSWER_RESERVE), ({"max_tokens": None}, DEFAULT_ANSWER_RESERVE),
+    ({"max_tokens": True}, DEFAULT_ANSWER_RESERVE), ({"n": 2}, 2 * DEFAULT_ANSWER_RESERVE),
+    ({"prompt": ["a", "b"]}, 2 * DEFAULT_ANSWER_RESERVE),
 ])
 def test_what_a_request_reserves(body: dict[str, object], reserve: int) -> None:
-    assert completion_reservation(body) == reserve
+    assert completion_reservation(body).tokens == reserve
+    assert completion_reservation(body).shrinkable == ("max_tokens" not in body or body["max_tokens"] in (None, True))
 
 
-def test_a_huge_max_tokens_is_refused_up_front_as_too_large() -> None:
+def cap(prompt: int, context: int | None, total: int | None = None) -> CapResult:
+    return CapResult(prompt, None, context, total_prompt_tokens=prompt if total is None else total)
+
+
+@pytest.mark.parametrize(("body", "result", "tpm", "reserve"), [
+    # no max_tokens: the chosen backend's remaining context after the prompt
+    ({}, cap(100, 4096), None, 3996),
+    ({"n": 3}, cap(100, 4096), None, 3 * 3996),
+    ({"prompt": ["a", "bb"]}, cap(300, 1000, total=500), None, 1500),  # (1000-200) + (1000-300)
+    ({}, cap(100, None), None, DEFAULT_ANSWER_RESERVE),
+    ({}, cap(4096, 4096), None, 0),  # a prompt that fills the context leaves no room
+    # capped to what the tenant's limit leaves after the prompt: never "too large" for an unnamed maximum
+    ({}, cap(100, 128_000), 10_000, 9_900),
+    ({}, cap(100, None), 1_000, 900),
+    ({}, cap(2_000, 128_000), 1_000, 0),
+    # a named maximum is the caller's word: reserved as asked, even past the limit (then "too large")
+    ({"max_tokens": 5_000}, cap(100, 128_000), 1_000, 5_000),
+])
+def test_a_request_without_max_tokens_reserves_the_backends_remaining_context(
+        body: dict[str, object], result: CapResult, tpm: int | None, reserve: int) -> None:
+    assert completion_reservation(body, result, tpm).tokens == reserve
+
+
+def unnamed(prompt: int, context: int | None, tpm: int) -> dict[str, object]:
+    r = completion_reservation({}, cap(prompt, context), tpm)
+    return {"reserve": r.tokens, "shrinkable": r.shrinkable}
+
+
+def test_requests_without_max_tokens_cannot_overrun_the_limit_in_process() -> None:
+    """Before, an unnamed max_tokens reserved nothing: any number of such requests were admitted at
+    once, each free to generate up to the backend's context."""
     limiter = TenantLimiter()
-    t = tenant(1000)
-    lease = limiter.acquire_now(t)
-    with pytest.raises(RateLimited, match=r"request too large.*10 prompt \+ 5000 reserved.*1000 tokens per minute") as err:
-        lease.admit_now(10, 5000)
-    assert "Retry-After" not in err.value.headers()
-    lease.release_now()
-    assert limiter.tokens_used("t") == 0 and limiter.tokens_reserved("t") == 0
+    t = tenant(10_000)
+    first = limiter.acquire_now(t)
+    first.admit_now(100, **unnamed(100, 4096, 10_000))  # type: ignore[arg-type]  # 100 + 3996
+    second = limiter.acquire_now(t)
+    second.admit_now(100, **unnamed(100, 4096, 10_000))  # type: ignore[arg-type]
+    assert limiter.tokens_reserved("t") == 2 * 3996
+    third = limiter.acquire_now(t)
+    third.admit_now(100, **unnamed(100, 4096, 10_000))  # type: ignore[arg-type]
+    assert limiter.tokens_reserved("t") == 2 * 3996 + 1708  # shrunk to what the window leaves
+    with pytest.raises(RateLimited, match=r"10000 tokens per minute \(used 300, 9700 reserved by requests in flight"):
+        limiter.acquire_now(t)  # full: refused before the body is read
+    for lease, tokens in ((first, 30), (second, 40), (third, 50)):
+        lease.settle_now(tokens)
+        lease.release_now()
+    assert limiter.tokens_used("t") == 420 and limiter.tokens_reserved("t") == 0
 
 
-def test_reservation_is_settled_to_the_real_usage() -> None:
-    now = [0.0]
-    limiter = TenantLimiter(clock=lambda: now[0])
-    t = tenant(1000)
-    lease = limiter.acquire_now(t)
-    lease.admit_now(100, 500)
-    assert limiter.tokens_used("t") == 100 and limiter.tokens_reserved("t") == 500
-    other = limiter.acquire_now(t)
-    with pytest.raises(RateLimited, match=r"1000 tokens per minute \(used 100, 500 reserved by requests in flight"):
-        other.admit_now(100, 350)  # 100 + 500 + 450 > 1000
-    other.admit_now(100, 300)  # fits exactly: 100 + 500 + 100 + 300
-    with pytest.raises(RateLimited, match=r"used 200, 800 reserved"):
-        limiter.acquire_now(t)  # the window with reservations is full: refused before the body is read
-    now[0] = 1.0
-    lease.settle_now(42)  # the answer had 42 tokens: 458 go back
-    lease.release_now()
-    assert limiter.tokens_used("t") == 242 and limiter.tokens_reserved("t") == 300
-    other.release_now()  # ended without an answer (e.g. upstream error): its reservation is freed
-    assert limiter.tokens_reserved("t") == 0 and limiter.tokens_used("t") == 242
-    other.release_now()  # idempotent
-    assert limiter.tokens_reserved("t") == 0
-
-
-def test_reservations_do_not_slide_out_of_the_window() -> None:
-    now = [0.0]
-    limiter = TenantLimiter(clock=lambda: now[0], window_s=10.0)
-    t = tenant(100)
-    long_answer = limiter.acquire_now(t)
-    long_answer.admit_now(10, 80)
-    now[0] = 30.0  # the prompt has left the window, the answer is still running
-    assert limiter.tokens_used("t") == 0
-    with pytest.raises(RateLimited):
-        limiter.acquire_now(t).admit_now(10, 20)  # 80 still reserved
-    long_answer.settle_now(80)
-    long_answer.release_now()
-    assert limiter.tokens_used("t") == 80 and limiter.tokens_reserved("t") == 0
-
-
-def test_concurrent_requests_never_reserve_past_the_limit() -> None:
+def test_requests_without_max_tokens_run_one_after_another_without_waiting() -> None:
+    """The implicit reservation (the backend's whole remaining context, capped to the limit) shrinks
+    to what the window leaves, so a tenant below the context size is not held to one request per window."""
     limiter = TenantLimiter()
-    t = tenant(1000)
-    admitted: list[int] = []
-    refused: list[str] = []
-    peak = [0]
-
-    async def one(i: int) -> None:
-        try:
-            lease = await limiter.acquire(t)
-        except RateLimited as exc:
-            refused.append(exc.message)
-            return
-        try:
-            await asyncio.sleep(0.001 * (i % 3))
-            await lease.admit_prompt(20, 180)  # 200 each: at most five at once
-            admitted.append(i)
-            peak[0] = max(peak[0], limiter.tokens_used("t") + limiter.tokens_reserved("t"))
-            await asyncio.sleep(0.01)
-            await lease.add_completion(5)
-        except RateLimited as exc:
-            refused.append(exc.message)
-        finally:
-            await lease.release()
-
-    async def run() -> None:
-        await asyncio.gather(*(one(i) for i in range(20)))
-
-    asyncio.run(run())
-    assert peak[0] <= 1000
-    assert 5 <= len(admitted) < 20 and len(admitted) + len(refused) == 20
-    assert all("1000 tokens per minute" in m for m in refused)
-    assert limiter.tokens_reserved("t") == 0
-    assert limiter.tokens_used("t") == 25 * len(admitted)
+    t = tenant(1_000)
+    for _ in range(5):
+        lease = limiter.acquire_now(t)
+        lease.admit_now(8, **unnamed(8, 128_000, 1_000))  # type: ignore[arg-type]
+        assert limiter.tokens_reserved("t") > 0
+        lease.settle_now(7)
+        lease.release_now()
+    assert limiter.tokens_used("t") == 75 and limiter.tokens_reserved("t") == 0
+    running = limiter.acquire_now(t)
+    running.admit_now(8, **unnamed(8, 128_000, 1_000))  # type: ignore[arg-type]  # holds the rest
+    assert limiter.tokens_used("t") + limiter.tokens_reserved("t") == 1000
+    with pytest.raises(RateLimited, match="1000 tokens per minute"):
+        limiter.acquire_now(t)  # a second one at the same time waits for the first to settle
+    running.release_now()
+    # a named max_tokens is not shrunk: held whole or refused
+    lease = limiter.acquire_now(t)
+    lease.admit_now(8, 900)
+    with pytest.raises(RateLimited, match=r"8 prompt \+ 100 reserved for the answer"):
+        limiter.acquire_now(t).admit_now(8, 100)
 
 
 @pytest.mark.redis
@@ -163,6 +158,48 @@ def test_redis_reservations_are_shared_atomic_and_settled(redis_url: str) -> Non
         await lease.release()
         assert await replicas[1].tokens_reserved("res2") == 0
         assert await replicas[1].tokens_used("res2") == 10
+        for r in replicas:
+            await r.aclose()
+
+    asyncio.run(run())
+
+
+@pytest.mark.redis
+def test_redis_requests_without_max_tokens_reserve_the_remaining_context(redis_url: str) -> None:
+    from kvfence.gateway.limits_redis import RedisTenantLimiter
+
+    async def run() -> None:
+        replicas = [RedisTenantLimiter(redis_url, prefix="kvf-test-unnamed") for _ in range(2)]
+        t = tenant(10_000, "unnamed")
+        first = await replicas[0].acquire(t)
+        await first.admit_prompt(100, **unnamed(100, 4096, 10_000))  # type: ignore[arg-type]
+        second = await replicas[1].acquire(t)
+        await second.admit_prompt(100, **unnamed(100, 4096, 10_000))  # type: ignore[arg-type]
+        assert await replicas[0].tokens_reserved("unnamed") == 2 * 3996
+        third = await replicas[0].acquire(t)
+        await third.admit_prompt(100, **unnamed(100, 4096, 10_000))  # type: ignore[arg-type]
+        assert await replicas[1].tokens_reserved("unnamed") == 2 * 3996 + 1708  # what the window left
+        with pytest.raises(RateLimited, match=r"used 300, 9700 reserved"):
+            await replicas[1].acquire(t)
+        await third.release()  # ended without an answer: its reservation is freed
+        fourth = await replicas[1].acquire(t)
+        with pytest.raises(RateLimited, match=r"8 prompt \+ 1709 reserved for the answer"):
+            await fourth.admit_prompt(8, 1709)  # a named max_tokens is held whole or refused
+        await fourth.release()
+        await first.add_completion(30)
+        await first.release()
+        await second.release()
+        assert await replicas[1].tokens_reserved("unnamed") == 0
+        assert await replicas[1].tokens_used("unnamed") == 330
+        # a tenant whose limit is below the backend's context: runs one after another, not one per window
+        small = tenant(1_000, "unnamed-small")
+        for _ in range(3):
+            lease = await replicas[0].acquire(small)
+            await lease.admit_prompt(8, **unnamed(8, 128_000, 1_000))  # type: ignore[arg-type]
+            assert await replicas[1].tokens_reserved("unnamed-small") > 0
+            await lease.add_completion(7)
+            await lease.release()
+        assert await replicas[1].tokens_used("unnamed-small") == 45
         for r in replicas:
             await r.aclose()
 

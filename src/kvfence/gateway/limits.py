@@ -10,8 +10,10 @@ request ended without an answer: :meth:`LimitLease.release`). So one request wit
 or many at once, cannot carry a tenant past its limit: a request whose prompt + reservation does not fit
 what the window and the other requests in flight leave is refused with 429 (``tokens_per_minute_exceeded``,
 naming the limit); one that could never fit is "request too large", without ``Retry-After``. A request
-that names no ``max_tokens`` reserves nothing and its completion is charged when it ends (as before),
-which can still overshoot the limit for one window.
+that names no ``max_tokens`` reserves what the backend may really generate for it: the chosen backend's
+remaining context after the prompt (a stated default when unknown), capped to what the tenant's limit
+leaves after the prompt (``usage.completion_reservation``), so many such requests in flight cannot
+overrun the limit either.
 
 Two stores with one interface: in process (one replica; pure logic with an injectable clock), or
 Redis (several replicas share the counts; ``gateway.redis_url``). Each admission is one atomic Lua
@@ -38,9 +40,11 @@ WINDOW_S = 60.0
 class LimitLease(Protocol):
     """One admitted request's hold on its tenant's limits."""
 
-    async def admit_prompt(self, tokens: int, reserve: int = 0) -> None:
+    async def admit_prompt(self, tokens: int, reserve: int = 0, *, shrinkable: bool = False) -> None:
         """Charge the prompt's tokens and reserve ``reserve`` completion tokens, or raise
-        :class:`RateLimited` (tokens per minute) when they do not fit."""
+        :class:`RateLimited` (tokens per minute) when they do not fit. ``shrinkable``: the reservation
+        is an estimate (no ``max_tokens`` named) and shrinks to what the window leaves; refused only
+        when the prompt and one answer token do not fit."""
         ...
 
     async def add_completion(self, tokens: int) -> None:
@@ -72,7 +76,7 @@ def _rate_error(tenant: GatewayTenant, retry_after_s: float) -> RateLimited:
 def _asked(prompt: int, reserve: int) -> str:
     if not reserve:
         return f"{prompt}" if prompt else "0"
-    return f"{prompt + reserve} ({prompt} prompt + {reserve} reserved for max_tokens)"
+    return f"{prompt + reserve} ({prompt} prompt + {reserve} reserved for the answer)"
 
 
 def _tokens_error(tenant: GatewayTenant, used: int, asked: int, retry_after_s: float | None, *,
@@ -115,13 +119,12 @@ class _LocalLease:
         self._released = False
         self._reserved = 0
 
-    async def admit_prompt(self, tokens: int, reserve: int = 0) -> None:
-        self.admit_now(tokens, reserve)
+    async def admit_prompt(self, tokens: int, reserve: int = 0, *, shrinkable: bool = False) -> None:
+        self.admit_now(tokens, reserve, shrinkable=shrinkable)
 
-    def admit_now(self, tokens: int, reserve: int = 0) -> None:
-        self._limiter.admit_tokens(self._tenant, tokens, reserve=reserve)
-        if self._tenant.limits.tokens_per_minute is not None:
-            self._reserved += max(reserve, 0)
+    def admit_now(self, tokens: int, reserve: int = 0, *, shrinkable: bool = False) -> None:
+        held = self._limiter.admit_tokens(self._tenant, tokens, reserve=reserve, shrinkable=shrinkable)
+        self._reserved += held
 
     async def add_completion(self, tokens: int) -> None:
         self.settle_now(tokens)
@@ -198,18 +201,22 @@ class TenantLimiter:
             state.tokens_in_window -= state.tokens.popleft()[1]
         return state.tokens_in_window
 
-    def admit_tokens(self, tenant: GatewayTenant, tokens: int, *, reserve: int = 0) -> None:
+    def admit_tokens(self, tenant: GatewayTenant, tokens: int, *, reserve: int = 0, shrinkable: bool = False) -> int:
         """Charge a prompt's ``tokens`` and reserve ``reserve`` completion tokens, or raise
-        :class:`RateLimited` if together they would not fit the window beside the other reservations."""
+        :class:`RateLimited` if together they would not fit the window beside the other reservations.
+        A ``shrinkable`` reservation takes what the window leaves, at least one token. Returns the
+        tokens reserved."""
         limit = tenant.limits.tokens_per_minute
         tokens, reserve = max(tokens, 0), max(reserve, 0)
         if limit is None or tokens + reserve == 0:
-            return
+            return 0
         state = self._state.setdefault(tenant.name, _TenantState())
         now = self._clock()
         used = self._tokens_used(state, now)
         if tokens + reserve > limit:
             raise _tokens_error(tenant, used, tokens, None, reserve=reserve)
+        if shrinkable and reserve:
+            reserve = max(1, min(reserve, limit - used - state.reserved - tokens))
         if used + state.reserved + tokens + reserve > limit:
             need = used + state.reserved + tokens + reserve - limit
             retry = _tokens_retry_after(state.tokens, need, now, self._window_s)
@@ -218,6 +225,7 @@ class TenantLimiter:
             state.tokens.append((now, tokens))
             state.tokens_in_window += tokens
         state.reserved += reserve
+        return reserve
 
     def unreserve(self, tenant: GatewayTenant, tokens: int) -> None:
         """Give back ``tokens`` of a reservation (its request settled or ended)."""

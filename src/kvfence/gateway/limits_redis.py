@@ -101,9 +101,10 @@ return {0, 0}
 """
 
 # KEYS: tpm zset, tpm reservations zset. ARGV: now, member ("id:tokens") of the prompt, tokens, tpm,
-# window (ms), reservation member ("id:tokens", "" for none), reserve, reservation ttl (ms).
-# Prompt + reservation are admitted together or not at all. Returns {0} admitted; {1, used, retry_ms,
-# reserved} refused.
+# window (ms), reservation member prefix (the tokens are appended), reserve, reservation ttl (ms),
+# shrinkable (1: the reservation takes what the window leaves, at least one token). Prompt + reservation
+# are admitted together or not at all. Returns {0, reservation member or ""} admitted; {1, used,
+# retry_ms, reserved} refused.
 _ADMIT = _TOKENS_USED + """
 local now = tonumber(ARGV[1])
 local tokens = tonumber(ARGV[3])
@@ -112,6 +113,9 @@ local window = tonumber(ARGV[5])
 local reserve = tonumber(ARGV[7])
 local used, entries = tokens_used(KEYS[1], now, window)
 local reserved = tokens_reserved(KEYS[2], now)
+if ARGV[9] == '1' and reserve > 0 then
+  reserve = math.max(1, math.min(reserve, tpm - used - reserved - tokens))
+end
 if used + reserved + tokens + reserve > tpm then
   return {1, used, retry_ms(entries, used + reserved + tokens + reserve - tpm, now, window), reserved}
 end
@@ -119,11 +123,13 @@ if tokens > 0 then
   redis.call('ZADD', KEYS[1], now, ARGV[2])
   redis.call('PEXPIRE', KEYS[1], window + 1000)
 end
+local member = ''
 if reserve > 0 then
-  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[8]), ARGV[6])
+  member = ARGV[6] .. reserve
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[8]), member)
   redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[8]) + 1000)
 end
-return {0}
+return {0, member}
 """
 
 # KEYS: tpm zset, tpm reservations zset. ARGV: now, member ("id:tokens", "" for none) of the completion,
@@ -152,8 +158,9 @@ class _RedisLease:
         self._released = False
         self._reservation: str | None = None  # "id:tokens" in the reservations set, until settled
 
-    async def admit_prompt(self, tokens: int, reserve: int = 0) -> None:
-        self._reservation = await self._limiter._admit(self._tenant, tokens, reserve, self._member)
+    async def admit_prompt(self, tokens: int, reserve: int = 0, *, shrinkable: bool = False) -> None:
+        self._reservation = await self._limiter._admit(self._tenant, tokens, reserve, self._member,
+                                                       shrinkable=shrinkable)
 
     async def add_completion(self, tokens: int) -> None:
         reservation, self._reservation = self._reservation, None
@@ -223,24 +230,27 @@ class RedisTenantLimiter:
     def _token_keys(self, tenant: GatewayTenant) -> list[str]:
         return [f"{self._prefix}:tpm:{tenant.name}", f"{self._prefix}:tpmres:{tenant.name}"]
 
-    async def _admit(self, tenant: GatewayTenant, tokens: int, reserve: int, member: str) -> str | None:
-        """Charge the prompt and reserve the completion atomically; the reservation's member, if any."""
+    async def _admit(self, tenant: GatewayTenant, tokens: int, reserve: int, member: str, *,
+                     shrinkable: bool = False) -> str | None:
+        """Charge the prompt and reserve the completion atomically; the reservation's member, if any
+        (a ``shrinkable`` reservation takes what the window leaves: see ``limits.LimitLease``)."""
         limit = tenant.limits.tokens_per_minute
         tokens, reserve = max(tokens, 0), max(reserve, 0)
         if limit is None or tokens + reserve == 0:
             return None
         if tokens + reserve > limit:
             raise _tokens_error(tenant, 0, tokens, None, reserve=reserve)
-        reservation = f"{member}r:{reserve}" if reserve else ""
         try:
             now_ms = await self._now_ms()
             result: Any = await self._admit_script(keys=self._token_keys(tenant), args=[
-                now_ms, f"{member}:{tokens}", tokens, limit, self._window_ms, reservation, reserve, self._ttl_ms])
+                now_ms, f"{member}:{tokens}", tokens, limit, self._window_ms, f"{member}r:", reserve, self._ttl_ms,
+                1 if shrinkable else 0])
         except Exception as exc:
             raise _unreachable(exc) from exc
         if int(result[0]) == 1:
             raise _tokens_error(tenant, int(result[1]), tokens, int(result[2]) / 1000, reserve=reserve,
                                 reserved=int(result[3]))
+        reservation = result[1].decode() if isinstance(result[1], bytes) else str(result[1])
         return reservation or None
 
     async def _settle(self, tenant: GatewayTenant, tokens: int, member: str, reservation: str | None) -> None:

@@ -260,7 +260,9 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
         if token_limited and not prompt_charged:
             # counted by the same tokenizer as the cap, once (a fallback resends the same prompt); the
             # most the answer can cost is reserved until it ends (limits.py)
-            await lease.admit_prompt(cap.total_prompt_tokens, completion_reservation(body))  # may refuse: 429
+            reserve = completion_reservation(body, cap, ctx.tenant.limits.tokens_per_minute)
+            await lease.admit_prompt(cap.total_prompt_tokens, reserve.tokens,  # may refuse: 429
+                                     shrinkable=reserve.shrinkable)
             prompt_charged = True
             runtime.metrics.count_tokens(ctx.tenant.name, "prompt", "count", cap.total_prompt_tokens)
         if cap.tokens_cut:

@@ -10,11 +10,18 @@ stated over-counting approximation). Pure logic: JSON in, counts out.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from kvfence.gateway.caps import CapResult
 from kvfence.gateway.tokens import TokenCounter
 
-__all__ = ["StreamUsage", "answer_completion_tokens", "completion_reservation", "wants_usage_injection"]
+__all__ = ["DEFAULT_ANSWER_RESERVE", "Reservation", "StreamUsage", "answer_completion_tokens", "completion_reservation", "wants_usage_injection"]
+
+# Completion tokens reserved per sequence for a request that names no ``max_tokens`` when the
+# backend's context is unknown (no capacity endpoint, no policy facts): the common default output
+# limit of hosted chat models; the reservation is settled to the real usage when the answer ends.
+DEFAULT_ANSWER_RESERVE = 4096
 
 # Text fields of a chat delta / message that the model generated.
 _CHAT_TEXT_FIELDS = ("content", "reasoning_content", "reasoning", "refusal")
@@ -26,27 +33,67 @@ def _positive_int(value: Any) -> int | None:
     return None
 
 
-def completion_reservation(body: dict[str, Any]) -> int:
-    """The most completion tokens a request can cost, as its body says: ``max_completion_tokens`` (or
-    ``max_tokens``) x choices (max of ``n`` and ``best_of``) x prompts (a completions batch); 0 when the
-    body names no maximum (then nothing is reserved: its completion is charged when it ends).
-
-    ``best_of`` counts, although only ``n`` choices come back: the backend generates (and usually bills)
-    every one of the ``best_of`` sequences.
-    """
-    budget = None
+def _named_budget(body: dict[str, Any]) -> int | None:
+    """``max_completion_tokens`` (or ``max_tokens``) when the body names one, else None."""
     for key in ("max_completion_tokens", "max_tokens"):
         budget = _positive_int(body.get(key))
         if budget is not None:
-            break
-    if not budget:
-        return 0
-    choices = max(_positive_int(body.get("n")) or 1, _positive_int(body.get("best_of")) or 1)
+            return budget
+    return None
+
+
+def _num_prompts(body: dict[str, Any]) -> int:
     prompt = body.get("prompt")
-    prompts = 1
     if isinstance(prompt, list) and prompt and all(isinstance(p, str | list) for p in prompt):
-        prompts = len(prompt)  # a batch: strings, or token-id lists (a flat id list is one prompt)
-    return budget * choices * prompts
+        return len(prompt)  # a batch: strings, or token-id lists (a flat id list is one prompt)
+    return 1
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Completion tokens to hold at admission. ``shrinkable``: the body named no maximum, so the
+    reservation is an estimate that may shrink to what the tenant's window still leaves (the request is
+    refused only when not even one answer token fits); a named maximum is held whole or refused."""
+
+    tokens: int
+    shrinkable: bool = False
+
+
+def completion_reservation(body: dict[str, Any], cap: CapResult | None = None,
+                           tokens_per_minute: int | None = None) -> Reservation:
+    """The most completion tokens a request can cost: what is reserved at admission (``limits.py``).
+
+    A body that names ``max_completion_tokens`` (or ``max_tokens``) reserves it x choices (max of
+    ``n`` and ``best_of``) x prompts (a completions batch); ``best_of`` counts, although only ``n``
+    choices come back: the backend generates (and usually bills) every one of its sequences.
+    ``max_tokens: 0`` (scoring a prompt) reserves nothing.
+
+    A body that names no maximum may generate until the backend's context is full, so it reserves
+    that: per prompt, the chosen backend's real maximum (``cap.context_limit``: min of advertised
+    context and KV capacity) minus the prompt, or :data:`DEFAULT_ANSWER_RESERVE` per sequence when
+    the backend's maximum is unknown; x choices. With ``tokens_per_minute`` the implicit reservation
+    is capped to what the limit leaves after the prompt, so a request is never "too large" for a
+    maximum it did not name; at admission it shrinks further to what the window leaves
+    (``shrinkable``). So requests without ``max_tokens`` run one after another without waiting for the
+    window to slide, but one in flight holds the rest of the window: a second one at the same time is
+    refused with 429 until the first settles (a client that wants several answers at once names
+    ``max_tokens``).
+    """
+    choices = max(_positive_int(body.get("n")) or 1, _positive_int(body.get("best_of")) or 1)
+    prompts = _num_prompts(body)
+    budget = _named_budget(body)
+    if budget is not None:
+        return Reservation(budget * choices * prompts)
+    if cap is not None and cap.context_limit is not None:
+        # sum over the prompts of (context - prompt_i); total_prompt_tokens is their sum
+        room = max(0, prompts * cap.context_limit - (cap.total_prompt_tokens or cap.prompt_tokens))
+    else:
+        room = DEFAULT_ANSWER_RESERVE * prompts
+    reserve = room * choices
+    if tokens_per_minute is not None:
+        prompt_tokens = cap.total_prompt_tokens if cap is not None else 0
+        reserve = min(reserve, max(0, tokens_per_minute - prompt_tokens))
+    return Reservation(reserve, shrinkable=True)
 
 
 def wants_usage_injection(body: dict[str, Any]) -> bool:
