@@ -11,11 +11,13 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
 from kvfence.gateway.errors import DetectorFailure
 from kvfence.gateway.protection.findings import Finding, resolve_overlaps
+from kvfence.gateway.protection.normalise import fold
 from kvfence.gateway.protection.pii_rules import PII_RULES, PRIVATE_IP_RULES
 from kvfence.gateway.protection.rules import RuleSet
 from kvfence.gateway.protection.secret_rules import SECRET_RULES
@@ -51,9 +53,17 @@ class Detector:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvfence-detect")
 
     def scan(self, text: str) -> list[Finding]:
+        """Findings in ``text``, as spans of ``text`` itself. The detectors see it folded
+        (``normalise.py``: no zero-width or soft-hyphen characters, full-width forms, no-break spaces
+        and odd dashes made plain), so those disguises do not hide a value; each span is mapped back
+        to the caller's characters."""
         if not text:
             return []
-        return resolve_overlaps(self._pii.detect(text) + self._secrets.raw_findings(text))
+        folded = fold(text)
+        found = resolve_overlaps(self._pii.detect(folded.text) + self._secrets.raw_findings(folded.text))
+        if not folded.changed:
+            return found
+        return [replace(f, start=start, end=end) for f in found for start, end in (folded.span(f.start, f.end),)]
 
     def scan_all(self, texts: Sequence[str]) -> list[list[Finding]]:
         return [self.scan(text) for text in texts]

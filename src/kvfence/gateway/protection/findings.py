@@ -30,6 +30,10 @@ class Finding:
     category: Category
     score: float
     rule: str
+    # A value split across two texts of one request (``split_values.py``): the first piece carries the
+    # whole value (what its placeholder stands for), the later piece is removed (``continued``).
+    value: str | None = None
+    continued: bool = False
 
     @property
     def length(self) -> int:

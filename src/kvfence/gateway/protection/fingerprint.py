@@ -12,13 +12,19 @@ import hmac
 import re
 from collections.abc import Iterable
 
+from kvfence.gateway.protection.normalise import fold
+
 __all__ = ["Fingerprinter", "words"]
 
 _WORD = re.compile(r"\w+")
 
 
 def words(text: str) -> list[str]:
-    """Lowercase word tokens of ``text``; punctuation, whitespace and markup are separators."""
+    """Lowercase word tokens of ``text``; punctuation, whitespace and markup are separators. The text
+    is folded first (``normalise.py``), so a zero-width character or a full-width letter inside a word
+    does not make another word of it, in a prompt or in an answer."""
+    if not text.isascii():
+        text = fold(text).text
     return _WORD.findall(text.lower())
 
 

@@ -38,6 +38,7 @@ from kvfence.gateway.protection.pii_rules import PII_ENTITIES, RESTRICTED_PII
 from kvfence.gateway.protection.policy_checks import protection_policy_problems
 from kvfence.gateway.protection.pseudonymise import Pseudonymiser
 from kvfence.gateway.protection.secret_rules import SECRET_ENTITIES
+from kvfence.gateway.protection.split_values import merge_split, split_findings
 from kvfence.gateway.protection.topics import TOPICS, detect_topics
 
 __all__ = ["ProtectionHook", "tenant_unit", "tenant_unit_of"]
@@ -111,7 +112,13 @@ class ProtectionHook:
         except DetectorFailure:
             self.metrics.detector_failures.inc()
             raise
-        findings = [f for found in per_text for f in found]
+        try:
+            per_text = merge_split(per_text, split_findings(self._detector.scan, slots))
+        except Exception as exc:  # the boundary windows are small: scanned inline, but still fail closed
+            self.metrics.detector_failures.inc()
+            log.exception("data-protection detector failed; request refused")
+            raise DetectorFailure("data-protection scan failed; the request was not forwarded (fail closed)") from exc
+        findings = [f for found in per_text for f in found if not f.continued]  # a split value counts once
         for finding in findings:
             target = self._raise_map.get(finding.entity)
             if target is not None and ctx.raise_class(target, reason=f"detector:{finding.entity}"):

@@ -1,9 +1,13 @@
 """Where the text of an OpenAI request lives, so every piece of it is scanned and can be rewritten.
 
-Chat: each message's ``content`` (a string, or a list of parts whose ``text`` parts count), the
-``arguments`` of assistant tool calls and of the legacy ``function_call``; completions: ``prompt`` (a
-string or a list of strings) and ``suffix`` (text the model writes before, sent upstream like the
-prompt). System, user, assistant, tool and function messages are all scanned alike.
+Chat: each message's ``content`` (a string, or a list of parts whose ``text`` parts count), its
+``name`` (chat templates render it into the prompt), the ``arguments`` of assistant tool calls and of
+the legacy ``function_call``; completions: ``prompt`` (a string or a list of strings) and ``suffix``
+(text the model writes before, sent upstream like the prompt). System, user, assistant, tool and
+function messages are all scanned alike. Both endpoints: every string value inside the structures the
+backend turns into prompt text or decoding constraints (``tools`` / ``functions`` descriptions and
+schemas, ``response_format`` JSON schemas, vLLM's ``guided_json`` / ``guided_choice`` /
+``structured_outputs``), except the structural keys of a schema (``type``, ``$ref``, ``name`` ...).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ def _chat_slots(body: dict[str, Any]) -> list[TextSlot]:
         if not isinstance(message, dict):
             raise GatewayRequestError(f"messages[{i}] must be an object", param="messages")
         role = message.get("role") if isinstance(message.get("role"), str) else None
+        if isinstance(message.get("name"), str):
+            slots.append(TextSlot(("messages", i, "name"), message["name"], role))
         content = message.get("content")
         if isinstance(content, str):
             slots.append(TextSlot(("messages", i, "content"), content, role))
@@ -73,9 +79,36 @@ def _completion_slots(body: dict[str, Any]) -> list[TextSlot]:
                               "cannot be scanned: send the prompt as text", param="prompt")
 
 
+# Request fields whose strings reach the model as prompt text (tool and schema descriptions, enum
+# values, examples) or constrain what it writes.
+_SCHEMA_FIELDS = ("tools", "functions", "response_format", "guided_json", "guided_choice", "structured_outputs")
+# Keys whose string values are structure, not content: changing them would break the schema.
+_STRUCTURAL_KEYS = frozenset({"type", "$ref", "$schema", "$id", "name", "format", "strict", "pattern",
+                              "additionalProperties", "required", "tool_choice"})
+_MAX_DEPTH = 32
+
+
+def _json_slots(value: Any, path: Path, depth: int = 0) -> list[TextSlot]:
+    if depth > _MAX_DEPTH:
+        return []
+    if isinstance(value, str):
+        return [TextSlot(path, value)] if value else []
+    if isinstance(value, dict):
+        # a property *named* "name" is content; a "name" string is structure
+        return [slot for key, item in value.items() if not (isinstance(item, str) and key in _STRUCTURAL_KEYS)
+                for slot in _json_slots(item, (*path, key), depth + 1)]
+    if isinstance(value, list):
+        return [slot for i, item in enumerate(value) for slot in _json_slots(item, (*path, i), depth + 1)]
+    return []
+
+
 def text_slots(endpoint: str, body: dict[str, Any]) -> list[TextSlot]:
     """Every scannable string of a request body, in document order."""
-    return _chat_slots(body) if endpoint == "chat" else _completion_slots(body)
+    slots = _chat_slots(body) if endpoint == "chat" else _completion_slots(body)
+    for key in _SCHEMA_FIELDS:
+        if key in body:
+            slots += _json_slots(body[key], (key,))
+    return slots
 
 
 def set_texts(body: dict[str, Any], slots: Sequence[TextSlot], texts: Sequence[str]) -> dict[str, Any]:

@@ -80,7 +80,9 @@ class Pseudonymiser:
         cursor = 0
         for finding in findings:
             parts.append(text[cursor:finding.start])
-            parts.append(self.placeholder_for(text[finding.start:finding.end], finding))
+            if not finding.continued:  # a later piece of a split value goes: the first piece holds it
+                value = finding.value if finding.value is not None else text[finding.start:finding.end]
+                parts.append(self.placeholder_for(value, finding))
             cursor = finding.end
         parts.append(text[cursor:])
         return "".join(parts)
