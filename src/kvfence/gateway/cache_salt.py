@@ -13,10 +13,20 @@ from typing import Any
 from kvfence.engine.scope import CacheScope, compute_scope_key
 from kvfence.gateway.tenants import GatewayTenant
 
-__all__ = ["CLIENT_SALT_FIELDS", "apply_cache_salt", "tenant_cache_salt"]
+__all__ = ["CLIENT_SALT_FIELDS", "apply_cache_salt", "is_client_salt_field", "tenant_cache_salt"]
 
 # Fields through which a client could try to pick its own cache partition.
 CLIENT_SALT_FIELDS = ("cache_salt", "prompt_cache_key")
+_SALT_NAMES = frozenset(name.replace("_", "") for name in CLIENT_SALT_FIELDS)
+# Objects some clients and proxies merge into the top level before a backend reads the body (the
+# ``openai`` client does it on the caller's side; a raw body may still carry one).
+_MERGED_OBJECTS = ("extra_body",)
+
+
+def is_client_salt_field(name: str) -> bool:
+    """``cache_salt`` / ``prompt_cache_key`` under any casing or separator (``Cache-Salt``,
+    ``cacheSalt``): a backend or proxy that matches field names loosely would take any of them."""
+    return name.lower().replace("_", "").replace("-", "") in _SALT_NAMES
 
 
 def tenant_cache_salt(tenant: GatewayTenant, scope: CacheScope, secret: bytes) -> str:
@@ -25,13 +35,25 @@ def tenant_cache_salt(tenant: GatewayTenant, scope: CacheScope, secret: bytes) -
     return base64.urlsafe_b64encode(key).decode().rstrip("=")
 
 
-def apply_cache_salt(body: dict[str, Any], salt: str | None) -> bool:
-    """Strip any client salt from ``body`` and set ``salt`` if given; True if the client sent one (I5)."""
+def _strip(body: dict[str, Any]) -> bool:
     stripped = False
-    for name in CLIENT_SALT_FIELDS:
-        if name in body:
-            del body[name]
-            stripped = True
+    for name in [k for k in body if isinstance(k, str) and is_client_salt_field(k)]:
+        del body[name]
+        stripped = True
+    for name in _MERGED_OBJECTS:
+        nested = body.get(name)
+        if isinstance(nested, dict):
+            copy = dict(nested)  # the caller's nested object is not changed in place
+            if _strip(copy):
+                body[name] = copy
+                stripped = True
+    return stripped
+
+
+def apply_cache_salt(body: dict[str, Any], salt: str | None) -> bool:
+    """Strip any client salt from ``body`` (top level, any casing, and inside ``extra_body``) and set
+    ``salt`` if given; True if the client sent one (I5)."""
+    stripped = _strip(body)
     if salt is not None:
         body["cache_salt"] = salt
     return stripped

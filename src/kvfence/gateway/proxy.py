@@ -37,6 +37,7 @@ from kvfence.gateway.hooks import RequestContext
 from kvfence.gateway.limits import LimitLease
 from kvfence.gateway.plans import UpstreamPlan, parse_forwardable, with_cache_salt
 from kvfence.gateway.request_shape import check_request_shape
+from kvfence.gateway.routing import requested_classes
 from kvfence.gateway.runtime import BackendState, GatewayRuntime
 from kvfence.gateway.trace import RequestTrace
 from kvfence.gateway.upstream import UpstreamClient, UpstreamResponse
@@ -88,9 +89,12 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
         trace.initial_class = trace.data_class = ctx.data_class
         trace.annotations = ctx.annotations
         asked = wanted[DATA_CLASS_HEADER]
-        # The header can raise the class, never lower it below the tenant's default.
-        if asked is not None and not ctx.raise_class(asked.strip(), reason="header"):
-            ctx.annotations["header_class_ignored"] = asked.strip()
+        # The header can raise the class, never lower it below the tenant's default; given several
+        # times (or as a list) the most sensitive wins, and an unknown name is a 400.
+        if asked is not None:
+            for name in requested_classes([asked]):
+                if not ctx.raise_class(name, reason="header"):
+                    ctx.annotations["header_class_ignored"] = name
         for hook in runtime.hooks:
             try:
                 body = await hook.on_request(ctx, body)
@@ -155,8 +159,11 @@ def _wanted_headers(raw_headers: list[tuple[bytes, bytes]]) -> dict[bytes, str |
     raw list: Starlette's ``Headers`` builds a mapping and scans it again on every lookup."""
     found: dict[bytes, str | None] = dict.fromkeys(_WANTED_HEADERS)
     for name, value in raw_headers:
-        if name in found and found[name] is None:
-            found[name] = value.decode("latin-1")
+        if name in found:
+            if found[name] is None:
+                found[name] = value.decode("latin-1")
+            elif name == DATA_CLASS_HEADER:  # every X-Data-Class counts: a later one must not be lost
+                found[name] = f"{found[name]},{value.decode('latin-1')}"
     return found
 
 

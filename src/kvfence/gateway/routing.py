@@ -31,11 +31,21 @@ __all__ = [
     "choose_backends",
     "effective_cache_scope",
     "refusal_reason",
+    "requested_classes",
     "salt_scope",
     "version_tuple",
 ]
 
 AccountKind = str  # "tenant" | "organization" | "shared" | "none"
+
+
+def requested_classes(values: Sequence[str]) -> list[str]:
+    """The class names an ``X-Data-Class`` header asks for: every occurrence of the header and every
+    comma-separated item (HTTP joins repeated fields with commas), blanks dropped. The caller raises
+    the request to each in turn, so the most sensitive one wins and a second header can never lower
+    what the first asked (a proxy or client library that adds its own header does not undo the
+    caller's)."""
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
 
 
 @dataclass(frozen=True, slots=True)
