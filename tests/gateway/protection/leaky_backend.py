@@ -1,6 +1,6 @@
 """A chat backend that can be made to answer over the previous request's prompt (the incident's bug).
 
-``POST /_mode {"mode": "benign" | "echo" | "leak"}``:
+``POST /_mode {"mode": "benign" | "echo" | "leak" | "leak_disguised"}``:
 
 - ``benign``: a generic answer that quotes a few words of the caller's own last message;
 - ``echo``: the caller's own last message, verbatim (placeholders included);
@@ -40,6 +40,8 @@ def build() -> Starlette:
         own = last_user(body)
         if state["mode"] == "leak":
             text = state["previous"]
+        elif state["mode"] == "leak_disguised":  # the same leak, in capitals, spread out, zero-width inside words
+            text = "  ".join(w[:2] + "\u200b" + w[2:] for w in state["previous"].upper().split())
         elif state["mode"] == "echo":
             text = own
         else:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from kvfence.gateway.protection.fingerprint import Fingerprinter
 from kvfence.gateway.protection.leak_index import FingerprintIndex
+from kvfence.gateway.protection.normalise import fold
 
 __all__ = ["MODEL_OWNER", "AnswerScanner", "CanaryBook", "LeakEvidence", "LeakMonitor"]
 
@@ -100,6 +101,10 @@ class AnswerScanner:
     def feed(self, delta: str) -> LeakEvidence | None:
         if self.evidence is not None or not delta:
             return self.evidence
+        if not delta.isascii():
+            # as the prompts were fingerprinted (fingerprint.words): a zero-width character, soft
+            # hyphen or full-width letter inside a copied word must not make it another word
+            delta = fold(delta).text
         canaries = self._monitor.canaries
         if canaries is not None:
             window = self._tail + delta
