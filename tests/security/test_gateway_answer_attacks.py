@@ -69,3 +69,23 @@ def test_a_placeholder_split_across_one_character_chunks_is_restored() -> None:
     run(hook.on_request(c, chat("mail ann@acme.io")))
     assert answer_through(hook, c, "Write to <EMAIL_1>, not <EMAIL_1x>.", chunk=1) == \
         "Write to ann@acme.io, not <EMAIL_1x>."
+
+
+def test_placeholders_in_streamed_tool_call_arguments_are_restored_across_chunks() -> None:
+    from kvfence.gateway.answer_filter import AnswerFilter, FilterChain
+
+    hook, _ = make_hook(make_policy())
+    c = ctx("acme", stream=True)
+    run(hook.on_request(c, chat("mail ann@acme.io")))
+    answer = AnswerFilter("chat", lambda: FilterChain([hook.response_filter(c)]))
+    arguments = '{"to": "<EMAIL_1>", "cc": "<EMAIL_7>"}'
+    out = []
+    for i in range(0, len(arguments), 4):  # the placeholder is split over several chunks
+        chunk = {"choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "function": {"arguments": arguments[i:i + 4]}}]}, "finish_reason": None}]}
+        out.append(answer.filter_chunk(chunk))
+    out.append(answer.filter_chunk({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}))
+    out += answer.flush()
+    sent = "".join(call["function"].get("arguments") or "" for chunk in out for choice in chunk["choices"]
+                   for call in choice.get("delta", {}).get("tool_calls") or [])
+    assert sent == '{"to": "ann@acme.io", "cc": "<EMAIL_7>"}'
