@@ -16,7 +16,7 @@ import pytest
 from kvfence.gateway.tenants import hash_api_key
 from tests.gateway.conftest import FakeBackend, Gateway
 
-KEYS = {name: f"kvf-gw-reserve-{name}-key" for name in ("big", "busy-stream", "busy-whole", "cut")}
+KEYS = {name: f"kvf-gw-reserve-{name}-key" for name in ("big", "busy-stream", "busy-whole", "cut", "unnamed")}
 # A prompt of "hi" is 8 tokens by the approximate counter; with max_tokens=40 a request reserves 48.
 PER_REQUEST = 48
 
@@ -31,7 +31,7 @@ def policy(backend: FakeBackend, audit: Path) -> dict[str, Any]:
         "data_classes": [{"name": "public", "allowed_tiers": ["shared"]}],
         "backends": [{"name": "fake", "url": backend.url, "tier": "shared", "capacity": "policy"}],
         "tenants": [tenant("big", 1000), tenant("busy-stream", 2 * PER_REQUEST + 5),
-                    tenant("busy-whole", 2 * PER_REQUEST + 5), tenant("cut", 64)],
+                    tenant("busy-whole", 2 * PER_REQUEST + 5), tenant("cut", 64), tenant("unnamed", 1000)],
     }
 
 
@@ -124,3 +124,27 @@ def test_a_stream_cut_short_settles_its_reservation(gateway: Gateway, backend: F
     # Settled to what was generated (8 characters, counted as 3 tokens): 8 + 3 in the window and nothing
     # held, so another 48 fit the limit of 64. Had the 40 stayed reserved, 11 + 40 + 48 would not.
     assert chat(cut, stream=False, max_tokens=40) == "hello from reserve-backend"
+
+
+def test_requests_without_max_tokens_are_held_to_the_limit(gateway: Gateway, backend: FakeBackend) -> None:
+    """No max_tokens and a backend whose context is unknown: each request reserves the stated default
+    (4096), capped to what the limit of 1000 leaves after its prompt. Before, such requests reserved
+    nothing and all four ran at once, each free to generate up to the backend's context."""
+    unnamed = client(gateway, "unnamed")
+    backend.control(delay_s=1.5)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(chat, unnamed, stream=i % 2 == 0) for i in range(4)]
+            outcomes: list[str] = []
+            for f in futures:
+                try:
+                    outcomes.append(f.result(timeout=30))
+                except openai.RateLimitError as exc:
+                    assert exc.response.json()["error"]["code"] == "tokens_per_minute_exceeded"
+                    outcomes.append("429")
+    finally:
+        backend.control(delay_s=0.0)
+    assert sorted(outcomes) == ["429", "429", "429", "hello from reserve-backend"]
+    # settled when it ended: the next ones run one after another without waiting for the window
+    for stream in (True, False, True):
+        assert chat(unnamed, stream=stream) == "hello from reserve-backend"
