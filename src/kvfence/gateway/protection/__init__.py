@@ -3,8 +3,11 @@
 The gateway imports :func:`build_hooks` lazily and calls it once at start-up with the validated
 policy; it returns the :class:`~kvfence.gateway.protection.hook.ProtectionHook` (or nothing when
 ``gateway.protection.enabled`` is false). Pure parts, usable on their own: :mod:`.rules`,
-:mod:`.pii_rules`, :mod:`.secret_rules` (detectors), :mod:`.pseudonymise` and :mod:`.streaming`
-(placeholders), :mod:`.fingerprint`, :mod:`.leak_index` and :mod:`.leak` (leak detection).
+:mod:`.pii_rules`, :mod:`.secret_rules`, :mod:`.address_rules` (detectors), :mod:`.normalise` (the
+Unicode folding detectors and leak scans see), :mod:`.messages` and :mod:`.split_values` (which texts
+of a request are scanned, and values split across two of them), :mod:`.pseudonymise` and
+:mod:`.streaming` (placeholders), :mod:`.fingerprint`, :mod:`.leak_index` and :mod:`.leak` (leak
+detection).
 """
 
 from __future__ import annotations
