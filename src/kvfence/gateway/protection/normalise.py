@@ -25,6 +25,7 @@ INVISIBLE = frozenset("\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b\u180c\u1
 # Dashes NFKC leaves alone that a reader takes for "-" (phone groups, IBAN groups, dates).
 _DASHES = dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2043\u2212\ufe58\ufe63\uff0d"), "-")
 _NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
+_SPECIAL = re.compile("[" + re.escape("".join(sorted(INVISIBLE)) + "".join(map(chr, _DASHES))) + "]")
 
 
 def _fold_char(ch: str) -> str:
@@ -61,7 +62,7 @@ def fold(text: str) -> Folded:
     spaces, odd dashes, ``＠``) made plain; ``origin`` maps back (None when nothing changed)."""
     if text.isascii():
         return Folded(text, text)
-    runs = [m for m in _NON_ASCII_RUN.finditer(text) if _fold_run(m.group(0)) != m.group(0)]
+    runs = [m for m in _NON_ASCII_RUN.finditer(text) if _needs_folding(m.group(0))]
     if not runs:
         return Folded(text, text)
     pieces: list[str] = []
@@ -81,5 +82,6 @@ def fold(text: str) -> Folded:
     return Folded("".join(pieces), text, tuple(origin))
 
 
-def _fold_run(run: str) -> str:
-    return "".join(_fold_char(ch) for ch in run)
+def _needs_folding(run: str) -> bool:
+    # both checks run in C: accented or CJK prose costs no per-character Python
+    return _SPECIAL.search(run) is not None or not unicodedata.is_normalized("NFKC", run)
