@@ -115,6 +115,10 @@ def test_digits_at_two_message_boundaries_are_not_a_card() -> None:
     {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {
         "name": "lookup", "description": "look up jane.doe@example.org", "parameters": {"type": "object"}}}]},
     {"model": "m", "messages": [{"role": "user", "content": "hi"}], "guided_choice": ["jane.doe@example.org", "no"]},
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}], "user": "jane.doe@example.org"},
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}], "metadata": {"customer": "jane.doe@example.org"}},
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+     "prediction": {"type": "content", "content": "Dear jane.doe@example.org,"}},
 ])
 def test_fields_that_reach_the_model_are_scanned(body: dict[str, Any]) -> None:
     sent = outgoing(body)

@@ -81,7 +81,10 @@ def _completion_slots(body: dict[str, Any]) -> list[TextSlot]:
 
 # Request fields whose strings reach the model as prompt text (tool and schema descriptions, enum
 # values, examples) or constrain what it writes.
-_SCHEMA_FIELDS = ("tools", "functions", "response_format", "guided_json", "guided_choice", "structured_outputs")
+_SCHEMA_FIELDS = ("tools", "functions", "response_format", "guided_json", "guided_choice", "structured_outputs",
+                  # text the model is given besides the messages (predicted output, vLLM's RAG
+                  # `documents`), and what a hosted API stores with the request (`user`, `metadata`)
+                  "prediction", "documents", "user", "metadata")
 # Keys whose string values are structure, not content: changing them would break the schema.
 _STRUCTURAL_KEYS = frozenset({"type", "$ref", "$schema", "$id", "name", "format", "strict", "pattern",
                               "additionalProperties", "required", "tool_choice"})
