@@ -99,3 +99,22 @@ def test_generate_refuses_an_unknown_kv_cache_dtype(default_model_dir: Path, cap
     with pytest.raises(SystemExit) as info:
         main(["generate", "--model", str(default_model_dir), "--prompt", "x", "--kv-cache-dtype", "fp8"])
     assert info.value.code == 2 and "--kv-cache-dtype" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("device", "cuda_devices", "message"), [
+    ("cuda", 0, "no CUDA device is available"),
+    ("cuda:3", 2, "has 2 CUDA device(s)"),
+    ("cuda:x", 1, "device must be 'auto', 'cpu' or 'cuda[:N]'"),
+])
+def test_generate_on_a_cuda_device_this_machine_lacks_is_a_clean_error(
+    default_model_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    device: str, cuda_devices: int, message: str,
+) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda_devices > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: cuda_devices)
+    with pytest.raises(SystemExit) as info:
+        main(["generate", "--model", str(default_model_dir), "--prompt", "x", "--device", device])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and message in err and "Traceback" not in err

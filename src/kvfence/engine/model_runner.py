@@ -17,6 +17,7 @@ from kvfence.engine.loader import load_model
 from kvfence.engine.models.llama import FusedLinear
 from kvfence.engine.prompt_logprobs import PromptScores, positions_to_score, score_positions
 from kvfence.engine.scheduler import ScheduledSeq
+from kvfence.errors import ConfigError
 
 __all__ = ["ModelRunner", "resolve_device", "torch_dtype"]
 
@@ -30,9 +31,21 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 def resolve_device(name: str) -> torch.device:
+    """The torch device for ``auto``, ``cpu`` or ``cuda[:N]``; a CUDA device this machine lacks is a ConfigError."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {name!r}") from exc
+    if device.type == "cuda":
+        # Checked here so that the user reads what to change, not torch's lazy-init traceback.
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--device {name}: no CUDA device is available here (use --device cpu or auto)")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"--device {name}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+    return device
 
 
 class ModelRunner:
