@@ -56,3 +56,22 @@ def test_missing_secret_and_credentials_are_named(tmp_path: Path) -> None:
 def test_run_without_config_is_a_usage_error() -> None:
     result = CliRunner().invoke(gateway, [])
     assert result.exit_code == 2 and "--config" in result.output
+
+
+@pytest.mark.parametrize("server", ["uvicorn", "lean"])
+def test_a_port_in_use_is_one_error_line_with_exit_2(tmp_path: Path, server: str) -> None:
+    import os
+    import socket
+
+    env = {**os.environ, "KVFENCE_GATEWAY_SECRET": "x" * 32, "HOSTED_API_KEY": "k",
+           "ACME_DEDICATED_KEY": "k", "GLOBEX_DEDICATED_KEY": "k"}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([KVFENCE, "gateway", "--config", str(SAMPLE), "--port", str(port), "--server", server,
+                               "--audit-log", f"sqlite:///{tmp_path}/a.db"],
+                              capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: the address is already in use" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -80,3 +80,17 @@ def test_start_up_line_and_serving(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_port_in_use_is_one_error_line_with_exit_2(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run([*KVFENCE, "serve", "--no-auth", "--port", str(port)], capture_output=True, text=True,
+                             timeout=60, env=_env(tmp_path))
+    assert out.returncode == 2, out.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: the address is already in use" in out.stderr
+    assert "listening on" not in out.stderr and "Traceback" not in out.stderr

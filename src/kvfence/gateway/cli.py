@@ -58,7 +58,7 @@ _config_option = click.option("--config", "config", type=click.Path(dir_okay=Fal
                               help="Policy file (YAML).")
 
 
-# Which HTTP server runs the gateway when --server is not given: this variable, else "lean".
+# Which HTTP server runs the gateway when --server is not given: this variable, else "uvicorn".
 SERVER_ENV = "KVFENCE_GATEWAY_SERVER"
 SERVERS = ("lean", "uvicorn")
 
@@ -74,7 +74,12 @@ def _serve(config: Path, host: str, port: int, audit_log: str | None, log_level:
     policy = load_policy(config)
     count = workers if workers is not None else policy.gateway.workers
     if count == 1:
-        code = _serve_process(config, policy, host, port, audit_log, log_level, server, graceful_timeout)
+        from kvfence.listen import bind_listening_socket
+
+        # Bound before the server starts: a port in use is one error line (exit code 2), from either server.
+        sock = bind_listening_socket(host, port)
+        code = _serve_process(config, policy, host, sock.getsockname()[1], audit_log, log_level, server,
+                              graceful_timeout, sock=sock)
         if code:
             raise SystemExit(code)
         return
@@ -91,7 +96,12 @@ def _serve_workers(count: int, config: Path, policy: Any, host: str, port: int, 
     if problems:
         raise ConfigError("\n".join(problems))
     worker_policy = split_limits(policy, count)
-    sock = WorkerSocket(host, port)
+    try:
+        sock = WorkerSocket(host, port)
+    except OSError as exc:
+        from kvfence.listen import bind_error
+
+        raise bind_error(host, port, exc) from exc
     click.echo(f"kvfence gateway: {count} workers on http://{host}:{sock.port} "
                f"({'SO_REUSEPORT' if sock.reuse_port else 'one shared socket'})", err=True)
 
@@ -168,7 +178,7 @@ def _run_options(func: Any) -> Any:
     func = click.option("--graceful-timeout", default=30.0, show_default=True, type=click.FloatRange(0),
                         help="On SIGTERM/SIGINT, seconds that answers in progress get to finish.")(func)
     func = click.option("--server", type=click.Choice(SERVERS), default=None,
-                        help=f"HTTP server: lean (asyncio + httptools, the default) or uvicorn; "
+                        help=f"HTTP server: uvicorn (the default) or lean (asyncio + httptools); "
                              f"${SERVER_ENV} when not given.")(func)
     func = click.option("--workers", default=None, type=click.IntRange(1, 256),
                         help="Gateway processes accepting on the port (default: gateway.workers, 1). With more "

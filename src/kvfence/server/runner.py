@@ -8,6 +8,7 @@ from typing import Any
 import uvicorn
 
 from kvfence.errors import KvfenceError
+from kvfence.listen import bind_listening_socket
 from kvfence.server.app import create_app
 from kvfence.server.config import ServerConfig
 from kvfence.server.keys import KeyRing
@@ -44,14 +45,21 @@ def run_server(config: ServerConfig, engine_config: Any, *, log_level: str = "in
 
         return LLMEngine(engine_config)
 
+    # Bound before anything starts: a port in use is one error line and exit code 2, never
+    # "listening on" followed by uvicorn's own failure.
+    sock = bind_listening_socket(config.host, config.port)
+    port = sock.getsockname()[1]
     app = create_app(config, factory, secret=secret, keyring=keyring, on_fatal=on_fatal)
     server = uvicorn.Server(uvicorn.Config(
-        app, host=config.host, port=config.port, log_level=log_level, access_log=log_level == "debug",
+        app, host=config.host, port=port, log_level=log_level, access_log=log_level == "debug",
         timeout_graceful_shutdown=5,
     ))
     log.info("listening on http://%s:%d (the model loads in the background; requests get 503 until then)",
-             config.host, config.port)
-    server.run()
+             config.host, port)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
     if fatal:
         exc = fatal[0]
         if isinstance(exc, KvfenceError):
