@@ -60,3 +60,22 @@ def test_handoff_key_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         read_handoff_key(f)
     with pytest.raises(ConfigError, match="cannot read"):
         read_handoff_key(tmp_path / "missing")
+
+
+def test_a_prefill_worker_on_a_port_in_use_is_one_error_line_with_exit_2(
+    model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    from kvfence.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SystemExit) as info:
+            main(["disagg", "prefill-worker", "--listen", f"tcp://127.0.0.1:{port}", "--model", str(model_dir),
+                  "--kv-cache-tokens", "1024", "--max-model-len", "auto", "--device", "cpu", "--log-level", "error"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert f"cannot listen on tcp://127.0.0.1:{port}" in err and "Traceback" not in err

@@ -173,6 +173,8 @@ class DisaggregatedEngine:
                 log.warning("UNSAFE: no handoff key for the prefill worker at %s: whoever can reach or replace "
                             "it can forge manifests and pages", address)
         self.prefill_address = address
+        if cfg.prefill_address is not None:  # requests get 503 until then: say what the server waits for
+            log.info("waiting up to %.0f s for the prefill worker at %s", cfg.connect_timeout_s, address)
         self.socket.connect(address)
         self.socket.send_multipart(encode(MessageKind.HELLO, {"protocol": PROTOCOL_VERSION}))
         deadline = time.monotonic() + cfg.connect_timeout_s

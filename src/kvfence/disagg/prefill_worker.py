@@ -36,7 +36,7 @@ from kvfence.engine.llm_engine import LLMEngine, banned_until_min_tokens
 from kvfence.engine.sampling_params import SamplingParams
 from kvfence.engine.scheduler import ScheduledSeq, SchedulerOutput
 from kvfence.engine.sequence import Sequence
-from kvfence.errors import InvalidParameterError, IsolationViolation, RequestError
+from kvfence.errors import ConfigError, InvalidParameterError, IsolationViolation, RequestError
 
 __all__ = ["PrefillWorker"]
 
@@ -78,7 +78,12 @@ class PrefillWorker:
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.socket.setsockopt(zmq.SNDHWM, 0)
         self.socket.setsockopt(zmq.RCVHWM, 0)
-        self.socket.bind(listen)
+        try:
+            self.socket.bind(listen)
+        except zmq.ZMQError as exc:  # a port in use, a bad path: what to change, not a traceback
+            self.close()
+            hint = "; choose another --listen" if exc.errno == zmq.EADDRINUSE else ""
+            raise ConfigError(f"cannot listen on {listen}: {exc.strerror}{hint}") from exc
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self.num_handoffs = 0
         self.num_rejected = 0
