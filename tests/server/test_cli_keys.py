@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
+from kvfence.cli import main
 from kvfence.server.cli import keys, parse_size
 from kvfence.server.keys import KeyRing
 
@@ -38,3 +40,9 @@ def test_parse_size() -> None:
     assert parse_size("512MB") == 512_000_000
     assert parse_size("2G") == 2 << 30
     assert parse_size("1024") == 1024
+
+
+def test_listing_a_keys_file_that_does_not_exist_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["keys", "list", "--file", str(tmp_path / "kyes.toml")])
+    assert info.value.code == 2 and "no keys file at" in capsys.readouterr().err

@@ -105,7 +105,7 @@ def keys() -> None:
 
 
 _file_option = click.option("--file", "path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-                            help="The keys file (created if missing).")
+                            help="The keys file (TOML; `keys add` creates it).")
 
 
 @keys.command("add")
@@ -131,6 +131,8 @@ def keys_add(path: Path, organization: str, workspace: str, name: str,
 @_file_option
 def keys_list(path: Path) -> None:
     """List keys (organization, workspace, name, limits); secrets are never stored."""
+    if not path.exists():  # a mistyped name would otherwise read as an empty, valid keys file
+        raise ConfigError(f"no keys file at {path} (`kvfence keys add --file {path} ...` creates it)")
     entries = load_keys(path)
     if not entries:
         click.echo(f"no keys in {path}", err=True)
