@@ -14,6 +14,15 @@ GATEWAY_PORT=${3:-${GATEWAY_PORT:-8080}}
 KVFENCE=${KVFENCE:-.venv/bin/kvfence}
 PY=${PY:-.venv/bin/python}
 
+# A port already taken would let the health checks below reach whatever holds it (another
+# kvfence, say) and fail later with a confusing error; say it now instead.
+for port in "$PORT" "$GATEWAY_PORT"; do
+    if ! "$PY" -c "import socket, sys; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((sys.argv[1], int(sys.argv[2])))" "$HOST" "$port" 2>/dev/null; then
+        echo "make run: $HOST:$port is already in use (another kvfence?); stop it, or pick free ports: make run PORT=9000 GATEWAY_PORT=9080" >&2
+        exit 2
+    fi
+done
+
 DEMO_DIR=$(mktemp -d -t kvfence-demo-XXXXXX)
 KEYS="$DEMO_DIR/keys.toml"
 SERVER_PID=""
