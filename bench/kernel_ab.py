@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
+from decode_weights import INTERMEDIATE, VOCAB, decode_step_weights
 from kvfence.engine.kernels.build import find_compiler
 
-HIDDEN, INTERMEDIATE, VOCAB, LAYERS = 576, 1536, 49152, 30
 _FLAGS = ["-O3", "-std=c++17", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC"]
 
 
@@ -63,11 +63,7 @@ def main() -> None:
     libs = {"before": build(args.before_src, tmp / "before.so"), "now": build(here, tmp / "now.so")}
     tiled_from = dict(zip(libs, args.tiled_from, strict=True))
     gen = torch.Generator().manual_seed(0)
-    weights = []
-    for _ in range(LAYERS):
-        weights += [torch.randn(HIDDEN + 384, HIDDEN, generator=gen), torch.randn(HIDDEN, HIDDEN, generator=gen),
-                    torch.randn(2 * INTERMEDIATE, HIDDEN, generator=gen), torch.randn(HIDDEN, INTERMEDIATE, generator=gen)]
-    weights.append(torch.randn(VOCAB, HIDDEN, generator=gen))
+    weights = decode_step_weights(gen)
     max_rows = max(int(r) for r in args.rows.split(","))
     x = torch.randn(max_rows, INTERMEDIATE, generator=gen)
     y = torch.empty(max_rows * VOCAB)

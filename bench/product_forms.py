@@ -19,11 +19,10 @@ import time
 
 import torch
 
+from decode_weights import INTERMEDIATE, VOCAB, decode_step_weights
 from kvfence.engine.kernels.library import cpu_kernels
 from kvfence.engine.kernels.ops import MIN_PARALLEL_WEIGHTS
 from kvfence.engine.kernels.packed_weights import PACKED_MAX_ROWS, PACKED_MIN_ROWS, pack_weight
-
-HIDDEN, INTERMEDIATE, VOCAB, LAYERS = 576, 1536, 49152, 30
 
 
 def main() -> None:
@@ -37,11 +36,7 @@ def main() -> None:
         raise SystemExit("the CPU kernels are not in use here")
     torch.set_num_threads(args.threads)
     gen = torch.Generator().manual_seed(0)
-    weights = []
-    for _ in range(LAYERS):
-        weights += [torch.randn(HIDDEN + 384, HIDDEN, generator=gen), torch.randn(HIDDEN, HIDDEN, generator=gen),
-                    torch.randn(2 * INTERMEDIATE, HIDDEN, generator=gen), torch.randn(HIDDEN, INTERMEDIATE, generator=gen)]
-    weights.append(torch.randn(VOCAB, HIDDEN, generator=gen))
+    weights = decode_step_weights(gen)
     panels = [pack_weight(w) for w in weights]
     rows_list = [int(r) for r in args.rows.split(",")]
     x = torch.randn(max(rows_list), INTERMEDIATE, generator=gen)
