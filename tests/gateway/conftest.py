@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 import yaml
 
@@ -114,6 +115,25 @@ class Gateway(Process):
                          port, env=env, log_path=tmp / "gateway.log")
         self.url = f"http://127.0.0.1:{port}/v1"
         self.root = f"http://127.0.0.1:{port}"
+
+
+_OPEN_CLIENTS: list[openai.OpenAI] = []
+
+
+def openai_client(base_url: str, api_key: str, **kw: Any) -> openai.OpenAI:
+    """An ``openai`` client closed when the test module ends. One dropped unclosed keeps its pooled
+    keep-alive socket open until the garbage collector finds it: a ResourceWarning that ``-W error``
+    turns into a failed run (seen with the lean server, which keeps idle connections open longer)."""
+    client = openai.OpenAI(base_url=base_url, api_key=api_key, **kw)
+    _OPEN_CLIENTS.append(client)
+    return client
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_openai_clients() -> Iterator[None]:
+    yield
+    while _OPEN_CLIENTS:
+        _OPEN_CLIENTS.pop().close()
 
 
 @pytest.fixture(scope="session")

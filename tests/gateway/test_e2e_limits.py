@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from kvfence.gateway.tenants import hash_api_key
-from tests.gateway.conftest import FakeBackend, Gateway
+from tests.gateway.conftest import FakeBackend, Gateway, openai_client
 
 WINDOW_S = 3.0  # gateway.limit_window_s: a short window so that the test can watch it slide
 KEYS = {name: f"kvf-gw-limits-{name}-key" for name in ("tpm", "neighbour", "asks", "nousage", "single")}
@@ -64,7 +64,7 @@ def gateway(request: pytest.FixtureRequest, backend: FakeBackend,
 
 
 def client(gw: Gateway, tenant: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.url, api_key=KEYS[tenant], max_retries=0)
+    return openai_client(gw.url, KEYS[tenant], max_retries=0)
 
 
 def stream_chat(c: openai.OpenAI, **kw: Any) -> list[Any]:

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from kvfence.gateway.tenants import hash_api_key
-from tests.gateway.conftest import FakeBackend, Gateway
+from tests.gateway.conftest import FakeBackend, Gateway, openai_client
 
 KEYS = {name: f"kvf-gw-reserve-{name}-key" for name in ("big", "busy-stream", "busy-whole", "cut", "unnamed")}
 # A prompt of "hi" is 8 tokens by the approximate counter; with max_tokens=40 a request reserves 48.
@@ -51,7 +51,7 @@ def gateway(backend: FakeBackend, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 def client(gw: Gateway, tenant: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.url, api_key=KEYS[tenant], max_retries=0)
+    return openai_client(gw.url, KEYS[tenant], max_retries=0)
 
 
 def chat(c: openai.OpenAI, *, stream: bool, **kw: Any) -> str:
@@ -89,24 +89,33 @@ def test_one_huge_max_tokens_is_refused_before_it_reaches_the_backend(gateway: G
     assert metric(gateway, "kvfence_gateway_tokens_total", tenant="big", kind="completion", source="usage") == 14
 
 
-@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
-def test_concurrent_requests_are_held_to_the_limit_then_settled(gateway: Gateway, backend: FakeBackend,
-                                                                 stream: bool) -> None:
-    busy = client(gateway, "busy-stream" if stream else "busy-whole")
-    backend.control(delay_s=1.5)  # the answers overlap
+def _four_at_once(backend: FakeBackend, c: openai.OpenAI, streams: list[bool], **kw: Any) -> tuple[list[str], list[str]]:
+    """Four chats whose answers overlap (the backend waits 1.5 s): each one's text or "429", and the
+    429s' messages (each must be a tokens-per-minute refusal)."""
+    outcomes: list[str] = []
+    refusals: list[str] = []
+    backend.control(delay_s=1.5)
     try:
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            futures = [pool.submit(chat, busy, stream=stream, max_tokens=40) for _ in range(4)]
-            outcomes: list[str] = []
+        with concurrent.futures.ThreadPoolExecutor(len(streams)) as pool:
+            futures = [pool.submit(chat, c, stream=stream, **kw) for stream in streams]
             for f in futures:
                 try:
                     outcomes.append(f.result(timeout=30))
                 except openai.RateLimitError as exc:
                     assert exc.response.json()["error"]["code"] == "tokens_per_minute_exceeded"
-                    assert f"{2 * PER_REQUEST + 5} tokens per minute" in exc.response.json()["error"]["message"]
+                    refusals.append(exc.response.json()["error"]["message"])
                     outcomes.append("429")
     finally:
         backend.control(delay_s=0.0)
+    return outcomes, refusals
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_concurrent_requests_are_held_to_the_limit_then_settled(gateway: Gateway, backend: FakeBackend,
+                                                                 stream: bool) -> None:
+    busy = client(gateway, "busy-stream" if stream else "busy-whole")
+    outcomes, refusals = _four_at_once(backend, busy, [stream] * 4, max_tokens=40)
+    assert all(f"{2 * PER_REQUEST + 5} tokens per minute" in message for message in refusals)
     # two reservations of 48 fit the limit of 101; the other two are refused while they are held
     assert sorted(outcomes) == ["429", "429", "hello from reserve-backend", "hello from reserve-backend"]
     # settled to 7 completion tokens each: 2 x (8 + 7) = 30 stay in the window, so 48 more fit again
@@ -131,19 +140,7 @@ def test_requests_without_max_tokens_are_held_to_the_limit(gateway: Gateway, bac
     (4096), capped to what the limit of 1000 leaves after its prompt. Before, such requests reserved
     nothing and all four ran at once, each free to generate up to the backend's context."""
     unnamed = client(gateway, "unnamed")
-    backend.control(delay_s=1.5)
-    try:
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            futures = [pool.submit(chat, unnamed, stream=i % 2 == 0) for i in range(4)]
-            outcomes: list[str] = []
-            for f in futures:
-                try:
-                    outcomes.append(f.result(timeout=30))
-                except openai.RateLimitError as exc:
-                    assert exc.response.json()["error"]["code"] == "tokens_per_minute_exceeded"
-                    outcomes.append("429")
-    finally:
-        backend.control(delay_s=0.0)
+    outcomes, _ = _four_at_once(backend, unnamed, [True, False, True, False])
     assert sorted(outcomes) == ["429", "429", "429", "hello from reserve-backend"]
     # settled when it ended: the next ones run one after another without waiting for the window
     for stream in (True, False, True):
