@@ -160,9 +160,13 @@ def test_sigterm_lets_a_stream_in_flight_finish(gateway: Gateway, upstream: Fake
             result["status"] = response.status_code
             result["body"] = b"".join(response.iter_raw())
 
+    upstream.clear()
     thread = threading.Thread(target=stream)
     thread.start()
-    time.sleep(0.6)
+    deadline = time.monotonic() + 20  # the stop must find the stream in flight (a busy machine is slow to send it)
+    while not upstream.received() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert upstream.received(), "the stream never reached the backend"
     gateway.proc.send_signal(signal.SIGTERM)
     time.sleep(0.2)
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", gateway.port), timeout=1) as late:

@@ -246,8 +246,9 @@ def test_a_poisoned_request_fails_alone_and_the_others_finish_unchanged(faulty: 
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     undisturbed = {who: _texts(events) for who, events in _run_victims(faulty).items()}
     baseline = faulty.wait_idle().num_used_pages
-    # On a busy machine a victim can finish its 40 tokens before the poison is sent: slow each step.
-    slow_down_steps(faulty, monkeypatch)
+    # On a busy machine one victim's stream can start late, after another finished its 40 tokens:
+    # 50 ms a step keeps every victim running for 2 s or more.
+    slow_down_steps(faulty, monkeypatch, delay_s=0.05)
     watch = FreshPageWatch(faulty.engine)
     answers: list[httpx.Response] = []
     in_flight: list[int] = []

@@ -77,14 +77,14 @@ class RunningServer:
 STEP_DELAY_S = 0.01
 
 
-def slow_down_steps(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make every engine step take at least ``STEP_DELAY_S``, so that a long answer cannot finish
+def slow_down_steps(server: RunningServer, monkeypatch: pytest.MonkeyPatch, delay_s: float = STEP_DELAY_S) -> None:
+    """Make every engine step take at least ``delay_s``, so that a long answer cannot finish
     before the client hangs up (on a busy 2-core machine the tiny model can outrun the reader)."""
     engine = server.engine
     step = engine.step
 
     def slowed() -> Any:
-        time.sleep(STEP_DELAY_S)
+        time.sleep(delay_s)
         return step()
 
     monkeypatch.setattr(engine, "step", slowed)
