@@ -16,7 +16,6 @@ import torch
 
 from kvfence.engine.llm import LLM
 from kvfence.engine.sampling_params import SamplingParams
-from kvfence.errors import ContextLengthExceededError
 from tests.engine.tiny_models import build_tiny_model, hf_greedy
 
 NEW_TOKENS = 12
@@ -104,20 +103,6 @@ def test_older_config_json_spellings_rope_scaling_and_top_level_theta(tmp_path: 
     config["torch_dtype"] = config.pop("dtype", "float32")
     (model_dir / "config.json").write_text(json.dumps(config))
     _assert_matches_transformers(model_dir)
-
-
-def test_qwen2_mixing_windowed_and_full_layers_is_served_up_to_its_window(tmp_path: Path) -> None:
-    """Layer 0 full, layer 1 windowed: one mask for every layer is only right while the window does
-    not bind, so the model is served up to its window, exactly, and a longer request is refused."""
-    window = 24
-    model_dir = build_tiny_model(tmp_path / "mixed", "qwen2", use_sliding_window=True, sliding_window=window,
-                                 max_window_layers=1)
-    prompts = _prompts(3, 10)
-    llm = LLM(model=str(model_dir), kv_cache_tokens=1024, page_size=8, device="cpu")
-    assert llm.engine.capacity.max_model_len == window
-    assert [o.token_ids for o in llm.generate(prompts, GREEDY)] == hf_greedy(model_dir, prompts, NEW_TOKENS)
-    with pytest.raises(ContextLengthExceededError, match=f"maximum context length is {window} tokens"):
-        llm.generate(_prompts(20), GREEDY)
 
 
 @pytest.mark.parametrize("attention_factor", [None, pytest.param(1.3, marks=pytest.mark.slow)])

@@ -153,8 +153,11 @@ class ModelConfig:
     checkpoint_dtype: str | None = None
     is_random_weights: bool = False
     name: str = ""
-    # A limit on the context beyond the positions' own (mixed sliding/full attention layers), or None.
+    # A limit on the context beyond the positions' own (longrope past its original length), or None.
     context_cap: int | None = None
+    # Layers that attend over the whole context although the model has a ``sliding_window`` (Qwen2's
+    # mixed layouts); every other layer is windowed. Empty: the window (if any) holds on every layer.
+    full_attention_layers: frozenset[int] = frozenset()
 
     @classmethod
     def from_dir(cls, model_dir: Path) -> ModelConfig:
@@ -184,9 +187,8 @@ class ModelConfig:
         try:
             scaling = _rope_scaling(raw)
             max_context = _max_context_len(raw, scaling)
-            window, window_cap = _sliding_window(raw, arch, max_context)
-            caps = [c for c in (window_cap, _longrope_cap(scaling, max_context)) if c is not None]
-            context_cap = min(caps) if caps else None
+            window, full_layers = _sliding_window(raw, arch)
+            context_cap = _longrope_cap(scaling, max_context)
             hidden = int(raw["hidden_size"])
             heads = int(raw["num_attention_heads"])
             cfg = cls(
@@ -207,6 +209,7 @@ class ModelConfig:
                 attention_bias=arch == "Qwen2ForCausalLM" or bool(raw.get("attention_bias", False)),
                 mlp_bias=bool(raw.get("mlp_bias", False)),
                 sliding_window=window,
+                full_attention_layers=full_layers,
                 context_cap=context_cap,
                 hidden_act=str(raw.get("hidden_act", "silu")),
                 bos_token_id=_optional_int(raw.get("bos_token_id")),
@@ -240,9 +243,8 @@ class ModelConfig:
         """The longest context the model's positions cover, as vLLM derives it: ``max_position_embeddings``,
         stretched by the RoPE ``factor`` of static ``linear`` and ``yarn`` scaling (YaRN from its
         ``original_max_position_embeddings``). ``llama3`` checkpoints already state the stretched length;
-        ``dynamic`` NTK is computed at the engine's context, so it is not stretched here. A model that
-        mixes sliding-window and full-attention layers is capped at its window (see ``_sliding_window``),
-        a ``longrope`` one at its ``original_max_position_embeddings`` (see ``_longrope_cap``)."""
+        ``dynamic`` NTK is computed at the engine's context, so it is not stretched here. A ``longrope``
+        model is capped at its ``original_max_position_embeddings`` (see ``_longrope_cap``)."""
         stretched = _max_context_len(
             {"max_position_embeddings": self.max_position_embeddings}, self.rope_scaling
         )
@@ -311,42 +313,33 @@ def _max_context_len(raw: dict[str, Any], scaling: dict[str, Any] | None) -> int
     return max(max_positions, stretched)
 
 
-def _sliding_window(raw: dict[str, Any], arch: str, max_context: int) -> tuple[int | None, int | None]:
-    """``(sliding_window, context_cap)`` as transformers reads them for this architecture.
+def _sliding_window(raw: dict[str, Any], arch: str) -> tuple[int | None, frozenset[int]]:
+    """``(sliding_window, full_attention_layers)`` as transformers reads them for this architecture.
 
     Mistral windows every layer. Qwen2 windows only when ``use_sliding_window`` is true, and then only
     the layers ``layer_types`` marks ``sliding_attention`` (by default those from ``max_window_layers``
-    on). kvfence applies one attention pattern to every layer, so a model that mixes windowed and full
-    layers is served only up to its window, where the two patterns are the same mask: exact, never
-    silently different. Llama has no sliding window.
+    on); the others attend over the whole context. Llama has no sliding window.
     """
     window = raw.get("sliding_window")
     if window is None or arch == "LlamaForCausalLM":
-        return None, None
+        return None, frozenset()
     window = int(window)
     if arch != "Qwen2ForCausalLM":
-        return window, None
+        return window, frozenset()
     if not raw.get("use_sliding_window", False):
-        return None, None
+        return None, frozenset()
     num_layers = int(raw["num_hidden_layers"])
     layer_types = raw.get("layer_types")
     if not isinstance(layer_types, list) or len(layer_types) != num_layers:
         first = int(raw.get("max_window_layers", num_layers))
         layer_types = ["sliding_attention" if i >= first else "full_attention" for i in range(num_layers)]
-    sliding = [i for i, kind in enumerate(layer_types) if kind == "sliding_attention"]
-    if not sliding:
-        return None, None
-    if len(sliding) == num_layers:
-        return window, None
-    if window < max_context:
-        log.warning(
-            "layers %s of this model attend over a sliding window of %d tokens and the others over the "
-            "whole context; kvfence runs one attention pattern for every layer, so it serves this model "
-            "up to %d tokens (max_position_embeddings says %d), where both patterns agree",
-            _ranges(sliding), window, window, max_context,
-        )
-        return None, window
-    return None, None
+    full = frozenset(i for i, kind in enumerate(layer_types) if kind != "sliding_attention")
+    if len(full) == num_layers:
+        return None, frozenset()
+    if full:
+        log.info("layers %s attend over a sliding window of %d tokens, layers %s over the whole context",
+                 _ranges(sorted(set(range(num_layers)) - full)), window, _ranges(sorted(full)))
+    return window, full
 
 
 def _ranges(indices: list[int]) -> str:

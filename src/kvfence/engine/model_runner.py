@@ -13,6 +13,7 @@ from kvfence.engine.kernels import calibrate_linear, gemv_kernel_in_use, kernel_
 from kvfence.engine.kernels.huge_pages import huge_page_zeros
 from kvfence.engine.kernels.ops import CALIBRATION_ROWS
 from kvfence.engine.layers.attention import AttentionMetadata, PrefillChunk
+from kvfence.engine.layers.window_masks import decode_visibility, prefill_mask, window_binds
 from kvfence.engine.loader import load_model
 from kvfence.engine.models.llama import FusedLinear
 from kvfence.engine.prompt_logprobs import PromptScores, positions_to_score, score_positions
@@ -157,16 +158,13 @@ class ModelRunner:
                 sample_index.append(len(input_ids) - 1)
                 sampled.append(it)
         dev = self.device
-        meta = AttentionMetadata(
-            slot_mapping=torch.tensor(slot_mapping, dtype=torch.long, device=dev),
-            num_decode_tokens=len(decodes),
-        )
-        if decodes:
-            meta.decode_slots, meta.decode_mask = self._decode_slots(decodes)
-        offset = len(decodes)
-        for it in prefills:
-            meta.prefills.append(self._prefill_chunk(it, offset))
-            offset += it.num_new_tokens
+        slots = torch.tensor(slot_mapping, dtype=torch.long, device=dev)
+        window = self.cfg.sliding_window
+        meta = self._metadata(slots, decodes, prefills, window)
+        if self.cfg.full_attention_layers and any(window_binds(it.start + it.num_new_tokens, window) for it in ordered):
+            # a mixed model (Qwen2 layer_types) past its window: its full-attention layers see everything
+            full = self._metadata(slots, decodes, prefills, None)
+            meta.layer_overrides = dict.fromkeys(self.cfg.full_attention_layers, full)
         hidden = self.model(
             torch.tensor(input_ids, dtype=torch.long, device=dev),
             torch.tensor(positions, dtype=torch.long, device=dev),
@@ -186,7 +184,22 @@ class ModelRunner:
             hidden = hidden[torch.tensor(sample_index, dtype=torch.long, device=dev)]
         return sampled, self.model.compute_logits(hidden)
 
-    def _decode_slots(self, decodes: list[ScheduledSeq]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _metadata(
+        self, slots: torch.Tensor, decodes: list[ScheduledSeq], prefills: list[ScheduledSeq], window: int | None
+    ) -> AttentionMetadata:
+        """The step's attention metadata for layers with this ``window`` (``None``: full attention)."""
+        meta = AttentionMetadata(slot_mapping=slots, num_decode_tokens=len(decodes))
+        if decodes:
+            meta.decode_slots, meta.decode_mask = self._decode_slots(decodes, window)
+        offset = len(decodes)
+        for it in prefills:
+            meta.prefills.append(self._prefill_chunk(it, offset, window))
+            offset += it.num_new_tokens
+        return meta
+
+    def _decode_slots(
+        self, decodes: list[ScheduledSeq], window: int | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         ps, dev = self.page_size, self.device
         lengths = [it.start + 1 for it in decodes]
         max_len = max(lengths)
@@ -195,36 +208,22 @@ class ModelRunner:
         padded = [t + [self.null_page] * (num_pages - len(t)) for t in tables]
         pos = torch.arange(max_len, device=dev)
         slots = torch.tensor(padded, dtype=torch.long, device=dev)[:, pos // ps] * ps + pos % ps  # [B, L]
-        lens = torch.tensor(lengths, dtype=torch.long, device=dev)
-        visible = pos[None, :] < lens[:, None]
-        window = self.cfg.sliding_window
-        if window is not None and max_len > window:
-            visible &= pos[None, :] > (lens[:, None] - 1 - window)
+        visible = decode_visibility(torch.tensor(lengths, dtype=torch.long, device=dev), max_len, window)
         if min(lengths) == max_len and bool(visible.all()):
             return slots, None
         slots = torch.where(visible, slots, self.null_slot)
         return slots, visible[:, None, None, :]
 
-    def _prefill_chunk(self, it: ScheduledSeq, token_start: int) -> PrefillChunk:
+    def _prefill_chunk(self, it: ScheduledSeq, token_start: int, window: int | None) -> PrefillChunk:
         ps, dev = self.page_size, self.device
         n, start = it.num_new_tokens, it.start
         context = start + n
-        window = self.cfg.sliding_window
-        windowed = window is not None and context > window
         context_slots = None
         if start > 0:
             table = torch.tensor(it.seq.block_table[: -(-context // ps)], dtype=torch.long, device=dev)
             pos = torch.arange(context, device=dev)
             context_slots = table[pos // ps] * ps + pos % ps
-        mask = None
-        if start > 0 or windowed:
-            q_pos = torch.arange(start, context, device=dev)[:, None]
-            k_pos = torch.arange(context, device=dev)[None, :]
-            allowed = k_pos <= q_pos
-            if windowed and window is not None:
-                allowed &= k_pos > q_pos - window
-            mask = allowed[None, None]
-        return PrefillChunk(token_start, token_start + n, context_slots, mask)
+        return PrefillChunk(token_start, token_start + n, context_slots, prefill_mask(start, context, window, dev))
 
 
 def _runs(pages: list[int]) -> list[tuple[int, int]]:

@@ -54,7 +54,15 @@ class AttentionMetadata:
     decode_slots: torch.Tensor | None = None  # [B, L] slots read by each decoding sequence (padded)
     decode_mask: torch.Tensor | None = None  # [B, 1, 1, L] bool; None when nothing is padded
     prefills: list[PrefillChunk] = field(default_factory=list)
+    # layer index -> the metadata that layer uses instead (full-attention layers of a windowed model)
+    layer_overrides: dict[int, AttentionMetadata] = field(default_factory=dict)
     _decode_bounds: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
+
+    def per_layer(self, num_layers: int) -> list[AttentionMetadata]:
+        """The metadata of each of ``num_layers`` layers: this one, except where overridden."""
+        if not self.layer_overrides:
+            return [self] * num_layers
+        return [self.layer_overrides.get(i, self) for i in range(num_layers)]
 
     def decode_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(begin, end)`` [B] int64: the visible run of each row of ``decode_slots``.

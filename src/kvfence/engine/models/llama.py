@@ -246,12 +246,13 @@ class LlamaForCausalLM(nn.Module):
         rope = self.model.rotary.tables(positions)
         kernels = self._layer_kernels(x, rope)
         layers = cast(list[LlamaDecoderLayer], self.model.layers)
+        metas = meta.per_layer(len(layers))  # full-attention layers of a windowed model see more
         if kernels is not None:  # decided once per step, not per layer
-            for fused_layer, kernel, (k_cache, v_cache) in zip(layers, kernels, kv_caches, strict=True):
-                x = fused_layer.forward_fused(kernel, rope, x, k_cache, v_cache, meta)
+            for fused_layer, kernel, (k_cache, v_cache), layer_meta in zip(layers, kernels, kv_caches, metas, strict=True):
+                x = fused_layer.forward_fused(kernel, rope, x, k_cache, v_cache, layer_meta)
         else:
-            for layer, (k_cache, v_cache) in zip(layers, kv_caches, strict=True):
-                x = layer.forward_per_op(rope, x, k_cache, v_cache, meta)
+            for layer, (k_cache, v_cache), layer_meta in zip(layers, kv_caches, metas, strict=True):
+                x = layer.forward_per_op(rope, x, k_cache, v_cache, layer_meta)
         return self.model.norm(x)
 
     def _layer_kernels(
