@@ -72,10 +72,7 @@ class Tokenizer:
         the chat template (``chat_template.jinja`` or ``tokenizer_config.json``)."""
         path = model_dir / "tokenizer.json"
         if not path.is_file():
-            raise ModelLoadError(
-                f"model directory {str(model_dir)!r} has no tokenizer.json "
-                "(kvfence needs the fast-tokenizer file; convert the tokenizer with transformers first)"
-            )
+            raise ModelLoadError(_missing_tokenizer_message(model_dir))
         try:
             backend = _HFTokenizer.from_file(str(path))
         except Exception as exc:  # the tokenizers library raises plain Exception subclasses
@@ -313,3 +310,24 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError) as exc:
         raise ModelLoadError(f"cannot read {path}: {exc}") from exc
     return data if isinstance(data, dict) else {}
+
+
+# Files of tokenizers kvfence cannot read itself, which transformers converts to tokenizer.json.
+_SLOW_TOKENIZER_FILES = ("tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "tokenizer.tiktoken")
+
+
+def _missing_tokenizer_message(model_dir: Path) -> str:
+    """Why a model directory without ``tokenizer.json`` cannot be served, and what to do about it.
+
+    kvfence has no token-ids-only mode (vLLM's ``skip_tokenizer_init``): stop strings, chat templates,
+    streamed text and the server's token accounting all read the tokenizer, so the engine refuses to
+    start rather than answer with empty texts."""
+    slow = [name for name in _SLOW_TOKENIZER_FILES if (model_dir / name).is_file()]
+    if slow:
+        fix = (f"it has {', '.join(slow)}, which kvfence does not read: save a fast tokenizer next to the "
+               f"weights with transformers (AutoTokenizer.from_pretrained(dir).save_pretrained(dir))")
+    else:
+        fix = ("it holds a config and weights but no tokenizer at all: copy tokenizer.json and "
+               "tokenizer_config.json from the model this checkpoint was trained or fine-tuned from")
+    return (f"model directory {str(model_dir)!r} has no tokenizer.json: {fix}. kvfence has no "
+            "token-ids-only mode (like vLLM's skip_tokenizer_init); every engine needs the tokenizer")
