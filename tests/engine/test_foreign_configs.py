@@ -106,10 +106,12 @@ def test_older_config_json_spellings_rope_scaling_and_top_level_theta(tmp_path: 
 
 
 @pytest.mark.parametrize("attention_factor", [None, pytest.param(1.3, marks=pytest.mark.slow)])
-def test_longrope_is_served_exactly_up_to_its_original_length(attention_factor: float | None, tmp_path: Path) -> None:
-    """Within ``original_max_position_embeddings`` transformers uses the ``short_factor`` set (and the
-    attention factor, derived or given); past it, long factors per batch, which kvfence does not follow,
-    so the servable context stops there."""
+def test_longrope_short_factors_and_attention_factor_match_transformers(
+    attention_factor: float | None, tmp_path: Path
+) -> None:
+    """Within ``original_max_position_embeddings`` transformers uses the ``short_factor`` set and the
+    attention factor, derived or given (past it, see test_length_dependent_rope.py); the servable
+    context is ``max_position_embeddings``, which a longrope checkpoint states already stretched."""
     params: dict[str, Any] = {**_ROPE, "rope_type": "longrope", "original_max_position_embeddings": 64,
                               "short_factor": [1.0 + 0.3 * i for i in range(8)], "long_factor": [4.0] * 8}
     if attention_factor is not None:
@@ -117,7 +119,7 @@ def test_longrope_is_served_exactly_up_to_its_original_length(attention_factor: 
     model_dir = build_tiny_model(tmp_path / "longrope", "llama", max_position_embeddings=256, rope_parameters=params)
     prompts = _prompts(3, 20, 45)
     llm = LLM(model=str(model_dir), kv_cache_tokens=1024, page_size=8, device="cpu")
-    assert llm.engine.capacity.max_model_len == 64
+    assert llm.engine.capacity.max_model_len == 256
     assert [o.token_ids for o in llm.generate(prompts, GREEDY)] == hf_greedy(model_dir, prompts, NEW_TOKENS)
 
 

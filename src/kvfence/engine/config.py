@@ -153,8 +153,6 @@ class ModelConfig:
     checkpoint_dtype: str | None = None
     is_random_weights: bool = False
     name: str = ""
-    # A limit on the context beyond the positions' own (longrope past its original length), or None.
-    context_cap: int | None = None
     # Layers that attend over the whole context although the model has a ``sliding_window`` (Qwen2's
     # mixed layouts); every other layer is windowed. Empty: the window (if any) holds on every layer.
     full_attention_layers: frozenset[int] = frozenset()
@@ -186,9 +184,7 @@ class ModelConfig:
             )
         try:
             scaling = _rope_scaling(raw)
-            max_context = _max_context_len(raw, scaling)
             window, full_layers = _sliding_window(raw, arch)
-            context_cap = _longrope_cap(scaling, max_context)
             hidden = int(raw["hidden_size"])
             heads = int(raw["num_attention_heads"])
             cfg = cls(
@@ -210,7 +206,6 @@ class ModelConfig:
                 mlp_bias=bool(raw.get("mlp_bias", False)),
                 sliding_window=window,
                 full_attention_layers=full_layers,
-                context_cap=context_cap,
                 hidden_act=str(raw.get("hidden_act", "silu")),
                 bos_token_id=_optional_int(raw.get("bos_token_id")),
                 eos_token_ids=_int_list(raw.get("eos_token_id")),
@@ -242,13 +237,10 @@ class ModelConfig:
     def max_context_len(self) -> int:
         """The longest context the model's positions cover, as vLLM derives it: ``max_position_embeddings``,
         stretched by the RoPE ``factor`` of static ``linear`` and ``yarn`` scaling (YaRN from its
-        ``original_max_position_embeddings``). ``llama3`` checkpoints already state the stretched length;
-        ``dynamic`` NTK is computed at the engine's context, so it is not stretched here. A ``longrope``
-        model is capped at its ``original_max_position_embeddings`` (see ``_longrope_cap``)."""
-        stretched = _max_context_len(
-            {"max_position_embeddings": self.max_position_embeddings}, self.rope_scaling
-        )
-        return min(stretched, self.context_cap) if self.context_cap is not None else stretched
+        ``original_max_position_embeddings``) and of ``dynamic`` NTK (which rescales past
+        ``max_position_embeddings`` as a sequence grows). ``llama3`` and ``longrope`` checkpoints already
+        state the stretched length."""
+        return _max_context_len({"max_position_embeddings": self.max_position_embeddings}, self.rope_scaling)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -284,27 +276,10 @@ def _rope_scaling(raw: dict[str, Any]) -> dict[str, Any] | None:
     return {**params, "rope_type": rope_type}
 
 
-def _longrope_cap(scaling: dict[str, Any] | None, max_context: int) -> int | None:
-    """LongRoPE switches every position to its ``long_factor`` once a sequence outgrows
-    ``original_max_position_embeddings`` (transformers: per forward call, from the longest sequence so
-    far), which a per-request engine cannot follow; up to that length it is the ``short_factor`` set
-    throughout, so that is where kvfence serves it, exactly."""
-    if scaling is None or scaling.get("rope_type") != "longrope":
-        return None
-    original = int(scaling["original_max_position_embeddings"])
-    if original < max_context:
-        log.warning(
-            "longrope: serving up to original_max_position_embeddings=%d tokens (short_factor); past it "
-            "transformers switches every position to long_factor per batch, which kvfence does not follow",
-            original,
-        )
-    return original
-
-
 def _max_context_len(raw: dict[str, Any], scaling: dict[str, Any] | None) -> int:
     max_positions = int(raw.get("max_position_embeddings", 2048))
     rope_type = (scaling or {}).get("rope_type")
-    if scaling is None or rope_type not in ("linear", "yarn"):
+    if scaling is None or rope_type not in ("linear", "yarn", "dynamic"):
         return max_positions
     if scaling.get("factor") is None:  # YaRN without a factor: the stretch max_position_embeddings states
         return max_positions

@@ -24,6 +24,7 @@ from kvfence.engine.config import EngineConfig, ModelConfig
 from kvfence.engine.default_model import ensure_default_model
 from kvfence.engine.detokenizer import IncrementalDetokenizer
 from kvfence.engine.fault_isolation import rewind_on_failure, run_isolating_faults
+from kvfence.engine.layers.rotary import rope_scope_key
 from kvfence.engine.layers.sampler import SampleRow, sample
 from kvfence.engine.loader import checkpoint_files
 from kvfence.engine.model_path import resolve_model_dir
@@ -173,6 +174,7 @@ class LLMEngine:
             raise InvalidParameterError(f"request id {request_id!r} is already in use", param="request_id")
         check_prompt(prompt_token_ids, self.model_config.vocab_size, scope_key)
         check_params(params, self.model_config.vocab_size)
+        scope_key = rope_scope_key(scope_key, len(prompt_token_ids), self.runner.model.model.rotary.length_threshold)
         seq = Sequence(request_id, prompt_token_ids, scope_key, params)
         if self._shared_prefill.hold(seq):
             self.scheduler.check_admissible(seq.num_prompt_tokens, params.max_tokens)  # I3 now, queued later

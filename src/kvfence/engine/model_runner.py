@@ -13,6 +13,7 @@ from kvfence.engine.kernels import calibrate_linear, gemv_kernel_in_use, kernel_
 from kvfence.engine.kernels.huge_pages import huge_page_zeros
 from kvfence.engine.kernels.ops import CALIBRATION_ROWS
 from kvfence.engine.layers.attention import AttentionMetadata, PrefillChunk
+from kvfence.engine.layers.rotary import rope_lengths
 from kvfence.engine.layers.window_masks import decode_visibility, prefill_mask, window_binds
 from kvfence.engine.loader import load_model
 from kvfence.engine.models.llama import FusedLinear
@@ -146,11 +147,14 @@ class ModelRunner:
         sampled: list[ScheduledSeq] = []
         to_score: list[tuple[ScheduledSeq, int, range]] = []  # item, its first scored row, positions
         ps = self.page_size
+        rope_lens: list[int] | None = [] if self.model.model.rotary.length_threshold is not None else None
         for it in ordered:
             table = it.seq.block_table
             end = it.start + it.num_new_tokens
             input_ids.extend(it.seq.token_ids[it.start : end])
             positions.extend(range(it.start, end))
+            if rope_lens is not None:  # dynamic NTK / longrope: rotated for the sequence's length
+                rope_lens.extend(rope_lengths(it.seq.num_prompt_tokens, it.start, end))
             slot_mapping.extend(table[p // ps] * ps + p % ps for p in range(it.start, end))
             if prompt_scores is not None and (span := positions_to_score(it.seq, it.start, it.num_new_tokens)):
                 to_score.append((it, len(input_ids) - end + span.start, span))
@@ -170,6 +174,7 @@ class ModelRunner:
             torch.tensor(positions, dtype=torch.long, device=dev),
             self.kv_caches,
             meta,
+            None if rope_lens is None else torch.tensor(rope_lens, dtype=torch.long, device=dev),
         )
         if prompt_scores is not None:
             for it, row, span in to_score:

@@ -9,39 +9,68 @@ import torch
 from torch import nn
 
 from kvfence.engine.kernels import try_rope_
+from kvfence.engine.scope import is_unshared
 
-__all__ = ["RotaryEmbedding", "rope_inverse_frequencies"]
+__all__ = ["RotaryEmbedding", "rope_inverse_frequencies", "rope_length_threshold", "rope_lengths", "rope_scope_key"]
+
+
+def rope_length_threshold(scaling: dict[str, Any] | None, max_position_embeddings: int) -> int | None:
+    """The sequence length past which transformers' RoPE depends on how long the sequence is, or ``None``.
+
+    ``dynamic`` NTK recomputes its frequencies from the sequence length once it passes
+    ``max_position_embeddings``; ``longrope`` switches from ``short_factor`` to ``long_factor`` once it
+    passes ``original_max_position_embeddings``. transformers decides per forward call from the longest
+    position in it, and keeps the keys it cached with the rotation they were computed with; so in one
+    sequence's ``generate`` the token at position ``p`` of a prompt of ``P`` tokens is rotated for the
+    length ``max(P, p + 1)`` (:func:`rope_lengths`), which is what the engine does per request.
+    """
+    rope_type = (scaling or {}).get("rope_type")
+    if rope_type == "dynamic":
+        return max_position_embeddings
+    if rope_type == "longrope" and scaling is not None:
+        return int(scaling["original_max_position_embeddings"])
+    return None
+
+
+def rope_lengths(num_prompt_tokens: int, start: int, end: int) -> range | list[int]:
+    """The sequence length each position in ``[start, end)`` of a request is rotated for: its prompt's
+    length for prompt tokens (one prefill call in transformers), ``p + 1`` for generated ones (one decode
+    call each), so a recompute after preemption rotates every token as it was the first time."""
+    if start + 1 >= num_prompt_tokens:
+        return range(start + 1, end + 1)
+    return [max(num_prompt_tokens, p + 1) for p in range(start, end)]
+
+
+def rope_scope_key(scope_key: bytes, num_prompt_tokens: int, threshold: int | None) -> bytes:
+    """``scope_key`` narrowed to prompts of this length when the prompt is past the RoPE length threshold.
+
+    Past it every token of the prompt is rotated for the prompt's length (:func:`rope_lengths`), so the
+    KV of a page depends on that length as well as on its tokens: a page may then be a prefix hit (I1)
+    only for a prompt of the same length. Shorter prompts rotate by position alone and keep their scope.
+    Per-request scopes share nothing anyway and are left as they are."""
+    if threshold is None or num_prompt_tokens <= threshold or is_unshared(scope_key):
+        return scope_key
+    return scope_key + b"|rope-length:" + str(num_prompt_tokens).encode()
 
 
 def rope_inverse_frequencies(
-    head_dim: int, theta: float, scaling: dict[str, Any] | None, max_position_embeddings: int, max_len: int
+    head_dim: int, theta: float, scaling: dict[str, Any] | None, max_position_embeddings: int
 ) -> tuple[torch.Tensor, float]:
-    """Return ``(inv_freq [head_dim/2], attention_factor)`` for the given ``rope_scaling``.
-
-    ``dynamic`` NTK scaling is fixed at ``max_len``: it only changes the frequencies when the
-    engine's context is longer than ``max_position_embeddings``. transformers rescales per forward
-    call from the longest sequence so far, so up to ``max_position_embeddings`` (the longest context
-    the engine accepts for a dynamic model) both use the unscaled frequencies and agree exactly.
+    """Return ``(inv_freq [head_dim/2], attention_factor)`` for the given ``rope_scaling``, for sequences
+    up to :func:`rope_length_threshold` (past it, :meth:`RotaryEmbedding.tables` rotates by length).
     """
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
     rope_type = (scaling or {}).get("rope_type", "default")
-    if scaling is None or rope_type == "default":
+    if scaling is None or rope_type in ("default", "dynamic"):  # dynamic: unscaled up to max_position_embeddings
         return inv_freq, 1.0
     if rope_type == "longrope":
-        return _longrope_short(head_dim, theta, scaling, max_position_embeddings)
+        return _longrope(head_dim, theta, scaling, max_position_embeddings, "short_factor")
     if scaling.get("factor") is None and rope_type == "yarn":  # as transformers: the stretch the config states
         original = int(scaling.get("original_max_position_embeddings") or max_position_embeddings)
         scaling = {**scaling, "factor": max_position_embeddings / original}
     factor = float(scaling.get("factor", 1.0))
     if rope_type == "linear":
         return inv_freq / factor, 1.0
-    if rope_type == "dynamic":
-        # transformers scales past config.max_position_embeddings (not the dict's original length)
-        original = max_position_embeddings
-        if max_len <= original:
-            return inv_freq, 1.0
-        base = theta * ((factor * max_len / original) - (factor - 1)) ** (head_dim / (head_dim - 2))
-        return 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim)), 1.0
     if rope_type == "llama3":
         return _llama3(inv_freq, scaling, factor), 1.0
     if rope_type == "yarn":
@@ -49,22 +78,30 @@ def rope_inverse_frequencies(
     raise ValueError(f"unsupported rope type {rope_type!r}")  # config.py rejects these earlier
 
 
-def _longrope_short(
-    head_dim: int, theta: float, scaling: dict[str, Any], max_position_embeddings: int
+def _dynamic_ntk(head_dim: int, theta: float, factor: float, max_position_embeddings: int, seq_len: int) -> torch.Tensor:
+    """Dynamic NTK frequencies for a sequence of ``seq_len`` tokens, in transformers' float32 arithmetic
+    (its ``seq_len`` is a tensor there, so the new base is a float32 scalar, not a Python float)."""
+    length = torch.tensor(max(seq_len, max_position_embeddings), dtype=torch.int64)
+    base = theta * ((factor * length / max_position_embeddings) - (factor - 1)) ** (head_dim / (head_dim - 2))
+    return 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+
+
+def _longrope(
+    head_dim: int, theta: float, scaling: dict[str, Any], max_position_embeddings: int, which: str
 ) -> tuple[torch.Tensor, float]:
-    """LongRoPE's ``short_factor`` frequencies: what transformers uses while a sequence stays within
-    ``original_max_position_embeddings``, the only lengths the engine serves such a model at."""
+    """LongRoPE's frequencies from its ``short_factor`` or ``long_factor`` list, and its attention factor
+    (the same for both)."""
     original = int(scaling["original_max_position_embeddings"])
     factor = scaling.get("factor")
     factor = max_position_embeddings / original if factor is None else float(factor)
     attention_factor = scaling.get("attention_factor")
     if attention_factor is None:
         attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
-    short = torch.tensor([float(f) for f in scaling["short_factor"]], dtype=torch.float32)
-    if short.numel() != head_dim // 2:
-        raise ValueError(f"longrope short_factor has {short.numel()} entries, head_dim {head_dim} needs {head_dim // 2}")
+    ext = torch.tensor([float(f) for f in scaling[which]], dtype=torch.float32)
+    if ext.numel() != head_dim // 2:
+        raise ValueError(f"longrope {which} has {ext.numel()} entries, head_dim {head_dim} needs {head_dim // 2}")
     exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
-    return 1.0 / (short * theta**exponents), float(attention_factor)
+    return 1.0 / (ext * theta**exponents), float(attention_factor)
 
 
 def _llama3(inv_freq: torch.Tensor, scaling: dict[str, Any], factor: float) -> torch.Tensor:
@@ -129,19 +166,49 @@ class RotaryEmbedding(nn.Module):
         device: torch.device,
     ) -> None:
         super().__init__()
-        inv_freq, attention_factor = rope_inverse_frequencies(
-            head_dim, theta, scaling, max_position_embeddings, max_len
-        )
-        positions = torch.arange(max_len, dtype=torch.float32)
-        freqs = torch.outer(positions, inv_freq)  # [max_len, head_dim/2], float32 as transformers does
+        inv_freq, attention_factor = rope_inverse_frequencies(head_dim, theta, scaling, max_position_embeddings)
         self.cos: torch.Tensor
         self.sin: torch.Tensor
-        self.register_buffer("cos", (freqs.cos() * attention_factor).to(dtype).to(device), persistent=False)
-        self.register_buffer("sin", (freqs.sin() * attention_factor).to(dtype).to(device), persistent=False)
+        cos, sin = _table(torch.arange(max_len, dtype=torch.float32), inv_freq, attention_factor)
+        self.register_buffer("cos", cos.to(dtype).to(device), persistent=False)
+        self.register_buffer("sin", sin.to(dtype).to(device), persistent=False)
+        # Sequences longer than this are rotated by length (dynamic NTK, longrope); None: never.
+        self.length_threshold = rope_length_threshold(scaling, max_position_embeddings)
+        self._head_dim, self._theta, self._max_positions = head_dim, theta, max_position_embeddings
+        self._dynamic_factor = float((scaling or {}).get("factor") or 1.0)
+        self._long: tuple[torch.Tensor, torch.Tensor] | None = None
+        if scaling is not None and scaling.get("rope_type") == "longrope":
+            long_freq, _ = _longrope(head_dim, theta, scaling, max_position_embeddings, "long_factor")
+            long_cos, long_sin = _table(torch.arange(max_len, dtype=torch.float32), long_freq, attention_factor)
+            self._long = (long_cos.to(dtype).to(device), long_sin.to(dtype).to(device))
 
-    def tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin rows for ``positions`` [T], shaped [T, 1, head_dim/2]; gathered once per step."""
-        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+    def tables(
+        self, positions: torch.Tensor, seq_lens: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin rows for ``positions`` [T], shaped [T, 1, head_dim/2]; gathered once per step.
+
+        ``seq_lens`` [T] (see :func:`rope_lengths`) is needed past :attr:`length_threshold` only."""
+        cos, sin = self.cos[positions], self.sin[positions]
+        if seq_lens is not None and self.length_threshold is not None:
+            longer = seq_lens > self.length_threshold
+            if bool(longer.any()):
+                self._rotate_by_length(cos, sin, positions, seq_lens, longer)
+        return cos.unsqueeze(1), sin.unsqueeze(1)
+
+    def _rotate_by_length(
+        self, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, seq_lens: torch.Tensor,
+        longer: torch.Tensor,
+    ) -> None:
+        """Overwrite the rows of tokens in sequences past the threshold (``longer``) with their tables."""
+        if self._long is not None:  # longrope: one long-factor table for every length past it
+            rows = positions[longer]
+            cos[longer], sin[longer] = self._long[0][rows], self._long[1][rows]
+            return
+        for length in seq_lens[longer].unique().tolist():  # dynamic NTK: frequencies per length
+            chosen = seq_lens == length
+            inv_freq = _dynamic_ntk(self._head_dim, self._theta, self._dynamic_factor, self._max_positions, length)
+            c, s = _table(positions[chosen].float().cpu(), inv_freq, 1.0)
+            cos[chosen], sin[chosen] = c.to(cos.dtype).to(cos.device), s.to(sin.dtype).to(sin.device)
 
     @staticmethod
     def rotate_(x: torch.Tensor, num_heads: int, cos: torch.Tensor, sin: torch.Tensor) -> None:
@@ -155,3 +222,8 @@ class RotaryEmbedding(nn.Module):
         # x: [T, heads, head_dim] (query and key heads together); rotate-half form, as transformers
         x1, x2 = x.chunk(2, dim=-1)
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+def _table(positions: torch.Tensor, inv_freq: torch.Tensor, attention_factor: float) -> tuple[torch.Tensor, torch.Tensor]:
+    freqs = torch.outer(positions, inv_freq)  # [positions, head_dim/2], float32 as transformers does
+    return freqs.cos() * attention_factor, freqs.sin() * attention_factor

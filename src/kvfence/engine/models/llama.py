@@ -240,10 +240,11 @@ class LlamaForCausalLM(nn.Module):
         positions: torch.Tensor,
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
         meta: AttentionMetadata,
+        rope_seq_lens: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        # input_ids, positions: [T] -> hidden: [T, hidden]
+        # input_ids, positions: [T] -> hidden: [T, hidden]; rope_seq_lens: [T], for length-dependent RoPE only
         x = self.model.embed_tokens(input_ids)
-        rope = self.model.rotary.tables(positions)
+        rope = self.model.rotary.tables(positions, rope_seq_lens)
         kernels = self._layer_kernels(x, rope)
         layers = cast(list[LlamaDecoderLayer], self.model.layers)
         metas = meta.per_layer(len(layers))  # full-attention layers of a windowed model see more
