@@ -4,7 +4,9 @@
 
 - ``benign``: a generic answer that quotes a few words of the caller's own last message;
 - ``echo``: the caller's own last message, verbatim (placeholders included);
-- ``leak``: the last user message of the *previous* request it served, whoever sent it.
+- ``leak``: the last user message of the *previous* request it served, whoever sent it;
+- ``leak_canary``: the gateway canaries (``kvfc-...``) of the previous request, whoever sent it, in a
+  short sentence (a model that read another tenant's system prompt out of a stale KV cache).
 
 Answers stream in 5-character chunks when asked to. With ``logprobs: true`` the answer comes as
 3-character "tokens" with chat ``logprobs`` (two tokens per streamed chunk), so a placeholder is split
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from typing import Any
 
@@ -26,7 +29,8 @@ from starlette.routing import Route
 
 
 def build() -> Starlette:
-    state: dict[str, Any] = {"mode": "benign", "previous": "", "received": []}
+    state: dict[str, Any] = {"mode": "benign", "previous": "", "previous_canaries": [],
+                             "received": []}
 
     def last_user(body: dict[str, Any]) -> str:
         for message in reversed(body.get("messages") or []):
@@ -38,7 +42,9 @@ def build() -> Starlette:
         body = await request.json()
         state["received"].append(body)
         own = last_user(body)
-        if state["mode"] == "leak":
+        if state["mode"] == "leak_canary":
+            text = "The marker I see is " + " ".join(state["previous_canaries"]) + "."
+        elif state["mode"] == "leak":
             text = state["previous"]
         elif state["mode"] == "leak_disguised":  # the same leak, in capitals, spread out, zero-width inside words
             text = "  ".join(w[:2] + "\u200b" + w[2:] for w in state["previous"].upper().split())
@@ -47,6 +53,7 @@ def build() -> Starlette:
         else:
             text = f"Thanks for your message. You wrote: {' '.join(own.split()[:5])}. Here is a short answer."
         state["previous"] = own
+        state["previous_canaries"] = re.findall(r"kvfc-[0-9a-f]{20}", json.dumps(body.get("messages")))
         base = {"id": f"chatcmpl-{len(state['received'])}", "created": int(time.time()), "model": body.get("model")}
         with_logprobs = body.get("logprobs") is True
         tokens = [text[i:i + 3] for i in range(0, len(text), 3)]

@@ -63,11 +63,15 @@ def build_protection_hook(policy: Policy, *, incidents: Any, registry: Any = Non
         else:
             index = InMemoryIndex(leak.window_s, leak.max_index_entries)
         configured: dict[str, list[str]] = {}
+        units: list[str] = []
         for tenant in policy.tenants:
+            unit = tenant_unit_of(tenant.organization, tenant.workspace, tenant.name, leak.tenant_unit)
+            units.append(unit)
             if tenant.canaries:
-                unit = tenant_unit_of(tenant.organization, tenant.workspace, tenant.name, leak.tenant_unit)
                 configured.setdefault(unit, []).extend(tenant.canaries)
-        book = CanaryBook(key, configured) if (leak.canaries or configured) else None
+        # Every tenant's derived canary up front: a worker must name the owner of one injected by another.
+        book = (CanaryBook(key, configured, derive_for=units if leak.canaries else ())
+                if (leak.canaries or configured) else None)
         monitor = LeakMonitor(index, Fingerprinter(key, leak.ngram), min_run=leak.min_run,
                               max_owners=leak.max_owners, canaries=book)
     detector = build_detector(ner_model=config.ner_model, cache_dir=config.spacy_cache_dir,

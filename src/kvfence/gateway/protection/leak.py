@@ -44,15 +44,23 @@ class LeakEvidence:
 
 
 class CanaryBook:
-    """Per-tenant canary strings: configured ones, and derived ones (HMAC of the tenant) on demand."""
+    """Per-tenant canary strings: configured ones, and derived ones (HMAC of the tenant) on demand.
 
-    def __init__(self, key: bytes, configured: Mapping[str, Iterable[str]] | None = None) -> None:
+    ``derive_for`` names the tenants (units) whose derived canaries are known from the start. Every
+    worker or replica that holds the same key then names the owner of any of them, including one
+    that another process injected (else only the process that injected it would know it).
+    """
+
+    def __init__(self, key: bytes, configured: Mapping[str, Iterable[str]] | None = None,
+                 derive_for: Iterable[str] = ()) -> None:
         self._key = key
         self._owner: dict[str, str] = {}
         for tenant, canaries in (configured or {}).items():
             for canary in canaries:
                 if canary:
                     self._owner[canary] = tenant
+        for tenant in derive_for:
+            self._owner.setdefault(self._derive(tenant), tenant)
         self._derived_pattern = re.compile(re.escape(CANARY_PREFIX) + r"[0-9a-f]{20}")
         self._compile()
 
@@ -63,12 +71,14 @@ class CanaryBook:
 
     def derived(self, tenant: str) -> str:
         """The tenant's own canary: unguessable without the gateway secret, stable across replicas."""
-        digest = hmac.digest(self._key, b"canary\x00" + tenant.encode(), "sha256").hex()[:20]
-        canary = CANARY_PREFIX + digest
+        canary = self._derive(tenant)
         if canary not in self._owner:
             self._owner[canary] = tenant
             self._compile()
         return canary
+
+    def _derive(self, tenant: str) -> str:
+        return CANARY_PREFIX + hmac.digest(self._key, b"canary\x00" + tenant.encode(), "sha256").hex()[:20]
 
     def configured_for(self, tenant: str) -> list[str]:
         return [c for c, owner in self._owner.items() if owner == tenant and not c.startswith(CANARY_PREFIX)]
