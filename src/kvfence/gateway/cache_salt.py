@@ -29,6 +29,23 @@ def is_client_salt_field(name: str) -> bool:
     return name.lower().replace("_", "").replace("-", "") in _SALT_NAMES
 
 
+# The top-level field names every request sends (model, messages, stream, max_tokens ...) are a
+# handful: their verdicts are remembered, bounded, so the common body is checked by one lookup per
+# field. Field names come from callers: an endless supply of new ones empties it, never grows it.
+_KNOWN_FIELDS: dict[str, bool] = {}
+_MAX_KNOWN_FIELDS = 1024
+
+
+def _is_salt_field_cached(name: str) -> bool:
+    verdict = _KNOWN_FIELDS.get(name)
+    if verdict is None:
+        verdict = is_client_salt_field(name)
+        if len(_KNOWN_FIELDS) >= _MAX_KNOWN_FIELDS:
+            _KNOWN_FIELDS.clear()
+        _KNOWN_FIELDS[name] = verdict
+    return verdict
+
+
 def tenant_cache_salt(tenant: GatewayTenant, scope: CacheScope, secret: bytes) -> str:
     """Unpredictable salt for the tenant at ``scope`` (a fresh random one for scope=request)."""
     key = compute_scope_key(tenant.identity, scope, secret)
@@ -37,7 +54,7 @@ def tenant_cache_salt(tenant: GatewayTenant, scope: CacheScope, secret: bytes) -
 
 def _strip(body: dict[str, Any]) -> bool:
     stripped = False
-    for name in [k for k in body if isinstance(k, str) and is_client_salt_field(k)]:
+    for name in [k for k in body if isinstance(k, str) and _is_salt_field_cached(k)]:
         del body[name]
         stripped = True
     for name in _MERGED_OBJECTS:

@@ -258,8 +258,7 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
         self._response: FastResponse | None = None
-        self._header_names: list[str] = []
-        self._header_values: list[str] = []
+        self._raw_headers: list[tuple[bytes, bytes]] = []  # decoded once, when the head is complete
         self._until_close = False  # a body without length or chunking ends when the connection does
         self._keep_alive = False
         self._paused = False
@@ -299,17 +298,16 @@ class Connection(asyncio.Protocol):
 
     # -- httptools callbacks ----------------------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_names.append(name.decode("latin-1").lower())
-        self._header_values.append(value.decode("latin-1"))
+        self._raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         response = self._response
         assert response is not None
         headers: dict[str, str] = {}
-        for name, value in zip(self._header_names, self._header_values, strict=True):
+        for raw_name, raw_value in self._raw_headers:
+            name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        self._header_names.clear()
-        self._header_values.clear()
+        self._raw_headers.clear()
         status = self._parser.get_status_code()
         if 100 <= status < 200:  # an interim answer (e.g. 103): the real one follows on this connection
             return

@@ -25,6 +25,20 @@ _FRAMING_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "co
 # What would end a header line early or start another one (request splitting).
 _UNSAFE_NAME = re.compile(r"[\r\n\0:]")
 _UNSAFE_VALUE = re.compile(r"[\r\n\0]")
+_PER_REQUEST_HEADERS = frozenset({"x-request-id"})  # a new value each time: not worth remembering
+_MAX_MEMO_LINES = 1024
+
+
+def _header_line(name: str, value: str) -> bytes:
+    """``name: value\\r\\n`` checked and encoded; empty for a framing header (this client's business)."""
+    if name.lower() in _FRAMING_HEADERS:
+        return b""
+    if _UNSAFE_NAME.search(name) or _UNSAFE_VALUE.search(value):
+        raise httpx.LocalProtocolError(f"invalid character in request header {name!r}")
+    try:
+        return b"".join((name.encode("ascii"), b": ", value.encode("latin-1"), b"\r\n"))
+    except UnicodeEncodeError:
+        raise httpx.LocalProtocolError(f"request header {name!r} is not latin-1 text") from None
 
 
 class FastUpstream:
@@ -53,6 +67,10 @@ class FastUpstream:
         self._opening = 0
         self._slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._closed = False
+        # Encoded, checked header lines by (name, value): a backend's headers are the same for every
+        # request of a tenant and class (plans.py), so each is checked and encoded once. Bounded: a
+        # per-request value (the request id) is never kept, and the memo is emptied when full.
+        self._lines: dict[tuple[str, str], bytes] = {}
 
     @property
     def num_connections(self) -> int:
@@ -86,15 +104,16 @@ class FastUpstream:
     def _request_bytes(self, path: str, content: bytes, headers: Mapping[str, str]) -> bytes:
         lines = [b"POST ", (self._prefix + path).encode("ascii"), b" HTTP/1.1\r\nhost: ", self._host_header,
                  b"\r\ncontent-length: ", str(len(content)).encode("ascii"), b"\r\n"]
-        for name, value in headers.items():
-            if name.lower() in _FRAMING_HEADERS:
-                continue  # framing is this client's business
-            if _UNSAFE_NAME.search(name) or _UNSAFE_VALUE.search(value):
-                raise httpx.LocalProtocolError(f"invalid character in request header {name!r}")
-            try:
-                lines += (name.encode("ascii"), b": ", value.encode("latin-1"), b"\r\n")
-            except UnicodeEncodeError:
-                raise httpx.LocalProtocolError(f"request header {name!r} is not latin-1 text") from None
+        memo = self._lines
+        for item in headers.items():
+            line = memo.get(item)
+            if line is None:
+                line = _header_line(*item)
+                if item[0] not in _PER_REQUEST_HEADERS:
+                    if len(memo) >= _MAX_MEMO_LINES:
+                        memo.clear()
+                    memo[item] = line
+            lines.append(line)
         lines += (b"\r\n", content)
         return b"".join(lines)
 

@@ -140,9 +140,13 @@ class HttpConnection(asyncio.Protocol):
         name = name.lower()
         if name == b"expect" and value.lower() == b"100-continue":
             self._expect_continue = True
-        self._headers.append((name, value))
-        self._count_field(len(name) + len(value) + 4)
-        if len(self._headers) > self._limits.max_headers:
+        headers = self._headers
+        headers.append((name, value))
+        # _count_field inlined: this runs for every header of every request
+        self._field_bytes += len(name) + len(value) + 4
+        if self._field_bytes > self._limits.max_head_bytes:
+            self._count_field(0)  # raises, with the refusal set
+        if len(headers) > self._limits.max_headers:
             self._refusal = (431, f"more than {self._limits.max_headers} request header fields",
                              "request_header_fields_too_large")
             raise _Refused

@@ -104,7 +104,9 @@ def parse_forwardable(raw: bytes) -> tuple[Any, bool]:
     Keys are compared decoded, so escaped spellings (``"max_tok\\u0065ns"``) count as the same key.
     Raises ``ValueError`` for invalid JSON, as ``json.loads``, and for ``NaN`` / ``Infinity``.
     """
-    encoding = json.detect_encoding(raw)  # as json.loads does (UTF-8 with or without BOM, -16, -32)
+    # as json.loads does (UTF-8 with or without BOM, -16, -32); a body that opens with "{" and a
+    # second byte that is not NUL is UTF-8 without BOM in its rules: the common case, decided here
+    encoding = "utf-8" if raw[:1] == b"{" and raw[1:2] != b"\x00" else json.detect_encoding(raw)
     try:
         text = raw.decode(encoding)
     except UnicodeDecodeError as exc:

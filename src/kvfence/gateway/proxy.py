@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import secrets
+import os
 import time
 from typing import Any
 
@@ -60,7 +60,9 @@ _UNHEALTHY_STATUS = frozenset({502, 503, 504})
 
 async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint: str) -> Response:
     """Serve ``/v1/chat/completions`` (endpoint="chat") or ``/v1/completions``."""
-    trace = RequestTrace(request_id="gwreq-" + secrets.token_hex(10), endpoint=endpoint, started=time.perf_counter())
+    # random, not a counter: the id goes upstream, and a count would tell a shared backend how busy
+    # the gateway (all its tenants) is
+    trace = RequestTrace(request_id="gwreq-" + os.urandom(10).hex(), endpoint=endpoint, started=time.perf_counter())
     metrics = runtime.metrics
     lease: LimitLease | None = None
     ctx: RequestContext | None = None
@@ -247,7 +249,8 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
     now = time.monotonic()
     states = [runtime.backends[b.name] for b in decision.allowed]
     # Backends that failed a moment ago go last, not away: if all are down, each still gets a try.
-    states.sort(key=lambda s: s.is_down(now))
+    if len(states) > 1:
+        states.sort(key=lambda s: s.is_down(now))
     failures: list[str] = []
     cap_error: PromptTooLongError | None = None
     prompt_charged = False
@@ -281,8 +284,9 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
         path = "/chat/completions" if ctx.endpoint == "chat" else "/completions"
         sent_at = time.perf_counter()
         trace.overhead_s = sent_at - trace.started
-        timing_probe.mark(trace.request_id, "entered", trace.started)
-        timing_probe.mark(trace.request_id, "sent", sent_at)
+        if timing_probe.enabled():
+            timing_probe.mark(trace.request_id, "entered", trace.started)
+            timing_probe.mark(trace.request_id, "sent", sent_at)
         try:
             upstream = await _send(state.client, path, content, headers)
         except httpx.HTTPError as exc:
@@ -304,7 +308,8 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
             continue
         runtime.mark_up(state)
         received_at = time.perf_counter()
-        timing_probe.mark(trace.request_id, "headers", received_at)
+        if timing_probe.enabled():
+            timing_probe.mark(trace.request_id, "headers", received_at)
         # A backend that ignored `stream` answers with one JSON body: treat it as the whole answer.
         is_sse = "text/event-stream" in upstream.headers.get("content-type", "")
         if trace.stream and upstream.status_code == 200 and is_sse:

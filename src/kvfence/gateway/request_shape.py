@@ -32,26 +32,25 @@ def check_request_shape(body: dict[str, Any], endpoint: str) -> None:
 def _check_messages(messages: Any) -> None:
     if not isinstance(messages, list) or not messages:
         raise GatewayRequestError("`messages` must be a non-empty list of message objects", param="messages")
-    for i, message in enumerate(messages):
-        where = f"messages[{i}]"
+    for i, message in enumerate(messages):  # the field's name is built only for an error (hot path)
         if not isinstance(message, dict):
-            raise GatewayRequestError(f"{where} must be an object with a `role`", param=where)
+            raise GatewayRequestError(f"messages[{i}] must be an object with a `role`", param=f"messages[{i}]")
         role = message.get("role")
         if not isinstance(role, str) or not role:
-            raise GatewayRequestError(f"{where}.role must be a non-empty string", param=f"{where}.role")
+            raise GatewayRequestError(f"messages[{i}].role must be a non-empty string", param=f"messages[{i}].role")
         content = message.get("content")
         if content is None:
             if role not in _CONTENT_ROLES_MAY_OMIT:
-                raise GatewayRequestError(f"{where}.content is required for a {role!r} message",
-                                          param=f"{where}.content")
+                raise GatewayRequestError(f"messages[{i}].content is required for a {role!r} message",
+                                          param=f"messages[{i}].content")
         elif isinstance(content, list):
             for j, part in enumerate(content):
                 if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                    raise GatewayRequestError(f"{where}.content[{j}] must be an object with a string `type`",
-                                              param=f"{where}.content[{j}]")
+                    raise GatewayRequestError(f"messages[{i}].content[{j}] must be an object with a string `type`",
+                                              param=f"messages[{i}].content[{j}]")
         elif not isinstance(content, str):
-            raise GatewayRequestError(f"{where}.content must be a string or a list of content parts",
-                                      param=f"{where}.content")
+            raise GatewayRequestError(f"messages[{i}].content must be a string or a list of content parts",
+                                      param=f"messages[{i}].content")
 
 
 def _check_prompt(prompt: Any) -> None:

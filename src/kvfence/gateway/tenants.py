@@ -18,6 +18,9 @@ from kvfence.gateway.policy import TenantConfig, TenantLimits
 __all__ = ["GatewayTenant", "TenantRegistry", "generate_api_key", "hash_api_key"]
 
 KEY_PREFIX = "kvf-gw-"
+# Authenticated keys remembered per process, so a key is hashed once, not on every request. Bounded:
+# when full it is emptied (keys are few; an endless supply of *valid* keys does not exist).
+MAX_CACHED_KEYS = 4096
 
 
 def hash_api_key(api_key: str) -> str:
@@ -63,6 +66,11 @@ class TenantRegistry:
     def __init__(self, tenants: list[TenantConfig]) -> None:
         self._by_hash = {t.key_sha256: GatewayTenant.from_config(t) for t in tenants}
         self._by_name = {t.name: tenant for t in tenants for tenant in [self._by_hash[t.key_sha256]]}
+        # Only keys that authenticated are kept (an unknown key is hashed every time: nobody can fill
+        # the cache with guesses). A dict lookup by the key string leaks no key bits through timing:
+        # str hashing is keyed per process (SipHash) and the final equality compare runs only on a
+        # 64-bit hash match, i.e. on the right key.
+        self._by_token: dict[str, GatewayTenant] = {}
 
     def __len__(self) -> int:
         return len(self._by_hash)
@@ -84,8 +92,14 @@ class TenantRegistry:
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise AuthenticationFailed("malformed Authorization header: expected `Bearer <gateway key>`")
+        tenant = self._by_token.get(token)
+        if tenant is not None:
+            return tenant
         # Lookup by digest: timing can only reveal bits of a hash, never of the key itself.
         tenant = self._by_hash.get(hash_api_key(token))
         if tenant is None:
             raise AuthenticationFailed("unknown API key")
+        if len(self._by_token) >= MAX_CACHED_KEYS:
+            self._by_token.clear()
+        self._by_token[token] = tenant
         return tenant
