@@ -198,7 +198,8 @@ class AuditLog:
     def __init__(self, url: str) -> None:
         self.url = url
         self._store = _Store(url)
-        self._queue: queue.Queue[Decision | tuple[Any, ...] | None] = queue.Queue()
+        # SimpleQueue (C): a put is one call on the request path, not Queue's lock + condition dance.
+        self._queue: queue.SimpleQueue[Decision | tuple[Any, ...] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()  # serialises the writer with direct queries on one connection
         self._thread = threading.Thread(target=self._run, name="kvfence-audit-writer", daemon=True)
         self._thread.start()
