@@ -27,7 +27,7 @@ from tests.gateway.conftest import Gateway
 from tests.gateway.raw_backend import serve_raw
 
 KEYS = {"relay": "kvf-gw-done-relay-key", "metered": "kvf-gw-done-metered-key"}
-HOLD_S = 1.5  # how long the backend keeps its connection open after the stream's last event
+HOLD_S = 5.0  # how long the backend keeps its connection open after the stream's last event (long, so a loaded machine still shows the client leaving first)
 
 
 def _event(text: str, finish: str | None = None) -> bytes:
