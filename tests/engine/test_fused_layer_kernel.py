@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 
 from kvfence.engine.kernels import (
-    MAX_ELEMENTWISE_ROWS,
     MAX_KERNEL_ROWS,
     TILED_MIN_ROWS,
     DecoderLayerKernel,
@@ -146,10 +145,10 @@ def test_fused_halves_equal_the_per_op_path_and_torch(
         want_qkv, want_out = _reference(w, x, cos, sin, heads, kv_heads, head_dim, attn)
         torch.testing.assert_close(qkv.double(), want_qkv, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(out.double(), want_out, rtol=1e-4, atol=1e-4)
-        if rows <= MAX_ELEMENTWISE_ROWS:  # the per-op path runs the same kernels: bit for bit
-            per_op_qkv, per_op_out = _per_op(w, x, cos, sin, heads, kv_heads, head_dim, attn)
-            assert torch.equal(qkv, per_op_qkv)
-            assert torch.equal(out, per_op_out)
+        # the per-op path runs the same kernels: bit for bit
+        per_op_qkv, per_op_out = _per_op(w, x, cos, sin, heads, kv_heads, head_dim, attn)
+        assert torch.equal(qkv, per_op_qkv)
+        assert torch.equal(out, per_op_out)
     finally:
         torch.set_num_threads(saved)
 

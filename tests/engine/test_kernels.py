@@ -12,7 +12,6 @@ import torch
 import torch.nn.functional as F
 
 from kvfence.engine.kernels import (
-    MAX_ELEMENTWISE_ROWS,
     MAX_KERNEL_ROWS,
     TILED_MIN_ROWS,
     calibrate_linear,
@@ -175,19 +174,52 @@ def test_linear_under_autograd_is_torch_and_differentiable() -> None:
 
 
 @needs_kernels
-@pytest.mark.parametrize("rows", [1, 3, MAX_ELEMENTWISE_ROWS])
+@pytest.mark.parametrize("rows", [1, 3, 64, 700])  # 700 x 576: a prefill-sized batch, shared over threads
 @pytest.mark.parametrize("dim", [1, 7, 16, 31, 576])
-def test_rms_norm_and_silu_mul_equal_torch(rows: int, dim: int) -> None:
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rms_norm_and_silu_mul_equal_torch(rows: int, dim: int, threads: int) -> None:
     g = _gen(rows + dim)
     x = torch.randn(rows, dim, generator=g) * 3
     w = torch.randn(dim, generator=g)
-    with torch.inference_mode():
-        assert torch.allclose(rms_norm(x, w, 1e-5), F.rms_norm(x, (dim,), w, 1e-5), rtol=1e-5, atol=1e-6)
-        strided = torch.randn(rows, dim + 4, generator=g)[:, 2 : dim + 2]
-        assert torch.allclose(rms_norm(strided, w, 1e-6), F.rms_norm(strided, (dim,), w, 1e-6), rtol=1e-5, atol=1e-6)
-        gate_up = torch.randn(rows, 2 * dim, generator=g) * 4
-        gate, up = gate_up.chunk(2, dim=-1)
-        assert torch.allclose(silu_mul(gate_up), F.silu(gate) * up, rtol=1e-5, atol=1e-6)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.inference_mode():
+            assert torch.allclose(rms_norm(x, w, 1e-5), F.rms_norm(x, (dim,), w, 1e-5), rtol=1e-5, atol=1e-6)
+            strided = torch.randn(rows, dim + 4, generator=g)[:, 2 : dim + 2]
+            assert torch.allclose(
+                rms_norm(strided, w, 1e-6), F.rms_norm(strided, (dim,), w, 1e-6), rtol=1e-5, atol=1e-6
+            )
+            gate_up = torch.randn(rows, 2 * dim, generator=g) * 4
+            gate, up = gate_up.chunk(2, dim=-1)
+            assert torch.allclose(silu_mul(gate_up), F.silu(gate) * up, rtol=1e-5, atol=1e-6)
+    finally:
+        torch.set_num_threads(saved)
+
+
+@needs_kernels
+def test_elementwise_kernels_give_the_same_bits_on_one_thread_and_two() -> None:
+    """A prefill-sized batch is split over threads by rows: each row is computed as on one thread."""
+    g = _gen(11)
+    x = torch.randn(2048, 576, generator=g)
+    w = torch.randn(576, generator=g)
+    gate_up = torch.randn(2048, 2 * 1536, generator=g)
+    rope = RotaryEmbedding(64, 2048, 10000.0, None, 2048, torch.float32, torch.device("cpu"))
+    cos, sin = rope.tables(torch.arange(2048))
+    qkv = torch.randn(2048, 15, 64, generator=g)
+    saved = torch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with torch.inference_mode():
+                rotated = qkv.clone()
+                assert try_rope_(rotated, 12, cos, sin)
+                results.append((rms_norm(x, w, 1e-5), silu_mul(gate_up), rotated))
+    finally:
+        torch.set_num_threads(saved)
+    for one, two in zip(*results, strict=True):
+        assert torch.equal(one, two)
 
 
 @needs_kernels
@@ -204,14 +236,14 @@ def test_rope_kernel_is_bit_exact_with_torch(tokens: int, heads: int, rotated: i
     assert torch.equal(x, want)  # the unrotated heads (v) untouched, the rotated ones bit for bit
 
 
-def test_rope_falls_back_for_half_precision_and_big_batches() -> None:
+def test_rope_falls_back_for_half_precision_and_is_exact_on_big_batches() -> None:
     rope = RotaryEmbedding(16, 256, 10000.0, None, 256, torch.bfloat16, torch.device("cpu"))
     cos, sin = rope.tables(torch.arange(3))
     x = torch.randn(3, 4, 16).to(torch.bfloat16)
     assert not try_rope_(x, 2, cos, sin)
-    big = torch.randn(MAX_ELEMENTWISE_ROWS + 1, 4, 16)
-    cos32, sin32 = RotaryEmbedding(16, 256, 10000.0, None, 256, torch.float32, torch.device("cpu")).tables(
-        torch.arange(MAX_ELEMENTWISE_ROWS + 1)
+    big = torch.randn(2000, 4, 16)  # prefill-sized: the kernel (shared over threads) where it is built
+    cos32, sin32 = RotaryEmbedding(16, 2048, 10000.0, None, 2048, torch.float32, torch.device("cpu")).tables(
+        torch.arange(2000)
     )
     want = big.clone()
     want[:, :2] = RotaryEmbedding.rotate(want[:, :2], cos32, sin32)

@@ -12,7 +12,6 @@ layer's two halves around attention in one call each; ``argmax_rows`` picks gree
 from kvfence.engine.kernels.fused_layer import DecoderLayerKernel
 from kvfence.engine.kernels.library import KernelStatus, cpu_kernels, kernel_status, reset_kernels
 from kvfence.engine.kernels.ops import (
-    MAX_ELEMENTWISE_ROWS,
     MAX_KERNEL_ROWS,
     TILED_MIN_ROWS,
     LinearCalibration,
@@ -28,7 +27,6 @@ from kvfence.engine.kernels.ops import (
 )
 
 __all__ = [
-    "MAX_ELEMENTWISE_ROWS",
     "MAX_KERNEL_ROWS",
     "TILED_MIN_ROWS",
     "DecoderLayerKernel",

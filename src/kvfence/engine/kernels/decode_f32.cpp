@@ -6,9 +6,12 @@
 // on AMD EPYC); this kernel streams each weight row once for the whole batch, in the checkpoint's
 // natural [out, in] row-major layout, and shares the rows with torch's OpenMP threads.
 //
-// kvfence_rms_norm_f32, kvfence_silu_mul_f32, kvfence_rope_f32: the decode step's elementwise work
-// in one call each, where torch runs 3 to 12 small ops (each a few microseconds of dispatch).
-// They run on the calling thread: at decode sizes waking other threads costs more than it saves.
+// kvfence_rms_norm_f32, kvfence_silu_mul_f32, kvfence_rope_f32: a step's elementwise work in one
+// call each, where torch runs 3 to 12 ops. At decode sizes that saves dispatch (a few microseconds
+// per op); at prefill sizes it saves passes over memory: torch's op-by-op forms took 10-15x these
+// kernels' CPU time at 2,048 tokens (one thread, 2026-11-30). They run on the calling thread below
+// kMinParallelFloats (waking other threads costs more than it saves), else over `threads` OpenMP
+// threads in contiguous row ranges: each row is computed the same way whatever the thread count.
 // Compiled with -ffp-contract=off so a*b - c*d rounds as torch's separate ops do.
 //
 // Built at first use by kvfence/engine/kernels/build.py; called through ctypes. No torch headers,
@@ -358,6 +361,30 @@ void rope_f32(float* x, long tokens, long token_stride, long heads, long head_di
     }
 }
 
+constexpr long kMinParallelFloats = 1L << 16;  // elementwise work below which the caller does it all
+
+// body(begin, end) over rows [0, rows), split into one contiguous range per thread when the work
+// (rows * floats_per_row) is large enough and `threads` > 1; the caller alone otherwise.
+template <typename Body>
+void over_rows(long rows, long floats_per_row, long threads, Body body) {
+#ifdef _OPENMP
+    if (threads > 1 && rows > 1 && rows * floats_per_row >= kMinParallelFloats && !omp_in_parallel()) {
+        const int n = static_cast<int>(std::min(threads, rows));
+#pragma omp parallel num_threads(n)
+        {
+            const long t = omp_get_thread_num(), nt = omp_get_num_threads();
+            const long begin = rows * t / nt, end = rows * (t + 1) / nt;
+            if (begin < end) body(begin, end);
+        }
+        return;
+    }
+#else
+    (void)floats_per_row;
+    (void)threads;
+#endif
+    body(0L, rows);
+}
+
 // out[r] = the index of the largest of x[r, 0 .. cols), as torch.argmax: the first of equal maxima,
 // and the first NaN when the row has one (torch orders NaN above every number). Two vector passes
 // over a row (the maximum, then its first position) instead of torch's scalar reduction, which
@@ -457,17 +484,26 @@ void kvfence_linear_f32(const float* x, long batch, long ldx, const float* w, lo
     linear_f32(x, batch, ldx, w, out, in, bias, y, min_parallel_weights, threads, broadcast_rows, packed);
 }
 
-void kvfence_rms_norm_f32(const float* x, long rows, long ldx, long dim, const float* weight, float eps, float* out) {
-    rms_norm_f32(x, rows, ldx, dim, weight, eps, out);
+// The three elementwise kernels below share rows over `threads` threads for large batches (over_rows).
+void kvfence_rms_norm_f32(const float* x, long rows, long ldx, long dim, const float* weight, float eps, float* out,
+                          long threads) {
+    over_rows(rows, dim, threads, [&](long begin, long end) {
+        rms_norm_f32(x + begin * ldx, end - begin, ldx, dim, weight, eps, out + begin * dim);
+    });
 }
 
-void kvfence_silu_mul_f32(const float* gate_up, long rows, long inter, float* out) {
-    silu_mul_f32(gate_up, rows, inter, out);
+void kvfence_silu_mul_f32(const float* gate_up, long rows, long inter, float* out, long threads) {
+    over_rows(rows, 3 * inter, threads, [&](long begin, long end) {
+        silu_mul_f32(gate_up + begin * 2 * inter, end - begin, inter, out + begin * inter);
+    });
 }
 
 void kvfence_rope_f32(float* x, long tokens, long token_stride, long heads, long head_dim, const float* cos,
-                      const float* sin, long table_stride) {
-    rope_f32(x, tokens, token_stride, heads, head_dim, cos, sin, table_stride);
+                      const float* sin, long table_stride, long threads) {
+    over_rows(tokens, heads * head_dim, threads, [&](long begin, long end) {
+        rope_f32(x + begin * token_stride, end - begin, token_stride, heads, head_dim, cos + begin * table_stride,
+                 sin + begin * table_stride, table_stride);
+    });
 }
 
 void kvfence_argmax_f32(const float* x, long rows, long ld, long cols, long* out) {

@@ -35,14 +35,14 @@ _SIGNATURES: dict[str, list[type]] = {
     # x, rows, ldx, w, out, in, bias, y, min_parallel_weights, threads, broadcast_rows, packed
     "kvfence_linear_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, _c_float_p, ctypes.c_long, ctypes.c_long,
                            _c_float_p, _c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, _c_float_p],
-    # x, rows, ldx, dim, weight, eps, out
+    # x, rows, ldx, dim, weight, eps, out, threads
     "kvfence_rms_norm_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, _c_float_p, ctypes.c_float,
-                             _c_float_p],
-    # gate_up, rows, inter, out
-    "kvfence_silu_mul_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, _c_float_p],
-    # x, tokens, token_stride, heads, head_dim, cos, sin, table_stride
+                             _c_float_p, ctypes.c_long],
+    # gate_up, rows, inter, out, threads
+    "kvfence_silu_mul_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, _c_float_p, ctypes.c_long],
+    # x, tokens, token_stride, heads, head_dim, cos, sin, table_stride, threads
     "kvfence_rope_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long, _c_float_p,
-                         _c_float_p, ctypes.c_long],
+                         _c_float_p, ctypes.c_long, ctypes.c_long],
     # x, rows, ld, cols, out (int64)
     "kvfence_argmax_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_void_p],
     # layer, x, rows, ldx, cos, sin, table_stride, qkv, threads
@@ -161,13 +161,15 @@ def _self_check(lib: ctypes.CDLL) -> str | None:
                     form = "dot" if broadcast_rows > rows else "tiled" if packed is None else "tiled, packed"
                     return f"linear ({form}) {(rows, in_features)} x {(out_features, in_features)} on {threads} threads"
         norm = torch.empty(rows, in_features)
-        lib.kvfence_rms_norm_f32(x.data_ptr(), rows, x.stride(0), in_features, w[0].data_ptr(), 1e-6, norm.data_ptr())
+        lib.kvfence_rms_norm_f32(
+            x.data_ptr(), rows, x.stride(0), in_features, w[0].data_ptr(), 1e-6, norm.data_ptr(), 1
+        )
         want = F.rms_norm(x.double(), (in_features,), w[0].double(), 1e-6)
         if not torch.allclose(norm.double(), want, rtol=1e-5, atol=1e-5):
             return f"rms_norm {(rows, in_features)}"
         gate_up = torch.randn(rows, 2 * in_features, generator=gen)
         act = torch.empty(rows, in_features)
-        lib.kvfence_silu_mul_f32(gate_up.data_ptr(), rows, in_features, act.data_ptr())
+        lib.kvfence_silu_mul_f32(gate_up.data_ptr(), rows, in_features, act.data_ptr(), 1)
         g, u = gate_up.double().chunk(2, dim=-1)
         if not torch.allclose(act.double(), F.silu(g) * u, rtol=1e-5, atol=1e-6):
             return f"silu_mul {(rows, in_features)}"
@@ -178,11 +180,13 @@ def _self_check(lib: ctypes.CDLL) -> str | None:
     c, s = cos.double()[:, None], sin.double()[:, None]
     want = torch.cat((x[:, heads:].double(),), dim=1)
     rotated = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
-    lib.kvfence_rope_f32(x.data_ptr(), 3, x.stride(0), heads, head_dim, cos.data_ptr(), sin.data_ptr(), cos.stride(0))
+    lib.kvfence_rope_f32(x.data_ptr(), 3, x.stride(0), heads, head_dim, cos.data_ptr(), sin.data_ptr(), cos.stride(0), 1)
     if not torch.allclose(x[:, :heads].double(), rotated, rtol=1e-5, atol=1e-5) or not torch.equal(
         x[:, heads:].double(), want
     ):
         return "rope"
+    if not _elementwise_shared_equals_alone(lib, gen):
+        return "elementwise kernels shared over threads differ from one thread"
     logits = torch.randn(4, 1001, generator=gen)
     logits[1, 17] = logits[1, 900] = 99.0  # a tie: the first wins
     logits[2, 5] = logits[2, 7] = float("nan")  # NaN ranks above every number: the first NaN
@@ -192,3 +196,23 @@ def _self_check(lib: ctypes.CDLL) -> str | None:
     if not torch.equal(picked, logits.argmax(dim=-1)):
         return "argmax"
     return None
+
+
+def _elementwise_shared_equals_alone(lib: ctypes.CDLL, gen: torch.Generator) -> bool:
+    """A batch big enough to be shared over threads (prefill-sized) gives the bits of one thread."""
+    rows, dim, heads = 301, 256, 4  # 77,056 floats: above the kernels' sharing threshold
+    threads = max(2, torch.get_num_threads())
+    x = torch.randn(rows, dim + 3, generator=gen)[:, :dim]
+    w = torch.randn(dim, generator=gen)
+    gate_up = torch.randn(rows, 2 * dim, generator=gen)
+    cos, sin = torch.randn(rows, dim // (2 * heads), generator=gen), torch.randn(rows, dim // (2 * heads), generator=gen)
+    results = []
+    for n in (1, threads):
+        norm, act = torch.empty(rows, dim), torch.empty(rows, dim)
+        lib.kvfence_rms_norm_f32(x.data_ptr(), rows, x.stride(0), dim, w.data_ptr(), 1e-6, norm.data_ptr(), n)
+        lib.kvfence_silu_mul_f32(gate_up.data_ptr(), rows, dim, act.data_ptr(), n)
+        rotated = gate_up.clone()  # [rows, 2 * heads heads of dim / heads], the first `heads` rotated
+        lib.kvfence_rope_f32(rotated.data_ptr(), rows, rotated.stride(0), heads, dim // heads, cos.data_ptr(),
+                             sin.data_ptr(), cos.stride(0), n)
+        results.append((norm, act, rotated))
+    return all(torch.equal(a, b) for a, b in zip(*results, strict=True))
