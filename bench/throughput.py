@@ -16,8 +16,9 @@ Measures, in one run:
     python bench/throughput.py --quick    # a small run for a smoke test
     python bench/throughput.py --decode-only --threads 2   # batch-1 decode figures alone
 
-Idle 2-core run times (AMD EPYC, 2 threads): default ~12 minutes, --full about an hour (transformers'
-static batches 8, 16 and 64 each run all 64 requests), --quick --repeats 2 ~5 minutes, --decode-only ~1 minute.
+Idle 2-core run times (AMD EPYC, 2 threads): default ~10-12 minutes, --quick --repeats 2 ~5 minutes,
+--decode-only ~1 minute; --full ~30 minutes estimated (transformers' static batches 8, 16 and 64 each run
+all 64 requests), --full --transformers-batches 16,64 ~21 minutes estimated. The bench prints its run time.
 """
 
 from __future__ import annotations
