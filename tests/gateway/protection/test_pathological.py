@@ -17,6 +17,9 @@ PIECES = sorted({hint for rule in PII_RULES + SECRET_RULES for hint in rule.hint
     "a@", "a.", "1 ", "1", "12-", "a:", "ab:", "password=", "secret_token = AAAAAAAAAAAAAAA ", "mysql ",
     "authorization: bearer ", "ab://", "DE12 ", "+1 ", "(0", "token", "sk-", "eyJ", "-----BEGIN PRIVATE KEY-----",
     "aws_secret ", "password: ", "0x", "bc1", "AKIA", "glpat-", "xoxb-1-", "SG.", "key=", "pwd=a;",
+    # obfuscated e-mails, escapes, encodings, concatenations, look-alike letters
+    "a (at) ", "a [at] b[dot]", " dot ", "a AT b DOT ", "email a at b dot ", "%40", "\\u0040", "&#64;", "&#x40;",
+    "QUFB", "4142", "c2stcHJvai1B", '"a" + ', "'ab' ", '\\"a\\" + ', "a\u0430", "\u0455k-",
 })
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Protocol
 
 from kvfence.gateway.errors import DetectorFailure
+from kvfence.gateway.protection.concatenated import joined_literals
+from kvfence.gateway.protection.encoded import decoded_runs
 from kvfence.gateway.protection.findings import Finding, resolve_overlaps
 from kvfence.gateway.protection.normalise import fold
 from kvfence.gateway.protection.pii_rules import PII_RULES, PRIVATE_IP_RULES
@@ -54,16 +56,31 @@ class Detector:
 
     def scan(self, text: str) -> list[Finding]:
         """Findings in ``text``, as spans of ``text`` itself. The detectors see it folded
-        (``normalise.py``: no zero-width or soft-hyphen characters, full-width forms, no-break spaces
-        and odd dashes made plain), so those disguises do not hide a value; each span is mapped back
-        to the caller's characters."""
+        (``normalise.py``: no zero-width or soft-hyphen characters; full-width forms, no-break spaces,
+        odd dashes, look-alike letters of other scripts and escapes such as ``\\u0040`` or ``%40``
+        made plain), so those disguises do not hide a value; each span is mapped back to the caller's
+        characters. A base64 or hex run that decodes to text (``encoded.py``), and string literals
+        joined by ``+`` and the like (``concatenated.py``), are scanned decoded / joined too, and a
+        finding there covers the whole run or expression."""
         if not text:
             return []
-        folded = fold(text)
-        found = resolve_overlaps(self._pii.detect(folded.text) + self._secrets.raw_findings(folded.text))
+        folded = fold(text, lookalikes=True, escapes=True)
+        plain = folded.text
+        found = self._pii.detect(plain) + self._secrets.raw_findings(plain)
+        for run in decoded_runs(plain) + joined_literals(plain):
+            # a value inside one literal of a concatenation is found in the text itself
+            found.extend(replace(f, start=run.start, end=run.end, rule=f"{f.rule}:{run.encoding}", value=None)
+                         for f in self._scan_folded(run.decoded)
+                         if not run.joints or any(f.start < joint < f.end for joint in run.joints))
+        found = resolve_overlaps(found)
         if not folded.changed:
             return found
         return [replace(f, start=start, end=end) for f in found for start, end in (folded.span(f.start, f.end),)]
+
+    def _scan_folded(self, text: str) -> list[Finding]:
+        # a decoded run: folded like any text, never decoded again (no nesting, bounded cost)
+        plain = fold(text, lookalikes=True, escapes=True).text
+        return resolve_overlaps(self._pii.detect(plain) + self._secrets.raw_findings(plain))
 
     def scan_all(self, texts: Sequence[str]) -> list[list[Finding]]:
         return [self.scan(text) for text in texts]

@@ -17,6 +17,7 @@ from kvfence.gateway.protection.address_rules import ADDRESS_RULES
 from kvfence.gateway.protection.dob_rules import DOB_RULES
 from kvfence.gateway.protection.findings import Category
 from kvfence.gateway.protection.id_checks import de_tax_id_ok, fr_nir_ok
+from kvfence.gateway.protection.obfuscated_email_rules import OBFUSCATED_EMAIL_RULES
 from kvfence.gateway.protection.rules import Anchor, Rule
 
 __all__ = ["PII_ENTITIES", "PII_RULES", "PRIVATE_IP_RULES", "RESTRICTED_PII", "ip_is_public"]
@@ -216,7 +217,7 @@ PII_RULES: list[Rule] = [
          score=0.9, hints=("0x",), validate=v.eth_address_ok),
 ]
 
-PII_RULES += DOB_RULES + ADDRESS_RULES
+PII_RULES += DOB_RULES + ADDRESS_RULES + OBFUSCATED_EMAIL_RULES
 
 PII_ENTITIES: frozenset[str] = frozenset(rule.entity for rule in PII_RULES)
 

@@ -11,21 +11,27 @@ Which boundaries: the text parts of one message's ``content`` are read as one te
 so any finding counts there; across messages (and tool-call arguments, names, schema strings)
 only secrets do, because two unrelated texts put side by side make false personal data easily
 ("order 1234" + "5678 ..." is no card) and a credential's documented shape rarely. A value split
-over three or more texts is not put together.
+over three or more texts (a key cut into five content parts, or sent a few characters per message)
+is put together too: the window after a boundary runs on through the following texts, up to
+:data:`MAX_SLOTS_JOINED` of them and :data:`WINDOW_CHARS` characters, and each text the value touches
+gets its piece.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 
 from kvfence.gateway.protection.findings import Category, Finding, resolve_overlaps
 from kvfence.gateway.protection.messages import TextSlot
 
-__all__ = ["WINDOW_CHARS", "merge_split", "split_findings"]
+__all__ = ["MAX_SLOTS_JOINED", "WINDOW_CHARS", "merge_split", "split_findings"]
 
 # Characters taken from each side of a boundary: longer than any single-line secret or personal
 # value the rules know (a PEM block split in two is left to its header line's own rule).
 WINDOW_CHARS = 512
+# Texts one window runs across after its boundary (a key sent a few characters per message).
+MAX_SLOTS_JOINED = 64
 
 
 def _same_content(a: TextSlot, b: TextSlot) -> bool:
@@ -35,24 +41,53 @@ def _same_content(a: TextSlot, b: TextSlot) -> bool:
 
 
 def split_findings(scan: Callable[[str], list[Finding]], slots: Sequence[TextSlot]) -> dict[int, list[Finding]]:
-    """Pieces of values that run across the boundary of consecutive slots, by slot index."""
-    pieces: dict[int, list[Finding]] = {}
+    """Pieces of values that run across the boundaries of consecutive slots, by slot index.
+
+    Positions are global (the slots' texts laid end to end), so a value found from two windows is
+    one candidate, and overlapping candidates are resolved once, as within one text."""
+    bases = [0]
+    for slot in slots:
+        bases.append(bases[-1] + len(slot.text))
+    candidates: list[Finding] = []
     for k in range(len(slots) - 1):
-        left, right = slots[k].text, slots[k + 1].text
-        if not left or not right:
+        left = slots[k].text
+        if not left:
             continue
-        head, tail = left[-WINDOW_CHARS:], right[:WINDOW_CHARS]
-        window, cut = head + tail, len(head)
-        any_kind = _same_content(slots[k], slots[k + 1])
+        head = left[-WINDOW_CHARS:]
+        parts, budget, last = [head], WINDOW_CHARS, k
+        for j in range(k + 1, min(len(slots), k + 1 + MAX_SLOTS_JOINED)):
+            piece = slots[j].text[:budget]
+            parts.append(piece)
+            budget -= len(piece)
+            last = j
+            if budget <= 0:
+                break
+        window, cut = "".join(parts), len(head)
+        if len(window) == cut:
+            continue
+        offset = bases[k + 1] - cut  # global position of window[0]
         for f in scan(window):
-            if not f.start < cut < f.end or not (any_kind or f.category is Category.SECRET):
+            # a value is found from the window of the first boundary it crosses
+            if not f.start < cut < f.end:
                 continue
-            offset = len(left) - cut
-            value = window[f.start:f.end]
-            pieces.setdefault(k, []).append(Finding(offset + f.start, len(left), f.entity, f.category, f.score,
-                                                    f.rule, value=value))
-            pieces.setdefault(k + 1, []).append(Finding(0, f.end - cut, f.entity, f.category, f.score, f.rule,
-                                                        value=value, continued=True))
+            start, end = offset + f.start, offset + f.end
+            if f.category is not Category.SECRET and not all(
+                    _same_content(slots[j], slots[j + 1]) for j in range(k, last) if bases[j + 1] < end):
+                continue
+            candidates.append(Finding(start, end, f.entity, f.category, f.score, f.rule,
+                                      value=window[f.start:f.end]))
+    pieces: dict[int, list[Finding]] = {}
+    for f in resolve_overlaps(candidates):
+        first = True
+        for j in range(bisect.bisect_right(bases, f.start) - 1, len(slots)):
+            if bases[j] >= f.end:
+                break
+            lo, hi = max(f.start, bases[j]) - bases[j], min(f.end, bases[j + 1]) - bases[j]
+            if hi <= lo:
+                continue
+            pieces.setdefault(j, []).append(Finding(lo, hi, f.entity, f.category, f.score, f.rule,
+                                                    value=f.value, continued=not first))
+            first = False
     return pieces
 
 
