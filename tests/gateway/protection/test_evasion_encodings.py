@@ -136,6 +136,12 @@ def test_escaped_and_encoded_values_are_found(text: str, entity: str, value: str
     assert found(text) == [(entity, value)]
 
 
+def test_a_url_with_an_encoded_at_in_its_user_keeps_its_password_and_its_structure() -> None:
+    # decoding %40 must not turn "%20" into a space that splits the password field off
+    text = "https://jo%40email.com:a%20secret@db.example.com/x"
+    assert found(text) == [("EMAIL_ADDRESS", "jo%40email.com"), ("CONNECTION_PASSWORD", "a%20secret")]
+
+
 @pytest.mark.parametrize("text", [
     "sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 ok",
     "commit 3f2a9c1e5b7d4a60e8f1c2b3a4d5e6f708192a3b", "id 123e4567-e89b-12d3-a456-426614174000",
@@ -149,12 +155,24 @@ def test_hashes_ids_binary_and_ordinary_encodings_are_not_findings(text: str) ->
     assert found(text) == []
 
 
-def test_an_encoded_email_is_replaced_whole_and_the_run_restored() -> None:
+def test_an_encoded_email_is_replaced_whole_and_restored_decoded() -> None:
     hook, _ = make_hook(make_policy())
     c = ctx()
-    out = run(hook.on_request(c, {"model": "m", "messages": [{"role": "user", "content": f"decode {B64_MAIL}"}]}))
-    assert out["messages"][0]["content"] == "decode <EMAIL_1>"
-    assert answer_through(hook, c, "It says <EMAIL_1>") == f"It says {B64_MAIL}"
+    out = run(hook.on_request(c, {"model": "m", "messages": [
+        {"role": "user", "content": f"decode {B64_MAIL}, it is jane.doe@example.org"}]}))
+    # the same address, encoded or not, is one placeholder
+    assert out["messages"][0]["content"] == "decode <EMAIL_1>, it is <EMAIL_1>"
+    assert answer_through(hook, c, "It says <EMAIL_1>") == "It says jane.doe@example.org"
+
+
+def test_an_email_joined_from_literals_restores_into_tool_arguments_as_valid_json() -> None:
+    hook, _ = make_hook(make_policy())
+    c = ctx()
+    out = run(hook.on_request(c, {"model": "m", "messages": [
+        {"role": "user", "content": 'to = "jane.doe" + "@" + "example.org"; send it'}]}))
+    assert out["messages"][0]["content"] == "to = <EMAIL_1>; send it"
+    args = answer_through(hook, c, '{"to": "<EMAIL_1>"}', chunk=2)
+    assert json.loads(args) == {"to": "jane.doe@example.org"}
 
 
 def test_decoding_is_bounded_on_a_huge_base64_text() -> None:

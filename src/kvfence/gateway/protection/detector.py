@@ -61,7 +61,7 @@ class Detector:
         made plain), so those disguises do not hide a value; each span is mapped back to the caller's
         characters. A base64 or hex run that decodes to text (``encoded.py``), and string literals
         joined by ``+`` and the like (``concatenated.py``), are scanned decoded / joined too, and a
-        finding there covers the whole run or expression."""
+        finding there covers the whole run or expression (its ``value`` is what was decoded)."""
         if not text:
             return []
         folded = fold(text, lookalikes=True, escapes=True)
@@ -69,7 +69,10 @@ class Detector:
         found = self._pii.detect(plain) + self._secrets.raw_findings(plain)
         for run in decoded_runs(plain) + joined_literals(plain):
             # a value inside one literal of a concatenation is found in the text itself
-            found.extend(replace(f, start=run.start, end=run.end, rule=f"{f.rule}:{run.encoding}", value=None)
+            # the placeholder stands for the decoded value: restored, the answer gets the e-mail
+            # itself (never quotes or operators that could break the JSON a tool call carries)
+            found.extend(replace(f, start=run.start, end=run.end, rule=f"{f.rule}:{run.encoding}",
+                                 value=run.decoded[f.start:f.end])
                          for f in self._scan_folded(run.decoded)
                          if not run.joints or any(f.start < joint < f.end for joint in run.joints))
         found = resolve_overlaps(found)

@@ -4,7 +4,8 @@ A value a detector knows can be hidden from a pattern without changing what a re
 sees: full-width digits (``４１１１ １１１１ …``), a zero-width space, word joiner or soft hyphen
 inside an e-mail, IBAN or API key, a no-break space between phone digit groups, a non-breaking or
 figure dash, ``＠`` / ``﹫`` for ``@``, a Cyrillic or Greek letter that looks like a Latin one
-(``ѕk-…`` with a Cyrillic ``ѕ``, ``АKIA…`` with a Cyrillic ``А``), or an escape the model reads
+(``ѕk-…`` with a Cyrillic ``ѕ``, ``АKIA…`` with a Cyrillic ``А``), digits of another script
+(``٤٥٣٩ ١٤٨٨ …``, Arabic-Indic: a model reads them as the number), or an escape the model reads
 through (``alice\\u0040example.com`` in a JSON string, ``%40`` in a URL, ``&#64;`` in HTML).
 :func:`fold` removes the invisible characters, maps the others to their plain form; detectors run
 on the folded text, and :meth:`Folded.span` maps each finding back to the caller's characters, so a
@@ -56,6 +57,8 @@ _LOOKALIKE = re.compile("[" + "".join(sorted(LOOKALIKES)) + "]")
 _ASCII_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@_-")
 
 _NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
+_TOKEN_PUNCTUATION = frozenset("@._-+")
+_DIGIT = re.compile(r"\d")  # searched in non-ASCII runs only: another script's decimal digits
 _SPECIAL = re.compile("[" + re.escape("".join(sorted(INVISIBLE)) + "".join(map(chr, _DASHES))) + "]")
 # Escapes a model reads as the character they stand for: JSON / JavaScript / Python (\u0040, \x40),
 # URL percent-encoding of printable ASCII (%40), HTML numeric references (&#64;, &#x40;).
@@ -63,12 +66,16 @@ _ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\x([2-7][0-9a-fA-F])|%([2-7][0-9a-fA
                      r"|&#[xX]([0-9a-fA-F]{2,5});")
 
 
-def _fold_char(ch: str, lookalike: bool = False) -> str:
+def _fold_char(ch: str, lookalike: bool = False, digits: bool = False) -> str:
     if ch in INVISIBLE:
         return ""
     folded = unicodedata.normalize("NFKC", ch).translate(_DASHES)
     # NFKC turns a few characters into several ("ﬁ" -> "fi", "½" -> "1⁄2"); a combining mark alone
     # would fold to itself. Either way each output character maps back to this one.
+    if digits and len(folded) == 1 and not folded.isascii():
+        value = unicodedata.decimal(folded, None)
+        if value is not None:  # Arabic-Indic, Devanagari ... digits: NFKC leaves them as they are
+            return str(value)
     return folded.translate(_LOOKALIKE_TABLE) if lookalike else folded
 
 
@@ -79,8 +86,10 @@ def _unescape(match: re.Match[str]) -> str | None:
         ch = chr(code)
     except (ValueError, OverflowError):
         return None
-    # surrogate halves, controls and unassigned code points stay escaped
-    return ch if ch.isprintable() and not 0xD800 <= code <= 0xDFFF else None
+    # Only characters that continue a token are decoded: letters, digits and the punctuation inside
+    # addresses and keys. A space, quote, ":" or "/" would change how the text around it splits
+    # ("https://jo%40mail.com:a%20secret@host" must keep its password field one token).
+    return ch if (ch.isalnum() or ch in _TOKEN_PUNCTUATION) and not 0xD800 <= code <= 0xDFFF else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +118,8 @@ class Folded:
 def fold(text: str, *, lookalikes: bool = False, escapes: bool = False) -> Folded:
     """``text`` with invisible characters removed and compatibility forms (full-width, no-break
     spaces, odd dashes, ``＠``) made plain; with ``lookalikes``, Cyrillic / Greek letters that look
-    Latin are made Latin where they touch an ASCII word character; with ``escapes``, ``\\u0040``,
+    Latin are made Latin where they touch an ASCII word character, and other scripts' decimal digits
+    ASCII digits; with ``escapes``, ``\\u0040``,
     ``\\x40``, ``%40``, ``&#64;`` become the character. ``origin`` maps back (None when unchanged).
 
     Leak fingerprints fold without the last two (a prompt and an answer chunk must fold alike
@@ -126,8 +136,9 @@ def fold(text: str, *, lookalikes: bool = False, escapes: bool = False) -> Folde
             run = match.group(0)
             mixed = lookalikes and _LOOKALIKE.search(run) is not None and (
                 (start > 0 and text[start - 1] in _ASCII_WORD) or (end < len(text) and text[end] in _ASCII_WORD))
-            if mixed or _needs_folding(run):
-                edits.extend((i, i + 1, _fold_char(text[i], mixed)) for i in range(start, end))
+            digits = lookalikes and _DIGIT.search(run) is not None
+            if mixed or digits or _needs_folding(run):
+                edits.extend((i, i + 1, _fold_char(text[i], mixed, lookalikes)) for i in range(start, end))
         if escapes:
             edits.sort()
     if not edits:

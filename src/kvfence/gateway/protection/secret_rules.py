@@ -158,7 +158,7 @@ SECRET_RULES: list[Rule] = [
          re.compile(r"(?<![\w-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}(?![\w-])"),
          score=1.0, hints=("eyj",), validate=v.jwt_ok),
     Rule("url_password", "CONNECTION_PASSWORD", _SECRET,
-         re.compile(r"\b[a-z][a-z0-9+.-]{1,20}://[^\s:/@'\"]{0,64}:(?P<value>[^\s@/'\"]{1,128})@[\w.-]+"),
+         re.compile(r"\b[a-z][a-z0-9+.-]{1,20}://[^\s:/'\"]{0,64}:(?P<value>[^\s@/'\"]{1,128})@[\w.-]+"),
          score=1.0, group="value", hints=("://",), validate=lambda s: not is_placeholder_value(s) and len(s) >= 3),
     Rule("dsn_password", "CONNECTION_PASSWORD", _SECRET,
          # ADO/ODBC/JDBC key=value strings: "...;Password=xyz;" - a ';' before or after marks the style.

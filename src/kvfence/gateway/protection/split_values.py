@@ -75,7 +75,7 @@ def split_findings(scan: Callable[[str], list[Finding]], slots: Sequence[TextSlo
                     _same_content(slots[j], slots[j + 1]) for j in range(k, last) if bases[j + 1] < end):
                 continue
             candidates.append(Finding(start, end, f.entity, f.category, f.score, f.rule,
-                                      value=window[f.start:f.end]))
+                                      value=f.value if f.value is not None else window[f.start:f.end]))
     pieces: dict[int, list[Finding]] = {}
     for f in resolve_overlaps(candidates):
         first = True
