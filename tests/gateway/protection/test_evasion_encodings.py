@@ -43,6 +43,9 @@ LOOKALIKE = [
     ("id AKI\u0391IOSFODNN7EXAMPLE here", "AWS_ACCESS_KEY", "AKI\u0391IOSFODNN7EXAMPLE"),  # Greek Alpha
     (f"token gh{CYR_P}_R2d7Kq9LmX4vT8bN1cZ6wY3pH5sJ0gF2aE7u", "GITHUB_TOKEN",
      f"gh{CYR_P}_R2d7Kq9LmX4vT8bN1cZ6wY3pH5sJ0gF2aE7u"),
+    (f"id {CYR_A}\uff2b\uff29\uff21\uff29\uff2f\uff33\uff26\uff2f\uff24\uff2e\uff2e\uff17\uff25\uff38\uff21\uff2d\uff30"
+     "\uff2c\uff25 here", "AWS_ACCESS_KEY",  # Cyrillic + full-width: one non-ASCII run
+     f"{CYR_A}\uff2b\uff29\uff21\uff29\uff2f\uff33\uff26\uff2f\uff24\uff2e\uff2e\uff17\uff25\uff38\uff21\uff2d\uff30\uff2c\uff25"),
     (f"IBAN D{CYR_E}89 3704 0044 0532 0130 00 ok", "IBAN_CODE", f"D{CYR_E}89 3704 0044 0532 0130 00"),
     (f"mail {CYR_A.lower()}lice@ex{CYR_A.lower()}mple.c{CYR_O}m", "EMAIL_ADDRESS",
      f"{CYR_A.lower()}lice@ex{CYR_A.lower()}mple.c{CYR_O}m"),  # guard: Unicode letters were e-mail already

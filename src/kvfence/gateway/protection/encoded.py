@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 __all__ = ["MAX_DECODED_CHARS", "MAX_RUN_CHARS", "MIN_RUN_CHARS", "PROBE_CHARS", "DecodedRun", "decoded_runs"]
 
-# 12 base64 characters are 9 bytes: "jo@acme.io" is 10. Shorter runs are words and ids.
-MIN_RUN_CHARS = 12
+# 16 base64 characters are 12 bytes ("ann@acme.io" is 11; shorter addresses and keys do not exist
+# in practice). Shorter runs are words and ids, and each costs a probe.
+MIN_RUN_CHARS = 16
 PROBE_CHARS = 64
 MAX_RUN_CHARS = 16_384
 MAX_DECODED_CHARS = 65_536
@@ -29,6 +30,7 @@ _RUN = re.compile(rf"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{{{MIN_RUN_CHARS},}}={{0
 _HEX = re.compile(r"(?:[0-9a-fA-F]{2})+")
 # Decoded bytes count as text when nearly all are printable (tabs and newlines included).
 _MIN_PRINTABLE = 0.95
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffd]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +56,8 @@ def _texty(data: bytes) -> str | None:
             return None
     if not text:
         return None
-    printable = sum(1 for ch in text if ch.isprintable() or ch in "\t\n\r")
-    return text if printable >= _MIN_PRINTABLE * len(text) else None
+    unprintable = len(_CONTROL.findall(text))  # in C: most probes fail here, on bytes that are no text
+    return text if unprintable <= (1 - _MIN_PRINTABLE) * len(text) else None
 
 
 def _b64(run: str) -> bytes | None:

@@ -58,6 +58,7 @@ _ASCII_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012
 
 _NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
 _TOKEN_PUNCTUATION = frozenset("@._-+")
+_ASCII_ALNUM = re.compile(r"[A-Za-z0-9]")
 _DIGIT = re.compile(r"\d")  # searched in non-ASCII runs only: another script's decimal digits
 _SPECIAL = re.compile("[" + re.escape("".join(sorted(INVISIBLE)) + "".join(map(chr, _DASHES))) + "]")
 # Escapes a model reads as the character they stand for: JSON / JavaScript / Python (\u0040, \x40),
@@ -135,7 +136,9 @@ def fold(text: str, *, lookalikes: bool = False, escapes: bool = False) -> Folde
             start, end = match.span()
             run = match.group(0)
             mixed = lookalikes and _LOOKALIKE.search(run) is not None and (
-                (start > 0 and text[start - 1] in _ASCII_WORD) or (end < len(text) and text[end] in _ASCII_WORD))
+                (start > 0 and text[start - 1] in _ASCII_WORD) or (end < len(text) and text[end] in _ASCII_WORD)
+                # or the run mixes them with full-width Latin ("АＫＩＡ…" is one non-ASCII run)
+                or _ASCII_ALNUM.search(unicodedata.normalize("NFKC", run)) is not None)
             digits = lookalikes and _DIGIT.search(run) is not None
             if mixed or digits or _needs_folding(run):
                 edits.extend((i, i + 1, _fold_char(text[i], mixed, lookalikes)) for i in range(start, end))

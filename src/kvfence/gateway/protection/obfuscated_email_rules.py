@@ -39,10 +39,10 @@ OBFUSCATED_EMAIL_RULES: list[Rule] = [
          anchor=Anchor(re.compile(r"[(\[{<]\s*(?:[aA][tT]|@)\s*[)\]}>]"), before=70, after=260)),
     Rule("email_spelled_caps", "EMAIL_ADDRESS", Category.PII,
          re.compile(rf"(?<![\w.+%-]){_LOCAL}(?:\s+DOT\s+{_LOCAL}){{0,4}}\s+AT\s+(?:{_LABEL}\s+DOT\s+){{1,4}}(?i:{_SPELLED_TLD})(?![\w-])"),
-         score=0.8,
+         score=0.8, hints=("dot",),
          anchor=Anchor(re.compile(r"\bDOT\b"), before=140, after=30)),
     Rule("email_spelled_context", "EMAIL_ADDRESS", Category.PII,
          re.compile(rf"(?<![\w.+%-]){_LOCAL}(?:\s+dot\s+{_LOCAL}){{0,4}}\s+at\s+(?:{_LABEL}\s+dot\s+){{1,4}}{_SPELLED_TLD}(?![\w-])"),
-         score=0.7, on_lowered=True, context=_MAIL_CUES, needs_context=True,
+         score=0.7, on_lowered=True, context=_MAIL_CUES, needs_context=True, hints=("dot",),
          anchor=Anchor(re.compile(r"(?i)\bdot\b"), before=140, after=30)),
 ]
