@@ -85,6 +85,7 @@ def test_a_lookalike_email_is_restored_in_the_callers_letters_across_one_charact
 @pytest.mark.parametrize(("text", "value"), [
     ("contact alice (at) example (dot) com today", "alice (at) example (dot) com"),
     ("alice[at]example[dot]com", "alice[at]example[dot]com"),
+    ("Nick <nick(dot)treleaven(at)btinternet(dot)com>", "nick(dot)treleaven(at)btinternet(dot)com"),
     ("mail: alice.smith{at}mail.example.co.uk", "alice.smith{at}mail.example.co.uk"),
     ("write to bob <at> corp <dot> io please", "bob <at> corp <dot> io"),
     ("Jane.Doe (AT) Example (DOT) org", "Jane.Doe (AT) Example (DOT) org"),

@@ -60,6 +60,7 @@ _NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
 _TOKEN_PUNCTUATION = frozenset("@._-+")
 _ASCII_ALNUM = re.compile(r"[A-Za-z0-9]")
 _DIGIT = re.compile(r"\d")  # searched in non-ASCII runs only: another script's decimal digits
+_FOREIGN_DIGIT = re.compile(r"(?![0-9])\d")
 _SPECIAL = re.compile("[" + re.escape("".join(sorted(INVISIBLE)) + "".join(map(chr, _DASHES))) + "]")
 # Escapes a model reads as the character they stand for: JSON / JavaScript / Python (\u0040, \x40),
 # URL percent-encoding of printable ASCII (%40), HTML numeric references (&#64;, &#x40;).
@@ -132,15 +133,19 @@ def fold(text: str, *, lookalikes: bool = False, escapes: bool = False) -> Folde
             if ch is not None:
                 edits.append((match.start(), match.end(), _fold_char(ch, lookalikes)))
     if not text.isascii():
+        # one C-level pass each, so that Cyrillic, Greek or Arabic prose costs little per word
+        foreign_digits = lookalikes and _FOREIGN_DIGIT.search(text) is not None
         for match in _NON_ASCII_RUN.finditer(text):
             start, end = match.span()
             run = match.group(0)
-            mixed = lookalikes and _LOOKALIKE.search(run) is not None and (
-                (start > 0 and text[start - 1] in _ASCII_WORD) or (end < len(text) and text[end] in _ASCII_WORD)
-                # or the run mixes them with full-width Latin ("АＫＩＡ…" is one non-ASCII run)
-                or _ASCII_ALNUM.search(unicodedata.normalize("NFKC", run)) is not None)
-            digits = lookalikes and _DIGIT.search(run) is not None
-            if mixed or digits or _needs_folding(run):
+            needs = _needs_folding(run)
+            mixed = False
+            if lookalikes and ((start > 0 and text[start - 1] in _ASCII_WORD)
+                               or (end < len(text) and text[end] in _ASCII_WORD)
+                               # or mixed with full-width Latin ("АＫＩＡ…" is one non-ASCII run)
+                               or (needs and _ASCII_ALNUM.search(unicodedata.normalize("NFKC", run)) is not None)):
+                mixed = _LOOKALIKE.search(run) is not None
+            if mixed or needs or (foreign_digits and _DIGIT.search(run) is not None):
                 edits.extend((i, i + 1, _fold_char(text[i], mixed, lookalikes)) for i in range(start, end))
         if escapes:
             edits.sort()

@@ -22,6 +22,7 @@ _LOCAL = r"[^\W_](?:[\w.+'-]{0,62}[^\W_])?"
 _LABEL = r"[^\W_](?:[\w-]{0,61}[^\W_])?"
 _TLD = r"[^\W\d_]{2,24}"
 _BR_AT = r"\s*[(\[{<]\s*(?:at|@)\s*[)\]}>]\s*"
+_BR_ONLY_DOT = r"\s*[(\[{<]\s*(?:dot|\.)\s*[)\]}>]\s*"
 _BR_DOT = r"(?:\s*[(\[{<]\s*(?:dot|\.)\s*[)\]}>]\s*|\.)"
 
 # Generic and common top-level domains; any two-letter one is a country code.
@@ -34,9 +35,9 @@ _MAIL_CUES = ("email", "e-mail", "mail", "contact", "write to", "write me", "rea
 
 OBFUSCATED_EMAIL_RULES: list[Rule] = [
     Rule("email_bracketed", "EMAIL_ADDRESS", Category.PII,
-         re.compile(rf"(?<![\w.+%-]){_LOCAL}{_BR_AT}(?:{_LABEL}{_BR_DOT}){{1,6}}{_TLD}(?![\w-])"),
+         re.compile(rf"(?<![\w.+%-]){_LOCAL}(?:{_BR_ONLY_DOT}{_LOCAL}){{0,4}}{_BR_AT}(?:{_LABEL}{_BR_DOT}){{1,6}}{_TLD}(?![\w-])"),
          score=0.9, on_lowered=True,
-         anchor=Anchor(re.compile(r"[(\[{<]\s*(?:[aA][tT]|@)\s*[)\]}>]"), before=70, after=260)),
+         anchor=Anchor(re.compile(r"[(\[{<]\s*(?:[aA][tT]|@)\s*[)\]}>]"), before=200, after=260)),
     Rule("email_spelled_caps", "EMAIL_ADDRESS", Category.PII,
          re.compile(rf"(?<![\w.+%-]){_LOCAL}(?:\s+DOT\s+{_LOCAL}){{0,4}}\s+AT\s+(?:{_LABEL}\s+DOT\s+){{1,4}}(?i:{_SPELLED_TLD})(?![\w-])"),
          score=0.8, hints=("dot",),
