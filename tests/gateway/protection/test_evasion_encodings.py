@@ -290,3 +290,24 @@ def test_a_lookalike_board_request_is_raised_when_the_policy_routes_board_materi
     run(hook.on_request(c, {"model": "m", "messages": [
         {"role": "user", "content": f"summarise the b{CYR_O}ard minutes on the takeover"}]}))
     assert c.data_class == "internal"
+
+
+def test_a_key_split_after_a_long_text_and_over_short_ones_is_removed() -> None:
+    long_text = "lorem ipsum dolor sit amet " * 200 + "key: " + KEY[:9]  # > 1 KiB: only its tail joins
+    sent = outgoing(parts(long_text, KEY[9:20], KEY[20:] + " ok"))
+    assert "<OPENAI_API_KEY_1>" in sent and KEY[9:20] not in sent and KEY[20:] not in sent
+
+
+def test_the_boundary_scan_of_many_short_messages_is_one_pass() -> None:
+    from kvfence.gateway.protection.messages import text_slots
+    from kvfence.gateway.protection.split_values import split_findings
+
+    calls: list[int] = []
+
+    def scan(text: str) -> list[Any]:
+        calls.append(len(text))
+        return DETECTOR.scan(text)
+
+    body = {"model": "m", "messages": [{"role": "user", "content": f"note {i} ok"} for i in range(2000)]}
+    assert split_findings(scan, text_slots("chat", body)) == {}
+    assert len(calls) == 1 and calls[0] == sum(len(f"note {i} ok") for i in range(2000))

@@ -12,9 +12,9 @@ so any finding counts there; across messages (and tool-call arguments, names, sc
 only secrets do, because two unrelated texts put side by side make false personal data easily
 ("order 1234" + "5678 ..." is no card) and a credential's documented shape rarely. A value split
 over three or more texts (a key cut into five content parts, or sent a few characters per message)
-is put together too: the window after a boundary runs on through the following texts, up to
-:data:`MAX_SLOTS_JOINED` of them and :data:`WINDOW_CHARS` characters, and each text the value touches
-gets its piece.
+is put together too: runs of short texts are scanned as one text, once, and a long text takes
+part with its first and last :data:`WINDOW_CHARS` characters; each text the value touches gets its
+piece.
 """
 
 from __future__ import annotations
@@ -25,13 +25,11 @@ from collections.abc import Callable, Sequence
 from kvfence.gateway.protection.findings import Category, Finding, resolve_overlaps
 from kvfence.gateway.protection.messages import TextSlot
 
-__all__ = ["MAX_SLOTS_JOINED", "WINDOW_CHARS", "merge_split", "split_findings"]
+__all__ = ["WINDOW_CHARS", "merge_split", "split_findings"]
 
 # Characters taken from each side of a boundary: longer than any single-line secret or personal
 # value the rules know (a PEM block split in two is left to its header line's own rule).
 WINDOW_CHARS = 512
-# Texts one window runs across after its boundary (a key sent a few characters per message).
-MAX_SLOTS_JOINED = 64
 
 
 def _same_content(a: TextSlot, b: TextSlot) -> bool:
@@ -40,45 +38,52 @@ def _same_content(a: TextSlot, b: TextSlot) -> bool:
             and a.path[1] == b.path[1] and a.path[2] == b.path[2] == "content")
 
 
+def _segments(bases: Sequence[int]) -> list[tuple[int, int]]:
+    """Global ranges to scan so that every boundary is seen with ``WINDOW_CHARS`` on each side: runs
+    of short texts whole, a long text only by its first and last ``WINDOW_CHARS`` characters (no
+    value the rules know is longer, so none can run across a long text's middle)."""
+    segments: list[tuple[int, int]] = []
+    start: int | None = None
+    for k in range(len(bases) - 1):
+        if bases[k + 1] - bases[k] > 2 * WINDOW_CHARS:
+            if start is not None:
+                segments.append((start, bases[k] + WINDOW_CHARS))
+            start = bases[k + 1] - WINDOW_CHARS
+        elif start is None:
+            start = bases[k]
+    if start is not None:
+        segments.append((start, bases[-1]))
+    return segments
+
+
 def split_findings(scan: Callable[[str], list[Finding]], slots: Sequence[TextSlot]) -> dict[int, list[Finding]]:
     """Pieces of values that run across the boundaries of consecutive slots, by slot index.
 
-    Positions are global (the slots' texts laid end to end), so a value found from two windows is
-    one candidate, and overlapping candidates are resolved once, as within one text."""
+    Positions are global (the slots' texts laid end to end); each segment of texts is scanned once,
+    and a finding counts when it crosses a boundary (across messages, only if it is a secret)."""
     bases = [0]
     for slot in slots:
         bases.append(bases[-1] + len(slot.text))
     candidates: list[Finding] = []
-    for k in range(len(slots) - 1):
-        left = slots[k].text
-        if not left:
-            continue
-        head = left[-WINDOW_CHARS:]
-        parts, budget, last = [head], WINDOW_CHARS, k
-        for j in range(k + 1, min(len(slots), k + 1 + MAX_SLOTS_JOINED)):
-            piece = slots[j].text[:budget]
-            parts.append(piece)
-            budget -= len(piece)
-            last = j
-            if budget <= 0:
-                break
-        window, cut = "".join(parts), len(head)
-        if len(window) == cut:
-            continue
-        offset = bases[k + 1] - cut  # global position of window[0]
-        for f in scan(window):
-            # a value is found from the window of the first boundary it crosses
-            if not f.start < cut < f.end:
+    for lo, hi in _segments(bases):
+        first = bisect.bisect_right(bases, lo) - 1  # the slot holding position lo
+        last = bisect.bisect_left(bases, hi) - 1     # the slot holding position hi - 1
+        if first == last:
+            continue  # no boundary inside
+        text = "".join(slots[j].text[max(0, lo - bases[j]):hi - bases[j]] for j in range(first, last + 1))
+        for f in scan(text):
+            start, end = lo + f.start, lo + f.end
+            # the boundaries it crosses: bases[j + 1] strictly inside (start, end)
+            crossed = range(bisect.bisect_right(bases, start) - 1, bisect.bisect_left(bases, end) - 1)
+            if not crossed:
                 continue
-            start, end = offset + f.start, offset + f.end
-            if f.category is not Category.SECRET and not all(
-                    _same_content(slots[j], slots[j + 1]) for j in range(k, last) if bases[j + 1] < end):
+            if f.category is not Category.SECRET and not all(_same_content(slots[j], slots[j + 1]) for j in crossed):
                 continue
             candidates.append(Finding(start, end, f.entity, f.category, f.score, f.rule,
-                                      value=f.value if f.value is not None else window[f.start:f.end]))
+                                      value=f.value if f.value is not None else text[f.start:f.end]))
     pieces: dict[int, list[Finding]] = {}
     for f in resolve_overlaps(candidates):
-        first = True
+        first_piece = True
         for j in range(bisect.bisect_right(bases, f.start) - 1, len(slots)):
             if bases[j] >= f.end:
                 break
@@ -86,8 +91,8 @@ def split_findings(scan: Callable[[str], list[Finding]], slots: Sequence[TextSlo
             if hi <= lo:
                 continue
             pieces.setdefault(j, []).append(Finding(lo, hi, f.entity, f.category, f.score, f.rule,
-                                                    value=f.value, continued=not first))
-            first = False
+                                                    value=f.value, continued=not first_piece))
+            first_piece = False
     return pieces
 
 
