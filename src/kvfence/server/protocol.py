@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvfence.server.api_errors import APIError
+from kvfence.server.tools import tool_calling
 
 __all__ = [
     "ChatCompletionRequest",
@@ -258,6 +259,7 @@ class ChatCompletionRequest(GenerationRequest):
     tool_choice: Any = None
     functions: list[Any] | None = None  # OpenAI's deprecated spelling of tools
     function_call: Any = None
+    parallel_tool_calls: bool | None = None  # false: at most one call with tool_choice "required"
     # OpenAI fields asking for output this server cannot produce: refused, never silently dropped
     # (a client that asked for audio or a web search would read a text-only answer as one).
     modalities: list[str] | None = None
@@ -277,17 +279,15 @@ class ChatCompletionRequest(GenerationRequest):
         super().check_supported()
         if self.top_logprobs and not self.logprobs:
             raise APIError.bad_request("'top_logprobs' requires 'logprobs': true", param="top_logprobs")
-        if self.tools:
-            raise APIError.bad_request("tool calling is not supported", param="tools")
+        tool_calling(self)  # tools and tool_choice: a 400 for what is malformed or not served (see .tools)
         if self.functions:
-            raise APIError.bad_request("function calling is not supported", param="functions")
-        # "none" and "auto" without tools mean plain text, which is what is served; anything else
-        # asks for a call this server would never make.
-        for name in ("tool_choice", "function_call"):
-            choice = getattr(self, name)
-            if choice not in (None, "none", "auto"):
-                raise APIError.bad_request(f"{name} {json.dumps(choice)[:80]} asks for a tool call, and tool "
-                                           "calling is not supported", param=name)
+            raise APIError.bad_request("the deprecated 'functions' field is not supported; send 'tools'",
+                                       param="functions")
+        # "none" and "auto" without functions mean plain text, which is what is served.
+        if self.function_call not in (None, "none", "auto"):
+            raise APIError.bad_request(f"function_call {json.dumps(self.function_call)[:80]} asks for a call "
+                                       "through the deprecated 'functions' field, which is not supported; send "
+                                       "'tools' and 'tool_choice'", param="function_call")
         if self.best_of not in (None, self.num_choices):
             raise APIError.bad_request("best_of is supported on /v1/completions only", param="best_of")
         other = sorted(set(self.modalities or []) - {"text"})
@@ -322,8 +322,10 @@ class ChatCompletionRequest(GenerationRequest):
 
     def template_options(self) -> dict[str, Any]:
         """Keyword arguments of ``Tokenizer.apply_chat_template`` beyond the messages."""
-        return {"continue_final_message": bool(self.continue_final_message),
-                "template_kwargs": dict(self.chat_template_kwargs or {})}
+        extra = dict(self.chat_template_kwargs or {})
+        if self.tools:  # the template shows the model its tools (as transformers' apply_chat_template(tools=))
+            extra.setdefault("tools", self.tools)
+        return {"continue_final_message": bool(self.continue_final_message), "template_kwargs": extra}
 
     def template_messages(self, content_format: str = "string") -> list[dict[str, Any]]:
         """Messages as plain dicts for the chat template (``content_format``: see :func:`template_messages`)."""

@@ -64,6 +64,7 @@ from kvfence.server.responses import (
 )
 from kvfence.server.streaming import ClientDisconnected, EventStreamResponse, run_until_disconnect
 from kvfence.server.structured import grammar_spec
+from kvfence.server.tools import ToolCalling, ToolCallStream, answer_message, tool_calling
 
 __all__ = ["OpenAIServing"]
 
@@ -104,6 +105,7 @@ class _Lease:
         self.echo: list[str] = []  # per prompt: what its choices' text starts with (completions echo)
         self.prompts: list[list[int]] = []  # per prompt: its token ids
         self.prompt_logprobs: list[Any] = []  # per prompt: its scores once computed (choice 0 computes them)
+        self.tools: ToolCalling | None = None  # chat with tool_choice "required" or a named function
         self.status = "error"
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
@@ -373,6 +375,7 @@ class OpenAIServing:
         lease.echo = self._echo_texts(req, prompts, model)
         lease.prompts = prompts
         lease.prompt_logprobs = [None] * len(prompts)
+        lease.tools = tool_calling(req) if isinstance(req, ChatCompletionRequest) else None
         for r in requests:
             r.state.logprob_text_offset = len(lease.echo[r.state.prompt_index])  # generated text follows the echo
             r.state.keeps_output = not req.scores_prompt_only
@@ -496,9 +499,12 @@ class OpenAIServing:
             logprobs = (chat_logprobs(c.token_ids, c.logprobs, req.top_logprobs or 0, self._token_text(model),
                                       self._token_bytes(model))
                         if req.logprobs else None)
-            content = lease.echo[c.prompt_index] + c.text
-            choices.append({"index": c.index, "message": {"role": "assistant", "content": content},
-                            "logprobs": logprobs, "finish_reason": c.finish_reason})
+            message: dict[str, Any] = {"role": "assistant", "content": lease.echo[c.prompt_index] + c.text}
+            finish_reason = c.finish_reason
+            if lease.tools is not None:
+                message, finish_reason = answer_message(lease.tools, c.text, finish_reason)
+            choices.append({"index": c.index, "message": message, "logprobs": logprobs,
+                            "finish_reason": finish_reason})
         body = {"id": rid, "object": "chat.completion", "created": created, "model": name,
                 "choices": choices, "usage": usage_body(lease.choices)}
         if req.prompt_logprobs is not None:
@@ -574,6 +580,7 @@ class OpenAIServing:
         assert lease.group is not None
         token_text, token_bytes = self._token_text(model), self._token_bytes(model)
         scores_sent = req.prompt_logprobs is None
+        tool_streams = {c.index: ToolCallStream(lease.tools) for c in lease.choices} if lease.tools else {}
         try:
             for c in lease.choices:
                 yield sse(chat_chunk(rid, created, name, c.index, {"role": "assistant", "content": ""}, None))
@@ -591,11 +598,21 @@ class OpenAIServing:
                 if choice.keeps_output and req.logprobs and out.new_token_ids:
                     logprobs = chat_logprobs(list(out.new_token_ids), _new_logprobs(out),
                                              req.top_logprobs or 0, token_text, token_bytes)
-                if (out.delta_text and choice.keeps_output) or logprobs is not None:
-                    chunk = chat_chunk(rid, created, name, choice.index, {"content": out.delta_text}, None, logprobs)
+                delta: dict[str, Any] | None = {"content": out.delta_text}
+                tool_stream = tool_streams.get(choice.index)
+                if tool_stream is not None:
+                    delta = tool_stream.delta(out.delta_text)
+                if (delta is not None and out.delta_text and choice.keeps_output) or logprobs is not None:
+                    chunk = chat_chunk(rid, created, name, choice.index, delta or {}, None, logprobs)
                     yield sse(_with_running_usage(req, chunk, lease))
                 if out.finished:
-                    chunk = chat_chunk(rid, created, name, choice.index, {}, choice.finish_reason)
+                    finish_reason = choice.finish_reason
+                    if tool_stream is not None:
+                        last, finish_reason = tool_stream.finish(finish_reason)
+                        if last is not None:
+                            yield sse(_with_running_usage(req, chat_chunk(rid, created, name, choice.index, last,
+                                                                          None), lease))
+                    chunk = chat_chunk(rid, created, name, choice.index, {}, finish_reason)
                     yield sse(_with_running_usage(req, chunk, lease))
             if req.include_usage:
                 yield _usage_chunk("chat.completion.chunk", rid, created, name, lease)

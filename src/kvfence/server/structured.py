@@ -35,6 +35,7 @@ from kvfence.engine.structured.compiler import DEFAULT_CACHE_SIZE, CompiledGramm
 from kvfence.engine.structured.processor import DEFAULT_MAX_STATES
 from kvfence.errors import InvalidParameterError
 from kvfence.server.api_errors import APIError
+from kvfence.server.tools import tool_calling
 
 __all__ = ["ScopedGrammarCache", "StructuredOutput", "grammar_spec", "structured_output"]
 
@@ -136,6 +137,10 @@ def grammar_spec(req: Any) -> tuple[GrammarSpec, str] | None:
             found.append((spec, "response_format"))
     if getattr(req, "structured_outputs", None) is not None:
         found.append((_from_structured_outputs(req.structured_outputs), "structured_outputs"))
+    if getattr(req, "tools", None):
+        calling = tool_calling(req)
+        if calling is not None:
+            found.append((calling.spec, "tool_choice"))
     whitespace = getattr(req, "guided_whitespace_pattern", None)
     for name in _GUIDED_FIELDS:
         value = getattr(req, name, None)
