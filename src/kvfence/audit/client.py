@@ -7,6 +7,7 @@ servers send before prefill are skipped, so the measurement covers prefill.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -18,7 +19,10 @@ import httpx
 from kvfence.audit.errors import AuditCannotRun, EndpointRejected, EndpointUnreachable
 from kvfence.audit.target import Api, AuditTarget, Tenant
 
-__all__ = ["EndpointClient", "Reply"]
+__all__ = ["TRANSIENT_STATUSES", "EndpointClient", "Reply"]
+
+# What a proxy or an overloaded server answers once and not again: worth a retry where no timing is measured.
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
 @dataclass(slots=True)
@@ -37,6 +41,7 @@ class Reply:
     aborted_by_client: bool = False
     transport_error: str | None = None
     not_streamed: bool = False  # asked to stream, answered with one JSON body: no time to first token
+    earlier: tuple[str, ...] = ()  # bodies of failed attempts before this one (retried): scanned too
 
     @property
     def ok(self) -> bool:
@@ -45,7 +50,7 @@ class Reply:
     @property
     def scannable_text(self) -> str:
         """Everything the caller saw: the answer, and the error body (an error can leak too)."""
-        return "\n".join(part for part in (self.text, self.error or "", self.body) if part)
+        return "\n".join(part for part in (*self.earlier, self.text, self.error or "", self.body) if part)
 
 
 class EndpointClient:
@@ -130,7 +135,7 @@ class EndpointClient:
             return self.api
         last: Reply | None = None
         for api in (Api.CHAT, Api.COMPLETIONS):
-            reply = await self.generate(self.target.tenant_a, "Say hi.", max_tokens=1, api=api)
+            reply = await self.generate(self.target.tenant_a, "Say hi.", max_tokens=1, api=api, transient_retries=2)
             self.raise_for_auth(reply, self.target.tenant_a)
             if reply.ok:
                 self.api = api
@@ -164,19 +169,29 @@ class EndpointClient:
         stream: bool = False,
         abort_after_chunks: int | None = None,
         api: Api | None = None,
+        transient_retries: int = 0,
     ) -> Reply:
         """Send one greedy generation request as ``tenant``; never raises for an HTTP error status.
 
         Models that refuse ``max_tokens`` (they want ``max_completion_tokens``) or any temperature
         but their default say so in a 400; the request is then adapted once and sent again, and
-        every later request goes out in the accepted form.
+        every later request goes out in the accepted form. With ``transient_retries``, an answer a
+        proxy or an overloaded server gives once (429, 500, 502, 503, 504) is retried after a short
+        pause (for requests whose timing is not measured: calibration, discovery).
         """
         api = api or (self.api if self.api is not Api.AUTO else Api.CHAT)
         model = self.model or await self.resolve_model()
-        for _ in range(3):
-            reply = await self._send(tenant, api, model, prompt, max_tokens, stream, abort_after_chunks)
-            if reply.status != 400 or not reply.error or not self._adapt(reply.error):
+        earlier: list[str] = []
+        for attempt in range(transient_retries + 1):
+            for _ in range(3):
+                reply = await self._send(tenant, api, model, prompt, max_tokens, stream, abort_after_chunks)
+                if reply.status != 400 or not reply.error or not self._adapt(reply.error):
+                    break
+            reply.earlier = tuple(earlier)
+            if reply.status not in TRANSIENT_STATUSES or attempt == transient_retries:
                 return reply
+            earlier.append(reply.body or reply.error or "")
+            await asyncio.sleep(min(2.0, 0.25 * 2**attempt))
         return reply
 
     def _adapt(self, error: str) -> bool:

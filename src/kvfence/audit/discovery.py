@@ -129,7 +129,7 @@ async def calibrate(
     top = 256 if max_context is None else max(8, min(256, max_context // 4))
     samples: list[tuple[int, int]] = []
     for units in sorted({max(2, top // 12), max(4, top // 3), top}):
-        reply = await client.generate(tenant, " ".join(random_units(rng, units)), max_tokens=1)
+        reply = await client.generate(tenant, " ".join(random_units(rng, units)), max_tokens=1, transient_retries=2)
         client.raise_for_auth(reply, tenant)
         if not reply.ok:
             raise AuditCannotRun(

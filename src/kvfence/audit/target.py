@@ -97,14 +97,26 @@ class AuditTarget:
 
 
 def normalise_endpoint(endpoint: str) -> str:
-    """``http://host:8000/v1/`` -> ``http://host:8000``; the checks add ``/v1/...`` themselves."""
+    """``http://host:8000/v1/`` -> ``http://host:8000``; the checks add ``/v1/...`` themselves.
+
+    A path before ``/v1`` (a gateway's ``/api/openai/v1``) is kept; a route after it
+    (``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``) is dropped.
+    """
     parts = urlsplit(endpoint.strip())
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"--endpoint must be an http(s) URL such as http://127.0.0.1:8000, got {endpoint!r}")
     path = parts.path.rstrip("/")
+    # A URL pasted whole from an example (".../v1/chat/completions") names the same endpoint.
+    for route in _ROUTES:
+        if path.endswith(route):
+            path = path[: -len(route)]
+            break
     if path.endswith("/v1"):
         path = path[: -len("/v1")]
     return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+_ROUTES = ("/chat/completions", "/completions", "/models")
 
 
 def _parse_headers(headers: tuple[str, ...]) -> dict[str, str]:

@@ -1,0 +1,114 @@
+"""``kvfence audit`` against endpoints shaped the way real deployments are, not the way tests are.
+
+A vulnerable backend (a prefix cache shared by every organisation, over-length prompts truncated
+and answered 200 with another organisation's earlier prompt) behind what gateways and hosted APIs
+add: a path prefix before ``/v1``, no ``/v1/models`` (404 with a plain-text body), a model name that
+must be given, intermittent HTTP 500s with non-JSON bodies, and a slow first token. Every check must
+still find what is there, the run must exit 1, and nothing may print a stack trace.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount
+
+from kvfence.audit.target import normalise_endpoint
+from tests.audit.conftest import AuditRun, check_result
+from tests.audit.simbackend import SimConfig, build_app, serve_app
+
+PREFIX = "/api/openai"
+MODEL = "acme/sim-model"
+
+
+@contextmanager
+def hostile_backend(config: SimConfig, *, fail_every: int = 0) -> Iterator[str]:
+    """The simulated backend under ``PREFIX``, with the quirks above; yields the URL up to the prefix."""
+    inner = build_app(config)
+    calls = {"n": 0}
+
+    async def quirks(scope: Any, receive: Callable[[], Awaitable[Any]], send: Any) -> None:
+        if scope["type"] != "http":
+            return await inner(scope, receive, send)
+        path = scope["path"]
+        response: Response | None = None
+        if path.endswith("/v1/models"):
+            response = PlainTextResponse("Not Found", status_code=404)
+        elif path.endswith("/completions"):
+            request = Request(scope, receive)
+            body = await request.body()
+            if json.loads(body).get("model") != MODEL:
+                response = JSONResponse({"error": {"message": "unknown model", "type": "invalid_request_error",
+                                                   "code": "model_not_found"}}, status_code=404)
+            else:
+                calls["n"] += 1
+                if fail_every and calls["n"] % fail_every == 0:
+                    response = PlainTextResponse("upstream connect error or disconnect/reset before headers",
+                                                 status_code=500)
+            if response is None:
+                replayed = False
+
+                async def replay() -> Any:  # the body once, then the client's own events (disconnect)
+                    nonlocal replayed
+                    if replayed:
+                        return await receive()
+                    replayed = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await inner(scope, replay, send)
+        if response is None:
+            return await inner(scope, receive, send)
+        await response(scope, receive, send)
+
+    with serve_app(Starlette(routes=[Mount(PREFIX, app=quirks)]), "the hostile backend") as url:
+        yield url + PREFIX
+
+
+VULNERABLE = SimConfig(sharing="global", over_length="leak", max_model_len=2048, base_s=0.02)
+FAST = ["--seed", "7", "--samples", "14", "--prompt-tokens", "600"]
+
+
+@pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/", "/v1/chat/completions", "/v1/models/"])
+def test_the_endpoint_may_be_given_with_or_without_v1(suffix: str) -> None:
+    base = "https://llm.example.com/api/openai"
+    assert normalise_endpoint(base + suffix) == base
+    assert normalise_endpoint("http://127.0.0.1:8000" + suffix) == "http://127.0.0.1:8000"
+
+
+def test_every_check_finds_the_vulnerability_behind_a_prefix_and_intermittent_500s(run_audit: AuditRun, tmp_path: Path) -> None:
+    with hostile_backend(VULNERABLE, fail_every=20) as url:
+        result, data = run_audit("all", url + "/v1/", "--model", MODEL, "--max-context", "2048", *FAST)
+    assert "Traceback" not in result.output
+    assert result.exit_code == 1, result.output
+    verdicts = {c["check"]: c["verdict"] for c in data["checks"]}
+    # engine: nothing identifies it (inconclusive); the three measured checks each find their fault
+    assert verdicts == {"engine": "inconclusive", "admission": "finding", "leak": "finding",
+                        "cache-sharing": "finding"}, verdicts
+    levels = check_result(data, "cache-sharing")["measurements"]["levels"]
+    assert levels["cross-org"]["shares_cache"]
+    # the 500s were counted as failed trials, not taken as timing samples
+    assert sum(level["failed_trials"] for level in levels.values()) >= 1
+    assert data["exit_code"] == 1
+    # the endpoint as normalised: the path prefix kept, "/v1" and a trailing slash dropped
+    assert {(c["endpoint"], c["model"]) for c in data["checks"]} == {(url, MODEL)}
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "finding" in report.lower()
+    assert (tmp_path / "report" / "report.html").exists()
+    for check in ("engine", "admission", "leak", "cache-sharing"):
+        json.loads((tmp_path / "report" / f"{check}.json").read_text())
+
+
+def test_without_a_model_name_the_run_says_to_pass_one(run_audit: AuditRun) -> None:
+    with hostile_backend(VULNERABLE) as url:
+        result, data = run_audit("admission", url, "--max-context", "2048")
+    assert result.exit_code == 2, result.output
+    reason = check_result(data, "admission")["summary"] if data else result.output
+    assert "--model" in reason and "404" in reason, reason
+    assert "Traceback" not in result.output
