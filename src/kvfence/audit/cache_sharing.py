@@ -167,18 +167,24 @@ async def _measure_level(
         else:
             probe_units = random_units(rng, units)
         victim_prompt, probe_prompt = " ".join(victim_units), " ".join(probe_units)
+        victim_ok = True
         for _ in range(config.victim_requests):
             reply = await _send(client, victim, victim_prompt, stream=False)
             if not reply.ok:
                 failures.append(_failure(reply))
-        reply = await _send(client, prober, probe_prompt, stream=True)
-        if reply.ok and reply.ttft_s is not None:
-            (hit_s if kind == "hit" else miss_s).append(reply.ttft_s)
-        else:
-            failures.append(_failure(reply) if not reply.ok else "stream carried no token")
-        if reply.not_streamed:
-            raise AuditCannotRun("the endpoint answers stream=true with one JSON body, so the time to the first "
-                                 "token cannot be measured; audit the engine behind it, or a route that streams")
+                victim_ok = False
+        # After a failed victim request its prompt may never have been cached: a probe would put a
+        # miss among the hits. The trial is dropped (a failed decoy's too, so both procedures match).
+        probe = await _send(client, prober, probe_prompt, stream=True) if victim_ok else None
+        if probe is not None:
+            if probe.not_streamed:
+                raise AuditCannotRun("the endpoint answers stream=true with one JSON body, so the time to the "
+                                     "first token cannot be measured; audit the engine behind it, or a route "
+                                     "that streams")
+            if probe.ok and probe.ttft_s is not None:
+                (hit_s if kind == "hit" else miss_s).append(probe.ttft_s)
+            else:
+                failures.append(_failure(probe) if not probe.ok else "stream carried no token")
         if len(failures) > _MAX_FAILED_FRACTION * len(trials) + 2:
             raise AuditCannotRun(
                 f"too many failed requests ({len(failures)}) while measuring {victim.label} vs "
