@@ -22,7 +22,8 @@ from tests.server.conftest import RunningServer
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 6},
                                             "unit": {"enum": ["c", "f"]}},
            "required": ["city", "unit"], "additionalProperties": False}
-ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"$ref": "#/$defs/small"}},
+ADD = {"type": "object", "properties": {"a": {"type": "integer", "minimum": -99, "maximum": 99},
+                                        "b": {"$ref": "#/$defs/small"}},
        "required": ["a", "b"], "additionalProperties": False,
        "$defs": {"small": {"type": "integer", "minimum": 0, "maximum": 9}}}
 TOOLS: list[dict[str, Any]] = [
@@ -96,21 +97,21 @@ def test_a_named_function_is_called_with_valid_arguments_streamed_or_not(server:
 
 
 def test_required_calls_validate_for_every_choice_streamed_or_not(server: RunningServer) -> None:
-    answer = _create(server, tool_choice="required", n=3, seed=11)
-    assert [c.index for c in answer.choices] == [0, 1, 2]
+    answer = _create(server, tool_choice="required", n=2, seed=11)
+    assert [c.index for c in answer.choices] == [0, 1]
     expected = {}
     for choice in answer.choices:
         assert choice.finish_reason == "tool_calls" and choice.message.content is None
         assert choice.message.tool_calls
         expected[choice.index] = [_check_call(call) for call in choice.message.tool_calls]
         assert len({call.id for call in choice.message.tool_calls}) == len(choice.message.tool_calls)
-    calls, finish = _streamed_calls(server, tool_choice="required", n=3, seed=11)
-    assert finish == {0: "tool_calls", 1: "tool_calls", 2: "tool_calls"}
+    calls, finish = _streamed_calls(server, tool_choice="required", n=2, seed=11)
+    assert finish == {0: "tool_calls", 1: "tool_calls"}
     assert {i: [(c["name"], c["arguments"]) for c in by_index.values()] for i, by_index in calls.items()} == expected
 
 
 def test_parallel_tool_calls_false_gives_exactly_one_call(server: RunningServer) -> None:
-    answer = _create(server, tool_choice="required", parallel_tool_calls=False, n=4, seed=5)
+    answer = _create(server, tool_choice="required", parallel_tool_calls=False, n=2, seed=5)
     assert all(len(c.message.tool_calls) == 1 and c.finish_reason == "tool_calls" for c in answer.choices)
 
 
@@ -123,6 +124,24 @@ def test_a_required_list_cut_by_max_tokens_comes_back_as_text(server: RunningSer
 def test_tool_choice_none_answers_text_with_the_tools_given(server: RunningServer) -> None:
     choice = _create(server, tool_choice="none", max_tokens=3, logit_bias=None).choices[0]
     assert choice.message.tool_calls is None and isinstance(choice.message.content, str)
+
+
+def test_a_required_list_of_several_calls_becomes_several_calls() -> None:
+    from kvfence.server.protocol import ChatCompletionRequest
+    from kvfence.server.tools import answer_message, tool_calling
+
+    req = ChatCompletionRequest.model_validate({"model": "m", "messages": ASK, "tools": TOOLS,
+                                                "tool_choice": "required"})
+    calling = tool_calling(req)
+    assert calling is not None
+    text = '[{"name": "add", "parameters": {"a": 1, "b": 2}}, {"name": "get_weather", "parameters": {"city": "Zürich"}}]'
+    message, finish = answer_message(calling, text, "stop")
+    assert finish == "tool_calls" and message["content"] is None
+    calls = message["tool_calls"]
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        ("add", {"a": 1, "b": 2}), ("get_weather", {"city": "Zürich"})]
+    assert "Zürich" in calls[1]["function"]["arguments"] and len({c["id"] for c in calls}) == 2
+    assert answer_message(calling, text[:20], "length") == ({"role": "assistant", "content": text[:20]}, "length")
 
 
 def test_the_tools_reach_the_chat_template() -> None:
