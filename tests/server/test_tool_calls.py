@@ -9,6 +9,7 @@ by an independent validator (tests/engine/test_structured_schemas.py).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,8 +17,9 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
+from kvfence.engine.default_model import ensure_default_model
 from tests.engine.test_structured_schemas import check_instance
-from tests.server.conftest import RunningServer
+from tests.server.conftest import RunningServer, engine_factory, serve
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 6},
                                             "unit": {"enum": ["c", "f"]}},
@@ -177,3 +179,24 @@ def test_tool_requests_that_cannot_be_served_are_clear_400s(server: RunningServe
     assert error["param"] == param and error["type"] == "invalid_request_error" and words in error["message"], error
     with _client(server) as client, pytest.raises(openai.BadRequestError):
         client.chat.completions.create(**body)
+
+
+def test_a_template_that_renders_tools_gets_them_and_tokenize_counts_them_too(tmp_path: Path) -> None:
+    """The tools reach the model's own template (Llama 3.1 / Qwen style: listed in the prompt), on
+    /v1/chat/completions and on /tokenize alike, so the usage and the count agree."""
+    model_dir = ensure_default_model(tmp_path / "model")
+    config_path = model_dir / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["chat_template"] = ("{% if tools %}{{ 'TOOLS: ' + (tools | tojson) + '<|eot_id|>' }}{% endif %}"
+                               + config["chat_template"])
+    config_path.write_text(json.dumps(config))
+    with serve(tmp_path / "server", factory=engine_factory(model=str(model_dir))) as server:
+        counts = []
+        for tools in (None, TOOLS):
+            body = {"model": _model(server), "messages": ASK, **({"tools": tools} if tools else {})}
+            r = httpx.post(server.base_url + "/tokenize", json=body, headers=server.headers("alice"), timeout=60)
+            assert r.status_code == 200, r.text
+            counts.append(r.json()["count"])
+            answer = _create(server, tool_choice="none", tools=tools or [], max_tokens=1, logit_bias=None)
+            assert answer.usage.prompt_tokens == counts[-1]
+        assert counts[1] > counts[0] + len(json.dumps(TOOLS)) // 2  # the tools' JSON is in the prompt

@@ -37,6 +37,7 @@ class TokenizeRequest(_Strict):
     add_generation_prompt: bool | None = True
     continue_final_message: bool | None = False
     chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[Any] | None = None  # rendered by the template as on /v1/chat/completions, so the counts agree
     return_token_strs: bool | None = False  # vLLM extra: each token's text as well
 
     def check_supported(self) -> None:
@@ -62,6 +63,13 @@ class DetokenizeRequest(_Strict):
             raise APIError.bad_request("'tokens' must be non-negative token ids", param="tokens")
 
 
+def _template_kwargs(req: TokenizeRequest) -> dict[str, Any]:
+    extra = dict(req.chat_template_kwargs or {})
+    if req.tools:
+        extra.setdefault("tools", req.tools)
+    return extra
+
+
 async def tokenize(serving: OpenAIServing, request: Request) -> Response:
     """Token ids of a prompt or of the rendered chat messages, and how many fit."""
     try:
@@ -74,7 +82,7 @@ async def tokenize(serving: OpenAIServing, request: Request) -> Response:
             ids = chat_prompt(template_messages(req.messages, content_format(model)), generation_prompt, model,
                               add_special_tokens=req.add_special_tokens,
                               continue_final_message=bool(req.continue_final_message),
-                              template_kwargs=dict(req.chat_template_kwargs or {}))
+                              template_kwargs=_template_kwargs(req))
         else:
             assert req.prompt is not None
             ids = tokenize_prompt(req.prompt, model, add_special_tokens=req.add_special_tokens)
