@@ -19,7 +19,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Mount
+from starlette.routing import Mount, Route
 
 from kvfence.audit.target import normalise_endpoint
 from tests.audit.conftest import AuditRun, check_result
@@ -111,4 +111,58 @@ def test_without_a_model_name_the_run_says_to_pass_one(run_audit: AuditRun) -> N
     assert result.exit_code == 2, result.output
     reason = check_result(data, "admission")["summary"] if data else result.output
     assert "--model" in reason and "404" in reason, reason
+    assert "Traceback" not in result.output
+
+
+@contextmanager
+def placeholder_backend(over_length: str) -> Iterator[str]:
+    """Answers prompts that fit; answers an over-length prompt with HTTP 200 and nothing readable:
+    ``empty`` (an empty body, or a stream of just ``[DONE]``), ``html`` (a proxy's page), ``null``
+    (an OpenAI shape whose content is null, no finish reason)."""
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": MODEL, "object": "model", "max_model_len": 2048}]})
+
+    async def generate(request: Request) -> Response:
+        body = await request.json()
+        chat = request.url.path.endswith("/chat/completions")
+        prompt = body["messages"][-1]["content"] if chat else body["prompt"]
+        n_prompt = len(prompt.split())
+        stream = bool(body.get("stream"))
+        if n_prompt + int(body.get("max_tokens") or 16) > 2048:
+            if over_length == "html":
+                return Response("<html><title>OK</title></html>", media_type="text/html")
+            if stream:
+                return Response("data: [DONE]\n\n", media_type="text/event-stream")
+            if over_length == "empty":
+                return Response(b"", media_type="application/json")
+            return JSONResponse({"id": "x", "object": "chat.completion", "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": None}, "finish_reason": None}]})
+        text = "fine answer"
+        usage = {"prompt_tokens": n_prompt, "completion_tokens": 2, "total_tokens": n_prompt + 2}
+        if stream:
+            delta = {"delta": {"content": text}} if chat else {"text": text}
+            events = [{"choices": [{"index": 0, **delta, "finish_reason": "stop"}]}, {"choices": [], "usage": usage}]
+            return Response("".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n",
+                            media_type="text/event-stream")
+        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"} if chat
+                  else {"index": 0, "text": text, "finish_reason": "stop"})
+        return JSONResponse({"id": "x", "choices": [choice], "usage": usage})
+
+    app = Starlette(routes=[Route("/v1/models", models), Route("/v1/chat/completions", generate, methods=["POST"]),
+                            Route("/v1/completions", generate, methods=["POST"])])
+    with serve_app(app, "the placeholder backend") as url:
+        yield url
+
+
+@pytest.mark.parametrize("over_length", ["empty", "html", "null"])
+def test_a_200_with_nothing_readable_for_an_over_length_prompt_is_a_finding(run_audit: AuditRun,
+                                                                           over_length: str) -> None:
+    """Found: such a 200 was filed as a "late rejection" note and the check passed with "every prompt
+    that cannot fit was rejected with a 4xx"; the incident's over-length requests were 200s too."""
+    with placeholder_backend(over_length) as url:
+        result, data = run_audit("admission", url, "--seed", "2")
+    admission = check_result(data, "admission")
+    assert result.exit_code == 1 and admission["verdict"] == "finding", (admission["summary"], admission["notes"])
+    assert any("answered with 200 instead of a 4xx" in e["title"] for e in admission["evidence"])
     assert "Traceback" not in result.output

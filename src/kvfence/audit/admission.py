@@ -118,7 +118,7 @@ async def run_admission(client: EndpointClient, config: AdmissionConfig) -> Chec
         for i in range(2):
             request_id = f"{tenant.label} seed {i + 1}"
             prompt, canary = _prompt(rng, token_model, max(8, max_context // 4))
-            reply = await client.generate(tenant, prompt, max_tokens=config.max_tokens)
+            reply = await client.generate(tenant, prompt, max_tokens=config.max_tokens, transient_retries=2)
             client.raise_for_auth(reply, tenant)
             if not reply.ok:
                 raise AuditCannotRun(f"a {max_context // 4}-token request failed ({reply.status}): {reply.error}")
@@ -239,9 +239,19 @@ def _judge(probe: Probe, reply: Reply, token_model: TokenModel, prompt: str, str
                 result.notes.append(f"{label}: rejected with {reply.status} but without an error message")
             else:
                 row["outcome"] = "rejected"
-        elif reply.status == 200:
+        elif reply.status == 200 and reply.error_event:
             row["outcome"] = "rejected late (200, then an error event, no text)"
             result.notes.append(f"{label}: HTTP 200 then an error event; a CI client may read it as success")
+        elif reply.status == 200:
+            # Success with nothing readable (an empty stream, an empty or non-OpenAI body, an HTML
+            # page): no rejection a client can see, and the incident's answers were 200s too.
+            row["outcome"] = "finding: answered 200"
+            result.evidence.append(Evidence(
+                title=f"{label}: answered with 200 instead of a 4xx",
+                detail=(f"{probe.why}, yet the endpoint answered 200 with no readable answer "
+                        f"({reply.error or 'no text, no finish reason'}): a client sees success"),
+                data={"status": reply.status, "body_excerpt": reply.body[:300]},
+            ))
         else:
             row["outcome"] = "finding: no clear 4xx"
             result.evidence.append(Evidence(

@@ -41,6 +41,7 @@ class Reply:
     aborted_by_client: bool = False
     transport_error: str | None = None
     not_streamed: bool = False  # asked to stream, answered with one JSON body: no time to first token
+    error_event: bool = False  # the error came as an event in a 200 stream (a late rejection), not as a status
     earlier: tuple[str, ...] = ()  # bodies of failed attempts before this one (retried): scanned too
 
     @property
@@ -274,6 +275,7 @@ class EndpointClient:
                     # OpenAI-style {"error": {...}}, or vLLM's older {"object": "error", "message": ...}.
                     if isinstance(data, dict) and ("error" in data or data.get("object") == "error"):
                         reply.error = _error_message(json.dumps(data)) or "error event in stream"
+                        reply.error_event = True
                         reply.body += data_text + "\n"
                         continue
                     before = (reply.text, reply.finish_reason)
