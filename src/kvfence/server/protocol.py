@@ -2,7 +2,7 @@
 
 Types are strict: ``"max_tokens": "5"`` or ``"temperature": true`` is a 400, not a silent
 coercion. Unknown fields are ignored, as OpenAI clients send fields this server has no use for;
-fields that would change the answer but are not implemented (``suffix``, tools, ...) are refused
+fields that would change the answer but are not implemented (``suffix``, ``tool_choice: "auto"``, ...) are refused
 with a message instead of being ignored.
 """
 
