@@ -150,9 +150,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         yield running
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def disagg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``kvfence serve --disagg`` on the built-in model with one prefill worker: its base URL."""
+    """``kvfence serve --disagg`` on the built-in model with one prefill worker: its base URL.
+
+    Shared by every module of this package (its tests only send requests, none changes the server):
+    a worker process and a server cost seconds to start, and they stop when the package's tests end."""
     from kvfence.engine.default_model import ensure_default_model
     from tests.disagg.conftest import start_worker
     from tests.disagg.helpers import serve_disaggregated
