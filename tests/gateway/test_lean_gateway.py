@@ -47,8 +47,24 @@ def upstream() -> Iterator[FakeBackend]:
     backend.stop()
 
 
+@pytest.fixture(scope="module")
+def shared_gateway(upstream: FakeBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    tmp = tmp_path_factory.mktemp("lean-gw")
+    gw = Gateway(_policy(upstream, tmp / "audit.db"), tmp, extra=["--server", "lean"])
+    yield gw
+    gw.stop()
+
+
 @pytest.fixture()
-def gateway(upstream: FakeBackend, tmp_path: Path) -> Iterator[Gateway]:
+def gateway(upstream: FakeBackend, shared_gateway: Gateway) -> Gateway:
+    """The module's gateway (each of these tests ends every request it starts), the backend reset."""
+    upstream.control(delay_s=0.0, chunk_chars=4, echo=False)
+    return shared_gateway
+
+
+@pytest.fixture()
+def fresh_gateway(upstream: FakeBackend, tmp_path: Path) -> Iterator[Gateway]:
+    """A gateway of the test's own, for a test that stops it."""
     upstream.control(delay_s=0.0, chunk_chars=4, echo=False)
     gw = Gateway(_policy(upstream, tmp_path / "audit.db"), tmp_path, extra=["--server", "lean"])
     yield gw
@@ -149,7 +165,8 @@ def test_a_hang_up_mid_stream_frees_the_tenants_slot(gateway: Gateway, upstream:
     assert again.status_code == 200  # max_concurrent 1: only possible if the slot was released
 
 
-def test_sigterm_lets_a_stream_in_flight_finish(gateway: Gateway, upstream: FakeBackend) -> None:
+def test_sigterm_lets_a_stream_in_flight_finish(fresh_gateway: Gateway, upstream: FakeBackend) -> None:
+    gateway = fresh_gateway
     upstream.control(delay_s=1.5)  # the backend answers 1.5 s after the request arrives
     result: dict[str, Any] = {}
 
