@@ -35,8 +35,13 @@ MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kvfence/mypy
 typecheck: setup
 	MYPY_CACHE_DIR='$(MYPY_CACHE_DIR)' $(VENV)/bin/mypy
 
+# Test files are spread over PYTEST_WORKERS processes (pytest-xdist), a whole file to one worker so that its
+# module-scoped servers start once; 0 runs them in this process. Ports are the OS's and temporary paths
+# are per worker; the caches they share (~/.cache/kvfence: kernels, models) are written atomically.
+PYTEST_WORKERS ?= 2
+
 pytest: setup system-deps
-	KVFENCE_REQUIRE_SERVICES=1 $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	KVFENCE_REQUIRE_SERVICES=1 $(PY) -m pytest -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test: lint typecheck pytest
 
