@@ -96,7 +96,11 @@ def backend() -> Iterator[FakeBackend]:
 
 def _start(policy: dict[str, Any], tmp: Path, workers: int = 2, env: dict[str, str] | None = None) -> Gateway:
     gw = Gateway(policy, tmp, env=env, extra=["--workers", str(workers)])
-    _wait_for_workers(gw, workers)
+    try:
+        _wait_for_workers(gw, workers)
+    except BaseException:
+        gw.stop()  # else the gateway and its workers outlive the failed test (seen on a busy machine)
+        raise
     return gw
 
 
