@@ -35,10 +35,12 @@ MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kvfence/mypy
 typecheck: setup
 	MYPY_CACHE_DIR='$(MYPY_CACHE_DIR)' $(VENV)/bin/mypy
 
-# Test files are spread over PYTEST_WORKERS processes (pytest-xdist), a whole file to one worker so that its
-# module-scoped servers start once; 0 runs them in this process. Ports are the OS's and temporary paths
-# are per worker; the caches they share (~/.cache/kvfence: kernels, models) are written atomically.
-PYTEST_WORKERS ?= 2
+# PYTEST_WORKERS=2 spreads the test files over two pytest-xdist processes, a whole file to one worker so
+# that its module-scoped servers start once (ports are the OS's, temporary paths per worker, the shared
+# ~/.cache/kvfence is written atomically). Off by default: on two cores the serial run already keeps both
+# busy part of the time (torch threads, server subprocesses), and the timing-sensitive tests (hang-up
+# deadlines, the audit's cache-timing statistics) lose margin when a second worker competes for the CPU.
+PYTEST_WORKERS ?= 0
 
 pytest: setup system-deps
 	KVFENCE_REQUIRE_SERVICES=1 $(PY) -m pytest -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
