@@ -34,6 +34,15 @@ def outgoing(body: dict[str, Any], endpoint: str = "chat") -> str:
     return json.dumps(run(hook.on_request(ctx(endpoint=endpoint), body)), ensure_ascii=False)
 
 
+def round_trip(content: str, answer: str, *, stream: bool = False, chunk: int = 3) -> tuple[str, str]:
+    """One user message through the request hook, then ``answer`` through the answer filter of the same
+    request: (the content as it left, the answer as the caller gets it)."""
+    hook, _ = make_hook(make_policy())
+    c = ctx(stream=stream)
+    out = run(hook.on_request(c, {"model": "m", "messages": [{"role": "user", "content": content}]}))
+    return out["messages"][0]["content"], answer_through(hook, c, answer, chunk=chunk)
+
+
 # -- look-alike letters (Unicode TR39 confusables) ------------------------------------------------
 
 LOOKALIKE = [
@@ -70,14 +79,11 @@ def test_cyrillic_and_greek_prose_is_not_folded_into_findings(text: str) -> None
 
 
 def test_a_lookalike_email_is_restored_in_the_callers_letters_across_one_character_chunks() -> None:
-    hook, _ = make_hook(make_policy())
-    c = ctx(stream=True)
     email = f"j{CYR_A.lower()}ne.doe@ex{CYR_A.lower()}mple.org"
-    out = run(hook.on_request(c, {"model": "m", "messages": [
-        {"role": "user", "content": f"write to {email} and {CYR_S}k-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcd"}]}))
-    assert out["messages"][0]["content"] == "write to <EMAIL_1> and <OPENAI_API_KEY_1>"
-    assert answer_through(hook, c, "Sent to <EMAIL_1> with <OPENAI_API_KEY_1>.", chunk=1) == \
-        f"Sent to {email} with <OPENAI_API_KEY_1>."
+    sent, answer = round_trip(f"write to {email} and {CYR_S}k-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcd",
+                              "Sent to <EMAIL_1> with <OPENAI_API_KEY_1>.", stream=True, chunk=1)
+    assert sent == "write to <EMAIL_1> and <OPENAI_API_KEY_1>"
+    assert answer == f"Sent to {email} with <OPENAI_API_KEY_1>."
 
 
 # -- spelled-out e-mail addresses -----------------------------------------------------------------
@@ -108,12 +114,9 @@ def test_ordinary_english_with_at_and_dot_is_not_an_email(text: str) -> None:
 
 
 def test_a_spelled_out_email_is_pseudonymised_and_restored_as_written() -> None:
-    hook, _ = make_hook(make_policy())
-    c = ctx()
-    out = run(hook.on_request(c, {"model": "m", "messages": [
-        {"role": "user", "content": "my mail: alice (at) example (dot) com"}]}))
-    assert out["messages"][0]["content"] == "my mail: <EMAIL_1>"
-    assert answer_through(hook, c, "Noted <EMAIL_1>.") == "Noted alice (at) example (dot) com."
+    sent, answer = round_trip("my mail: alice (at) example (dot) com", "Noted <EMAIL_1>.")
+    assert sent == "my mail: <EMAIL_1>"
+    assert answer == "Noted alice (at) example (dot) com."
 
 
 # -- escapes and encodings ------------------------------------------------------------------------
@@ -160,22 +163,15 @@ def test_hashes_ids_binary_and_ordinary_encodings_are_not_findings(text: str) ->
 
 
 def test_an_encoded_email_is_replaced_whole_and_restored_decoded() -> None:
-    hook, _ = make_hook(make_policy())
-    c = ctx()
-    out = run(hook.on_request(c, {"model": "m", "messages": [
-        {"role": "user", "content": f"decode {B64_MAIL}, it is jane.doe@example.org"}]}))
+    sent, answer = round_trip(f"decode {B64_MAIL}, it is jane.doe@example.org", "It says <EMAIL_1>")
     # the same address, encoded or not, is one placeholder
-    assert out["messages"][0]["content"] == "decode <EMAIL_1>, it is <EMAIL_1>"
-    assert answer_through(hook, c, "It says <EMAIL_1>") == "It says jane.doe@example.org"
+    assert sent == "decode <EMAIL_1>, it is <EMAIL_1>"
+    assert answer == "It says jane.doe@example.org"
 
 
 def test_an_email_joined_from_literals_restores_into_tool_arguments_as_valid_json() -> None:
-    hook, _ = make_hook(make_policy())
-    c = ctx()
-    out = run(hook.on_request(c, {"model": "m", "messages": [
-        {"role": "user", "content": 'to = "jane.doe" + "@" + "example.org"; send it'}]}))
-    assert out["messages"][0]["content"] == "to = <EMAIL_1>; send it"
-    args = answer_through(hook, c, '{"to": "<EMAIL_1>"}', chunk=2)
+    sent, args = round_trip('to = "jane.doe" + "@" + "example.org"; send it', '{"to": "<EMAIL_1>"}', chunk=2)
+    assert sent == "to = <EMAIL_1>; send it"
     assert json.loads(args) == {"to": "jane.doe@example.org"}
 
 
