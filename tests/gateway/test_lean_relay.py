@@ -3,6 +3,7 @@ from the upstream's read callback, a slow client slowing the upstream down, a ha
 
 from __future__ import annotations
 
+import gc
 import socket
 import threading
 import time
@@ -125,3 +126,40 @@ def test_a_client_hang_up_mid_stream_closes_the_upstream() -> None:
             assert upstream.broken.wait(10)  # and the upstream learned: its connection was closed
     finally:
         upstream.close()
+
+
+def test_a_finished_relayed_request_leaves_no_reference_cycle() -> None:
+    # The hang-up watch and the request's cycle point at each other (its callback, its receive); left
+    # so, every request becomes cyclic garbage that only a collection pass frees, and those passes are
+    # pauses every stream in flight waits through. A finished request must be freed by reference counts.
+    from kvfence.gateway.hang_up import HangUpWatch
+    from kvfence.gateway.lean_cycle import RequestCycle
+
+    upstream = Upstream(pieces=2)
+    hot = RelayHot(upstream.port)
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        with running_server(TestApp(on_shutdown=hot.aclose), hot=hot) as srv:
+            client = srv.client(timeout=30)
+            client.send(b"POST /relay HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
+            status, _ = client.read_head()
+            raw = bytearray(client.buffer)
+            while not raw.endswith(b"\r\n0\r\n\r\n"):
+                data = client.sock.recv(1 << 20)
+                assert data, "the stream ended early"
+                raw += data
+            assert status == 200 and b"[DONE]" in raw
+            assert _wait_for(lambda: hot.closes == [False])
+            # the next request on the connection: the server lets go of the first one's cycle
+            client.buffer = bytes(raw[raw.index(b"\r\n0\r\n\r\n") + 7:])
+            client.send(b"GET /hello HTTP/1.1\r\nhost: x\r\n\r\n")
+            assert client.read_head()[0] == 200
+            time.sleep(0.2)  # the first request's task ended after its on_close
+            gc.collect()
+            cyclic = [type(o).__name__ for o in gc.garbage if isinstance(o, RequestCycle | HangUpWatch)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        upstream.close()
+    assert cyclic == []

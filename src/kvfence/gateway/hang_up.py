@@ -59,8 +59,11 @@ class HangUpWatch:
     def stop(self) -> None:
         """The answer is complete (or the request ended otherwise): a disconnect no longer matters.
 
-        The task ends when the server reports the end of the exchange (see the module docstring)."""
+        The task ends when the server reports the end of the exchange (see the module docstring).
+        The request's task is let go: the watch must not keep it (and its frames) alive."""
         self._stopped = True
+        if not self.client_gone:
+            self._task = None
 
     def absorb(self) -> bool:
         """Called on ``CancelledError``: True (and the cancellation undone) if it was the hang-up."""

@@ -200,6 +200,9 @@ class RequestCycle:
         if self.response_complete:
             return
         self.response_complete = True
+        # The hang-up callback (a HangUpWatch's bound method, whose watch holds our receive) would make
+        # a reference cycle per request that only the cyclic collector frees: drop it, it is no longer due.
+        self._on_disconnect = None
         if not self.disconnected:
             head, self._head = self._head, None
             if self._no_body:
