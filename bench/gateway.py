@@ -486,8 +486,17 @@ _DIRECT_SEGMENTS = [
 
 def print_timing(marks: list[tuple[str, str, list[tuple[str | None, float, float]]]], gateway_file: Path,
                  backend_file: Path) -> None:
-    gateway = json.loads(gateway_file.read_text()) if gateway_file.exists() else {"requests": {}, "stalls": [],
-                                                                                   "collections": []}
+    # the client's side too, for analyses of one's own: (scenario, path, [(request id, sent, first byte)])
+    (gateway_file.parent / "client.json").write_text(json.dumps(marks))
+    # one file per gateway process (worker processes write gateway.json.PID): merged
+    gateway: dict[str, Any] = {"requests": {}, "stalls": [], "collections": [], "writer_busy": []}
+    for part in sorted(gateway_file.parent.glob(gateway_file.name + "*")):
+        record = json.loads(part.read_text())
+        gateway["requests"].update(record["requests"])
+        for key in ("stalls", "collections", "writer_busy"):
+            gateway[key].extend(record.get(key, []))
+        for key in ("tracked_objects", "frozen_objects"):
+            gateway[key] = gateway.get(key, 0) + record.get(key, 0)
     backend = json.loads(backend_file.read_text()) if backend_file.exists() else {}
     windows: list[tuple[float, float]] = []
     for scenario, path, requests in marks:
@@ -517,14 +526,18 @@ def print_timing(marks: list[tuple[str, str, list[tuple[str | None, float, float
             values = [(r[b] - r[a]) * 1000 for r in rows]
             slow_mean = statistics.fmean((r[b] - r[a]) * 1000 for r in slow)
             print(f"   {label:48} p50 {pct(values, 50):7.2f}  p99 {pct(values, 99):7.2f}  slowest 1 %: {slow_mean:7.2f}")
-    stalls = [(due, late) for due, late in gateway["stalls"] if any(lo <= due <= hi for lo, hi in windows)]
+    stalls = [(due, late) for due, late, *_ in gateway["stalls"] if any(lo <= due <= hi for lo, hi in windows)]
+    # the gateway's CPU time over its stalls, against their wall time (ticks of 1 ms + how late)
+    stall_cpu = sum(cpu for due, _, *cpu in gateway["stalls"] if cpu and any(lo <= due <= hi for lo, hi in windows))
     collections = [c for c in gateway["collections"] if any(lo <= c[0] <= hi for lo, hi in windows)]
     span = sum(hi - lo for lo, hi in windows)
     if span:
         lates = [late * 1000 for _, late in stalls]
         print(f"\n-- gateway event loop during the gateway runs ({span:.1f} s): {len(stalls)} stalls over 2 ms "
               f"(a 1 ms timer that fired late), {sum(lates):.0f} ms in all; p50 {pct(lates, 50):.1f} ms, "
-              f"p99 {pct(lates, 99):.1f} ms, max {max(lates, default=0):.1f} ms")
+              f"p99 {pct(lates, 99):.1f} ms, max {max(lates, default=0):.1f} ms; on a core "
+              f"{100 * stall_cpu / max(1e-9, sum(lates) / 1000 + 0.001 * len(lates)):.0f} % of the stalled time "
+              "(the rest it waited for one)")
         for generation in (0, 1, 2):
             chosen = [c for c in collections if c[3] == generation]
             durations = [c[1] * 1000 for c in chosen]
@@ -685,6 +698,8 @@ tenants:
     backend_env, gateway_env = env, env
     if args.timing is not None:
         args.timing.mkdir(parents=True, exist_ok=True)
+        for stale in args.timing.glob("gateway.json*"):  # each worker writes its own file: no mixing runs
+            stale.unlink()
         backend_env = {**env, "BENCH_BACKEND_TIMING": str((args.timing / "backend.json").resolve())}
         gateway_env = {**env, "KVFENCE_GATEWAY_TIMING": str((args.timing / "gateway.json").resolve())}
     backend = subprocess.Popen([sys.executable, str(tmp / "backend.py"), str(backend_port), str(args.chunks)],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +58,38 @@ def test_stamps_are_joined_by_request_id_and_written(monkeypatch: pytest.MonkeyP
     (_started, wall, cpu, generation, examined, garbage), = data["collections"]
     assert generation == 2 and wall >= 0 and cpu >= 0 and examined > 0 and garbage >= 0
     assert data["writer_busy"][0][0] == 3.0
+
+
+def test_worker_processes_each_write_their_own_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # `--workers N` runs N processes with the same variable: the second to finish must not overwrite
+    # the first's record (the bench merges FILE and every FILE.PID).
+    out = tmp_path / "timing.json"
+    monkeypatch.setattr(timing_probe, "_path", str(out))
+    for name in ("_stalls", "_collections", "_writer_busy"):
+        monkeypatch.setattr(timing_probe, name, [])
+    monkeypatch.setattr(timing_probe, "_requests", {"gwreq-a": {"sent": 1.0}})
+    timing_probe.write()
+    monkeypatch.setattr(timing_probe, "_requests", {"gwreq-b": {"sent": 2.0}})
+    monkeypatch.setattr(timing_probe.os, "getpid", lambda: 4242)
+    timing_probe.write()
+    assert json.loads(out.read_text())["requests"] == {"gwreq-a": {"sent": 1.0}}
+    assert json.loads((tmp_path / "timing.json.4242").read_text())["requests"] == {"gwreq-b": {"sent": 2.0}}
+
+
+def test_a_stall_records_the_loop_threads_cpu_time_over_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A busy loop (CPU time near the wall time) and a process waiting for a core (far below) read the
+    # same as late timers; the CPU time tells them apart.
+    monkeypatch.setattr(timing_probe, "_path", "unused")
+    monkeypatch.setattr(timing_probe, "_stalls", [])
+
+    async def busy() -> None:
+        timing_probe.start_loop_sampler()
+        await asyncio.sleep(0.01)
+        end = time.perf_counter() + 0.03
+        while time.perf_counter() < end:  # the loop spins: its 1 ms timer fires ~30 ms late
+            pass
+        await asyncio.sleep(0.01)
+
+    asyncio.run(busy())
+    late = max(timing_probe._stalls, key=lambda s: s[1])
+    assert late[1] >= 0.02 and late[2] >= 0.5 * late[1]

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 from starlette.responses import JSONResponse, Response
 
+from kvfence.gateway import timing_probe
 from kvfence.gateway.answer_filter import AnswerFilter, FilterChain, SSEDecoder, encode_event, event_data
 from kvfence.gateway.errors import GatewayError, LeakSuspected, UpstreamUnavailable
 from kvfence.gateway.fast_http import FastResponse
@@ -268,6 +269,8 @@ def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: Upst
         return encode_event(GatewayError(f"internal gateway error (request {trace.request_id})").to_body())
 
     async def on_close(client_gone: bool) -> None:
+        if timing_probe.enabled():
+            timing_probe.mark(trace.request_id, "ended")
         await upstream.aclose()
         if client_gone:
             end.status, end.outcome, end.reason = CLIENT_GONE_STATUS, "client_gone", "the client hung up mid-stream"

@@ -8,10 +8,11 @@ moments (``time.perf_counter``: CLOCK_MONOTONIC, so comparable with other proces
     sent      the request went to the backend
     headers   the backend's status and headers were in
     first     the first piece of the answer was handed to the server for the client
+    ended     the stream ended (its bookkeeping began: upstream closed, limits released, audit row)
 
 and, for the whole run, every event-loop stall (a 1 ms timer that fired over 2 ms late: the loop
-was busy, or the process was not on a core), every garbage collection (generation, wall and CPU
-time, objects examined, garbage found) and every batch of the audit-log writer thread. It is written to FILE as JSON when the server shuts down. ``bench/gateway.py --timing DIR`` joins it
+was busy, or the process was not on a core; the loop thread's CPU time over it tells which), every garbage collection (generation, wall and CPU
+time, objects examined, garbage found) and every batch of the audit-log writer thread. It is written to FILE as JSON when the server shuts down (by each worker process: see :func:`write`). ``bench/gateway.py --timing DIR`` joins it
 with the client's and the backend's timestamps of the same requests (by request id).
 
 When the variable is unset nothing is patched and :func:`mark` is one global test per call site.
@@ -38,7 +39,9 @@ _STALL_S = 0.002  # uvloop's timers round to whole milliseconds: up to ~1 ms lat
 
 _path = os.environ.get(ENV_VAR) or None
 _requests: dict[str, dict[str, float]] = {}
-_stalls: list[tuple[float, float]] = []  # (when the timer should have fired, how late it was)
+# (when the timer should have fired, how late it was, the loop thread's CPU time since the tick before:
+# near the wall time when the loop was busy, far below it when the process waited for a core)
+_stalls: list[tuple[float, float, float]] = []
 # (start, duration, CPU time, generation, objects it examined, of which garbage)
 _collections: list[tuple[float, float, float, int, int, int]] = []
 _gc_started = (0.0, 0.0, 0)
@@ -128,21 +131,28 @@ def start_loop_sampler() -> None:
         return
     loop = asyncio.get_running_loop()
 
-    def tick(due: float) -> None:
+    def tick(due: float, cpu_before: float) -> None:
         # perf_counter, not loop.time(): uvloop's clock moves in whole milliseconds
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.thread_time()
         if now - due > _STALL_S:
-            _stalls.append((due, now - due))
-        loop.call_later(_SAMPLE_S, tick, now + _SAMPLE_S)
+            _stalls.append((due, now - due, cpu - cpu_before))
+        loop.call_later(_SAMPLE_S, tick, now + _SAMPLE_S, cpu)
 
-    loop.call_later(_SAMPLE_S, tick, time.perf_counter() + _SAMPLE_S)
+    loop.call_later(_SAMPLE_S, tick, time.perf_counter() + _SAMPLE_S, time.thread_time())
 
 
 def write() -> None:
     """Write what was recorded to the file named by the environment variable."""
     if _path is None:
         return
-    with open(_path, "w") as out:
-        json.dump({"requests": _requests, "stalls": _stalls, "collections": _collections,
-                   "writer_busy": _writer_busy,
-                   "tracked_objects": len(gc.get_objects()), "frozen_objects": gc.get_freeze_count()}, out)
+    record = {"requests": _requests, "stalls": _stalls, "collections": _collections, "writer_busy": _writer_busy,
+              "tracked_objects": len(gc.get_objects()), "frozen_objects": gc.get_freeze_count()}
+    # Several worker processes share the variable: the first to finish takes FILE, the others FILE.PID
+    # (created exclusively, so no worker overwrites another's record).
+    text = json.dumps(record)
+    try:
+        with open(_path, "x") as out:
+            out.write(text)
+    except FileExistsError:
+        with open(f"{_path}.{os.getpid()}", "w") as out:
+            out.write(text)
