@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from kvfence.gateway import audit_log
 from kvfence.gateway.audit_log import AuditLog, Decision
 from kvfence.gateway.cli import gateway
 
@@ -44,6 +46,60 @@ def test_sqlite_audit_log(tmp_path: Path) -> None:
     log = AuditLog(f"sqlite:///{tmp_path}/a.db")
     try:
         _exercise(log)
+    finally:
+        log.close()
+
+
+def test_rows_that_keep_coming_are_written_together_once_they_stop(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # A burst of requests ends in a burst of rows: the writer waits until they stop coming and writes
+    # them in one transaction, after the burst, not a transaction every few ms in the middle of it.
+    # It does not wait without end, though: rows that never stop are written every _MAX_WAIT_S.
+    log = AuditLog(f"sqlite:///{tmp_path}/a.db")
+    batches: list[tuple[float, int]] = []
+    insert = log._store.insert_decisions
+
+    def counted(rows: Any) -> None:
+        batches.append((time.monotonic(), len(rows)))
+        insert(rows)
+
+    monkeypatch.setattr(log._store, "insert_decisions", counted)
+    # wider than the gaps below even on a loaded machine (the defaults are 10 and 250 ms)
+    monkeypatch.setattr(audit_log, "_QUIET_S", 0.05)
+    monkeypatch.setattr(audit_log, "_MAX_WAIT_S", 2.0)
+    try:
+        for i in range(40):  # 40 rows over ~120 ms, closer together than the writer's quiet time
+            log.record_decision(_decision(i))
+            time.sleep(0.003)
+        burst_end = time.monotonic()
+        deadline = time.monotonic() + 5
+        while sum(n for _, n in batches) < 40 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [n for _, n in batches] == [40]
+        assert batches[0][0] >= burst_end  # written after the burst, not during it
+        assert len(log.query_decisions(limit=100)) == 40
+
+        batches.clear()
+        monkeypatch.setattr(audit_log, "_MAX_WAIT_S", 0.2)
+        started = time.monotonic()
+        while time.monotonic() - started < 0.9:  # rows that never stop for long
+            log.record_decision(_decision(99))
+            time.sleep(0.003)
+        assert len(batches) >= 2  # the oldest row waited at most _MAX_WAIT_S
+        log.flush()
+        assert sum(n for _, n in batches) == len(log.query_decisions(limit=1000)) - 40
+    finally:
+        log.close()
+
+
+def test_a_flush_does_not_wait_for_the_writer_to_gather(tmp_path: Path) -> None:
+    log = AuditLog(f"sqlite:///{tmp_path}/a.db")
+    try:
+        log.record_decision(_decision(1))
+        started = time.monotonic()
+        log.flush()
+        assert time.monotonic() - started < 0.2  # under _MAX_WAIT_S: the flush cut the gathering short
+        assert len(log.query_decisions()) == 1
     finally:
         log.close()
 

@@ -86,7 +86,13 @@ def _decision_values(row: Decision) -> tuple[Any, ...]:
         values[i] = int(values[i])
     return tuple(values)
 
-_BATCH_WAIT_S = 0.01
+# The writer gathers rows into one transaction: it writes once none has come for _QUIET_S (the burst
+# of requests that brought them is over, so its CPU and GIL time fall in the event loop's quiet time,
+# not in the middle of a burst), or _MAX_WAIT_S after the oldest, or at _MAX_BATCH rows; a flush or
+# close writes at once. Each transaction also has a fixed cost (locks, the WAL frame header).
+_QUIET_S = 0.01
+_MAX_WAIT_S = 0.25
+_MAX_BATCH = 5000
 SQLITE_BUSY_TIMEOUT_S = 30.0
 _PG_CREATE_LOCK = 0x6B766663  # 'kvfc': serialises the audit log's CREATE TABLEs across gateway workers
 _FILTERS = ("tenant", "organization", "workspace", "data_class", "backend", "outcome", "request_id")
@@ -183,6 +189,11 @@ class _Store:
         self.conn.close()
 
 
+def _is_marker(entry: Decision | tuple[Any, ...] | None) -> bool:
+    """A close (None) or a flush: the writer must not wait for more rows."""
+    return entry is None or (isinstance(entry, tuple) and entry[0] == "__flush__")
+
+
 def _redact(url: str) -> str:
     """A database URL without its password, for messages."""
     head, sep, tail = url.partition("@")
@@ -240,17 +251,9 @@ class AuditLog:
             item = self._queue.get()
             if item is None:
                 return
-            # Let a batch gather: one wake-up and one transaction per ~10 ms instead of per request,
-            # which keeps this thread off the GIL while the event loop is busy.
-            time.sleep(_BATCH_WAIT_S)
+            pending = self._gather(item)
             started = time.perf_counter()
             batch: list[Decision] = []
-            pending: list[Decision | tuple[Any, ...] | None] = [item]
-            while True:  # drain what is already queued into one transaction
-                try:
-                    pending.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
             stop = False
             for entry in pending:
                 if entry is None:
@@ -269,6 +272,28 @@ class AuditLog:
             timing_probe.writer_busy(started)
             if stop:
                 return
+
+    def _gather(self, first: Decision | tuple[Any, ...]) -> list[Decision | tuple[Any, ...] | None]:
+        """``first`` and the rows that follow it, until they stop coming (see ``_QUIET_S``)."""
+        pending: list[Decision | tuple[Any, ...] | None] = [first]
+        urgent = _is_marker(first)
+        deadline = time.monotonic() + _MAX_WAIT_S
+        while not urgent and len(pending) < _MAX_BATCH:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(_QUIET_S, left))
+            seen = len(pending)
+            while True:  # what queued meanwhile
+                try:
+                    entry = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                pending.append(entry)
+                urgent = urgent or _is_marker(entry)
+            if len(pending) == seen:
+                break  # quiet
+        return pending
 
     def _write(self, batch: list[Decision]) -> None:
         if not batch:
