@@ -281,9 +281,8 @@ def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: Upst
         finally:
             await lease.release()
             runtime.metrics.requests_in_flight -= 1
-            runtime.metrics.overhead.observe(trace.overhead_s)
-            runtime.metrics.count_request(ctx.endpoint, ctx.data_class, trace.backend or "-", end.status)
-            runtime.audit.record_decision(trace.decision(end.status, end.outcome, end.reason))
+            # the rest can wait for a quiet moment (quiet_time.py); the row keeps this moment's latency
+            runtime.quiet.defer(_book_stream, runtime, ctx, trace, end, time.perf_counter())
 
     overhead = trace.overhead_s + (time.perf_counter() - received_at)
     trace.overhead_s = overhead
@@ -296,6 +295,14 @@ def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: Upst
                              media_type="text/event-stream", raw_headers=headers)
     return ClosingStream(processed(), on_close, ending, watch, status_code=200, media_type="text/event-stream",
                          raw_headers=headers)
+
+
+def _book_stream(runtime: GatewayRuntime, ctx: RequestContext, trace: RequestTrace, end: _StreamEnd,
+                 ended: float) -> None:
+    """A finished stream's metrics and audit row."""
+    runtime.metrics.overhead.observe(trace.overhead_s)
+    runtime.metrics.count_request(ctx.endpoint, ctx.data_class, trace.backend or "-", end.status)
+    runtime.audit.record_decision(trace.decision(end.status, end.outcome, end.reason, ended=ended))
 
 
 @dataclass

@@ -106,6 +106,7 @@ def build_app(runtime: GatewayRuntime, *, freeze_heap: bool = False,
         return JSONResponse({"object": "list", "data": data})
 
     async def metrics(request: Request) -> Response:
+        runtime.quiet.drain()  # finished streams' counts, not yet booked
         worker = runtime.worker
         if worker is not None and worker.count > 1:  # the sum over every worker, not this one's share
             body = await merged_worker_metrics(runtime.metrics.registry, worker)
@@ -136,6 +137,7 @@ def build_app(runtime: GatewayRuntime, *, freeze_heap: bool = False,
         if freeze_heap:
             gc.collect()
             gc.freeze()
+            runtime.quiet.manage_gc()
         if on_started is not None:
             on_started()
         timing_probe.start_loop_sampler()

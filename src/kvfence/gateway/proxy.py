@@ -69,6 +69,7 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
     watch: HangUpWatch | None = None
     handed_off = False
     metrics.requests_in_flight += 1
+    runtime.quiet.busy()
     try:
         wanted = _wanted_headers(request.scope["headers"])
         tenant = runtime.tenants.authenticate(wanted[b"authorization"], wanted[b"x-api-key"] or wanted[b"api-key"])

@@ -31,6 +31,7 @@ from kvfence.gateway.limits_redis import RedisTenantLimiter
 from kvfence.gateway.metrics import GatewayMetrics
 from kvfence.gateway.plans import PlanCache, UpstreamPlan
 from kvfence.gateway.policy import BackendConfig, DataClassConfig, Policy
+from kvfence.gateway.quiet_time import QuietTime
 from kvfence.gateway.routing import BackendView, RouteDecision, choose_backends, salt_scope
 from kvfence.gateway.tenants import GatewayTenant, TenantRegistry
 from kvfence.gateway.tokens import TokenCounter, load_counter
@@ -117,6 +118,8 @@ class GatewayRuntime:
         # Set by the supervisor's worker processes (``kvfence gateway --workers N``), None otherwise.
         self.worker: WorkerInfo | None = None
         self._peer_metrics: PeerMetricsServer | None = None
+        # a finished stream's metrics and audit row, and collection passes, wait for a quiet moment
+        self.quiet = QuietTime()
 
     @classmethod
     def create(
@@ -161,7 +164,7 @@ class GatewayRuntime:
                 CapacityInfo(facts.advertised_context, facts.kv_capacity_tokens, "policy"))
         await self.refresh_capacity()
         if self.worker is not None and self.worker.count > 1:
-            self._peer_metrics = PeerMetricsServer(self.metrics.registry, self.worker)
+            self._peer_metrics = PeerMetricsServer(self.metrics.registry, self.worker, before=self.quiet.drain)
             await self._peer_metrics.start()
         if self.policy.gateway.capacity_refresh_s > 0:
             self._refresh_task = asyncio.create_task(self._refresh_loop())
@@ -180,6 +183,7 @@ class GatewayRuntime:
         for state in self.backends.values():
             await state.client.aclose()
         await self.limiter.aclose()
+        self.quiet.close()  # the rows still waiting for a quiet moment, before the log closes
         self.audit.close()
 
     async def _refresh_loop(self) -> None:

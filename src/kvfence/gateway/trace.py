@@ -34,7 +34,8 @@ class RequestTrace:
     overhead_s: float = 0.0
     annotations: dict[str, Any] = field(default_factory=dict)
 
-    def decision(self, status: int, outcome: str, reason: str | None) -> Decision:
+    def decision(self, status: int, outcome: str, reason: str | None, *, ended: float | None = None) -> Decision:
+        """The row; its latency runs to ``ended`` (``time.perf_counter()``), or to now."""
         cap = self.cap
         return Decision(
             request_id=self.request_id, tenant=self.tenant, organization=self.organization,
@@ -44,6 +45,7 @@ class RequestTrace:
             prompt_tokens=cap.prompt_tokens if cap else None, prompt_limit=cap.prompt_limit if cap else None,
             context_limit=cap.context_limit if cap else None, tokens_cut=cap.tokens_cut if cap else 0,
             stream=self.stream, salt_injected=self.salt_injected, client_salt_stripped=self.salt_stripped,
-            fallbacks=self.fallbacks, latency_ms=(time.perf_counter() - self.started) * 1000,
+            fallbacks=self.fallbacks,
+            latency_ms=((time.perf_counter() if ended is None else ended) - self.started) * 1000,
             overhead_ms=self.overhead_s * 1000, annotations=self.annotations,
         )

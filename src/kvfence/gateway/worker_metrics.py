@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,8 +119,10 @@ async def merged_worker_metrics(registry: CollectorRegistry, worker: WorkerInfo)
 class PeerMetricsServer:
     """Serves this worker's registry on its Unix socket: connect, read to the end, done."""
 
-    def __init__(self, registry: CollectorRegistry, worker: WorkerInfo) -> None:
+    def __init__(self, registry: CollectorRegistry, worker: WorkerInfo,
+                 before: Callable[[], None] | None = None) -> None:
         self._registry = registry
+        self._before = before  # brings the registry up to date (deferred bookkeeping: quiet_time.py)
         self._path = worker.socket_path(worker.index)
         self._server: asyncio.AbstractServer | None = None
 
@@ -131,6 +133,8 @@ class PeerMetricsServer:
 
     async def _answer(self, reader: Any, writer: asyncio.StreamWriter) -> None:
         try:
+            if self._before is not None:
+                self._before()
             writer.write(generate_latest(self._registry))
             await writer.drain()
         except OSError:
