@@ -1,8 +1,14 @@
 """Applying the hooks' response filters to answers, streamed (server-sent events) or not.
 
 Pure data transformation: bytes or JSON in, bytes or JSON out. Every text field of every choice
-(chat ``content`` / ``reasoning_content``, completions ``text``) gets its own chain of filters, so a
-placeholder split across chunks of one choice is still seen whole, and choices never mix.
+(chat ``content`` / ``reasoning_content``, each tool call's ``function.arguments``, a legacy
+``function_call.arguments``; completions ``text``) gets its own chain of filters, so a placeholder
+split across chunks of one choice is still seen whole, and choices and tool calls never mix.
+
+Arguments are the text of a JSON string, not prose: their chains are told so before the first text
+(:meth:`FilterChain.restore_into_json_string`), and a filter that puts values back (the protection
+hook's) JSON-escapes them there, so a restored value holding ``"`` or ``\\`` can neither break the
+arguments nor add keys to them.
 """
 
 from __future__ import annotations
@@ -29,6 +35,14 @@ class FilterChain:
         for f in self._filters:
             text = f.feed(text)
         return text
+
+    def restore_into_json_string(self) -> None:
+        """The chain's slot is the text of a JSON string (tool-call arguments): every filter that offers
+        ``restore_into_json_string`` (an optional capability, like ``token_restorer``) is told so."""
+        for f in self._filters:
+            mark = getattr(f, "restore_into_json_string", None)
+            if mark is not None:
+                mark()
 
     def token_filters(self) -> list[TokenFilter]:
         """Fresh per-token filters (for ``logprobs``) of the filters that offer one (``token_restorer``)."""
@@ -86,17 +100,23 @@ def encode_event(payload: dict[str, Any] | str) -> bytes:
     return b"data: " + text.encode("utf-8") + b"\n\n"
 
 
-# A text slot of a choice: "content", "reasoning_content", "text", or "tool:<i>" for the arguments
-# string of tool call i.
+# A text slot of a choice: "content", "reasoning_content", "text", "tool:<i>" for the arguments
+# string of tool call i, or "function_call" for a legacy function call's arguments.
 Slot = tuple[int, str]
+FUNCTION_CALL = "function_call"
+
+
+def is_json_string_slot(slot: str) -> bool:
+    """Whether the slot's text is a JSON string's (tool-call or function-call arguments)."""
+    return slot.startswith("tool:") or slot == FUNCTION_CALL
 
 
 class AnswerFilter:
     """Per-answer state: one :class:`FilterChain` per (choice index, text slot).
 
-    Slots are the choice's ``content`` / ``reasoning_content`` (chat), ``text`` (completions) and the
-    ``function.arguments`` of each tool call (chat), so a placeholder inside tool arguments is restored
-    and scanned like any other text.
+    Slots are the choice's ``content`` / ``reasoning_content`` (chat), ``text`` (completions), the
+    ``function.arguments`` of each tool call and a legacy ``function_call.arguments`` (chat), so a
+    placeholder inside tool arguments is restored and scanned like any other text (JSON-escaped there).
     """
 
     def __init__(self, endpoint: str, make_chain: Callable[[], FilterChain]) -> None:
@@ -129,6 +149,8 @@ class AnswerFilter:
         chain = self._chains.get(key)
         if chain is None:
             chain = self._chains[key] = self._make_chain()
+            if is_json_string_slot(key[1]):
+                chain.restore_into_json_string()
         return chain
 
     def _slots(self, choice: dict[str, Any], *, stream: bool) -> list[tuple[dict[str, Any], str, str]]:
@@ -144,6 +166,9 @@ class AnswerFilter:
             if isinstance(function, dict) and isinstance(function.get("arguments"), str):
                 index = call.get("index", position) if stream else position
                 out.append((function, "arguments", f"tool:{index}"))
+        legacy = holder.get(FUNCTION_CALL)
+        if isinstance(legacy, dict) and isinstance(legacy.get("arguments"), str):
+            out.append((legacy, "arguments", FUNCTION_CALL))
         return out
 
     @staticmethod
@@ -153,6 +178,10 @@ class AnswerFilter:
             choice["text"] = (choice.get("text") or "") + tail
             return
         delta = choice.setdefault("delta", {})
+        if slot == FUNCTION_CALL:
+            legacy = delta.setdefault(FUNCTION_CALL, {})
+            legacy["arguments"] = (legacy.get("arguments") or "") + tail
+            return
         if not slot.startswith("tool:"):
             delta[slot] = (delta.get(slot) or "") + tail
             return

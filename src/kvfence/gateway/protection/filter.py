@@ -64,6 +64,12 @@ class ProtectionFilter:
                                   "(fail closed)") from exc
         self._check(evidence)
 
+    def restore_into_json_string(self) -> None:
+        """This filter's slot is the text of a JSON string (tool-call ``function.arguments``): restored
+        values are JSON-escaped, so they can neither break the JSON nor change its structure. Called by
+        :class:`~kvfence.gateway.answer_filter.AnswerFilter` before the first ``feed``."""
+        self._restorer.json_string = True
+
     def token_restorer(self) -> TokenRestorer:
         """Placeholder restoration for this request's per-token fields (``logprobs``)."""
         return TokenRestorer(self._state.restore_table)

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from kvfence.gateway.protection.findings import Category, Finding
+from kvfence.gateway.protection.placeholder_forms import PlaceholderForms, written_placeholders
 
 __all__ = ["PLACEHOLDER", "Pseudonymiser", "label_for"]
 
@@ -41,9 +42,10 @@ class Pseudonymiser:
         self._by_value: dict[tuple[str, str], str] = {}
         self._restore: dict[str, str] = {}
         self._counters: dict[str, int] = {}
-        # Placeholders that already occur in the caller's own text are never handed out, so a
-        # literal "<EMAIL_1>" the user typed is not later "restored" into someone's address.
-        self._reserved = {m.group(0) for text in reserved_texts for m in PLACEHOLDER.finditer(text)}
+        # Placeholders that already occur in the caller's own text, in any written form, are never
+        # handed out, so a literal "<EMAIL_1>" (or "\u003cEMAIL_1\u003e" in pasted JSON) the user typed
+        # is not later "restored" into someone's address.
+        self._reserved = {p for text in reserved_texts for p in written_placeholders(text)}
 
     @property
     def restore_table(self) -> dict[str, str]:
@@ -87,9 +89,7 @@ class Pseudonymiser:
         parts.append(text[cursor:])
         return "".join(parts)
 
-    def restore(self, text: str) -> str:
-        """Put the original personal data back; unknown and secret placeholders stay as they are."""
-        if not self._restore or "<" not in text:
-            return text
-        table = self._restore
-        return PLACEHOLDER.sub(lambda m: table.get(m.group(0), m.group(0)), text)
+    def restore(self, text: str, *, json_string: bool = False) -> str:
+        """Put the original personal data back, in every written form of a placeholder
+        (:mod:`.placeholder_forms`); unknown and secret placeholders stay as they are."""
+        return PlaceholderForms(self._restore).restore(text, json_string=json_string)

@@ -1,55 +1,53 @@
 """Restoring placeholders in a streamed answer, where a placeholder may be split across chunks.
 
-The restorer emits everything it can at once and holds back only a suffix that is a proper prefix
-of a known placeholder (``"<EMA"`` while ``<EMAIL_1>`` is in the table). So a chunk is delayed by at
-most ``len(longest placeholder) - 1`` characters, and by nothing when the request had no personal
-data.
+The restorer emits everything it can at once and holds back only a suffix that may still become a
+known placeholder in one of its written forms (``"<EMA"`` or ``"\\u003cEMA"`` while ``<EMAIL_1>`` is in
+the table; :mod:`.placeholder_forms`). So a chunk is delayed by at most the longest form less one
+character, and by nothing when the request had no personal data.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kvfence.gateway.protection.pseudonymise import PLACEHOLDER
+from kvfence.gateway.protection.placeholder_forms import PlaceholderForms
 
 __all__ = ["StreamRestorer"]
 
 
 class StreamRestorer:
-    """Feeds on text deltas of one choice; returns restored text that is safe to emit now."""
+    """Feeds on text deltas of one choice's slot; returns restored text that is safe to emit now.
 
-    def __init__(self, table: Mapping[str, str]) -> None:
-        self._table = dict(table)
-        self._prefixes = {p[:i] for p in self._table for i in range(1, len(p))}
-        self._max_hold = max((len(p) - 1 for p in self._table), default=0)
+    ``json_string``: the slot is the text of a JSON string (tool-call ``function.arguments``), so
+    restored values are JSON-escaped there.
+    """
+
+    def __init__(self, table: Mapping[str, str], *, json_string: bool = False) -> None:
+        self._forms = PlaceholderForms(table)
+        self.json_string = json_string
         self._pending = ""
+        self._backslashes_before = 0  # the backslash run that ended the text already emitted
 
     @property
     def held(self) -> int:
         """Characters currently held back."""
         return len(self._pending)
 
-    def _restore(self, text: str) -> str:
-        if "<" not in text:
-            return text
-        return PLACEHOLDER.sub(lambda m: self._table.get(m.group(0), m.group(0)), text)
+    def _emit(self, text: str) -> str:
+        out = self._forms.restore(text, json_string=self.json_string,
+                                  backslashes_before=self._backslashes_before)
+        run = len(text) - len(text.rstrip("\\"))
+        self._backslashes_before = self._backslashes_before + run if run == len(text) else run
+        return out
 
     def feed(self, delta: str) -> str:
-        if not self._table:
+        if not self._forms:
             return delta
         buffer = self._pending + delta
-        hold_from = len(buffer)
-        # Only a '<' within the last max_hold characters can start an incomplete placeholder.
-        search_from = max(0, len(buffer) - self._max_hold)
-        index = buffer.find("<", search_from)
-        while index != -1:
-            if buffer[index:] in self._prefixes:
-                hold_from = index
-                break
-            index = buffer.find("<", index + 1)
+        hold_from = self._forms.hold_from(buffer)
         self._pending = buffer[hold_from:]
-        return self._restore(buffer[:hold_from])
+        return self._emit(buffer[:hold_from])
 
     def finish(self) -> str:
         rest, self._pending = self._pending, ""
-        return self._restore(rest)
+        return self._emit(rest)
