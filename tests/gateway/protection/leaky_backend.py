@@ -6,7 +6,12 @@
 - ``echo``: the caller's own last message, verbatim (placeholders included);
 - ``leak``: the last user message of the *previous* request it served, whoever sent it;
 - ``leak_canary``: the gateway canaries (``kvfc-...``) of the previous request, whoever sent it, in a
-  short sentence (a model that read another tenant's system prompt out of a stale KV cache).
+  short sentence (a model that read another tenant's system prompt out of a stale KV cache);
+- ``tools``: no text but two tool calls per choice (``n`` choices) whose arguments hold the caller's
+  own last message, ``{"to": message, "body": "Hello " + message}``: the first as ``json.dumps`` writes
+  it, the second with ``<`` and ``>`` escaped as ``\\u003c`` / ``\\u003e`` (as Go's encoder and many
+  models write them). Streamed, the arguments come 3 characters at a time, calls and choices
+  interleaved.
 
 Answers stream in 5-character chunks when asked to. With ``logprobs: true`` the answer comes as
 3-character "tokens" with chat ``logprobs`` (two tokens per streamed chunk), so a placeholder is split
@@ -55,6 +60,8 @@ def build() -> Starlette:
         state["previous"] = own
         state["previous_canaries"] = re.findall(r"kvfc-[0-9a-f]{20}", json.dumps(body.get("messages")))
         base = {"id": f"chatcmpl-{len(state['received'])}", "created": int(time.time()), "model": body.get("model")}
+        if state["mode"] == "tools":
+            return tool_calls(body, base, own)
         with_logprobs = body.get("logprobs") is True
         tokens = [text[i:i + 3] for i in range(0, len(text), 3)]
 
@@ -86,6 +93,40 @@ def build() -> Starlette:
                 chunk = {**head, "choices": [{"index": 0, "delta": {"content": text[i:i + 5]}, "finish_reason": None}]}
                 yield f"data: {json.dumps(chunk)}\n\n"
             yield f"data: {json.dumps({**head, 'choices': [{'index': 0, 'delta': {}, 'finish_reason': 'stop'}]})}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    def tool_calls(body: dict[str, Any], base: dict[str, Any], own: str) -> Response:
+        plain = json.dumps({"to": own, "body": f"Hello {own}"})
+        arguments = [plain, plain.replace("<", "\\u003c").replace(">", "\\u003e")]
+        choices = int(body.get("n") or 1)
+
+        def call(n: int, i: int, text: str) -> dict[str, Any]:
+            return {"id": f"call_{n}_{i}", "type": "function", "function": {"name": "send_email", "arguments": text}}
+
+        if not body.get("stream"):
+            return JSONResponse({**base, "object": "chat.completion", "choices": [
+                {"index": n, "finish_reason": "tool_calls", "message": {
+                    "role": "assistant", "content": None, "tool_calls": [call(n, i, a) for i, a in enumerate(arguments)]}}
+                for n in range(choices)], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+        async def events():  # type: ignore[no-untyped-def]
+            head = {**base, "object": "chat.completion.chunk"}
+
+            def chunk(n: int, delta: dict[str, Any], finish: str | None = None) -> str:
+                return f"data: {json.dumps({**head, 'choices': [{'index': n, 'delta': delta, 'finish_reason': finish}]})}\n\n"
+
+            for n in range(choices):
+                yield chunk(n, {"role": "assistant", "content": None,
+                                "tool_calls": [{"index": i, **call(n, i, "")} for i in range(len(arguments))]})
+            for at in range(0, max(map(len, arguments)), 3):
+                for n in range(choices):
+                    for i, text in enumerate(arguments):
+                        if text[at:at + 3]:
+                            yield chunk(n, {"tool_calls": [{"index": i, "function": {"arguments": text[at:at + 3]}}]})
+            for n in range(choices):
+                yield chunk(n, {}, "tool_calls")
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
