@@ -35,8 +35,9 @@ FORM = re.compile(
 # Lower-cased delimiters, for telling whether a held-back suffix may still become a form.
 _OPENERS = ("<", "\\u003c", "\\\\u003c", "&lt;", "&#60;", "&#x3c;")
 _CLOSERS = (">", "\\u003e", "\\\\u003e", "&gt;", "&#62;", "&#x3e;")
-_INNER_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
-_STARTS = frozenset("<\\&")
+_INNER_RUN = re.compile(r"[A-Z0-9_]*")
+_START = re.compile(r"[<\\&]")
+_OPENERS_BY_START = {start: tuple(o for o in _OPENERS if o[0] == start) for start in "<\\&"}
 
 
 def json_escape(value: str, levels: int = 1) -> str:
@@ -141,14 +142,17 @@ class PlaceholderForms:
         """
         if not self._inners:
             return len(buffer)
-        for index in range(max(0, len(buffer) - self.max_hold), len(buffer)):
-            if buffer[index] in _STARTS and self._may_become_form(buffer[index:]):
+        start = _START.search(buffer, max(0, len(buffer) - self.max_hold))
+        while start is not None:
+            index = start.start()
+            if self._may_become_form(buffer[index:], _OPENERS_BY_START[buffer[index]]):
                 return index
+            start = _START.search(buffer, index + 1)
         return len(buffer)
 
-    def _may_become_form(self, suffix: str) -> bool:
+    def _may_become_form(self, suffix: str, openers: tuple[str, ...]) -> bool:
         lowered = suffix.lower()
-        for opener in _OPENERS:
+        for opener in openers:
             if len(lowered) < len(opener):
                 if opener.startswith(lowered):
                     return True
@@ -158,9 +162,7 @@ class PlaceholderForms:
 
     def _may_finish(self, rest: str) -> bool:
         """``rest`` (after an opening) is a proper prefix of a known inner part and a closing."""
-        end = 0
-        while end < len(rest) and rest[end] in _INNER_CHARS:
-            end += 1
+        end = _INNER_RUN.match(rest).end()  # type: ignore[union-attr]  # matches the empty string too
         inner, closing = rest[:end], rest[end:].lower()
         if not closing:
             return not inner or inner in self._inner_prefixes

@@ -34,10 +34,15 @@ class StreamRestorer:
         return len(self._pending)
 
     def _emit(self, text: str) -> str:
+        if not text:
+            return ""
         out = self._forms.restore(text, json_string=self.json_string,
                                   backslashes_before=self._backslashes_before)
-        run = len(text) - len(text.rstrip("\\"))
-        self._backslashes_before = self._backslashes_before + run if run == len(text) else run
+        if text[-1] != "\\":
+            self._backslashes_before = 0
+        else:
+            run = len(text) - len(text.rstrip("\\"))
+            self._backslashes_before = self._backslashes_before + run if run == len(text) else run
         return out
 
     def feed(self, delta: str) -> str:
