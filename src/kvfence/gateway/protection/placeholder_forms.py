@@ -151,12 +151,12 @@ class PlaceholderForms:
         return len(buffer)
 
     def _may_become_form(self, suffix: str, openers: tuple[str, ...]) -> bool:
-        lowered = suffix.lower()
         for opener in openers:
-            if len(lowered) < len(opener):
-                if opener.startswith(lowered):
+            head = suffix[:len(opener)].lower()
+            if len(suffix) < len(opener):
+                if opener.startswith(head):
                     return True
-            elif lowered.startswith(opener) and self._may_finish(suffix[len(opener):]):
+            elif head == opener and self._may_finish(suffix[len(opener):]):
                 return True
         return False
 
