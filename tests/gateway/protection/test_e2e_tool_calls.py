@@ -5,7 +5,8 @@ The caller's message holds a value with quotes, backslashes, a newline and a JSO
 add a key (found by the protection hook plus one test rule, ``codename_hooks.py``), and an e-mail
 address written with ``\\x40`` (found by the built-in rules, restored as the caller wrote it, backslash
 included). The backend echoes the message into the arguments of two tool calls per choice (``n=2``),
-one plain and one with ``<``/``>`` written as ``\\u003c``/``\\u003e``; streamed, in 3-character pieces.
+one plain and one with ``<``/``>`` written as ``\\u003c``/``\\u003e``; streamed, in 3-character pieces;
+through both HTTP servers of the gateway (uvicorn and lean).
 Each call's arguments must parse and give back exactly the caller's message. Failed on ``5f18e3c``.
 """
 
@@ -37,8 +38,9 @@ def backend() -> Iterator[LeakyBackend]:
     b.stop()
 
 
-@pytest.fixture(scope="module")
-def gw(backend: LeakyBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+@pytest.fixture(scope="module", params=["uvicorn", "lean"])
+def gw(backend: LeakyBackend, tmp_path_factory: pytest.TempPathFactory,
+       request: pytest.FixtureRequest) -> Iterator[Gateway]:
     from kvfence.gateway.tenants import hash_api_key
 
     tmp = tmp_path_factory.mktemp("tools-gw")
@@ -52,7 +54,7 @@ def gw(backend: LeakyBackend, tmp_path_factory: pytest.TempPathFactory) -> Itera
         "tenants": [{"name": "tools-key", "key_sha256": hash_api_key(KEY), "organization": "acme",
                      "default_class": "internal"}],
     }
-    g = Gateway(policy, tmp, env={"KVFENCE_GATEWAY_SECRET": "s" * 32})
+    g = Gateway(policy, tmp, env={"KVFENCE_GATEWAY_SECRET": "s" * 32}, extra=["--server", request.param])
     yield g
     g.stop()
 
