@@ -267,3 +267,41 @@ def test_legacy_function_call_arguments_are_restored_escaped() -> None:
     joined = "".join(choice["delta"].get("function_call", {}).get("arguments") or ""
                      for chunk in out for choice in chunk["choices"])
     assert json.loads(joined) == {"who": value, "mail": EMAIL}
+
+
+def test_truncated_arguments_without_finish_reason_are_flushed_as_written() -> None:
+    # a model cut off mid-placeholder and a stream that ends without finish_reason: the held-back
+    # part comes out in flush(), as the model wrote it (half a placeholder is nobody's value)
+    hook, c, _ = request('Jo "JJ"', stream=True)
+    written = '{"a": "<PERSON_1>", "b": "\\u003cPERSON_1'
+    f = answer_filter(hook, c)
+    out = [f.filter_chunk({"choices": [{"index": 1, "delta": {"tool_calls": [
+        {"index": 3, "function": {"arguments": written[i:i + 5]}}]}, "finish_reason": None}]})
+        for i in range(0, len(written), 5)]
+    out += f.flush()
+    joined = "".join(call["function"].get("arguments") or "" for chunk in out for choice in chunk["choices"]
+                     for call in choice.get("delta", {}).get("tool_calls") or [] if call["index"] == 3)
+    assert joined == '{"a": "Jo \\"JJ\\"", "b": "\\u003cPERSON_1'
+
+
+def test_sse_bytes_cut_at_every_offset() -> None:
+    # the answer as it arrives on the wire (server-sent events, UTF-8), cut in two at every byte:
+    # events are put together again before the filter sees them, and the arguments parse
+    from kvfence.gateway.answer_filter import SSEDecoder, encode_event, event_data
+
+    value = 'Zoë "Ω" \\ \n'
+    hook, c, _ = request(value, stream=True)
+    written = '{"a": "é <PERSON_1> ü", "b": "\\u003cPERSON_1\\u003e"}'
+    raw = b"".join(encode_event(chunk) for chunk in stream_chunks([written], [9, 10, 11, 30, 31], choices=1))
+    for cut in range(1, len(raw)):
+        decoder, f = SSEDecoder(), answer_filter(hook, c)
+        out = []
+        for part in (raw[:cut], raw[cut:]):
+            for event in decoder.feed(part):
+                data = event_data(event)
+                assert data is not None
+                out.append(f.filter_chunk(json.loads(data)))
+        out += f.flush()
+        joined = "".join(call["function"].get("arguments") or "" for chunk in out for choice in chunk["choices"]
+                         for call in choice.get("delta", {}).get("tool_calls") or [])
+        assert json.loads(joined) == {"a": f"é {value} ü", "b": value}, cut
