@@ -6,8 +6,9 @@ policy; it returns the :class:`~kvfence.gateway.protection.hook.ProtectionHook` 
 :mod:`.pii_rules`, :mod:`.secret_rules`, :mod:`.address_rules` (detectors), :mod:`.normalise` (the
 Unicode folding detectors and leak scans see), :mod:`.messages` and :mod:`.split_values` (which texts
 of a request are scanned, and values split across two of them), :mod:`.pseudonymise` and
-:mod:`.streaming` (placeholders), :mod:`.fingerprint`, :mod:`.leak_index` and :mod:`.leak` (leak
-detection).
+:mod:`.streaming` (placeholders), :mod:`.placeholder_forms` (a placeholder written JSON- or
+HTML-escaped, and each value written back as its place needs), :mod:`.fingerprint`, :mod:`.leak_index`
+and :mod:`.leak` (leak detection).
 """
 
 from __future__ import annotations
