@@ -172,7 +172,9 @@ class HttpConnection(asyncio.Protocol):
                 raise _Refused from None
             raw_path, query = parsed.path or b"/", parsed.query or b""
         try:
-            path = unquote(raw_path.decode("ascii"))
+            path = raw_path.decode("ascii")
+            if "%" in path:
+                path = unquote(path)
         except UnicodeDecodeError:
             self._refusal = (400, "the request path is not ASCII (percent-encode it)", "bad_request")
             raise _Refused from None

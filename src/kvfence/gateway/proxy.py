@@ -60,9 +60,7 @@ _UNHEALTHY_STATUS = frozenset({502, 503, 504})
 
 async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint: str) -> Response:
     """Serve ``/v1/chat/completions`` (endpoint="chat") or ``/v1/completions``."""
-    # random, not a counter: the id goes upstream, and a count would tell a shared backend how busy
-    # the gateway (all its tenants) is
-    trace = RequestTrace(request_id="gwreq-" + os.urandom(10).hex(), endpoint=endpoint, started=time.perf_counter())
+    trace = RequestTrace(request_id=_request_ids.next(), endpoint=endpoint, started=time.perf_counter())
     metrics = runtime.metrics
     lease: LimitLease | None = None
     ctx: RequestContext | None = None
@@ -142,6 +140,33 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
             if lease is not None:
                 await lease.release()
             metrics.requests_in_flight -= 1
+
+
+class _RequestIds:
+    """``gwreq-`` and 80 random bits. Random, not a counter: the id goes upstream, and a count would
+    tell a shared backend how busy the gateway (all its tenants) is. The bits come from the OS's
+    generator 4 KiB at a time, not one system call per request; a forked worker draws its own."""
+
+    _SIZE = 10
+
+    def __init__(self) -> None:
+        self._pool = b""
+        self._at = 0
+
+    def next(self) -> str:
+        at = self._at
+        if at + self._SIZE > len(self._pool):
+            self._pool, at = os.urandom(4096), 0
+        self._at = at + self._SIZE
+        return "gwreq-" + self._pool[at:at + self._SIZE].hex()
+
+    def forget(self) -> None:
+        """Drop the bits drawn so far (in a forked child: its parent may use them too)."""
+        self._pool, self._at = b"", 0
+
+
+_request_ids = _RequestIds()
+os.register_at_fork(after_in_child=_request_ids.forget)
 
 
 def _refuse(runtime: GatewayRuntime, trace: RequestTrace, exc: GatewayError, outcome: str | None = None) -> JSONResponse:
