@@ -92,3 +92,25 @@ def test_a_deferred_audit_row_keeps_the_latency_of_the_moment_the_stream_ended()
     time.sleep(0.05)  # written later, as a deferred row is
     row = trace.decision(200, "ok", None, ended=ended)
     assert 499 <= row.latency_ms <= 501 + 1
+
+
+def test_work_deferred_on_a_loop_that_stopped_runs_on_the_next_one() -> None:
+    # An app served by one event loop after another (test clients do this): a check left on the first
+    # loop never fires, so the second loop must take the work over.
+    quiet = QuietTime(quiet_s=0.01, max_delay_s=1.0)
+    ran: list[str] = []
+    first = asyncio.new_event_loop()
+    try:
+        async def on_first() -> None:
+            quiet.defer(ran.append, "first")
+
+        first.run_until_complete(on_first())  # returns before the check is due: the loop stops
+
+        async def on_second() -> None:
+            quiet.defer(ran.append, "second")
+            await asyncio.sleep(0.1)
+
+        asyncio.run(on_second())
+    finally:
+        first.close()
+    assert ran == ["first", "second"]

@@ -57,27 +57,34 @@ class QuietTime:
     def busy(self) -> None:
         """A request started: the loop is not quiet now."""
         self._last_busy = time.perf_counter()
-        if self._timer is None and self._saved_thresholds is not None:
+        if self._saved_thresholds is not None:
             self._arm(self._last_busy)  # its objects will want a collection pass once things calm down
 
     def defer(self, work: Callable[..., None], *args: Any) -> None:
         """Run ``work(*args)`` once the loop is quiet (at most ``max_delay_s`` from now)."""
         now = time.perf_counter()
         self._last_busy = now
+        if not self._work:
+            self._oldest = now
         self._work.append((work, args))
-        if self._timer is None:
-            self._arm(now)
+        self._arm(now)
 
     # -- running ----------------------------------------------------------------------------------
     def _arm(self, now: float) -> None:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            try:
-                loop = self._loop = asyncio.get_running_loop()
-            except RuntimeError:  # no loop (a test calling in from outside): run at once
-                self.drain()
+        """Make sure a check is due on the running loop (an app served by one loop after another,
+        as tests do, must not leave its work behind a timer on a loop that no longer runs)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called from outside any loop: nothing to wait for
+            self.drain()
+            return
+        if self._timer is not None:
+            if loop is self._loop:
                 return
-        self._oldest = now
+            self._timer.cancel()
+        if not self._work:
+            self._oldest = now
+        self._loop = loop
         self._timer = loop.call_later(self.quiet_s, self._check)
 
     def _check(self) -> None:
