@@ -223,3 +223,21 @@ def test_check_refuses_workers_that_could_not_share_the_state(tmp_path: Path) ->
     config.write_text(yaml.safe_dump(policy))
     passed = subprocess.run([KVFENCE, "gateway", "check", str(config)], capture_output=True, text=True)
     assert passed.returncode == 0 and "2 workers" in passed.stdout, passed.stderr
+
+
+def test_a_taken_port_fails_the_worker_socket_without_leaving_a_socket_open() -> None:
+    import gc
+    import warnings
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))  # no SO_REUSEPORT: nobody else may bind this port
+    taken.listen()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            with pytest.raises(OSError):
+                WorkerSocket("127.0.0.1", taken.getsockname()[1])
+            gc.collect()
+        assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+    finally:
+        taken.close()

@@ -74,11 +74,15 @@ class WorkerSocket:
         info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
         self.family, self.address = info[0], info[4]
         self._held = self._socket()
-        self._held.bind(self.address)
-        self.address = self._held.getsockname()  # port 0 resolved once, for every worker
-        if not self.reuse_port:
-            self._held.listen(backlog)
-            self._held.set_inheritable(True)
+        try:
+            self._held.bind(self.address)
+            self.address = self._held.getsockname()  # port 0 resolved once, for every worker
+            if not self.reuse_port:
+                self._held.listen(backlog)
+                self._held.set_inheritable(True)
+        except BaseException:
+            self._held.close()  # the port is taken (or not ours): no socket left open behind the error
+            raise
 
     @property
     def port(self) -> int:
@@ -96,8 +100,12 @@ class WorkerSocket:
         if not self.reuse_port:
             return self._held
         sock = self._socket()
-        sock.bind(self.address)
-        sock.listen(self.backlog)
+        try:
+            sock.bind(self.address)
+            sock.listen(self.backlog)
+        except BaseException:
+            sock.close()
+            raise
         self._held.close()  # the worker does not need the supervisor's placeholder
         return sock
 
