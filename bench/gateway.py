@@ -528,7 +528,7 @@ def print_timing(marks: list[tuple[str, str, list[tuple[str | None, float, float
             print(f"   {label:48} p50 {pct(values, 50):7.2f}  p99 {pct(values, 99):7.2f}  slowest 1 %: {slow_mean:7.2f}")
     stalls = [(due, late) for due, late, *_ in gateway["stalls"] if any(lo <= due <= hi for lo, hi in windows)]
     # the gateway's CPU time over its stalls, against their wall time (ticks of 1 ms + how late)
-    stall_cpu = sum(cpu for due, _, *cpu in gateway["stalls"] if cpu and any(lo <= due <= hi for lo, hi in windows))
+    stall_cpu = sum(rest[0] for due, _, *rest in gateway["stalls"] if rest and any(lo <= due <= hi for lo, hi in windows))
     collections = [c for c in gateway["collections"] if any(lo <= c[0] <= hi for lo, hi in windows)]
     span = sum(hi - lo for lo, hi in windows)
     if span:
