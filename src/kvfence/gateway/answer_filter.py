@@ -1,14 +1,18 @@
 """Applying the hooks' response filters to answers, streamed (server-sent events) or not.
 
-Pure data transformation: bytes or JSON in, bytes or JSON out. Every text field of every choice
-(chat ``content`` / ``reasoning_content``, each tool call's ``function.arguments``, a legacy
-``function_call.arguments``; completions ``text``) gets its own chain of filters, so a placeholder
-split across chunks of one choice is still seen whole, and choices and tool calls never mix.
+Pure data transformation: bytes or JSON in, bytes or JSON out. Every field of every choice that
+carries model text (chat ``content``, ``refusal``, ``reasoning_content`` / ``reasoning``,
+``audio.transcript``, each tool call's ``function.arguments`` or, for a custom tool, its free-text
+``custom.input``, a legacy ``function_call.arguments``; completions ``text``) gets its own chain of
+filters, so a placeholder split across chunks of one choice is still seen whole, choices and tool
+calls never mix, and no field leaves the gateway unscanned.
 
 Arguments are the text of a JSON string, not prose: their chains are told so before the first text
 (:meth:`FilterChain.restore_into_json_string`), and a filter that puts values back (the protection
 hook's) JSON-escapes them there, so a restored value holding ``"`` or ``\\`` can neither break the
-arguments nor add keys to them.
+arguments nor add keys to them. The ``content`` (completions ``text``) chain is told it holds the
+answer's content (:meth:`FilterChain.restore_into_content`): a filter that knows the request asked for
+a JSON document (``response_format``) restores into that document's strings the same way.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from kvfence.gateway.hooks import ResponseFilter
 
 __all__ = ["AnswerFilter", "FilterChain", "SSEDecoder", "encode_event"]
 
-CHAT_FIELDS = ("content", "reasoning_content")
+CHAT_FIELDS = ("content", "refusal", "reasoning_content", "reasoning")
 
 
 class FilterChain:
@@ -41,6 +45,15 @@ class FilterChain:
         ``restore_into_json_string`` (an optional capability, like ``token_restorer``) is told so."""
         for f in self._filters:
             mark = getattr(f, "restore_into_json_string", None)
+            if mark is not None:
+                mark()
+
+    def restore_into_content(self) -> None:
+        """The chain's slot is the answer's ``content`` (completions ``text``), the text a JSON
+        ``response_format`` makes a JSON document: every filter that offers ``restore_into_content``
+        (optional, like ``restore_into_json_string``) is told so."""
+        for f in self._filters:
+            mark = getattr(f, "restore_into_content", None)
             if mark is not None:
                 mark()
 
@@ -100,10 +113,14 @@ def encode_event(payload: dict[str, Any] | str) -> bytes:
     return b"data: " + text.encode("utf-8") + b"\n\n"
 
 
-# A text slot of a choice: "content", "reasoning_content", "text", "tool:<i>" for the arguments
-# string of tool call i, or "function_call" for a legacy function call's arguments.
+# A text slot of a choice: "content", "refusal", "reasoning_content", "reasoning", "text" (completions),
+# "audio" for the audio's transcript, "tool:<i>" for the arguments string of function tool call i,
+# "custom:<i>" for the input of custom tool call i, or "function_call" for a legacy function call's
+# arguments.
 Slot = tuple[int, str]
 FUNCTION_CALL = "function_call"
+AUDIO = "audio"
+CONTENT_SLOTS = ("content", "text")
 
 
 def is_json_string_slot(slot: str) -> bool:
@@ -114,9 +131,11 @@ def is_json_string_slot(slot: str) -> bool:
 class AnswerFilter:
     """Per-answer state: one :class:`FilterChain` per (choice index, text slot).
 
-    Slots are the choice's ``content`` / ``reasoning_content`` (chat), ``text`` (completions), the
-    ``function.arguments`` of each tool call and a legacy ``function_call.arguments`` (chat), so a
-    placeholder inside tool arguments is restored and scanned like any other text (JSON-escaped there).
+    Slots are the choice's ``content`` / ``refusal`` / ``reasoning_content`` / ``reasoning`` /
+    ``audio.transcript`` (chat), ``text`` (completions), the ``function.arguments`` of each function
+    tool call, the ``custom.input`` of each custom tool call and a legacy ``function_call.arguments``
+    (chat), so a placeholder or another tenant's text anywhere in them is restored and scanned like
+    any other text (JSON-escaped in arguments).
     """
 
     def __init__(self, endpoint: str, make_chain: Callable[[], FilterChain]) -> None:
@@ -137,7 +156,7 @@ class AnswerFilter:
         if logprobs is None and (lp_filter is None or not final):
             return
         if lp_filter is None:
-            lp_filter = self._logprobs[index] = LogprobsFilter(lambda: self._make_chain().token_filters())
+            lp_filter = self._logprobs[index] = LogprobsFilter(self._content_token_filters)
         if final:
             self._logprobs_done.add(index)
         filtered = (lp_filter.chat(logprobs, final=final) if self._endpoint == "chat"
@@ -145,12 +164,21 @@ class AnswerFilter:
         if filtered is not None:
             choice["logprobs"] = filtered
 
+    def _content_token_filters(self) -> list[TokenFilter]:
+        # The tokens spell the content (also, rarely, a refusal: then a JSON response_format's
+        # document syntax is applied to it too).
+        chain = self._make_chain()
+        chain.restore_into_content()
+        return chain.token_filters()
+
     def _chain(self, key: Slot) -> FilterChain:
         chain = self._chains.get(key)
         if chain is None:
             chain = self._chains[key] = self._make_chain()
             if is_json_string_slot(key[1]):
                 chain.restore_into_json_string()
+            elif key[1] in CONTENT_SLOTS:
+                chain.restore_into_content()
         return chain
 
     def _slots(self, choice: dict[str, Any], *, stream: bool) -> list[tuple[dict[str, Any], str, str]]:
@@ -161,11 +189,18 @@ class AnswerFilter:
         if not isinstance(holder, dict):
             return []
         out = [(holder, name, name) for name in CHAT_FIELDS if isinstance(holder.get(name), str)]
+        audio = holder.get(AUDIO)
+        if isinstance(audio, dict) and isinstance(audio.get("transcript"), str):
+            out.append((audio, "transcript", AUDIO))
         for position, call in enumerate(holder.get("tool_calls") or []):
-            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(call, dict):
+                continue
+            index = call.get("index", position) if stream else position
+            function, custom = call.get("function"), call.get("custom")
             if isinstance(function, dict) and isinstance(function.get("arguments"), str):
-                index = call.get("index", position) if stream else position
                 out.append((function, "arguments", f"tool:{index}"))
+            if isinstance(custom, dict) and isinstance(custom.get("input"), str):
+                out.append((custom, "input", f"custom:{index}"))
         legacy = holder.get(FUNCTION_CALL)
         if isinstance(legacy, dict) and isinstance(legacy.get("arguments"), str):
             out.append((legacy, "arguments", FUNCTION_CALL))
@@ -182,17 +217,23 @@ class AnswerFilter:
             legacy = delta.setdefault(FUNCTION_CALL, {})
             legacy["arguments"] = (legacy.get("arguments") or "") + tail
             return
-        if not slot.startswith("tool:"):
+        if slot == AUDIO:
+            audio = delta.setdefault(AUDIO, {})
+            audio["transcript"] = (audio.get("transcript") or "") + tail
+            return
+        kind, _, position = slot.partition(":")
+        if kind not in ("tool", "custom"):
             delta[slot] = (delta.get(slot) or "") + tail
             return
-        index = int(slot.removeprefix("tool:"))
+        index = int(position)
+        holder, field = ("function", "arguments") if kind == "tool" else ("custom", "input")
         calls = delta.setdefault("tool_calls", [])
         for call in calls:
             if isinstance(call, dict) and call.get("index") == index:
-                function = call.setdefault("function", {})
-                function["arguments"] = (function.get("arguments") or "") + tail
+                part = call.setdefault(holder, {})
+                part[field] = (part.get(field) or "") + tail
                 return
-        calls.append({"index": index, "function": {"arguments": tail}})
+        calls.append({"index": index, holder: {field: tail}})
 
     # -- streaming --------------------------------------------------------------------------------
     def filter_chunk(self, chunk: dict[str, Any]) -> dict[str, Any]:

@@ -9,15 +9,20 @@ Per request the gateway:
    a :class:`~kvfence.gateway.errors.GatewayError` (``RequestBlocked`` -> 400, ``DetectorFailure`` ->
    503: fail closed, the body is never forwarded unscanned);
 3. routes by the final class (so a raised class can change the backend), caps the length, forwards;
-4. passes every text delta of every choice (chat ``content``, ``reasoning_content`` and each tool
-   call's ``function.arguments``; completions ``text``), streamed or not, through each hook's
+4. passes every text delta of every choice (chat ``content``, ``refusal``, ``reasoning_content`` /
+   ``reasoning``, ``audio.transcript``, each tool call's ``function.arguments`` or custom
+   ``custom.input``; completions ``text``), streamed or not, through each hook's
    :class:`ResponseFilter` in *reverse* hook order, like middleware: the last hook saw the body as
    it left, so it sees the answer first as it arrives (e.g. leak check before placeholders are
    restored). ``response_filter`` is called once per choice and text slot; ``finish`` flushes it
    at the end of that choice. ``feed`` or ``finish`` may raise
    :class:`~kvfence.gateway.errors.LeakSuspected`: a stream then ends with an error event, a
    non-streamed answer becomes a 502 naming the incident; any other GatewayError (e.g.
-   ``DetectorFailure``) ends the answer the same way with its own status.
+   ``DetectorFailure``) ends the answer the same way with its own status. A filter may offer
+   optional capabilities, called before its first ``feed``: ``restore_into_json_string()`` (its slot
+   is a JSON string's text: tool-call arguments), ``restore_into_content()`` (its slot is the answer's
+   content, a JSON document when the request's ``response_format`` asked for one), and
+   ``token_restorer()`` for per-token fields (``logprobs``).
 
 Hooks are built by ``kvfence.gateway.protection.build_hooks(policy, incidents=..., registry=...)``
 when that module exists, and by any ``module:factory`` listed in the policy's ``gateway.hooks``

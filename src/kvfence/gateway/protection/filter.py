@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from kvfence.gateway.errors import DetectorFailure, LeakSuspected
 from kvfence.gateway.hooks import RequestContext
 from kvfence.gateway.protection.leak import AnswerScanner, LeakEvidence
+from kvfence.gateway.protection.slot_syntax import SlotKind
 from kvfence.gateway.protection.streaming import StreamRestorer
 from kvfence.gateway.protection.token_restore import TokenRestorer
 
@@ -30,6 +31,7 @@ class RequestState:
     own_fingerprints: frozenset[int] = frozenset()
     started_at: float = field(default_factory=time.time)
     leak_incident: str | None = None
+    json_answer: bool = False  # the request asked for a JSON document (response_format json_object / json_schema)
 
 
 class ProtectionFilter:
@@ -68,11 +70,21 @@ class ProtectionFilter:
         """This filter's slot is the text of a JSON string (tool-call ``function.arguments``): restored
         values are JSON-escaped, so they can neither break the JSON nor change its structure. Called by
         :class:`~kvfence.gateway.answer_filter.AnswerFilter` before the first ``feed``."""
-        self._restorer.json_string = True
+        self._restorer.kind = SlotKind.JSON_STRING
+
+    def restore_into_content(self) -> None:
+        """This filter's slot is the answer's ``content`` (completions ``text``): when the request asked
+        for a JSON document (``response_format`` ``json_object`` / ``json_schema``), a value restored
+        inside one of its strings is JSON-escaped and text outside strings is left as written
+        (:mod:`.slot_syntax`). Called by :class:`~kvfence.gateway.answer_filter.AnswerFilter` before the
+        first ``feed``."""
+        if self._state.json_answer:
+            self._restorer.kind = SlotKind.JSON_DOCUMENT
 
     def token_restorer(self) -> TokenRestorer:
-        """Placeholder restoration for this request's per-token fields (``logprobs``)."""
-        return TokenRestorer(self._state.restore_table)
+        """Placeholder restoration for this request's per-token fields (``logprobs``), in the syntax of
+        the slot this filter was told about."""
+        return TokenRestorer(self._state.restore_table, self._restorer.kind)
 
     def feed(self, text_delta: str) -> str:
         if self._stopped is not None:

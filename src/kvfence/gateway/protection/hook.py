@@ -38,6 +38,7 @@ from kvfence.gateway.protection.pii_rules import PII_ENTITIES, RESTRICTED_PII
 from kvfence.gateway.protection.policy_checks import protection_policy_problems
 from kvfence.gateway.protection.pseudonymise import Pseudonymiser
 from kvfence.gateway.protection.secret_rules import SECRET_ENTITIES
+from kvfence.gateway.protection.slot_syntax import json_answer_requested
 from kvfence.gateway.protection.split_values import merge_split, split_findings
 from kvfence.gateway.protection.topics import TOPICS, detect_topics
 
@@ -151,7 +152,7 @@ class ProtectionHook:
         ]
         body = set_texts(body, slots, rewritten)
         unit = tenant_unit(ctx, self._config.leak.tenant_unit)
-        state = RequestState(pseudonymiser.restore_table, unit)
+        state = RequestState(pseudonymiser.restore_table, unit, json_answer=json_answer_requested(body))
         if self._monitor is not None:
             body = self._inject_canary(ctx, body, unit)
             try:

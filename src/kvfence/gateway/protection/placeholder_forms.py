@@ -119,20 +119,38 @@ class PlaceholderForms:
             return text
 
         def replace(match: re.Match[str]) -> str:
-            value = self._table.get(f"<{match.group('inner')}>")
-            if value is None:
-                return match.group(0)
-            found = _form_of(match, backslashes_before)
-            if found is None:
-                return match.group(0)
-            form, kept = found
-            if form.is_html:
-                written = html.escape(value, quote=True)
-                return "\\" * kept + (json_escape(written) if json_string else written)
-            levels = max(form.json_levels, 1) if json_string else form.json_levels
-            return "\\" * kept + json_escape(value, levels)
+            written = self._written(match, json_string, backslashes_before)
+            return match.group(0) if written is None else written
 
         return FORM.sub(replace, text)
+
+    def spans(self, text: str, *, json_string: bool = False,
+              backslashes_before: int = 0) -> list[tuple[int, int, str]]:
+        """``(start, end, written)`` for every known placeholder in ``text``, as :meth:`restore` replaces
+        them (for callers that must know where each one was, such as per-token fields)."""
+        if not self._table or ("<" not in text and "u003" not in text and "&" not in text):
+            return []
+        out = []
+        for match in FORM.finditer(text):
+            written = self._written(match, json_string, backslashes_before)
+            if written is not None:
+                out.append((match.start(), match.end(), written))
+        return out
+
+    def _written(self, match: re.Match[str], json_string: bool, backslashes_before: int) -> str | None:
+        """What replaces ``match``, or None when it is not a known placeholder in a consistent form."""
+        value = self._table.get(f"<{match.group('inner')}>")
+        if value is None:
+            return None
+        found = _form_of(match, backslashes_before)
+        if found is None:
+            return None
+        form, kept = found
+        if form.is_html:
+            written = html.escape(value, quote=True)
+            return "\\" * kept + (json_escape(written) if json_string else written)
+        levels = max(form.json_levels, 1) if json_string else form.json_levels
+        return "\\" * kept + json_escape(value, levels)
 
     def hold_from(self, buffer: str) -> int:
         """Where the suffix of ``buffer`` that may still become a known placeholder starts (its length if none).

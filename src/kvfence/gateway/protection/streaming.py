@@ -3,7 +3,8 @@
 The restorer emits everything it can at once and holds back only a suffix that may still become a
 known placeholder in one of its written forms (``"<EMA"`` or ``"\\u003cEMA"`` while ``<EMAIL_1>`` is in
 the table; :mod:`.placeholder_forms`). So a chunk is delayed by at most the longest form less one
-character, and by nothing when the request had no personal data.
+character, and by nothing when the request had no personal data. How a value is written back depends
+on the slot's kind (prose, a JSON string's text, a JSON document: :mod:`.slot_syntax`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kvfence.gateway.protection.placeholder_forms import PlaceholderForms
+from kvfence.gateway.protection.slot_syntax import SlotKind, SlotWriter
 
 __all__ = ["StreamRestorer"]
 
@@ -18,15 +20,32 @@ __all__ = ["StreamRestorer"]
 class StreamRestorer:
     """Feeds on text deltas of one choice's slot; returns restored text that is safe to emit now.
 
-    ``json_string``: the slot is the text of a JSON string (tool-call ``function.arguments``), so
-    restored values are JSON-escaped there.
+    ``kind``: the slot's syntax (:class:`~.slot_syntax.SlotKind`); ``json_string=True`` is short for
+    ``kind=SlotKind.JSON_STRING`` (tool-call ``function.arguments``, restored values JSON-escaped).
+    Set ``kind`` before the first ``feed``.
     """
 
-    def __init__(self, table: Mapping[str, str], *, json_string: bool = False) -> None:
+    def __init__(self, table: Mapping[str, str], *, json_string: bool = False,
+                 kind: SlotKind = SlotKind.TEXT) -> None:
         self._forms = PlaceholderForms(table)
-        self.json_string = json_string
+        self._writer = SlotWriter(self._forms, SlotKind.JSON_STRING if json_string else kind)
         self._pending = ""
-        self._backslashes_before = 0  # the backslash run that ended the text already emitted
+
+    @property
+    def kind(self) -> SlotKind:
+        return self._writer.kind
+
+    @kind.setter
+    def kind(self, kind: SlotKind) -> None:
+        self._writer.kind = kind
+
+    @property
+    def json_string(self) -> bool:
+        return self._writer.kind is SlotKind.JSON_STRING
+
+    @json_string.setter
+    def json_string(self, value: bool) -> None:
+        self._writer.kind = SlotKind.JSON_STRING if value else SlotKind.TEXT
 
     @property
     def held(self) -> int:
@@ -34,16 +53,7 @@ class StreamRestorer:
         return len(self._pending)
 
     def _emit(self, text: str) -> str:
-        if not text:
-            return ""
-        out = self._forms.restore(text, json_string=self.json_string,
-                                  backslashes_before=self._backslashes_before)
-        if text[-1] != "\\":
-            self._backslashes_before = 0
-        else:
-            run = len(text) - len(text.rstrip("\\"))
-            self._backslashes_before = self._backslashes_before + run if run == len(text) else run
-        return out
+        return self._writer.restore(text) if text else ""
 
     def feed(self, delta: str) -> str:
         if not self._forms:

@@ -8,8 +8,11 @@ value goes to the token where the placeholder starts, the other tokens it covere
 so the caller can drop what no longer describes it (its ``top_logprobs`` alternatives, its ``bytes``).
 The joined tokens then equal the restored answer text.
 
-Streamed, tokens are held back while their joined text ends in a proper prefix of a placeholder (as
-the text restorer holds characters), so a placeholder split across chunks is still seen whole.
+Placeholders are found in every written form the text restorer knows (``\\u003cEMAIL_1\\u003e``,
+``&lt;EMAIL_1&gt;`` ...; :mod:`.placeholder_forms`) and the value is written as that form needs, so
+the tokens spell exactly the restored text. Streamed, tokens are held back while their joined text
+ends in what may still become a placeholder (as the text restorer holds characters), so a placeholder
+split across chunks is still seen whole.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from kvfence.gateway.protection.pseudonymise import PLACEHOLDER
+from kvfence.gateway.protection.placeholder_forms import PlaceholderForms
+from kvfence.gateway.protection.slot_syntax import SlotKind, SlotWriter
 
 __all__ = ["TokenRestorer"]
 
@@ -29,10 +33,9 @@ Rebuild = Callable[[E, str, bool], E]  # (entry, restored token, spanned a place
 class TokenRestorer:
     """One token stream (e.g. a choice's ``logprobs.content``): feed entries, get entries safe to emit."""
 
-    def __init__(self, table: Mapping[str, str]) -> None:
-        self._table = dict(table)
-        self._prefixes = {p[:i] for p in self._table for i in range(1, len(p))}
-        self._max_hold = max((len(p) - 1 for p in self._table), default=0)
+    def __init__(self, table: Mapping[str, str], kind: SlotKind = SlotKind.TEXT) -> None:
+        self._forms = PlaceholderForms(table)
+        self._writer = SlotWriter(self._forms, kind)
         self._pending: list[object] = []
 
     @property
@@ -41,18 +44,12 @@ class TokenRestorer:
         return len(self._pending)
 
     def feed(self, entries: Sequence[E], token_of: TokenOf[E], rebuild: Rebuild[E]) -> list[E]:
-        if not self._table:
+        if not self._forms:
             return list(entries)
         pending: list[E] = [*self._pending, *entries]  # type: ignore[list-item]
         texts = [token_of(e) for e in pending]
         joined = "".join(texts)
-        hold_from = len(joined)
-        index = joined.find("<", max(0, len(joined) - self._max_hold))
-        while index != -1:
-            if joined[index:] in self._prefixes:
-                hold_from = index
-                break
-            index = joined.find("<", index + 1)
+        hold_from = self._forms.hold_from(joined)
         emit = 0  # tokens that end at or before the hold point go now; one straddling it waits
         end = 0
         for text in texts:
@@ -70,10 +67,7 @@ class TokenRestorer:
 
     def _rewrite(self, entries: list[E], texts: list[str], rebuild: Rebuild[E]) -> list[E]:
         joined = "".join(texts)
-        if "<" not in joined:
-            return entries
-        spans = [(m.start(), m.end(), self._table[m.group(0)]) for m in PLACEHOLDER.finditer(joined)
-                 if m.group(0) in self._table]
+        spans = self._writer.spans(joined)
         if not spans:
             return entries
         out: list[E] = []
