@@ -11,7 +11,13 @@
   own last message, ``{"to": message, "body": "Hello " + message}``: the first as ``json.dumps`` writes
   it, the second with ``<`` and ``>`` escaped as ``\\u003c`` / ``\\u003e`` (as Go's encoder and many
   models write them). Streamed, the arguments come 3 characters at a time, calls and choices
-  interleaved.
+  interleaved;
+- ``custom``: like ``tools``, but two *custom* tool calls (``{"type": "custom", "custom": {"name",
+  "input"}}``, free text) whose inputs are ``message`` and ``"Hello " + message``;
+- ``leak_custom``: one custom tool call whose input is the *previous* request's last user message
+  (``leak``, hidden in a tool call);
+- ``json``: the content is a JSON document, ``{"to": message, "body": "Hello " + message}`` (as a
+  backend under ``response_format: json_object`` writes it).
 
 Answers stream in 5-character chunks when asked to. With ``logprobs: true`` the answer comes as
 3-character "tokens" with chat ``logprobs`` (two tokens per streamed chunk), so a placeholder is split
@@ -55,13 +61,19 @@ def build() -> Starlette:
             text = "  ".join(w[:2] + "\u200b" + w[2:] for w in state["previous"].upper().split())
         elif state["mode"] == "echo":
             text = own
+        elif state["mode"] == "json":
+            text = json.dumps({"to": own, "body": f"Hello {own}"})
         else:
             text = f"Thanks for your message. You wrote: {' '.join(own.split()[:5])}. Here is a short answer."
-        state["previous"] = own
+        previous, state["previous"] = state["previous"], own
         state["previous_canaries"] = re.findall(r"kvfc-[0-9a-f]{20}", json.dumps(body.get("messages")))
         base = {"id": f"chatcmpl-{len(state['received'])}", "created": int(time.time()), "model": body.get("model")}
         if state["mode"] == "tools":
             return tool_calls(body, base, own)
+        if state["mode"] == "custom":
+            return tool_calls(body, base, own, custom=[own, f"Hello {own}"])
+        if state["mode"] == "leak_custom":
+            return tool_calls(body, base, own, custom=[previous])
         with_logprobs = body.get("logprobs") is True
         tokens = [text[i:i + 3] for i in range(0, len(text), 3)]
 
@@ -97,13 +109,20 @@ def build() -> Starlette:
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
-    def tool_calls(body: dict[str, Any], base: dict[str, Any], own: str) -> Response:
+    def tool_calls(body: dict[str, Any], base: dict[str, Any], own: str,
+                   custom: list[str] | None = None) -> Response:
         plain = json.dumps({"to": own, "body": f"Hello {own}"})
-        arguments = [plain, plain.replace("<", "\\u003c").replace(">", "\\u003e")]
+        arguments = custom if custom is not None else [plain, plain.replace("<", "\\u003c").replace(">", "\\u003e")]
         choices = int(body.get("n") or 1)
 
         def call(n: int, i: int, text: str) -> dict[str, Any]:
+            if custom is not None:
+                return {"id": f"call_{n}_{i}", "type": "custom", "custom": {"name": "shell", "input": text}}
             return {"id": f"call_{n}_{i}", "type": "function", "function": {"name": "send_email", "arguments": text}}
+
+        def piece(i: int, text: str) -> dict[str, Any]:
+            return {"index": i, "custom": {"input": text}} if custom is not None \
+                else {"index": i, "function": {"arguments": text}}
 
         if not body.get("stream"):
             return JSONResponse({**base, "object": "chat.completion", "choices": [
@@ -124,7 +143,7 @@ def build() -> Starlette:
                 for n in range(choices):
                     for i, text in enumerate(arguments):
                         if text[at:at + 3]:
-                            yield chunk(n, {"tool_calls": [{"index": i, "function": {"arguments": text[at:at + 3]}}]})
+                            yield chunk(n, {"tool_calls": [piece(i, text[at:at + 3])]})
             for n in range(choices):
                 yield chunk(n, {}, "tool_calls")
             yield "data: [DONE]\n\n"
