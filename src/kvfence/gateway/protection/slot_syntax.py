@@ -66,8 +66,15 @@ class SlotWriter:
         out.append(text[at:])
         return "".join(out)
 
-    def spans(self, text: str) -> list[Span]:
-        """``(start, end, written)`` of every known placeholder in ``text``, the next piece of the slot."""
+    def spans(self, text: str, *, advance: bool = True) -> list[Span]:
+        """``(start, end, written)`` of every known placeholder in ``text``, the next piece of the slot;
+        ``advance=False`` only looks (the next call still continues the piece before this one)."""
+        if not advance:
+            state = (self._backslashes_before, self._in_string)
+            try:
+                return self.spans(text)
+            finally:
+                self._backslashes_before, self._in_string = state
         if self.kind is not SlotKind.JSON_DOCUMENT:
             spans = self._forms.spans(text, json_string=self.kind is SlotKind.JSON_STRING,
                                       backslashes_before=self._backslashes_before)

@@ -17,7 +17,9 @@ split across chunks is still seen whole.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate
 from typing import TypeVar
 
 from kvfence.gateway.protection.placeholder_forms import PlaceholderForms
@@ -50,13 +52,16 @@ class TokenRestorer:
         texts = [token_of(e) for e in pending]
         joined = "".join(texts)
         hold_from = self._forms.hold_from(joined)
-        emit = 0  # tokens that end at or before the hold point go now; one straddling it waits
-        end = 0
-        for text in texts:
-            if end + len(text) > hold_from:
-                break
-            end += len(text)
-            emit += 1
+        ends = list(accumulate(map(len, texts)))
+        emit = bisect_right(ends, hold_from)  # tokens that end at or before the hold point go now
+        if emit < len(texts):
+            # The token straddling the hold point waits, and so does a placeholder that ends inside it
+            # (tokens "<", "EMAIL_1><"): the tokens go only up to the last boundary before its start.
+            cut = ends[emit - 1] if emit else 0
+            for start, stop, _ in reversed(self._writer.spans(joined[:hold_from], advance=False)):
+                if start < cut < stop:
+                    emit = bisect_right(ends, start)
+                    cut = ends[emit - 1] if emit else 0
         self._pending = list(pending[emit:])
         return self._rewrite(pending[:emit], texts[:emit], rebuild)
 
