@@ -1,6 +1,6 @@
 """Every answer field that carries model text is restored and leak-scanned, in its own syntax.
 
-Attacks on the three gaps left after the tool-arguments work (62 of 73 failed on ``c637f5b``; the
+Attacks on the three gaps left after the tool-arguments work (63 of 74 failed on ``c637f5b``; the
 others are guards: those marked so, a value that needs no JSON escaping, and the JSON cases the
 model wrote already escaped, ``\\u003c..\\u003e``, which the form work restored escaped before):
 
@@ -10,7 +10,9 @@ model wrote already escaped, ``\\u003c..\\u003e``, which the form work restored 
 - ``content`` under a JSON ``response_format`` is a JSON document: a restored value holding ``"``,
   ``\\`` or a newline broke it or added keys;
 - ``logprobs`` tokens restored only the plain ``<EMAIL_1>``, not ``\\u003cEMAIL_1\\u003e`` or
-  ``&lt;EMAIL_1&gt;``, so the tokens and the content differed.
+  ``&lt;EMAIL_1&gt;``, so the tokens and the content differed; and a token holding the end of one
+  placeholder and the start of the next (``"EMAIL_1><"``) let the tokens before it go out alone,
+  unrestored.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import pytest
 from kvfence.gateway.answer_filter import AnswerFilter, FilterChain
 from kvfence.gateway.errors import LeakSuspected
 from kvfence.gateway.protection.hook import ProtectionHook
+from kvfence.gateway.protection.token_restore import TokenRestorer
 from tests.gateway.protection.test_hook import chat, ctx, make_hook, make_policy, run
 from tests.gateway.protection.test_tool_arguments_restore import EMAIL, HOSTILE, PHONE, request
 
@@ -350,6 +353,14 @@ def test_logprobs_tokens_restore_escaped_forms_like_the_content(written: str, si
     assert streamed == content == streamed_tokens
 
 
+def test_a_token_holding_one_placeholders_end_and_the_nexts_start() -> None:
+    # "<" + "EMAIL_1><" + "EMAIL_1>": the second token must wait with the first, or neither is restored
+    restorer = TokenRestorer({"<EMAIL_1>": "a@b.io"})
+    out = restorer.feed(["<", "EMAIL_1><"], str, lambda e, t, s: t)
+    out += restorer.feed(["EMAIL_1>", "."], str, lambda e, t, s: t) + restorer.finish(str, lambda e, t, s: t)
+    assert "".join(out) == "a@b.ioa@b.io." and len(out) == 4
+
+
 def test_logprobs_tokens_follow_a_json_document() -> None:
     hook, c = json_request('Jo "JJ"', JSON_FORMATS[0])
     written = '{"who": "<PERSON_1>"}'
@@ -359,3 +370,4 @@ def test_logprobs_tokens_follow_a_json_document() -> None:
     content = whole["choices"][0]["message"]["content"]
     assert json.loads(content) == {"who": 'Jo "JJ"'}
     assert "".join(e["token"] for e in whole["choices"][0]["logprobs"]["content"]) == content
+
