@@ -1,6 +1,6 @@
 """Every answer field that carries model text is restored and leak-scanned, in its own syntax.
 
-Attacks on the three gaps left after the tool-arguments work (63 of 74 failed on ``c637f5b``; the
+Attacks on the three gaps left after the tool-arguments work (64 of 75 failed on ``c637f5b``; the
 others are guards: those marked so, a value that needs no JSON escaping, and the JSON cases the
 model wrote already escaped, ``\\u003c..\\u003e``, which the form work restored escaped before):
 
@@ -12,7 +12,9 @@ model wrote already escaped, ``\\u003c..\\u003e``, which the form work restored 
 - ``logprobs`` tokens restored only the plain ``<EMAIL_1>``, not ``\\u003cEMAIL_1\\u003e`` or
   ``&lt;EMAIL_1&gt;``, so the tokens and the content differed; and a token holding the end of one
   placeholder and the start of the next (``"EMAIL_1><"``) let the tokens before it go out alone,
-  unrestored.
+  unrestored;
+- on the request side, ``custom.input``, ``refusal`` and ``reasoning_content`` / ``reasoning`` of
+  earlier assistant turns reached the backend unscanned.
 """
 
 from __future__ import annotations
@@ -371,3 +373,24 @@ def test_logprobs_tokens_follow_a_json_document() -> None:
     assert json.loads(content) == {"who": 'Jo "JJ"'}
     assert "".join(e["token"] for e in whole["choices"][0]["logprobs"]["content"]) == content
 
+
+
+# -- the request side: the same fields of earlier assistant turns are scanned ---------------------------
+
+def test_custom_tool_input_refusal_and_reasoning_in_the_history_are_pseudonymised() -> None:
+    hook, _ = make_hook(make_policy())
+    c = ctx(stream=True)
+    out = run(hook.on_request(c, {"model": "m", "messages": [
+        {"role": "user", "content": "mail my colleague"},
+        {"role": "assistant", "content": None, "refusal": "I won't write to bob@globex.com",
+         "reasoning_content": "the user is ann@acme.io", "reasoning": "call (415) 555-0132",
+         "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": "shell",
+                                                                   "input": "sendmail ann@acme.io < note.txt"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sent"}]}))
+    assistant = out["messages"][1]
+    assert assistant["refusal"] == "I won't write to <EMAIL_1>"
+    assert assistant["reasoning_content"] == "the user is <EMAIL_2>"
+    assert "555-0132" not in assistant["reasoning"]
+    assert assistant["tool_calls"][0]["custom"] == {"name": "shell", "input": "sendmail <EMAIL_2> < note.txt"}
+    body = answer_filter(hook, c).filter_completion(whole_custom(["sendmail <EMAIL_2> <EMAIL_1>"], choices=1))
+    assert body["choices"][0]["message"]["tool_calls"][0]["custom"]["input"] == "sendmail ann@acme.io bob@globex.com"

@@ -1,8 +1,10 @@
 """Where the text of an OpenAI request lives, so every piece of it is scanned and can be rewritten.
 
 Chat: each message's ``content`` (a string, or a list of parts whose ``text`` parts count), its
-``name`` (chat templates render it into the prompt), the ``arguments`` of assistant tool calls and of
-the legacy ``function_call``; completions: ``prompt`` (a string or a list of strings) and ``suffix``
+``name`` (chat templates render it into the prompt), an assistant message's ``refusal`` and
+``reasoning_content`` / ``reasoning`` (templates that render earlier reasoning), the ``arguments`` of
+assistant tool calls, the free-text ``input`` of custom tool calls and the legacy ``function_call``'s
+``arguments``; completions: ``prompt`` (a string or a list of strings) and ``suffix``
 (text the model writes before, sent upstream like the prompt). System, user, assistant, tool and
 function messages are all scanned alike. Both endpoints: every string value inside the structures the
 backend turns into prompt text or decoding constraints (``tools`` / ``functions`` descriptions and
@@ -33,6 +35,10 @@ class TextSlot:
     role: str | None = None
 
 
+# Besides `content`: what an earlier assistant turn may carry back into the prompt.
+_ASSISTANT_TEXTS = ("refusal", "reasoning_content", "reasoning")
+
+
 def _chat_slots(body: dict[str, Any]) -> list[TextSlot]:
     messages = body.get("messages")
     if not isinstance(messages, list):
@@ -51,11 +57,16 @@ def _chat_slots(body: dict[str, Any]) -> list[TextSlot]:
             for j, part in enumerate(content):
                 if isinstance(part, dict) and isinstance(part.get("text"), str):
                     slots.append(TextSlot(("messages", i, "content", j, "text"), part["text"], role))
+        for key in _ASSISTANT_TEXTS:
+            if isinstance(message.get(key), str):
+                slots.append(TextSlot(("messages", i, key), message[key], role))
         for k, call in enumerate(message.get("tool_calls") or []):
-            function = call.get("function") if isinstance(call, dict) else None
-            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
-                slots.append(TextSlot(("messages", i, "tool_calls", k, "function", "arguments"),
-                                      function["arguments"], role))
+            if not isinstance(call, dict):
+                continue
+            for kind, field in (("function", "arguments"), ("custom", "input")):
+                part = call.get(kind)
+                if isinstance(part, dict) and isinstance(part.get(field), str):
+                    slots.append(TextSlot(("messages", i, "tool_calls", k, kind, field), part[field], role))
         # The deprecated single-call form (OpenAI `functions` API) still reaches every backend.
         legacy = message.get("function_call")
         if isinstance(legacy, dict) and isinstance(legacy.get("arguments"), str):
