@@ -7,8 +7,10 @@ policy; it returns the :class:`~kvfence.gateway.protection.hook.ProtectionHook` 
 Unicode folding detectors and leak scans see), :mod:`.messages` and :mod:`.split_values` (which texts
 of a request are scanned, and values split across two of them), :mod:`.pseudonymise` and
 :mod:`.streaming` (placeholders), :mod:`.placeholder_forms` (a placeholder written JSON- or
-HTML-escaped, and each value written back as its place needs), :mod:`.fingerprint`, :mod:`.leak_index`
-and :mod:`.leak` (leak detection).
+HTML-escaped, and each value written back as its place needs), :mod:`.slot_syntax` (the answer slot's
+own syntax: prose, a JSON string's text, a JSON document under a JSON ``response_format``),
+:mod:`.token_restore` (the same in ``logprobs`` tokens), :mod:`.fingerprint`, :mod:`.leak_index` and
+:mod:`.leak` (leak detection).
 """
 
 from __future__ import annotations
