@@ -156,7 +156,7 @@ class AnswerFilter:
         if logprobs is None and (lp_filter is None or not final):
             return
         if lp_filter is None:
-            lp_filter = self._logprobs[index] = LogprobsFilter(self._content_token_filters)
+            lp_filter = self._logprobs[index] = LogprobsFilter(self._token_filters)
         if final:
             self._logprobs_done.add(index)
         filtered = (lp_filter.chat(logprobs, final=final) if self._endpoint == "chat"
@@ -164,11 +164,12 @@ class AnswerFilter:
         if filtered is not None:
             choice["logprobs"] = filtered
 
-    def _content_token_filters(self) -> list[TokenFilter]:
-        # The tokens spell the content (also, rarely, a refusal: then a JSON response_format's
-        # document syntax is applied to it too).
+    def _token_filters(self, key: str) -> list[TokenFilter]:
+        # The tokens spell the content (chat "content", completions "tokens"), or a refusal: only the
+        # content is the JSON document a JSON response_format asked for; a refusal is prose.
         chain = self._make_chain()
-        chain.restore_into_content()
+        if key != "refusal":
+            chain.restore_into_content()
         return chain.token_filters()
 
     def _chain(self, key: Slot) -> FilterChain:

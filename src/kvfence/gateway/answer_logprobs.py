@@ -61,9 +61,10 @@ def _completion_rebuild(entry: _CompletionEntry, token: str, spanned: bool) -> _
 
 
 class LogprobsFilter:
-    """One choice's per-token fields, each list through its own token filters (made by ``make_filters``)."""
+    """One choice's per-token fields, each list through its own token filters (made by ``make_filters``
+    for the list's key: chat ``content`` / ``refusal``, completions ``tokens``)."""
 
-    def __init__(self, make_filters: Callable[[], list[TokenFilter]]) -> None:
+    def __init__(self, make_filters: Callable[[str], list[TokenFilter]]) -> None:
         self._make_filters = make_filters
         self._filters: dict[str, list[TokenFilter]] = {}
         self._cursor: int | None = None  # completions: where the next token starts in the restored text
@@ -71,7 +72,7 @@ class LogprobsFilter:
     def _run(self, key: str, entries: list[Any], token_of: Any, rebuild: Any, *, final: bool) -> list[Any]:
         filters = self._filters.get(key)
         if filters is None:
-            filters = self._filters[key] = self._make_filters()
+            filters = self._filters[key] = self._make_filters(key)
         for f in filters:
             entries = f.feed(entries, token_of, rebuild)
             if final:

@@ -375,6 +375,19 @@ def test_logprobs_tokens_follow_a_json_document() -> None:
 
 
 
+def test_refusal_tokens_of_a_json_request_stay_prose() -> None:
+    # A refusal is prose even when the request asked for a JSON document: its tokens get the value as
+    # is, as the refusal text does, not JSON-escaped.
+    hook, c = json_request('Jo "JJ"', JSON_FORMATS[0])
+    written = "I will not write to <PERSON_1>."
+    whole = answer_filter(hook, c).filter_completion({"choices": [{"index": 0, "message": {"refusal": written},
+                                                                   "logprobs": {"refusal": [token_entry(t) for t in
+                                                                                            written]}}]})
+    refusal = whole["choices"][0]["message"]["refusal"]
+    assert refusal == 'I will not write to Jo "JJ".'
+    assert "".join(e["token"] for e in whole["choices"][0]["logprobs"]["refusal"]) == refusal
+
+
 # -- the request side: the same fields of earlier assistant turns are scanned ---------------------------
 
 def test_custom_tool_input_refusal_and_reasoning_in_the_history_are_pseudonymised() -> None:
