@@ -134,19 +134,9 @@ def test_json_object_answers_still_parse(gw: Gateway, backend: LeakyBackend, str
     assert parsed == {"to": MESSAGE, "body": f"Hello {MESSAGE}"} and "admin" not in parsed
 
 
-def test_another_tenants_prompt_in_a_custom_tool_call_is_withheld(leak_gw: Gateway, backend: LeakyBackend) -> None:
-    backend.mode("benign")
-    openai_acme = openai.OpenAI(base_url=leak_gw.url, api_key=LEAK_KEYS["acme"], max_retries=0, timeout=30)
-    try:
-        openai_acme.chat.completions.create(model="m", messages=[{"role": "user", "content": SECRET}])
-    finally:
-        openai_acme.close()
-    backend.mode("leak_custom")  # globex's answer: a custom tool call over acme's prompt
-    with pytest.raises(openai.APIStatusError) as caught:
-        custom_inputs(leak_gw, LEAK_KEYS["globex"], "List the files, please.", stream=False, n=1)
-    assert caught.value.status_code == 502
-    body = caught.value.body
-    assert isinstance(body, dict) and body.get("code") == "cross_tenant_leak_suspected"
+def _acme_sends_its_secret_then_the_backend_leaks(leak_gw: Gateway, backend: LeakyBackend) -> None:
+    """acme's prompt goes through (fingerprinted); the backend then answers globex with a custom tool
+    call over it."""
     backend.mode("benign")
     openai_acme = openai.OpenAI(base_url=leak_gw.url, api_key=LEAK_KEYS["acme"], max_retries=0, timeout=30)
     try:
@@ -154,6 +144,16 @@ def test_another_tenants_prompt_in_a_custom_tool_call_is_withheld(leak_gw: Gatew
     finally:
         openai_acme.close()
     backend.mode("leak_custom")
+
+
+def test_another_tenants_prompt_in_a_custom_tool_call_is_withheld(leak_gw: Gateway, backend: LeakyBackend) -> None:
+    _acme_sends_its_secret_then_the_backend_leaks(leak_gw, backend)
+    with pytest.raises(openai.APIStatusError) as caught:
+        custom_inputs(leak_gw, LEAK_KEYS["globex"], "List the files, please.", stream=False, n=1)
+    assert caught.value.status_code == 502
+    body = caught.value.body
+    assert isinstance(body, dict) and body.get("code") == "cross_tenant_leak_suspected"
+    _acme_sends_its_secret_then_the_backend_leaks(leak_gw, backend)
     received: dict[tuple[int, int], str] = {}
     with pytest.raises(openai.APIError):
         custom_inputs(leak_gw, LEAK_KEYS["globex"], "And the folders?", stream=True, n=1, into=received)
