@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from pathlib import Path
@@ -64,20 +65,26 @@ def test_rows_that_keep_coming_are_written_together_once_they_stop(tmp_path: Pat
         insert(rows)
 
     monkeypatch.setattr(log._store, "insert_decisions", counted)
-    # wider than the gaps below even on a loaded machine (the defaults are 10 and 250 ms)
-    monkeypatch.setattr(audit_log, "_QUIET_S", 0.05)
-    monkeypatch.setattr(audit_log, "_MAX_WAIT_S", 2.0)
+    # wider than the gaps below (the defaults are 10 and 250 ms)
+    monkeypatch.setattr(audit_log, "_QUIET_S", 0.1)
+    monkeypatch.setattr(audit_log, "_MAX_WAIT_S", 5.0)
     try:
+        sent: list[float] = []
         for i in range(40):  # 40 rows over ~120 ms, closer together than the writer's quiet time
             log.record_decision(_decision(i))
+            sent.append(time.monotonic())
             time.sleep(0.003)
         burst_end = time.monotonic()
         deadline = time.monotonic() + 5
         while sum(n for _, n in batches) < 40 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert [n for _, n in batches] == [40]
-        assert batches[0][0] >= burst_end  # written after the burst, not during it
-        assert len(log.query_decisions(limit=100)) == 40
+        assert sum(n for _, n in batches) == 40 and len(log.query_decisions(limit=100)) == 40
+        # A loaded machine may stall this loop past the quiet time: each such gap may end a batch. With
+        # none, the 40 rows went in one transaction, after the burst, not one every 10 ms within it.
+        pauses = sum(1 for a, b in itertools.pairwise(sent) if b - a > 0.05)
+        assert len(batches) <= 1 + pauses
+        if pauses == 0:
+            assert batches[0][0] >= burst_end
 
         batches.clear()
         monkeypatch.setattr(audit_log, "_MAX_WAIT_S", 0.2)
