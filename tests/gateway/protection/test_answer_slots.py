@@ -363,29 +363,29 @@ def test_a_token_holding_one_placeholders_end_and_the_nexts_start() -> None:
     assert "".join(out) == "a@b.ioa@b.io." and len(out) == 4
 
 
-def test_logprobs_tokens_follow_a_json_document() -> None:
+def whole_with_tokens(field: str, written: str) -> tuple[str, str]:
+    """A JSON-format request's whole answer with ``written`` in ``field`` and one logprobs token per
+    character: (the filtered field, its filtered tokens joined)."""
     hook, c = json_request('Jo "JJ"', JSON_FORMATS[0])
-    written = '{"who": "<PERSON_1>"}'
-    whole = answer_filter(hook, c).filter_completion({"choices": [{"index": 0, "message": {"content": written},
-                                                                   "logprobs": {"content": [token_entry(t) for t in
-                                                                                            written]}}]})
-    content = whole["choices"][0]["message"]["content"]
-    assert json.loads(content) == {"who": 'Jo "JJ"'}
-    assert "".join(e["token"] for e in whole["choices"][0]["logprobs"]["content"]) == content
+    whole = answer_filter(hook, c).filter_completion({"choices": [{"index": 0, "message": {field: written},
+                                                                   "logprobs": {field: [token_entry(t) for t in
+                                                                                        written]}}]})
+    choice = whole["choices"][0]
+    return choice["message"][field], "".join(e["token"] for e in choice["logprobs"][field])
 
+
+def test_logprobs_tokens_follow_a_json_document() -> None:
+    content, tokens = whole_with_tokens("content", '{"who": "<PERSON_1>"}')
+    assert json.loads(content) == {"who": 'Jo "JJ"'}
+    assert tokens == content
 
 
 def test_refusal_tokens_of_a_json_request_stay_prose() -> None:
     # A refusal is prose even when the request asked for a JSON document: its tokens get the value as
     # is, as the refusal text does, not JSON-escaped.
-    hook, c = json_request('Jo "JJ"', JSON_FORMATS[0])
-    written = "I will not write to <PERSON_1>."
-    whole = answer_filter(hook, c).filter_completion({"choices": [{"index": 0, "message": {"refusal": written},
-                                                                   "logprobs": {"refusal": [token_entry(t) for t in
-                                                                                            written]}}]})
-    refusal = whole["choices"][0]["message"]["refusal"]
+    refusal, tokens = whole_with_tokens("refusal", "I will not write to <PERSON_1>.")
     assert refusal == 'I will not write to Jo "JJ".'
-    assert "".join(e["token"] for e in whole["choices"][0]["logprobs"]["refusal"]) == refusal
+    assert tokens == refusal
 
 
 # -- the request side: the same fields of earlier assistant turns are scanned ---------------------------
