@@ -43,17 +43,17 @@ class FilterChain:
     def restore_into_json_string(self) -> None:
         """The chain's slot is the text of a JSON string (tool-call arguments): every filter that offers
         ``restore_into_json_string`` (an optional capability, like ``token_restorer``) is told so."""
-        for f in self._filters:
-            mark = getattr(f, "restore_into_json_string", None)
-            if mark is not None:
-                mark()
+        self._tell("restore_into_json_string")
 
     def restore_into_content(self) -> None:
         """The chain's slot is the answer's ``content`` (completions ``text``), the text a JSON
         ``response_format`` makes a JSON document: every filter that offers ``restore_into_content``
         (optional, like ``restore_into_json_string``) is told so."""
+        self._tell("restore_into_content")
+
+    def _tell(self, capability: str) -> None:
         for f in self._filters:
-            mark = getattr(f, "restore_into_content", None)
+            mark = getattr(f, capability, None)
             if mark is not None:
                 mark()
 
