@@ -40,14 +40,6 @@ class StreamRestorer:
         self._writer.kind = kind
 
     @property
-    def json_string(self) -> bool:
-        return self._writer.kind is SlotKind.JSON_STRING
-
-    @json_string.setter
-    def json_string(self, value: bool) -> None:
-        self._writer.kind = SlotKind.JSON_STRING if value else SlotKind.TEXT
-
-    @property
     def held(self) -> int:
         """Characters currently held back."""
         return len(self._pending)
