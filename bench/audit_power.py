@@ -40,7 +40,7 @@ from kvfence.audit.client import EndpointClient
 from kvfence.audit.sharing_policy import AllowedSharing, Level, LevelOutcome, decide
 from kvfence.audit.stats import compare_timings
 from kvfence.audit.target import AuditTarget
-from kvfence.server.keys import add_key
+from kvfence.server.auth.keys import add_key
 
 PAPER_SAMPLES = 250
 
@@ -50,7 +50,7 @@ def build_model(out: Path, hidden: int, layers: int, dtype: str) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from kvfence.engine.default_model import ensure_default_model
+    from kvfence.engine.runner.default_model import ensure_default_model
 
     base = ensure_default_model()
     out.mkdir(parents=True, exist_ok=True)

@@ -93,7 +93,7 @@ def score(rows: list[dict[str, Any]], predict: Callable[[str], list[Span]], cate
 
 
 def kvfence_predictor(*, private_ips: bool = False) -> Callable[[str], list[Span]]:
-    from kvfence.gateway.protection.detector import build_detector
+    from kvfence.gateway.protection.detect.detector import build_detector
 
     detector = build_detector(private_ips=private_ips)
     return lambda text: [(f.start, f.end, f.entity) for f in detector.scan(text)]
@@ -119,7 +119,7 @@ def public_ip_labels_only(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def presidio_predictor() -> Callable[[str], list[Span]]:
     import tldextract
 
-    from kvfence.gateway.protection.presidio_engine import _import_presidio, blank_pipeline
+    from kvfence.gateway.protection.detect.presidio_engine import _import_presidio, blank_pipeline
 
     _import_presidio()
     from presidio_analyzer import AnalyzerEngine

@@ -18,8 +18,8 @@ from kvfence.disagg.config import DisaggConfig
 from kvfence.disagg.engine import DisaggregatedEngine
 from kvfence.disagg.protocol import page_checksum
 from kvfence.engine.config import EngineConfig
-from kvfence.engine.llm_engine import LLMEngine
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.core.llm_engine import LLMEngine
+from kvfence.engine.sampling.sampling_params import SamplingParams
 
 
 def run(engine: Any, prompts: list[list[int]], params: SamplingParams) -> dict[str, float]:

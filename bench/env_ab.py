@@ -27,9 +27,9 @@ import torch
 
 import throughput  # bench/, on sys.path when run as a script
 from kvfence.engine.config import EngineConfig, kvfence_home
-from kvfence.engine.llm_engine import LLMEngine
-from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.scope import CacheScope, TenantIdentity, compute_scope_key
+from kvfence.engine.core.llm_engine import LLMEngine
+from kvfence.engine.sampling.sampling_params import SamplingParams
+from kvfence.scope import CacheScope, TenantIdentity, compute_scope_key
 
 
 def run_once(model_dir: Path, jobs: list[tuple[list[int], int]], kv_cache_dtype: str) -> tuple[float, float, list[list[int]]]:

@@ -316,7 +316,7 @@ def _httpx_stream(client: httpx.AsyncClient, payload: bytes) -> Stream:
 
 async def _fast_client(base_url: str, concurrency: int, headers: dict[str, str]
                        ) -> tuple[Callable[[int], Stream], Any]:
-    from kvfence.gateway.fast_pool import FastUpstream
+    from kvfence.gateway.transport.fast_pool import FastUpstream
 
     client = FastUpstream(base_url, read_timeout_s=120, max_connections=concurrency)
     payload = json.dumps(REQUEST_BODY).encode()
@@ -678,7 +678,7 @@ def main() -> None:
             parser.error(f"--scenario {spec!r}: expected paced:N, staggered:N or saturating:N")
         parsed.append((kind, int(streams)))
 
-    from kvfence.gateway.tenants import hash_api_key
+    from kvfence.gateway.policy.tenants import hash_api_key
 
     tmp = Path(tempfile.mkdtemp(prefix="kvfence-bench-gw-"))
     backend_port, gateway_port, relay_port = free_port(), free_port(), free_port()

@@ -28,14 +28,14 @@ from typing import Any
 import torch
 
 import throughput  # bench/, on sys.path when run as a script
-from kvfence.engine import llm_engine
 from kvfence.engine.config import EngineConfig, kvfence_home
+from kvfence.engine.core import llm_engine
+from kvfence.engine.core.llm_engine import LLMEngine
 from kvfence.engine.kernels import fused_layer
 from kvfence.engine.layers import attention
-from kvfence.engine.llm_engine import LLMEngine
 from kvfence.engine.models import llama
-from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.scope import CacheScope, TenantIdentity, compute_scope_key
+from kvfence.engine.sampling.sampling_params import SamplingParams
+from kvfence.scope import CacheScope, TenantIdentity, compute_scope_key
 
 WALL: dict[str, float] = collections.defaultdict(float)
 CPU: dict[str, float] = collections.defaultdict(float)

@@ -17,7 +17,7 @@ import time
 import torch
 
 from kvfence.engine.llm import LLM
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sampling.sampling_params import SamplingParams
 
 
 def main() -> None:

@@ -111,9 +111,9 @@ class TextGen:
 def simulate_leaks(*, tenants: int, benign: int, leaky_per_size: int, seed: int = 7,
                    ngram: int = 4, min_run: int = 4, chunk_chars: int = 6) -> dict[str, Any]:
     """Detection rate per leaked-span length and false-alarm rate, at the detector level."""
-    from kvfence.gateway.protection.fingerprint import Fingerprinter
-    from kvfence.gateway.protection.leak import LeakMonitor
-    from kvfence.gateway.protection.leak_index import InMemoryIndex
+    from kvfence.gateway.protection.leak.fingerprint import Fingerprinter
+    from kvfence.gateway.protection.leak.index import InMemoryIndex
+    from kvfence.gateway.protection.leak.scan import LeakMonitor
 
     gen = TextGen(seed)
     monitor = LeakMonitor(InMemoryIndex(900), Fingerprinter(b"bench-key-0123456789abcdef", ngram), min_run=min_run)
@@ -168,7 +168,7 @@ def sample_prompt(tokens: int, seed: int = 3) -> str:
 
 
 def _policy() -> Any:
-    from kvfence.gateway.policy import Policy
+    from kvfence.gateway.policy.schema import Policy
 
     return Policy.model_validate({
         "data_classes": [{"name": "internal", "allowed_tiers": ["shared"]}],
@@ -183,8 +183,8 @@ class _NoIncidents:
 
 def measure_overhead(sizes: tuple[int, ...], repeats: int) -> list[dict[str, Any]]:
     from kvfence.gateway.hooks import RequestContext
+    from kvfence.gateway.policy.tenants import GatewayTenant
     from kvfence.gateway.protection import build_protection_hook
-    from kvfence.gateway.tenants import GatewayTenant
 
     hook = build_protection_hook(_policy(), incidents=_NoIncidents())
     assert hook is not None
@@ -227,7 +227,7 @@ def measure_overhead(sizes: tuple[int, ...], repeats: int) -> list[dict[str, Any
 def _presidio_default() -> Any:
     import tldextract
 
-    from kvfence.gateway.protection.presidio_engine import _import_presidio, blank_pipeline
+    from kvfence.gateway.protection.detect.presidio_engine import _import_presidio, blank_pipeline
 
     _import_presidio()
     from presidio_analyzer import AnalyzerEngine
@@ -293,7 +293,7 @@ def measure_http(sizes: tuple[int, ...], repeats: int) -> list[dict[str, Any]]:
     try:
         _wait_port(backend_port)
         for protection in (False, True):
-            from kvfence.gateway.tenants import hash_api_key
+            from kvfence.gateway.policy.tenants import hash_api_key
 
             policy = {
                 "gateway": {"audit_log": f"sqlite:///{tmp / f'audit-{protection}.db'}", "capacity_refresh_s": 0,

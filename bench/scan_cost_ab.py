@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 WORKER = r"""
 import json, sys, time
-from kvfence.gateway.protection.detector import build_detector
+from kvfence.gateway.protection.detect.detector import build_detector
 texts = json.load(open(sys.argv[1]))
 detector = build_detector()
 detector.scan("warm up jane@example.org")

@@ -55,7 +55,7 @@ def build_bench_model(target: Path) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    from kvfence.engine.default_model import ensure_default_model
+    from kvfence.engine.runner.default_model import ensure_default_model
 
     if (target / "model.safetensors").is_file():
         return target
@@ -107,7 +107,7 @@ class Server:
     """`kvfence serve` in a subprocess with keys for organizations A (a1, a2) and B (b1)."""
 
     def __init__(self, model: Path | None, cache_scope: str, workdir: Path, extra: list[str]) -> None:
-        from kvfence.server.keys import add_key
+        from kvfence.server.auth.keys import add_key
 
         self.keys_path = workdir / f"keys-{cache_scope}.toml"
         self.keys = {

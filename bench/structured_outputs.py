@@ -35,12 +35,12 @@ sys.path.insert(0, str(ROOT))
 from tests.engine.test_structured_schemas import SCHEMAS  # noqa: E402
 
 from kvfence.engine.config import kvfence_home  # noqa: E402
-from kvfence.engine.default_model import ensure_default_model  # noqa: E402
 from kvfence.engine.llm import LLM  # noqa: E402
-from kvfence.engine.sampling_params import SamplingParams  # noqa: E402
+from kvfence.engine.runner.default_model import ensure_default_model  # noqa: E402
+from kvfence.engine.sampling.sampling_params import SamplingParams  # noqa: E402
 from kvfence.engine.structured import GrammarCompiler, GrammarLogitsProcessor, GrammarSpec, compile_grammar  # noqa: E402
 from kvfence.engine.structured import vocabulary as vocabulary_module  # noqa: E402
-from kvfence.engine.tokenizer import Tokenizer  # noqa: E402
+from kvfence.engine.text.tokenizer import Tokenizer  # noqa: E402
 
 EOS = "<|endoftext|>"
 

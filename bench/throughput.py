@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from kvfence.engine.config import EngineConfig, kvfence_home
-from kvfence.engine.default_model import BOS, EOT, _build_tokenizer
+from kvfence.engine.core.llm_engine import LLMEngine
 from kvfence.engine.kernels import (
     MAX_KERNEL_ROWS,
     TILED_MIN_ROWS,
@@ -47,9 +47,9 @@ from kvfence.engine.kernels import (
     tiled_kernel_in_use,
 )
 from kvfence.engine.llm import LLM
-from kvfence.engine.llm_engine import LLMEngine
-from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.scope import CacheScope, TenantIdentity, compute_scope_key
+from kvfence.engine.runner.default_model import BOS, EOT, _build_tokenizer
+from kvfence.engine.sampling.sampling_params import SamplingParams
+from kvfence.scope import CacheScope, TenantIdentity, compute_scope_key
 
 SMOLLM_SHAPE = {
     "vocab_size": 49152,

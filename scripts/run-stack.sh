@@ -83,7 +83,7 @@ from pathlib import Path
 import yaml
 
 from kvfence.engine.config import kvfence_home
-from kvfence.gateway.tenants import hash_api_key
+from kvfence.gateway.policy.tenants import hash_api_key
 
 demo_dir, base, acme_key, globex_key, model = sys.argv[1:]
 policy = yaml.safe_load(Path("examples/gateway-demo.yaml").read_text())

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from kvfence.server.keys import add_key
+from kvfence.server.auth.keys import add_key
 from tests.netutil import free_port
 
 __all__ = ["KvfenceServer", "kvfence_serve"]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kvfence.gateway.tenants import hash_api_key
+from kvfence.gateway.policy.tenants import hash_api_key
 from tests.audit.conftest import AuditRun, check_result
 from tests.gateway.conftest import Gateway, KvfenceServe
 
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from kvfence.engine.default_model import ensure_default_model
+    from kvfence.engine.runner.default_model import ensure_default_model
 
     engine = KvfenceServe(tmp_path_factory.mktemp("engine"), "--cache-scope", "global", "--num-threads", "1",
                           kv_cache_tokens=2048)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kvfence.disagg.spawn import KEY_ENV
-from kvfence.engine.default_model import ensure_default_model
+from kvfence.engine.runner.default_model import ensure_default_model
 from tests.disagg.helpers import KEY
 from tests.disagg.mitm import Mitm
 from tests.netutil import free_port

@@ -20,8 +20,8 @@ from kvfence.disagg.kv_pages import read_pages
 from kvfence.disagg.protocol import Manifest
 from kvfence.disagg.wire import Message, MessageKind, encode
 from kvfence.engine.config import EngineConfig
-from kvfence.engine.outputs import RequestOutput
-from kvfence.engine.sequence import Sequence
+from kvfence.engine.core.outputs import RequestOutput
+from kvfence.engine.core.sequence import Sequence
 from kvfence.server.app import create_app
 from kvfence.server.config import ServerConfig
 from tests.netutil import free_port

@@ -15,9 +15,9 @@ from kvfence.disagg.config import DisaggConfig
 from kvfence.disagg.engine import DisaggregatedEngine
 from kvfence.disagg.protocol import HandoffError
 from kvfence.engine.config import EngineConfig
-from kvfence.engine.llm_engine import LLMEngine
-from kvfence.engine.outputs import RequestOutput
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.core.llm_engine import LLMEngine
+from kvfence.engine.core.outputs import RequestOutput
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import CapacityError, ConfigError, InvalidParameterError
 from tests.disagg.helpers import assert_error_not_answer, drive
 

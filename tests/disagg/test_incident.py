@@ -17,9 +17,9 @@ import pytest
 from kvfence.disagg.engine import DisaggregatedEngine
 from kvfence.disagg.handoff import SentPage, build_manifest
 from kvfence.disagg.wire import Message, MessageKind, encode
-from kvfence.engine.llm_engine import LLMEngine
-from kvfence.engine.outputs import RequestOutput
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.core.llm_engine import LLMEngine
+from kvfence.engine.core.outputs import RequestOutput
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from tests.disagg.conftest import WORKER_MAX_MODEL_LEN
 from tests.disagg.helpers import (
     KEY,

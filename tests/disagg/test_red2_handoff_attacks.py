@@ -18,9 +18,9 @@ import pytest
 from kvfence.disagg.engine import DisaggregatedEngine
 from kvfence.disagg.protocol import Manifest
 from kvfence.disagg.wire import Message, MessageKind, encode
-from kvfence.engine.llm_engine import LLMEngine
-from kvfence.engine.outputs import RequestOutput
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.core.llm_engine import LLMEngine
+from kvfence.engine.core.outputs import RequestOutput
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from tests.disagg.helpers import (
     AllocationSpy,
     assert_error_not_answer,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kvfence.engine.default_model import ensure_default_model
 from kvfence.engine.kernels import reset_kernels
+from kvfence.engine.runner.default_model import ensure_default_model
 
 
 @pytest.fixture(scope="session")

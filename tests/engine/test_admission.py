@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from kvfence.engine.capacity import plan_capacity
 from kvfence.engine.config import EngineConfig
+from kvfence.engine.kv.capacity import plan_capacity
 from kvfence.engine.llm import LLM
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import CapacityError, ConfigError, ContextLengthExceededError, InvalidParameterError
 
 KV_BYTES = 1024

@@ -6,9 +6,9 @@ import logging
 
 import pytest
 
-from kvfence.engine.block_manager import BlockManager, PageState, page_hash
-from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.sequence import Sequence
+from kvfence.engine.core.sequence import Sequence
+from kvfence.engine.kv.block_manager import BlockManager, PageState, page_hash
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import CapacityError, ConfigError, IsolationViolation
 
 ORG_A = b"A" * 32

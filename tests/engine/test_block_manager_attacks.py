@@ -9,12 +9,12 @@ import logging
 
 import pytest
 
-from kvfence.engine.block_manager import BlockManager, PageState, page_hash
-from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.scheduler import Scheduler, SchedulerConfig
-from kvfence.engine.scope import CacheScope, TenantIdentity, compute_scope_key
-from kvfence.engine.sequence import Sequence
+from kvfence.engine.core.scheduler import Scheduler, SchedulerConfig
+from kvfence.engine.core.sequence import Sequence
+from kvfence.engine.kv.block_manager import BlockManager, PageState, page_hash
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import IsolationViolation
+from kvfence.scope import CacheScope, TenantIdentity, compute_scope_key
 
 SECRET = b"server-secret" * 3
 ORG_A = compute_scope_key(TenantIdentity("acme"), CacheScope.ORG, SECRET)

@@ -12,12 +12,12 @@ import random
 
 import pytest
 
-from kvfence.engine.block_manager import BlockManager
-from kvfence.engine.cache_partition import ScopedPrefixCache
-from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.scope import CacheScope, TenantIdentity, compute_scope_key
-from kvfence.engine.sequence import Sequence
+from kvfence.engine.core.sequence import Sequence
+from kvfence.engine.kv.block_manager import BlockManager
+from kvfence.engine.kv.cache_partition import ScopedPrefixCache
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import ConfigError
+from kvfence.scope import CacheScope, TenantIdentity, compute_scope_key
 
 PS = 4
 ATTACKER = b"B" * 32

@@ -39,11 +39,11 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kvfence.engine.block_manager import BlockManager, PageState
-from kvfence.engine.cache_partition import ScopedPrefixCache
-from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
-from kvfence.engine.sequence import FinishReason, Sequence, SequenceStatus
+from kvfence.engine.core.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from kvfence.engine.core.sequence import FinishReason, Sequence, SequenceStatus
+from kvfence.engine.kv.block_manager import BlockManager, PageState
+from kvfence.engine.kv.cache_partition import ScopedPrefixCache
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import ContextLengthExceededError
 
 SCOPES = [bytes([65 + i]) * 32 for i in range(3)]  # three tenants

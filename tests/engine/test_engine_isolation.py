@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from kvfence.engine.llm import LLM
-from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.scope import TenantIdentity
+from kvfence.engine.sampling.sampling_params import SamplingParams
+from kvfence.scope import TenantIdentity
 
 PAGE = 16
 PROMPT = "Quarterly revenue for ACME Corp is 12.3M; the merger closes on the 14th of May."  # 80 tokens

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kvfence.engine.llm import LLM
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from tests.engine.tiny_models import build_tiny_model, hf_greedy
 
 NEW_TOKENS = 16

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvfence.engine.generation_defaults import read_sampling_defaults
+from kvfence.engine.sampling.generation_defaults import read_sampling_defaults
 
 
 def _write(tmp_path: Path, body: object) -> Path:

@@ -27,7 +27,7 @@ from kvfence.engine.kernels import (
 )
 from kvfence.engine.layers.rotary import RotaryEmbedding
 from kvfence.engine.llm import LLM
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from tests.engine.kernel_marks import needs_kernels
 from tests.engine.tiny_models import build_tiny_model, hf_greedy
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from kvfence.engine.config import EngineConfig
-from kvfence.engine.llm_engine import LLMEngine
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.core.llm_engine import LLMEngine
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import ConfigError
 from tests.engine.tiny_models import build_tiny_model
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvfence.engine.llm import LLM
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import ConfigError
 from tests.engine.tiny_models import build_tiny_model
 

@@ -12,8 +12,8 @@ from safetensors.torch import load_file, save_file
 
 from kvfence.engine.config import ModelConfig
 from kvfence.engine.llm import LLM
-from kvfence.engine.loader import load_model
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.runner.loader import load_model
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import ModelLoadError
 from tests.engine.tiny_models import build_tiny_model
 

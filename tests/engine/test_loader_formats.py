@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from kvfence.engine.llm import LLM
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import ModelLoadError
 from tests.engine.tiny_models import build_tiny_model
 

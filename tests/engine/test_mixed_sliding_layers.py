@@ -16,8 +16,8 @@ import torch
 
 from kvfence.engine.config import ModelConfig
 from kvfence.engine.llm import LLM
-from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.scope import TenantIdentity
+from kvfence.engine.sampling.sampling_params import SamplingParams
+from kvfence.scope import TenantIdentity
 from tests.engine.tiny_models import build_tiny_model, hf_greedy
 
 NEW_TOKENS = 12

@@ -19,7 +19,7 @@ from kvfence.engine.kernels.packed_weights import (
 )
 from kvfence.engine.llm import LLM
 from kvfence.engine.models import llama
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from tests.engine.kernel_marks import needs_kernels
 from tests.engine.tiny_models import build_tiny_model
 

@@ -11,7 +11,7 @@ import torch
 from kvfence.engine.layers.penalties import apply_penalties
 from kvfence.engine.layers.sampler import SampleRow
 from kvfence.engine.llm import LLM
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from tests.engine.tiny_models import build_tiny_model
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from kvfence.engine.llm import LLM
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from tests.engine.tiny_models import build_tiny_model
 
 FP32_TOLERANCE = 2e-4

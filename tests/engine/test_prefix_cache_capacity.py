@@ -6,9 +6,9 @@ import pytest
 from click.testing import CliRunner
 
 from kvfence.cli import cli
-from kvfence.engine.capacity import plan_capacity
 from kvfence.engine.cli_options import ENGINE_OPTION_NAMES
 from kvfence.engine.config import EngineConfig
+from kvfence.engine.kv.capacity import plan_capacity
 from kvfence.errors import CapacityError, ConfigError
 
 

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 import torch
 
+from kvfence.engine.core.outputs import Logprob
+from kvfence.engine.core.sequence import Sequence
+from kvfence.engine.kv.shared_prefill import SharedPrefill
 from kvfence.engine.llm import LLM, CompletionOutput
-from kvfence.engine.outputs import Logprob
-from kvfence.engine.prompt_logprobs import PromptScores, append_prompt_logprobs, positions_to_score
-from kvfence.engine.sampling_params import MAX_LOGPROBS, SamplingParams
-from kvfence.engine.scope import TenantIdentity
-from kvfence.engine.sequence import Sequence
-from kvfence.engine.shared_prefill import SharedPrefill
+from kvfence.engine.sampling.prompt_logprobs import PromptScores, append_prompt_logprobs, positions_to_score
+from kvfence.engine.sampling.sampling_params import MAX_LOGPROBS, SamplingParams
 from kvfence.errors import InvalidParameterError
+from kvfence.scope import TenantIdentity
 from tests.engine.tiny_models import build_tiny_model
 
 TOLERANCE = 2e-4  # nats, float32

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import torch
 
+from kvfence.engine.core.scheduler import ScheduledSeq
 from kvfence.engine.llm import LLM
-from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.scheduler import ScheduledSeq
-from kvfence.engine.scope import TenantIdentity
+from kvfence.engine.sampling.sampling_params import SamplingParams
+from kvfence.scope import TenantIdentity
 from tests.engine.tiny_models import build_tiny_model
 
 MAX_LEN = 32

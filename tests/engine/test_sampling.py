@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvfence.engine.llm import LLM
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sampling.sampling_params import SamplingParams
 
 PROMPT = "Once upon a time"
 

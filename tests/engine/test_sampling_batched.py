@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvfence.engine.layers.sampler import SampleRow, inverse_cdf_draw, sample
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sampling.sampling_params import SamplingParams
 
 
 def _one_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kvfence.engine.llm import LLM
-from kvfence.engine.parallel_sampling import (
+from kvfence.engine.sampling.parallel_sampling import (
     check_choices_fit,
     choice_params,
     choice_seed,
@@ -16,9 +16,9 @@ from kvfence.engine.parallel_sampling import (
     pages_for_choices,
     rank_best,
 )
-from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.scope import TenantIdentity
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import ContextLengthExceededError, InvalidParameterError
+from kvfence.scope import TenantIdentity
 
 PROMPT = "Once upon a time, in a paged key-value cache far away, there lived"
 ORG = TenantIdentity(organization="acme")
@@ -184,14 +184,14 @@ def test_engine_requests_are_single_choices(llm: LLM) -> None:
 
 
 def _seq(rid: str, tokens: list[int], scope: bytes = b"s" * 32) -> Any:
-    from kvfence.engine.sequence import Sequence
+    from kvfence.engine.core.sequence import Sequence
 
     return Sequence(rid, tokens, scope, SamplingParams(max_tokens=2))
 
 
 def test_shared_prefill_holds_only_same_scope_identical_prompts_longer_than_a_page() -> None:
-    from kvfence.engine.scope import UNSHARED_PREFIX
-    from kvfence.engine.shared_prefill import SharedPrefill
+    from kvfence.engine.kv.shared_prefill import SharedPrefill
+    from kvfence.scope import UNSHARED_PREFIX
 
     sp = SharedPrefill(page_size=4)
     prompt = list(range(9))
@@ -213,8 +213,8 @@ def test_shared_prefill_holds_only_same_scope_identical_prompts_longer_than_a_pa
 
 
 def test_shared_prefill_discard_and_finished_leader() -> None:
-    from kvfence.engine.sequence import SequenceStatus
-    from kvfence.engine.shared_prefill import SharedPrefill
+    from kvfence.engine.core.sequence import SequenceStatus
+    from kvfence.engine.kv.shared_prefill import SharedPrefill
 
     sp = SharedPrefill(page_size=4)
     prompt = list(range(12))

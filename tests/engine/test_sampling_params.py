@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import InvalidParameterError, RequestError
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from kvfence.engine.layers.penalties import apply_penalties, padded_ids
 from kvfence.engine.layers.sampler import SampleRow, sample
 from kvfence.engine.llm import LLM
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import InvalidParameterError
 
 PROMPT = "Once upon a time"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kvfence.engine.block_manager import BlockManager
-from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
-from kvfence.engine.sequence import FinishReason, Sequence, SequenceStatus
+from kvfence.engine.core.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from kvfence.engine.core.sequence import FinishReason, Sequence, SequenceStatus
+from kvfence.engine.kv.block_manager import BlockManager
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import ConfigError, ContextLengthExceededError, InvalidParameterError
 
 SCOPE = b"S" * 32

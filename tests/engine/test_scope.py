@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvfence.engine.scope import CacheScope, TenantIdentity, compute_scope_key
 from kvfence.errors import ConfigError
+from kvfence.scope import CacheScope, TenantIdentity, compute_scope_key
 
 SECRET = b"s" * 32
 A = TenantIdentity("org-a", "ws1", "k1")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kvfence.engine.llm import LLM
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.engine.structured import GrammarLogitsProcessor, GrammarSpec, compile_grammar
 from tests.engine.test_structured_schemas import SCHEMAS, check_instance
 

@@ -25,7 +25,7 @@ from kvfence.engine.structured import (
     compile_grammar,
     vocabulary_of,
 )
-from kvfence.engine.tokenizer import Tokenizer
+from kvfence.engine.text.tokenizer import Tokenizer
 from kvfence.errors import InvalidParameterError
 from tests.engine.test_structured_schemas import SCHEMAS, check_instance
 from tests.server.foreign_models import CORPUS, build_foreign_model

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kvfence.engine.default_model import DEFAULT_MODEL_NAME, ensure_default_model
-from kvfence.engine.detokenizer import IncrementalDetokenizer
-from kvfence.engine.tokenizer import Tokenizer
+from kvfence.engine.runner.default_model import DEFAULT_MODEL_NAME, ensure_default_model
+from kvfence.engine.text.detokenizer import IncrementalDetokenizer
+from kvfence.engine.text.tokenizer import Tokenizer
 from kvfence.errors import InvalidParameterError
 
 TEXT = "Grüße, 世界! 🎉 ok"

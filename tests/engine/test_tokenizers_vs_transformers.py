@@ -18,8 +18,8 @@ import pytest
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from kvfence.engine.detokenizer import IncrementalDetokenizer
-from kvfence.engine.tokenizer import Tokenizer
+from kvfence.engine.text.detokenizer import IncrementalDetokenizer
+from kvfence.engine.text.tokenizer import Tokenizer
 from kvfence.errors import InvalidParameterError
 
 CORPUS = [

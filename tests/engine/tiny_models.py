@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from kvfence.engine.default_model import _CHAT_TEMPLATE, BOS, EOT, _build_tokenizer
+from kvfence.engine.runner.default_model import _CHAT_TEMPLATE, BOS, EOT, _build_tokenizer
 
 __all__ = ["build_tiny_model", "hf_greedy"]
 

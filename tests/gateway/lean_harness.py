@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.types import Message, Receive, Scope, Send
 
-from kvfence.gateway.lean_server import HotPath, LeanConfig, LeanServer
+from kvfence.gateway.transport.lean_server import HotPath, LeanConfig, LeanServer
 
 __all__ = ["RawClient", "TestApp", "running_server"]
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from kvfence.gateway import audit_log
-from kvfence.gateway.audit_log import AuditLog, Decision
 from kvfence.gateway.cli import gateway
+from kvfence.gateway.records import audit_log
+from kvfence.gateway.records.audit_log import AuditLog, Decision
 
 
 def _decision(i: int, **kw: object) -> Decision:
@@ -164,7 +164,7 @@ def test_gateway_process_writes_its_audit_log_to_postgres(postgres_url: str, bac
                                                            tmp_path: Path) -> None:
     import openai
 
-    from kvfence.gateway.tenants import hash_api_key
+    from kvfence.gateway.policy.tenants import hash_api_key
     from tests.gateway.conftest import Gateway
 
     policy = {

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from kvfence.gateway.caps import prompt_sizes, tool_schemas
-from kvfence.gateway.tokens import ApproximateCounter
+from kvfence.gateway.admission.caps import prompt_sizes, tool_schemas
+from kvfence.gateway.admission.tokens import ApproximateCounter
 
 COUNTER = ApproximateCounter()
 BIG = "lorem ipsum dolor " * 300  # about 1,800 approximate tokens

@@ -6,8 +6,8 @@ import asyncio
 
 import httpx
 
-from kvfence.gateway.capacity import discover_capacity, parse_sglang_server_info
-from kvfence.gateway.policy import BackendConfig
+from kvfence.gateway.admission.capacity import discover_capacity, parse_sglang_server_info
+from kvfence.gateway.policy.schema import BackendConfig
 
 # Trimmed from what SGLang answers: server arguments plus, in newer releases, one state per scheduler.
 OLD_SERVER_INFO = {"model_path": "meta-llama/Llama-3.1-8B-Instruct", "context_length": None, "tp_size": 1,

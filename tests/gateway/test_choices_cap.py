@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from kvfence.gateway.capacity import CapacityInfo
-from kvfence.gateway.caps import enforce_cap, num_sequences
+from kvfence.gateway.admission.capacity import CapacityInfo
+from kvfence.gateway.admission.caps import enforce_cap, num_sequences
+from kvfence.gateway.admission.tokens import ApproximateCounter
 from kvfence.gateway.errors import GatewayRequestError, PromptTooLongError
-from kvfence.gateway.policy import OverCapConfig
-from kvfence.gateway.tokens import ApproximateCounter
+from kvfence.gateway.policy.schema import OverCapConfig
 
 APPROX = ApproximateCounter()
 PROMPT = list(range(100))  # token ids: counted exactly
@@ -73,7 +73,7 @@ def test_capacity_info_shares_nothing_by_default() -> None:
 
 
 def test_tokens_per_minute_counts_every_choice() -> None:
-    from kvfence.gateway.usage import StreamUsage, answer_completion_tokens
+    from kvfence.gateway.admission.usage import StreamUsage, answer_completion_tokens
 
     one = {"choices": [{"index": 0, "message": {"content": "x" * 30}}]}
     two = {"choices": [{"index": 0, "message": {"content": "x" * 30}}, {"index": 1, "message": {"content": "y" * 30}}]}

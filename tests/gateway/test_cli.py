@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 from kvfence.errors import ConfigError
 from kvfence.gateway.cli import gateway
-from kvfence.gateway.policy_loader import load_policy
+from kvfence.gateway.policy.loader import load_policy
+from kvfence.gateway.policy.tenants import hash_api_key
 from kvfence.gateway.runtime import GatewayRuntime
-from kvfence.gateway.tenants import hash_api_key
 from tests.gateway.conftest import KVFENCE
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gateway.yaml"

@@ -14,8 +14,8 @@ import httpx
 import openai
 import pytest
 
-from kvfence.engine.scope import CacheScope, TenantIdentity, compute_scope_key
-from kvfence.gateway.tenants import hash_api_key
+from kvfence.gateway.policy.tenants import hash_api_key
+from kvfence.scope import CacheScope, TenantIdentity, compute_scope_key
 from tests.gateway.conftest import FakeBackend, Gateway
 from tests.netutil import free_port
 

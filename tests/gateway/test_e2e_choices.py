@@ -15,7 +15,7 @@ from typing import Any
 import openai
 import pytest
 
-from kvfence.gateway.tenants import hash_api_key
+from kvfence.gateway.policy.tenants import hash_api_key
 from tests.gateway.conftest import Gateway, KvfenceServe, Process
 
 KEY = "kvf-gw-choices-key"
@@ -33,7 +33,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
 
 @pytest.fixture(scope="module")
 def gateway(engine: Process, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    from kvfence.engine.default_model import ensure_default_model
+    from kvfence.engine.runner.default_model import ensure_default_model
 
     tmp = tmp_path_factory.mktemp("choices-gw")
     policy: dict[str, Any] = {
@@ -95,8 +95,8 @@ def test_streamed_chat_choices_arrive_whole(gateway: Gateway, engine: Process) -
 
 
 def test_choices_that_cannot_fit_the_pool_together_are_refused(gateway: Gateway) -> None:
-    from kvfence.engine.default_model import ensure_default_model
-    from kvfence.gateway.tokens import load_counter
+    from kvfence.engine.runner.default_model import ensure_default_model
+    from kvfence.gateway.admission.tokens import load_counter
 
     prompt = "the quarterly figures of the northern region " * 5  # ~225 tokens, byte-level
     tokens = load_counter(str(ensure_default_model())).count_text(prompt)  # the gateway's exact count

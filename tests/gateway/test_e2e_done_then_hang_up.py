@@ -22,7 +22,7 @@ import httpx
 import openai
 import pytest
 
-from kvfence.gateway.tenants import hash_api_key
+from kvfence.gateway.policy.tenants import hash_api_key
 from tests.gateway.conftest import Gateway
 from tests.gateway.raw_backend import serve_raw
 

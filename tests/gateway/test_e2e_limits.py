@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from kvfence.gateway.tenants import hash_api_key
+from kvfence.gateway.policy.tenants import hash_api_key
 from tests.gateway.conftest import FakeBackend, Gateway, openai_client
 
 WINDOW_S = 3.0  # gateway.limit_window_s: a short window so that the test can watch it slide

@@ -18,7 +18,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from kvfence.gateway.tenants import hash_api_key
+from kvfence.gateway.policy.tenants import hash_api_key
 from tests.gateway.conftest import REPO, Gateway
 from tests.gateway.raw_backend import serve_raw
 

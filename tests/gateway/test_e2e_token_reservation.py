@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from kvfence.gateway.tenants import hash_api_key
+from kvfence.gateway.policy.tenants import hash_api_key
 from tests.gateway.conftest import FakeBackend, Gateway, openai_client
 
 KEYS = {name: f"kvf-gw-reserve-{name}-key" for name in ("big", "busy-stream", "busy-whole", "cut", "unnamed")}

@@ -16,7 +16,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from kvfence.gateway.tenants import hash_api_key
+from kvfence.gateway.policy.tenants import hash_api_key
 from tests.gateway.conftest import REPO, FakeBackend, Gateway
 
 KEY = "kvf-gw-upstream-auth-key"

@@ -23,8 +23,8 @@ import openai
 import pytest
 import yaml
 
-from kvfence.gateway.answer import OVERHEAD_HEADER
-from kvfence.gateway.tenants import hash_api_key
+from kvfence.gateway.answer.relay import OVERHEAD_HEADER
+from kvfence.gateway.policy.tenants import hash_api_key
 from tests.gateway.conftest import CHILD_PYTHONPATH, KVFENCE, REPO, FakeBackend, Gateway
 
 KEYS = {name: f"kvf-gw-workers-{name}-key" for name in ("acme", "globex", "limited")}

@@ -17,8 +17,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from kvfence.gateway.protection.leak import CanaryBook
-from kvfence.gateway.tenants import hash_api_key
+from kvfence.gateway.policy.tenants import hash_api_key
+from kvfence.gateway.protection.leak.scan import CanaryBook
 from tests.gateway.protection.test_e2e_protection import LeakyBackend
 from tests.gateway.test_e2e_workers import _start, _stop, connection_on
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from kvfence.errors import ConfigError
-from kvfence.gateway.fast_pool import FastUpstream
+from kvfence.gateway.transport.fast_pool import FastUpstream
 from tests.netutil import free_port
 
 Reply = bytes | Callable[[asyncio.StreamWriter], Awaitable[None]]
@@ -259,8 +259,8 @@ def test_a_large_answer_streams_through_backpressure() -> None:
 
 
 def test_client_choice_follows_scheme_and_policy(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kvfence.gateway.policy import BackendConfig
-    from kvfence.gateway.upstream import make_upstream_client
+    from kvfence.gateway.policy.schema import BackendConfig
+    from kvfence.gateway.transport.upstream import make_upstream_client
 
     def kind(url: str, http_client: str = "auto") -> str:
         async def main() -> str:

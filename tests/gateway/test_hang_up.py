@@ -6,7 +6,7 @@ import asyncio
 import gc
 from typing import Any
 
-from kvfence.gateway.hang_up import HangUpWatch
+from kvfence.gateway.transport.hang_up import HangUpWatch
 
 
 class Exchange:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from kvfence.gateway import cache_salt, fast_pool, tenants
-from kvfence.gateway.cache_salt import apply_cache_salt
 from kvfence.gateway.errors import AuthenticationFailed
-from kvfence.gateway.fast_pool import FastUpstream
-from kvfence.gateway.policy import TenantConfig
-from kvfence.gateway.tenants import TenantRegistry, hash_api_key
+from kvfence.gateway.policy import tenants
+from kvfence.gateway.policy.schema import TenantConfig
+from kvfence.gateway.policy.tenants import TenantRegistry, hash_api_key
+from kvfence.gateway.routing import cache_salt
+from kvfence.gateway.routing.cache_salt import apply_cache_salt
+from kvfence.gateway.transport import fast_pool
+from kvfence.gateway.transport.fast_pool import FastUpstream
 
 
 def _registry() -> TenantRegistry:

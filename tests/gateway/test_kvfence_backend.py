@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from kvfence.gateway.tenants import hash_api_key
+from kvfence.gateway.policy.tenants import hash_api_key
 from tests.gateway.conftest import FakeBackend, Gateway, KvfenceServe, Process
 
 KEYS = {"eng": "kvf-gw-kv-eng", "eng2": "kvf-gw-kv-eng2", "ops": "kvf-gw-kv-ops"}
@@ -30,7 +30,7 @@ def kvfence_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]
 
 @pytest.fixture(scope="module")
 def gateway(kvfence_serve: Process, backend_a: FakeBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    from kvfence.engine.default_model import ensure_default_model
+    from kvfence.engine.runner.default_model import ensure_default_model
 
     model_dir = ensure_default_model()  # built by `kvfence serve` above; local files only
     tmp = tmp_path_factory.mktemp("gwkv")

@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from kvfence.gateway.tenants import hash_api_key
+from kvfence.gateway.policy.tenants import hash_api_key
 from tests.gateway.conftest import FakeBackend, Gateway
 from tests.gateway.lean_harness import RawClient
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from starlette.types import Receive, Scope
 
-from kvfence.gateway.fast_pool import FastUpstream
-from kvfence.gateway.stream_out import RelayStream
+from kvfence.gateway.transport.fast_pool import FastUpstream
+from kvfence.gateway.transport.stream_out import RelayStream
 from tests.gateway.lean_harness import TestApp, running_server
 
 PIECE = b"data: " + b"x" * 65530 + b"\n\n"  # 64 KiB per SSE event
@@ -132,8 +132,8 @@ def test_a_finished_relayed_request_leaves_no_reference_cycle() -> None:
     # The hang-up watch and the request's cycle point at each other (its callback, its receive); left
     # so, every request becomes cyclic garbage that only a collection pass frees, and those passes are
     # pauses every stream in flight waits through. A finished request must be freed by reference counts.
-    from kvfence.gateway.hang_up import HangUpWatch
-    from kvfence.gateway.lean_cycle import RequestCycle
+    from kvfence.gateway.transport.hang_up import HangUpWatch
+    from kvfence.gateway.transport.lean_cycle import RequestCycle
 
     upstream = Upstream(pieces=2)
     hot = RelayHot(upstream.port)

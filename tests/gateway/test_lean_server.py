@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from kvfence.gateway.lean_server import LifespanFailed
+from kvfence.gateway.transport.lean_server import LifespanFailed
 from tests.gateway.lean_harness import TestApp, running_server
 
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvfence.gateway.plans import MAX_CACHED_ROUTES, PlanCache, parse_forwardable, with_cache_salt
-from kvfence.gateway.routing import RouteDecision
+from kvfence.gateway.policy.plans import MAX_CACHED_ROUTES, PlanCache, parse_forwardable, with_cache_salt
+from kvfence.gateway.routing.classes import RouteDecision
 
 
 def _ok(raw: bytes) -> bool:

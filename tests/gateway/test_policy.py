@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvfence.errors import ConfigError
-from kvfence.gateway.policy_loader import load_policy, parse_policy
+from kvfence.gateway.policy.loader import load_policy, parse_policy
 
 HASH = "a" * 64
 

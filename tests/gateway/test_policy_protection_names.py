@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from kvfence.errors import ConfigError
-from kvfence.gateway.policy_loader import parse_policy
+from kvfence.gateway.policy.loader import parse_policy
 
 pytest.importorskip("kvfence.gateway.protection.config")
 

@@ -10,16 +10,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvfence.gateway.answer_filter import AnswerFilter, FilterChain, SSEDecoder, encode_event, event_data
-from kvfence.gateway.cache_salt import apply_cache_salt
-from kvfence.gateway.capacity import parse_kvfence_capacity, parse_models_max_len, parse_vllm_cache_config
-from kvfence.gateway.caps import completion_budget, enforce_cap
+from kvfence.gateway.admission.capacity import (
+    parse_kvfence_capacity,
+    parse_models_max_len,
+    parse_vllm_cache_config,
+)
+from kvfence.gateway.admission.caps import completion_budget, enforce_cap
+from kvfence.gateway.admission.limits import TenantLimiter
+from kvfence.gateway.admission.tokens import ApproximateCounter, TokenizerCounter
+from kvfence.gateway.admission.trim import REMOVED_MARKER, rank_retrieved
+from kvfence.gateway.answer.filter import AnswerFilter, FilterChain, SSEDecoder, encode_event, event_data
 from kvfence.gateway.errors import GatewayRequestError, PromptTooLongError, RateLimited
-from kvfence.gateway.limits import TenantLimiter
-from kvfence.gateway.policy import OverCapConfig, TenantLimits
-from kvfence.gateway.tenants import GatewayTenant
-from kvfence.gateway.tokens import ApproximateCounter, TokenizerCounter
-from kvfence.gateway.trim import REMOVED_MARKER, rank_retrieved
+from kvfence.gateway.policy.schema import OverCapConfig, TenantLimits
+from kvfence.gateway.policy.tenants import GatewayTenant
+from kvfence.gateway.routing.cache_salt import apply_cache_salt
 from tests.gateway.sample_hooks import EMAIL, PLACEHOLDER, _RestoreFilter
 
 APPROX = ApproximateCounter()
@@ -247,7 +251,7 @@ def test_tool_call_arguments_are_filtered_stream_and_whole() -> None:
 @given(st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=30),
        st.sampled_from(["\n\n", "\r\n\r\n"]))
 def test_sse_stream_split_anywhere_restores_every_choice(cuts: list[int], sep: str) -> None:
-    from kvfence.gateway.answer import _process_event
+    from kvfence.gateway.answer.relay import _process_event
 
     texts = {0: f"hi {PLACEHOLDER}!", 1: f"{PLACEHOLDER} and {PLACEHOLDER}"}
     events = []

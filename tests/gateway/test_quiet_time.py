@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from kvfence.gateway.quiet_time import QuietTime
-from kvfence.gateway.trace import RequestTrace
+from kvfence.gateway.records.trace import RequestTrace
+from kvfence.gateway.transport.quiet_time import QuietTime
 
 
 def test_deferred_work_waits_for_a_quiet_moment() -> None:

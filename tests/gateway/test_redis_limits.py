@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
+from kvfence.gateway.admission.limits_redis import RedisTenantLimiter
 from kvfence.gateway.errors import GatewayError, RateLimited
-from kvfence.gateway.limits_redis import RedisTenantLimiter
-from kvfence.gateway.policy import TenantLimits
-from kvfence.gateway.tenants import GatewayTenant
+from kvfence.gateway.policy.schema import TenantLimits
+from kvfence.gateway.policy.tenants import GatewayTenant
 
 pytestmark = pytest.mark.redis
 

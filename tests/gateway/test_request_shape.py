@@ -13,10 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
+from kvfence.gateway.admission.request_shape import check_request_shape
 from kvfence.gateway.errors import GatewayRequestError
-from kvfence.gateway.plans import parse_forwardable
-from kvfence.gateway.request_shape import check_request_shape
-from kvfence.gateway.tenants import hash_api_key
+from kvfence.gateway.policy.plans import parse_forwardable
+from kvfence.gateway.policy.tenants import hash_api_key
 from tests.gateway.conftest import FakeBackend, Gateway
 
 KEY = "kvf-gw-shape-key"

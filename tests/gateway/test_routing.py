@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvfence.engine.scope import CacheScope
-from kvfence.gateway.accounts import UpstreamAccounts
 from kvfence.gateway.errors import GatewayRequestError, ModelNotFound, RouteDenied
 from kvfence.gateway.hooks import RequestContext
-from kvfence.gateway.policy import Policy, TrustTier
-from kvfence.gateway.policy_loader import load_policy
-from kvfence.gateway.routing import BackendView, choose_backends, effective_cache_scope, version_tuple
-from kvfence.gateway.tenants import GatewayTenant
+from kvfence.gateway.policy.accounts import UpstreamAccounts
+from kvfence.gateway.policy.loader import load_policy
+from kvfence.gateway.policy.schema import Policy, TrustTier
+from kvfence.gateway.policy.tenants import GatewayTenant
+from kvfence.gateway.routing.classes import BackendView, choose_backends, effective_cache_scope, version_tuple
+from kvfence.scope import CacheScope
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gateway.yaml"
 ENV = {"HOSTED_API_KEY": "k-hosted", "ACME_DEDICATED_KEY": "k-acme", "GLOBEX_DEDICATED_KEY": "k-globex"}

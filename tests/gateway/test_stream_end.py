@@ -8,7 +8,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvfence.gateway.stream_end import StreamTail, stream_is_complete
+from kvfence.gateway.transport.stream_end import StreamTail, stream_is_complete
 
 
 def _event(text: str, finish: str | None = None, **extra: object) -> bytes:

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from kvfence.gateway.stream_out import SendPump
+from kvfence.gateway.transport.stream_out import SendPump
 
 
 class FakeUpstream:

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
+from kvfence.gateway.admission.limits import TenantLimiter
+from kvfence.gateway.admission.tokens import ApproximateCounter
+from kvfence.gateway.admission.usage import StreamUsage, answer_completion_tokens, wants_usage_injection
 from kvfence.gateway.errors import RateLimited
-from kvfence.gateway.limits import TenantLimiter
-from kvfence.gateway.policy import TenantLimits
-from kvfence.gateway.tenants import GatewayTenant
-from kvfence.gateway.tokens import ApproximateCounter
-from kvfence.gateway.usage import StreamUsage, answer_completion_tokens, wants_usage_injection
+from kvfence.gateway.policy.schema import TenantLimits
+from kvfence.gateway.policy.tenants import GatewayTenant
 
 APPROX = ApproximateCounter()
 
@@ -171,8 +171,8 @@ def test_usage_injection_only_when_the_client_did_not_ask() -> None:
 def test_filtered_stream_with_usage_counts_what_the_backend_generated() -> None:
     # hooks and a token limit on the same stream: the filter restores placeholders, the usage chunk the
     # gateway asked for is dropped, and the text is counted as the backend sent it
-    from kvfence.gateway.answer import _process_event
-    from kvfence.gateway.answer_filter import AnswerFilter, event_data
+    from kvfence.gateway.answer.filter import AnswerFilter, event_data
+    from kvfence.gateway.answer.relay import _process_event
     from tests.gateway.sample_hooks import EMAIL, PLACEHOLDER
     from tests.gateway.test_pure import _restore_chain
 

@@ -8,12 +8,12 @@ import asyncio
 
 import pytest
 
-from kvfence.gateway.caps import CapResult
+from kvfence.gateway.admission.caps import CapResult
+from kvfence.gateway.admission.limits import TenantLimiter
+from kvfence.gateway.admission.usage import DEFAULT_ANSWER_RESERVE, completion_reservation
 from kvfence.gateway.errors import RateLimited
-from kvfence.gateway.limits import TenantLimiter
-from kvfence.gateway.policy import TenantLimits
-from kvfence.gateway.tenants import GatewayTenant
-from kvfence.gateway.usage import DEFAULT_ANSWER_RESERVE, completion_reservation
+from kvfence.gateway.policy.schema import TenantLimits
+from kvfence.gateway.policy.tenants import GatewayTenant
 
 
 def tenant(tpm: int, name: str = "t") -> GatewayTenant:
@@ -115,7 +115,7 @@ def test_requests_without_max_tokens_run_one_after_another_without_waiting() -> 
 
 @pytest.mark.redis
 def test_redis_reservations_are_shared_atomic_and_settled(redis_url: str) -> None:
-    from kvfence.gateway.limits_redis import RedisTenantLimiter
+    from kvfence.gateway.admission.limits_redis import RedisTenantLimiter
 
     async def run() -> None:
         replicas = [RedisTenantLimiter(redis_url, prefix="kvf-test-reserve") for _ in range(3)]
@@ -166,7 +166,7 @@ def test_redis_reservations_are_shared_atomic_and_settled(redis_url: str) -> Non
 
 @pytest.mark.redis
 def test_redis_requests_without_max_tokens_reserve_the_remaining_context(redis_url: str) -> None:
-    from kvfence.gateway.limits_redis import RedisTenantLimiter
+    from kvfence.gateway.admission.limits_redis import RedisTenantLimiter
 
     async def run() -> None:
         replicas = [RedisTenantLimiter(redis_url, prefix="kvf-test-unnamed") for _ in range(2)]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kvfence.gateway.answer import openai_error_body
+from kvfence.gateway.answer.relay import openai_error_body
 
 
 def test_openai_shaped_errors_pass_unchanged() -> None:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from kvfence.gateway.upstream import HttpxResponse
+from kvfence.gateway.transport.upstream import HttpxResponse
 
 _SSE = b'data: {"choices":[]}\n\ndata: [DONE]\n\n'
 

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvfence.gateway.metrics import GatewayMetrics
-from kvfence.gateway.policy import Policy
-from kvfence.gateway.worker_metrics import WorkerInfo, merge_expositions
-from kvfence.gateway.worker_state import shared_state_problems, split_limits
-from kvfence.gateway.workers import Supervisor, WorkersFailed, WorkerSocket
+from kvfence.gateway.policy.schema import Policy
+from kvfence.gateway.records.metrics import GatewayMetrics
+from kvfence.gateway.workers.metrics import WorkerInfo, merge_expositions
+from kvfence.gateway.workers.shared_state import shared_state_problems, split_limits
+from kvfence.gateway.workers.supervisor import Supervisor, WorkersFailed, WorkerSocket
 
 
 def _policy(*, limits: dict[str, int] | None = None, **gateway: Any) -> Policy:

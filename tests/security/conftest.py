@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from kvfence.engine.block_manager import PageState
-from kvfence.engine.default_model import ensure_default_model
-from kvfence.engine.scheduler import ScheduledSeq
+from kvfence.engine.core.scheduler import ScheduledSeq
+from kvfence.engine.kv.block_manager import PageState
+from kvfence.engine.runner.default_model import ensure_default_model
 
 
 @pytest.fixture(scope="session")

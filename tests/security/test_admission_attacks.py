@@ -88,7 +88,7 @@ def test_chat_over_length_in_the_messages(watched: tuple[RunningServer, list[int
 def test_the_server_refuses_to_start_when_the_pool_is_smaller_than_the_context(tmp_path: Path) -> None:
     """I3 at start-up: max_model_len beyond the pool is a start-up error; ``auto`` lowers it to fit."""
     from kvfence.engine.config import EngineConfig
-    from kvfence.engine.llm_engine import LLMEngine
+    from kvfence.engine.core.llm_engine import LLMEngine
     from kvfence.errors import CapacityError
 
     with pytest.raises(CapacityError):

@@ -74,7 +74,7 @@ def test_prefill_worker_serves_no_peer_without_the_handoff_key(default_model_dir
 
     from kvfence.disagg.engine import _params_to_wire
     from kvfence.disagg.wire import MessageKind, decode, encode
-    from kvfence.engine.sampling_params import SamplingParams
+    from kvfence.engine.sampling.sampling_params import SamplingParams
 
     worker = start_worker(default_model_dir, tmp_path / "worker")
     context = zmq.Context()

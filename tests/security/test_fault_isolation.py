@@ -22,11 +22,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvfence.engine import llm_engine
 from kvfence.engine.config import EngineConfig
-from kvfence.engine.fault_isolation import isolate_failures, retry_budget
-from kvfence.engine.llm_engine import LLMEngine
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.core import llm_engine
+from kvfence.engine.core.fault_isolation import isolate_failures, retry_budget
+from kvfence.engine.core.llm_engine import LLMEngine
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from tests.security.conftest import FreshPageWatch
 from tests.server.conftest import RunningServer, engine_factory, serve, slow_down_steps
 

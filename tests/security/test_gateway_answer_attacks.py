@@ -72,7 +72,7 @@ def test_a_placeholder_split_across_one_character_chunks_is_restored() -> None:
 
 
 def test_placeholders_in_streamed_tool_call_arguments_are_restored_across_chunks() -> None:
-    from kvfence.gateway.answer_filter import AnswerFilter, FilterChain
+    from kvfence.gateway.answer.filter import AnswerFilter, FilterChain
 
     hook, _ = make_hook(make_policy())
     c = ctx("acme", stream=True)

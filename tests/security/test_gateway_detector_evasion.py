@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kvfence.gateway.protection.detector import build_detector
+from kvfence.gateway.protection.detect.detector import build_detector
 from tests.gateway.protection.test_hook import answer_through, ctx, make_hook, make_policy, run
 
 DETECTOR = build_detector(use_presidio=False)

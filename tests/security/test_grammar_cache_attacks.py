@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from kvfence.engine.scope import CacheScope
 from kvfence.engine.structured import compiler
+from kvfence.scope import CacheScope
 from tests.server.conftest import RunningServer, serve
 
 

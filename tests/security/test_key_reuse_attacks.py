@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from kvfence.engine.scope import CacheScope
-from kvfence.server.keys import add_key, derived_key_id, hash_secret, load_keys, write_keys
+from kvfence.scope import CacheScope
+from kvfence.server.auth.keys import add_key, derived_key_id, hash_secret, load_keys, write_keys
 from tests.server.conftest import TENANTS, RunningServer, serve
 
 PAGE = 16

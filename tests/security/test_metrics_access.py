@@ -21,10 +21,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvfence.errors import ConfigError
+from kvfence.server.auth.metrics_access import MetricsAccess, MetricsView, read_metrics_key
 from kvfence.server.config import ServerConfig
 from kvfence.server.metrics import ServerMetrics
-from kvfence.server.metrics_access import MetricsAccess, MetricsView, read_metrics_key
-from kvfence.server.serving import OpenAIServing
+from kvfence.server.openai.serving import OpenAIServing
 from tests.netutil import free_port
 from tests.server.conftest import TENANTS, RunningServer, serve
 

@@ -25,8 +25,8 @@ import pytest
 from kvfence.disagg.engine import DisaggregatedEngine, DisaggRequestOutput
 from kvfence.disagg.prefill_worker import PrefillWorker
 from kvfence.engine.config import EngineConfig
-from kvfence.engine.fault_isolation import retry_budget
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.core.fault_isolation import retry_budget
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from tests.disagg.helpers import KEY, drive, make_engine, serve_disaggregated
 
 PREFILL_POISON = [241, 242, 243, 244]  # a prompt holding this fails the prefill forward pass

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from tests.disagg.conftest import start_worker
 from tests.disagg.helpers import assert_error_not_answer, drive, make_engine
 from tests.security.test_disagg_attacks import _fine_tune

@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from kvfence.server.auth.metrics_access import MetricsAccess, MetricsKeyFile, MetricsView
 from kvfence.server.config import ServerConfig
 from kvfence.server.metrics import ServerMetrics
-from kvfence.server.metrics_access import MetricsAccess, MetricsKeyFile, MetricsView
-from kvfence.server.serving import OpenAIServing
+from kvfence.server.openai.serving import OpenAIServing
 from tests.server.conftest import RunningServer, serve
 
 OLD_KEY = "old-metrics-" + "a" * 32

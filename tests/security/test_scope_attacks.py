@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from kvfence.engine.scope import CacheScope
-from kvfence.server.keys import hash_secret, load_keys, write_keys
+from kvfence.scope import CacheScope
+from kvfence.server.auth.keys import hash_secret, load_keys, write_keys
 from tests.server.conftest import RunningServer, serve
 
 PAGE = 16

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from kvfence.engine import block_manager
-from kvfence.engine.block_manager import OTHER_SCOPES, BlockManager
-from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.sequence import Sequence
+from kvfence.engine.core.sequence import Sequence
+from kvfence.engine.kv import block_manager
+from kvfence.engine.kv.block_manager import OTHER_SCOPES, BlockManager
+from kvfence.engine.sampling.sampling_params import SamplingParams
 
 PS = 4
 

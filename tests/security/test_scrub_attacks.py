@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from kvfence.engine.config import EngineConfig
-from kvfence.engine.llm_engine import LLMEngine
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.core.llm_engine import LLMEngine
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from tests.security.conftest import FreshPageWatch
 
 PAGE = 16

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from kvfence.server.keys import hash_secret
+from kvfence.server.auth.keys import hash_secret
 from tests.server.conftest import RunningServer, engine_factory, serve
 
 PROMPT_CANARY = "CANARY7f3a merger with Initech closes Friday"

@@ -18,10 +18,10 @@ import httpx
 import pytest
 import uvicorn
 
-from kvfence.engine.scope import CacheScope, TenantIdentity, compute_scope_key
+from kvfence.scope import CacheScope, TenantIdentity, compute_scope_key
 from kvfence.server.app import create_app
+from kvfence.server.auth.keys import KeyRing, add_key
 from kvfence.server.config import ServerConfig
-from kvfence.server.keys import KeyRing, add_key
 from tests.netutil import free_port
 
 SECRET = bytes.fromhex("5e" * 32)
@@ -93,7 +93,7 @@ def slow_down_steps(server: RunningServer, monkeypatch: pytest.MonkeyPatch, dela
 def engine_factory(**overrides: Any) -> Callable[[], Any]:
     def build() -> Any:
         from kvfence.engine.config import EngineConfig
-        from kvfence.engine.llm_engine import LLMEngine
+        from kvfence.engine.core.llm_engine import LLMEngine
 
         options: dict[str, Any] = {"max_model_len": MAX_MODEL_LEN, "kv_cache_tokens": 16384, "device": "cpu",
                                    "seed": 0}
@@ -156,7 +156,7 @@ def disagg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     Shared by every module of this package (its tests only send requests, none changes the server):
     a worker process and a server cost seconds to start, and they stop when the package's tests end."""
-    from kvfence.engine.default_model import ensure_default_model
+    from kvfence.engine.runner.default_model import ensure_default_model
     from tests.disagg.conftest import start_worker
     from tests.disagg.helpers import serve_disaggregated
 

@@ -176,7 +176,7 @@ def build_parrot_model(out: Path, kind: str, text: str, prompts: list[str]) -> l
     """
     import transformers
 
-    from kvfence.engine.tokenizer import Tokenizer as KvTokenizer
+    from kvfence.engine.text.tokenizer import Tokenizer as KvTokenizer
 
     build_foreign_model(out, kind)
     tok = KvTokenizer.from_dir(out)

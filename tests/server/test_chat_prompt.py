@@ -12,10 +12,10 @@ import httpx
 import openai
 import pytest
 
-from kvfence.engine.tokenizer import Tokenizer
+from kvfence.engine.text.tokenizer import Tokenizer
 from kvfence.server.api_errors import APIError
-from kvfence.server.prepare import LoadedModel, chat_prompt, content_format
-from kvfence.server.protocol import ChatCompletionRequest
+from kvfence.server.openai.prepare import LoadedModel, chat_prompt, content_format
+from kvfence.server.openai.protocol import ChatCompletionRequest
 from tests.server.conftest import RunningServer
 
 HI = [{"role": "user", "content": "hi"}]

@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from kvfence.cli import main
+from kvfence.server.auth.keys import KeyRing
 from kvfence.server.cli import keys, parse_size
-from kvfence.server.keys import KeyRing
 
 
 def test_add_list_revoke(tmp_path: Path) -> None:

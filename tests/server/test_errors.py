@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from kvfence.server.serving import OpenAIServing
+from kvfence.server.openai.serving import OpenAIServing
 from tests.server.conftest import MAX_MODEL_LEN, RunningServer, engine_factory, serve
 
 

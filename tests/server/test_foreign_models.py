@@ -14,8 +14,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from kvfence.engine.detokenizer import IncrementalDetokenizer
-from kvfence.engine.tokenizer import Tokenizer
+from kvfence.engine.text.detokenizer import IncrementalDetokenizer
+from kvfence.engine.text.tokenizer import Tokenizer
 from tests.server.conftest import RunningServer, engine_factory, serve
 from tests.server.foreign_models import ForeignModel, build_foreign_model, build_parrot_model
 

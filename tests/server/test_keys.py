@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvfence.errors import ConfigError
-from kvfence.server.keys import KeyRing, add_key, hash_secret, load_keys, write_keys
+from kvfence.server.auth.keys import KeyRing, add_key, hash_secret, load_keys, write_keys
 
 
 def test_add_key_stores_only_the_hash(tmp_path: Path) -> None:

@@ -283,7 +283,7 @@ def test_plumbing_errors_have_the_openai_shape(server: RunningServer) -> None:
 
 def test_a_failure_mid_stream_ends_with_an_error_event(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """A bug while formatting a chunk must not look like a short, successful answer."""
-    import kvfence.server.serving as serving_module
+    import kvfence.server.openai.serving as serving_module
 
     calls = {"n": 0}
     real = serving_module.chat_chunk

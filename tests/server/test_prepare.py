@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 
 from kvfence.server.api_errors import APIError
-from kvfence.server.keys import ApiKey
-from kvfence.server.prepare import (
+from kvfence.server.auth.keys import ApiKey
+from kvfence.server.openai.prepare import (
     LoadedModel,
     check_choices,
     resolve_model_name,
     sampling_params,
     tokenize_prompt,
 )
-from kvfence.server.protocol import ChatCompletionRequest, CompletionRequest, parse_body
+from kvfence.server.openai.protocol import ChatCompletionRequest, CompletionRequest, parse_body
 
 
 @dataclass

@@ -15,7 +15,7 @@ import openai
 import pytest
 import torch
 
-from kvfence.server.prepare import chat_prompt
+from kvfence.server.openai.prepare import chat_prompt
 from tests.engine.tiny_models import build_tiny_model
 from tests.server.conftest import RunningServer, engine_factory, serve
 

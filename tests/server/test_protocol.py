@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kvfence.server.api_errors import APIError
-from kvfence.server.protocol import ChatCompletionRequest, CompletionRequest, parse_body
+from kvfence.server.openai.protocol import ChatCompletionRequest, CompletionRequest, parse_body
 
 
 def _err(body: bytes, model: type = CompletionRequest) -> APIError:

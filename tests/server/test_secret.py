@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvfence.errors import ConfigError
-from kvfence.server.secret import SECRET_ENV_VAR, load_server_secret
+from kvfence.server.auth.secret import SECRET_ENV_VAR, load_server_secret
 
 
 def test_generated_once_with_owner_only_permissions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,7 +17,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
-from kvfence.engine.default_model import ensure_default_model
+from kvfence.engine.runner.default_model import ensure_default_model
 from tests.engine.test_structured_schemas import check_instance
 from tests.server.conftest import RunningServer, engine_factory, serve
 
@@ -129,8 +129,8 @@ def test_tool_choice_none_answers_text_with_the_tools_given(server: RunningServe
 
 
 def test_a_required_list_of_several_calls_becomes_several_calls() -> None:
-    from kvfence.server.protocol import ChatCompletionRequest
-    from kvfence.server.tools import answer_message, tool_calling
+    from kvfence.server.openai.protocol import ChatCompletionRequest
+    from kvfence.server.openai.tools import answer_message, tool_calling
 
     req = ChatCompletionRequest.model_validate({"model": "m", "messages": ASK, "tools": TOOLS,
                                                 "tool_choice": "required"})
@@ -147,7 +147,7 @@ def test_a_required_list_of_several_calls_becomes_several_calls() -> None:
 
 
 def test_the_tools_reach_the_chat_template() -> None:
-    from kvfence.server.protocol import ChatCompletionRequest
+    from kvfence.server.openai.protocol import ChatCompletionRequest
 
     req = ChatCompletionRequest.model_validate({"model": "m", "messages": ASK, "tools": TOOLS, "tool_choice": "none"})
     assert req.template_options()["template_kwargs"]["tools"] == TOOLS

@@ -112,7 +112,7 @@ def demo(prompts: tuple[str, ...], max_tokens: int, compare: bool, **opts: Any) 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from kvfence.disagg.config import DisaggConfig
     from kvfence.disagg.engine import DisaggregatedEngine, run_to_completion
-    from kvfence.engine.sampling_params import SamplingParams
+    from kvfence.engine.sampling.sampling_params import SamplingParams
 
     config = _engine_config(opts)
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
@@ -126,7 +126,7 @@ def demo(prompts: tuple[str, ...], max_tokens: int, compare: bool, **opts: Any) 
         click.echo(f"[{len(out.token_ids)} tokens, finish_reason={out.finish_reason}]", err=True)
     click.echo(f"handoffs verified: {stats.num_handoffs_verified}, failed: {dict(stats.handoff_failures)}", err=True)
     if compare:
-        from kvfence.engine.llm_engine import LLMEngine
+        from kvfence.engine.core.llm_engine import LLMEngine
 
         colocated = run_to_completion(LLMEngine(config), token_prompts, params, scope)
         same = [a.token_ids == b.token_ids for a, b in zip(outputs, colocated, strict=True)]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kvfence.engine.scheduler import Scheduler
-from kvfence.engine.sequence import FinishReason, Sequence, SequenceStatus
+from kvfence.engine.core.scheduler import Scheduler
+from kvfence.engine.core.sequence import FinishReason, Sequence, SequenceStatus
 from kvfence.errors import InvalidParameterError
 
 __all__ = ["DecodeScheduler"]

@@ -44,12 +44,9 @@ from kvfence.disagg.protocol import (
 )
 from kvfence.disagg.spawn import WorkerProcess
 from kvfence.disagg.wire import Message, MessageKind, WireError, decode, encode
-from kvfence.engine.block_manager import PageState
-from kvfence.engine.capacity import Capacity
 from kvfence.engine.config import EngineConfig
-from kvfence.engine.detokenizer import IncrementalDetokenizer
-from kvfence.engine.fault_isolation import rewind_on_failure, run_isolating_faults
-from kvfence.engine.llm_engine import (
+from kvfence.engine.core.fault_isolation import rewind_on_failure, run_isolating_faults
+from kvfence.engine.core.llm_engine import (
     LLMEngine,
     advance_text,
     banned_until_min_tokens,
@@ -57,10 +54,13 @@ from kvfence.engine.llm_engine import (
     check_prompt,
     seeded_generator,
 )
-from kvfence.engine.outputs import EngineStats, RequestOutput
-from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.scheduler import ScheduledSeq, SchedulerConfig, SchedulerOutput
-from kvfence.engine.sequence import FinishReason, Sequence
+from kvfence.engine.core.outputs import EngineStats, RequestOutput
+from kvfence.engine.core.scheduler import ScheduledSeq, SchedulerConfig, SchedulerOutput
+from kvfence.engine.core.sequence import FinishReason, Sequence
+from kvfence.engine.kv.block_manager import PageState
+from kvfence.engine.kv.capacity import Capacity
+from kvfence.engine.sampling.sampling_params import SamplingParams
+from kvfence.engine.text.detokenizer import IncrementalDetokenizer
 from kvfence.errors import (
     CapacityError,
     ConfigError,
@@ -597,7 +597,7 @@ class DisaggregatedEngine:
     def _forward_isolating_faults(self, batch: SchedulerOutput) -> dict[str, int]:
         """The decode batch's forward pass and sampling; when it fails, only the request(s) that fail
         on their own are aborted (pages released and zero-filled, I2), found by retrying halves of
-        the batch exactly as ``kvfence serve`` does (:mod:`kvfence.engine.fault_isolation`).
+        the batch exactly as ``kvfence serve`` does (:mod:`kvfence.engine.core.fault_isolation`).
 
         The aborted ones are reported by :meth:`take_failed_requests`. When no request of a batch of
         two or more runs even alone, the engine itself is broken: all are aborted and the error raised.

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from kvfence.engine.loader import checkpoint_files
-from kvfence.engine.model_runner import ModelRunner
+from kvfence.engine.runner.loader import checkpoint_files
+from kvfence.engine.runner.model_runner import ModelRunner
 
 __all__ = ["ChecksumPool", "kv_layout", "model_identity", "page_nbytes", "read_pages", "write_page"]
 

@@ -28,14 +28,14 @@ from kvfence.disagg.handoff import SentPage, build_manifest
 from kvfence.disagg.kv_pages import ChecksumPool, kv_layout, model_identity, page_nbytes, read_pages
 from kvfence.disagg.protocol import PROTOCOL_VERSION, expected_page_count, key_proof, submit_mac
 from kvfence.disagg.wire import Message, MessageKind, WireError, decode, encode
-from kvfence.engine.block_manager import PageState
 from kvfence.engine.config import EngineConfig
-from kvfence.engine.fault_isolation import rewind_on_failure, run_isolating_faults
+from kvfence.engine.core.fault_isolation import rewind_on_failure, run_isolating_faults
+from kvfence.engine.core.llm_engine import LLMEngine, banned_until_min_tokens
+from kvfence.engine.core.scheduler import ScheduledSeq, SchedulerOutput
+from kvfence.engine.core.sequence import Sequence
+from kvfence.engine.kv.block_manager import PageState
 from kvfence.engine.layers.sampler import SampleRow, sample
-from kvfence.engine.llm_engine import LLMEngine, banned_until_min_tokens
-from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.scheduler import ScheduledSeq, SchedulerOutput
-from kvfence.engine.sequence import Sequence
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import ConfigError, InvalidParameterError, IsolationViolation, RequestError
 
 __all__ = ["PrefillWorker"]
@@ -249,7 +249,7 @@ class PrefillWorker:
 
     def _forward_isolating_faults(self, batch: SchedulerOutput, failed: list[tuple[_Job, str]]) -> list[tuple[ScheduledSeq, Any]]:
         """The batch's forward pass and first-token sampling, with ``kvfence serve``'s fault isolation
-        (:mod:`kvfence.engine.fault_isolation`): when it fails, halves are retried and only the
+        (:mod:`kvfence.engine.core.fault_isolation`): when it fails, halves are retried and only the
         request(s) that fail on their own are aborted (pages scrubbed, I2) and answered with an ABORT,
         never a handoff; the other tenants' requests are handed over as if nothing happened. When no
         request of a batch of two or more runs even alone, every one of them is aborted.

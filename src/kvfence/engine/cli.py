@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from kvfence.engine.cli_options import engine_config, engine_options, generation_config_option
-from kvfence.engine.generation_defaults import sampling_defaults_for
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sampling.generation_defaults import sampling_defaults_for
+from kvfence.engine.sampling.sampling_params import SamplingParams
 
 __all__ = ["generate"]
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from kvfence.engine.config import EngineConfig
-from kvfence.engine.dtype_names import DTYPE_ALIASES, parse_dtype
+from kvfence.engine.runner.dtype_names import DTYPE_ALIASES, parse_dtype
 from kvfence.errors import ConfigError
 
 __all__ = [
@@ -105,7 +105,7 @@ _OPTIONS = [
 
 def generation_config_option(fn: F) -> F:
     """``--generation-config auto|vllm|DIR``: where the sampling fields a caller leaves out come from, as
-    vLLM's option (see :func:`kvfence.engine.generation_defaults.sampling_defaults_for`)."""
+    vLLM's option (see :func:`kvfence.engine.sampling.generation_defaults.sampling_defaults_for`)."""
     return click.option(
         "--generation-config", default="auto", show_default=True, metavar="auto|vllm|DIR",
         help="auto: sampling options left out (temperature, top_p, top_k, min_p, repetition_penalty) take the "

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from kvfence.engine.dtype_names import parse_dtype
+from kvfence.engine.runner.dtype_names import parse_dtype
 from kvfence.errors import ConfigError, ModelLoadError
 
 __all__ = [

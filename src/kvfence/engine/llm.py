@@ -8,14 +8,19 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from kvfence.engine.config import DType, EngineConfig, KVCacheDType
-from kvfence.engine.generation_defaults import check_generation_config, sampling_defaults_for
-from kvfence.engine.llm_engine import LLMEngine
-from kvfence.engine.outputs import PromptLogprobs, RequestOutput
-from kvfence.engine.parallel_sampling import check_choices_fit, choice_params, cumulative_logprob, rank_best
-from kvfence.engine.sampling_params import SamplingParams
-from kvfence.engine.scope import CacheScope, TenantIdentity, compute_scope_key
-from kvfence.engine.tokenizer import Tokenizer
+from kvfence.engine.core.llm_engine import LLMEngine
+from kvfence.engine.core.outputs import PromptLogprobs, RequestOutput
+from kvfence.engine.sampling.generation_defaults import check_generation_config, sampling_defaults_for
+from kvfence.engine.sampling.parallel_sampling import (
+    check_choices_fit,
+    choice_params,
+    cumulative_logprob,
+    rank_best,
+)
+from kvfence.engine.sampling.sampling_params import SamplingParams
+from kvfence.engine.text.tokenizer import Tokenizer
 from kvfence.errors import InvalidParameterError
+from kvfence.scope import CacheScope, TenantIdentity, compute_scope_key
 
 __all__ = ["LLM", "CompletionOutput", "SampleOutput"]
 

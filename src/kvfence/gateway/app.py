@@ -16,12 +16,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from kvfence.gateway import timing_probe
-from kvfence.gateway.answer import json_error
+from kvfence.gateway.answer.relay import json_error
 from kvfence.gateway.errors import GatewayError
 from kvfence.gateway.proxy import handle_completion
 from kvfence.gateway.runtime import GatewayRuntime
-from kvfence.gateway.worker_metrics import merged_worker_metrics
+from kvfence.gateway.transport import timing_probe
+from kvfence.gateway.workers.metrics import merged_worker_metrics
 
 __all__ = ["GatewayApp", "build_app"]
 

@@ -65,7 +65,7 @@ SERVERS = ("lean", "uvicorn")
 
 def _serve(config: Path, host: str, port: int, audit_log: str | None, log_level: str, server: str | None,
            graceful_timeout: float, workers: int | None = None) -> None:
-    from kvfence.gateway.policy_loader import load_policy
+    from kvfence.gateway.policy.loader import load_policy
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = server or os.environ.get(SERVER_ENV, "").strip().lower() or "uvicorn"
@@ -88,9 +88,9 @@ def _serve(config: Path, host: str, port: int, audit_log: str | None, log_level:
 
 def _serve_workers(count: int, config: Path, policy: Any, host: str, port: int, audit_log: str | None,
                    log_level: str, server: str, graceful_timeout: float) -> None:
-    """The supervisor of ``count`` worker processes (``kvfence.gateway.workers``)."""
-    from kvfence.gateway.worker_state import shared_state_problems, split_limits
-    from kvfence.gateway.workers import Supervisor, WorkersFailed, WorkerSocket
+    """The supervisor of ``count`` worker processes (``kvfence.gateway.workers.supervisor``)."""
+    from kvfence.gateway.workers.shared_state import shared_state_problems, split_limits
+    from kvfence.gateway.workers.supervisor import Supervisor, WorkersFailed, WorkerSocket
 
     problems = shared_state_problems(policy, count)
     if problems:
@@ -124,9 +124,9 @@ def _serve_process(config: Path, policy: Any, host: str, port: int, audit_log: s
                    server: str, graceful_timeout: float, *, sock: Any = None, worker: Any = None,
                    on_started: Any = None) -> int:
     """Run one gateway process (the only one, or one worker on ``sock``); its exit status."""
-    from kvfence.gateway import timing_probe
     from kvfence.gateway.app import build_app
     from kvfence.gateway.runtime import GatewayRuntime
+    from kvfence.gateway.transport import timing_probe
 
     runtime = GatewayRuntime.create(policy, base_dir=config.parent, audit_url=audit_log)
     runtime.worker = worker
@@ -149,7 +149,7 @@ def _serve_process(config: Path, policy: Any, host: str, port: int, audit_log: s
     gc.freeze()
     timing_probe.install(patch_uvicorn=server == "uvicorn")
     if server == "lean":
-        from kvfence.gateway.lean_server import LeanConfig, LifespanFailed, run
+        from kvfence.gateway.transport.lean_server import LeanConfig, LifespanFailed, run
 
         try:
             run(app, hot=app.completion_response, host=host, port=port, use_uvloop=loop == "uvloop",
@@ -219,8 +219,8 @@ def run(config: Path | None, host: str, port: int, workers: int | None, server: 
                                              "the others are refused (vendor facts from the file only).")
 def check(config: Path, routes: bool) -> None:
     """Validate a policy file and print what it routes where; exit 2 naming each problem."""
-    from kvfence.gateway.policy_loader import load_policy
-    from kvfence.gateway.worker_state import shared_state_problems
+    from kvfence.gateway.policy.loader import load_policy
+    from kvfence.gateway.workers.shared_state import shared_state_problems
 
     policy = load_policy(config)
     problems = shared_state_problems(policy, policy.gateway.workers)
@@ -238,10 +238,10 @@ def check(config: Path, routes: bool) -> None:
 
 def _print_routes(policy: Any) -> None:
     """Static routing table: capacity from the file's facts, every credential variable a distinct secret."""
-    from kvfence.gateway.accounts import UpstreamAccounts
     from kvfence.gateway.errors import GatewayError
-    from kvfence.gateway.routing import BackendView, choose_backends
-    from kvfence.gateway.tenants import GatewayTenant
+    from kvfence.gateway.policy.accounts import UpstreamAccounts
+    from kvfence.gateway.policy.tenants import GatewayTenant
+    from kvfence.gateway.routing.classes import BackendView, choose_backends
 
     tenants = [GatewayTenant.from_config(t) for t in policy.tenants]
     names = [b.auth.api_key_env for b in policy.backends if b.auth.api_key_env]
@@ -271,7 +271,7 @@ def _print_routes(policy: Any) -> None:
 @gateway.command("new-key")
 def new_key() -> None:
     """Print a fresh gateway API key and the key_sha256 to put in the policy."""
-    from kvfence.gateway.tenants import generate_api_key, hash_api_key
+    from kvfence.gateway.policy.tenants import generate_api_key, hash_api_key
 
     key = generate_api_key()
     click.echo(f"api key:    {key}\nkey_sha256: {hash_api_key(key)}")
@@ -281,7 +281,7 @@ def new_key() -> None:
 @click.argument("key", envvar="KVFENCE_GATEWAY_KEY")
 def hash_key(key: str) -> None:
     """Print the key_sha256 of an existing key (or $KVFENCE_GATEWAY_KEY)."""
-    from kvfence.gateway.tenants import hash_api_key
+    from kvfence.gateway.policy.tenants import hash_api_key
 
     click.echo(hash_api_key(key))
 
@@ -304,7 +304,7 @@ def audit_url_for(config: Path | None, audit_log: str | None) -> str:
         return audit_log
     if config is None:
         raise click.UsageError("give --config FILE (its gateway.audit_log) or --audit-log URL")
-    from kvfence.gateway.policy_loader import load_policy
+    from kvfence.gateway.policy.loader import load_policy
     from kvfence.gateway.runtime import _resolve_sqlite
 
     return _resolve_sqlite(load_policy(config).gateway.audit_log, config.parent)
@@ -329,7 +329,7 @@ def log_command(config: Path | None, audit_log: str | None, tenant: str | None, 
                 data_class: str | None, backend: str | None, outcome: str | None, request_id: str | None,
                 since: str | None, limit: int, as_json: bool) -> None:
     """Query the audit log of decisions (newest first); it holds no prompt text."""
-    from kvfence.gateway.audit_log import open_audit_log
+    from kvfence.gateway.records.audit_log import open_audit_log
 
     url = audit_url_for(config, audit_log)
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from kvfence.gateway.errors import GatewayRequestError
-from kvfence.gateway.policy import BackendConfig, Policy
-from kvfence.gateway.tenants import GatewayTenant
+from kvfence.gateway.policy.schema import BackendConfig, Policy
+from kvfence.gateway.policy.tenants import GatewayTenant
 
 __all__ = [
     "HookFactory",

@@ -19,10 +19,11 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from kvfence.gateway import timing_probe
-from kvfence.gateway.answer import OwnedStream, json_error, stream_response, whole_response
-from kvfence.gateway.cache_salt import apply_cache_salt, tenant_cache_salt
-from kvfence.gateway.caps import CapResult, enforce_cap
+from kvfence.gateway.admission.caps import CapResult, enforce_cap
+from kvfence.gateway.admission.limits import LimitLease
+from kvfence.gateway.admission.request_shape import check_request_shape
+from kvfence.gateway.admission.usage import StreamUsage, completion_reservation, wants_usage_injection
+from kvfence.gateway.answer.relay import OwnedStream, json_error, stream_response, whole_response
 from kvfence.gateway.errors import (
     DetectorFailure,
     GatewayError,
@@ -32,16 +33,15 @@ from kvfence.gateway.errors import (
     PromptTooLongError,
     UpstreamUnavailable,
 )
-from kvfence.gateway.hang_up import CLIENT_GONE_STATUS, HangUpWatch
 from kvfence.gateway.hooks import RequestContext
-from kvfence.gateway.limits import LimitLease
-from kvfence.gateway.plans import UpstreamPlan, parse_forwardable, with_cache_salt
-from kvfence.gateway.request_shape import check_request_shape
-from kvfence.gateway.routing import requested_classes
+from kvfence.gateway.policy.plans import UpstreamPlan, parse_forwardable, with_cache_salt
+from kvfence.gateway.records.trace import RequestTrace
+from kvfence.gateway.routing.cache_salt import apply_cache_salt, tenant_cache_salt
+from kvfence.gateway.routing.classes import requested_classes
 from kvfence.gateway.runtime import BackendState, GatewayRuntime
-from kvfence.gateway.trace import RequestTrace
-from kvfence.gateway.upstream import UpstreamClient, UpstreamResponse
-from kvfence.gateway.usage import StreamUsage, completion_reservation, wants_usage_injection
+from kvfence.gateway.transport import timing_probe
+from kvfence.gateway.transport.hang_up import CLIENT_GONE_STATUS, HangUpWatch
+from kvfence.gateway.transport.upstream import UpstreamClient, UpstreamResponse
 
 __all__ = ["handle_completion"]
 

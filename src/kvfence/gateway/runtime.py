@@ -19,24 +19,24 @@ from typing import Any
 
 import httpx
 
-from kvfence.engine.scope import CacheScope
 from kvfence.errors import ConfigError
-from kvfence.gateway.accounts import UpstreamAccounts
-from kvfence.gateway.audit_log import AuditLog
-from kvfence.gateway.cache_salt import tenant_cache_salt
-from kvfence.gateway.capacity import CapacityInfo, discover_capacity
+from kvfence.gateway.admission.capacity import CapacityInfo, discover_capacity
+from kvfence.gateway.admission.limits import Limiter, TenantLimiter
+from kvfence.gateway.admission.limits_redis import RedisTenantLimiter
+from kvfence.gateway.admission.tokens import TokenCounter, load_counter
 from kvfence.gateway.hooks import RequestHook
-from kvfence.gateway.limits import Limiter, TenantLimiter
-from kvfence.gateway.limits_redis import RedisTenantLimiter
-from kvfence.gateway.metrics import GatewayMetrics
-from kvfence.gateway.plans import PlanCache, UpstreamPlan
-from kvfence.gateway.policy import BackendConfig, DataClassConfig, Policy
-from kvfence.gateway.quiet_time import QuietTime
-from kvfence.gateway.routing import BackendView, RouteDecision, choose_backends, salt_scope
-from kvfence.gateway.tenants import GatewayTenant, TenantRegistry
-from kvfence.gateway.tokens import TokenCounter, load_counter
-from kvfence.gateway.upstream import UpstreamClient, make_upstream_client
-from kvfence.gateway.worker_metrics import PeerMetricsServer, WorkerInfo
+from kvfence.gateway.policy.accounts import UpstreamAccounts
+from kvfence.gateway.policy.plans import PlanCache, UpstreamPlan
+from kvfence.gateway.policy.schema import BackendConfig, DataClassConfig, Policy
+from kvfence.gateway.policy.tenants import GatewayTenant, TenantRegistry
+from kvfence.gateway.records.audit_log import AuditLog
+from kvfence.gateway.records.metrics import GatewayMetrics
+from kvfence.gateway.routing.cache_salt import tenant_cache_salt
+from kvfence.gateway.routing.classes import BackendView, RouteDecision, choose_backends, salt_scope
+from kvfence.gateway.transport.quiet_time import QuietTime
+from kvfence.gateway.transport.upstream import UpstreamClient, make_upstream_client
+from kvfence.gateway.workers.metrics import PeerMetricsServer, WorkerInfo
+from kvfence.scope import CacheScope
 
 __all__ = ["BackendState", "GatewayRuntime", "load_hooks"]
 

@@ -21,16 +21,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from kvfence.engine.generation_defaults import sampling_defaults_for
+from kvfence.engine.sampling.generation_defaults import sampling_defaults_for
 from kvfence.server.api_errors import APIError
 from kvfence.server.async_engine import AsyncEngine
-from kvfence.server.auth import AuthMiddleware
+from kvfence.server.auth.keys import KeyRing
+from kvfence.server.auth.middleware import AuthMiddleware
 from kvfence.server.config import ServerConfig
-from kvfence.server.keys import KeyRing
 from kvfence.server.metrics import ServerMetrics
-from kvfence.server.prepare import LoadedModel
-from kvfence.server.serving import OpenAIServing
-from kvfence.server.tokenize import detokenize, tokenize
+from kvfence.server.openai.prepare import LoadedModel
+from kvfence.server.openai.serving import OpenAIServing
+from kvfence.server.openai.tokenize import detokenize, tokenize
 
 __all__ = ["PUBLIC_PATHS", "create_app", "describe_startup"]
 

@@ -30,7 +30,7 @@ _STATS_INTERVAL_S = 0.05
 
 
 class EngineProtocol(Protocol):
-    """What the server needs from ``kvfence.engine.llm_engine.LLMEngine``."""
+    """What the server needs from ``kvfence.engine.core.llm_engine.LLMEngine``."""
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: Any, scope_key: bytes) -> None: ...
     def step(self) -> list[Any]: ...

@@ -10,11 +10,11 @@ import click
 
 from kvfence.engine.cli_options import engine_config as build_engine_config
 from kvfence.engine.cli_options import engine_options, generation_config_option, parse_size
-from kvfence.engine.model_path import resolve_model_dir
-from kvfence.engine.scope import CacheScope
+from kvfence.engine.runner.model_path import resolve_model_dir
 from kvfence.errors import ConfigError
+from kvfence.scope import CacheScope
+from kvfence.server.auth.keys import add_key, load_keys, write_keys
 from kvfence.server.config import ServerConfig
-from kvfence.server.keys import add_key, load_keys, write_keys
 
 __all__ = ["keys", "parse_size", "serve"]
 

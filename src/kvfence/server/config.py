@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvfence.engine.generation_defaults import check_generation_config
-from kvfence.engine.scope import CacheScope
+from kvfence.engine.sampling.generation_defaults import check_generation_config
 from kvfence.errors import ConfigError
+from kvfence.scope import CacheScope
 
 __all__ = ["ServerConfig"]
 
@@ -17,7 +17,7 @@ class ServerConfig:
     """Everything about the HTTP side; the engine has its own ``EngineConfig``.
 
     ``keys_path=None`` means ``--no-auth``: every caller is one local tenant. ``metrics_key_path``
-    locks ``/metrics`` behind its own bearer token (see :mod:`kvfence.server.metrics_access`).
+    locks ``/metrics`` behind its own bearer token (see :mod:`kvfence.server.auth.metrics_access`).
     """
 
     host: str = "127.0.0.1"

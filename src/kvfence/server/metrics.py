@@ -5,7 +5,7 @@ non-reversible scope id (never the scope key itself: keys do not belong in dashb
 the organisation the scope belongs to, so an operator can see that hits stay inside organisations
 (I1, I6). Those labels tell who uses the server and how much, so callers without the metrics key
 read :meth:`ServerMetrics.render` ``per_tenant=False``: every series summed over them
-(see :mod:`kvfence.server.metrics_access`).
+(see :mod:`kvfence.server.auth.metrics_access`).
 """
 
 from __future__ import annotations

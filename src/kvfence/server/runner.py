@@ -10,9 +10,9 @@ import uvicorn
 from kvfence.errors import KvfenceError
 from kvfence.listen import bind_listening_socket
 from kvfence.server.app import create_app
+from kvfence.server.auth.keys import KeyRing
+from kvfence.server.auth.secret import load_server_secret
 from kvfence.server.config import ServerConfig
-from kvfence.server.keys import KeyRing
-from kvfence.server.secret import load_server_secret
 
 __all__ = ["run_server"]
 
@@ -41,7 +41,7 @@ def run_server(config: ServerConfig, engine_config: Any, *, log_level: str = "in
             from kvfence.disagg.engine import DisaggregatedEngine
 
             return DisaggregatedEngine(disagg_config)
-        from kvfence.engine.llm_engine import LLMEngine
+        from kvfence.engine.core.llm_engine import LLMEngine
 
         return LLMEngine(engine_config)
 

@@ -11,15 +11,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kvfence.gateway.policy import Policy
+from kvfence.gateway.policy.schema import Policy
 from kvfence.gateway.protection.config import parse_protection_config
-from kvfence.gateway.protection.detector import Detector
-from kvfence.gateway.protection.findings import Category, Finding
+from kvfence.gateway.protection.detect.detector import Detector
+from kvfence.gateway.protection.detect.findings import Category, Finding
+from kvfence.gateway.protection.detect.recognizers.pii import PII_RULES, PRIVATE_IP_RULES
+from kvfence.gateway.protection.detect.recognizers.secrets import SECRET_RULES
+from kvfence.gateway.protection.detect.scanner import Rule, RuleSet
 from kvfence.gateway.protection.hook import ProtectionHook
 from kvfence.gateway.protection.metrics import ProtectionMetrics
-from kvfence.gateway.protection.pii_rules import PII_RULES, PRIVATE_IP_RULES
-from kvfence.gateway.protection.rules import Rule, RuleSet
-from kvfence.gateway.protection.secret_rules import SECRET_RULES
 
 CODENAME = Rule("test_codename", "PERSON", Category.PII, re.compile(r"(?<=⟦)[^⟦⟧]{1,300}(?=⟧)"), score=0.9)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvfence.gateway.protection.detector import build_detector
+from kvfence.gateway.protection.detect.detector import build_detector
 
 DETECTOR = build_detector(use_presidio=False)
 

@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from kvfence.gateway.answer_filter import AnswerFilter, FilterChain
+from kvfence.gateway.answer.filter import AnswerFilter, FilterChain
 from kvfence.gateway.errors import LeakSuspected
 from kvfence.gateway.protection.hook import ProtectionHook
-from kvfence.gateway.protection.token_restore import TokenRestorer
+from kvfence.gateway.protection.pseudonymise.token_restore import TokenRestorer
 from tests.gateway.protection.test_hook import chat, ctx, make_hook, make_policy, run
 from tests.gateway.protection.test_tool_arguments_restore import EMAIL, HOSTILE, PHONE, request
 

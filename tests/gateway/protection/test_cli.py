@@ -6,8 +6,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from kvfence.gateway.audit_log import open_audit_log
 from kvfence.gateway.cli import gateway
+from kvfence.gateway.records.audit_log import open_audit_log
 
 
 def test_list_and_notice(tmp_path: Path) -> None:

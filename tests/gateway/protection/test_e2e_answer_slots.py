@@ -24,7 +24,7 @@ from typing import Any
 import openai
 import pytest
 
-from kvfence.gateway.tenants import hash_api_key
+from kvfence.gateway.policy.tenants import hash_api_key
 from tests.gateway.conftest import Gateway
 from tests.gateway.protection.test_e2e_protection import LeakyBackend
 from tests.gateway.protection.test_e2e_tool_calls import KEY, MESSAGE, VALUE

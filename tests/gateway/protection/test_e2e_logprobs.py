@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from kvfence.gateway.tenants import hash_api_key
+from kvfence.gateway.policy.tenants import hash_api_key
 from tests.gateway.conftest import Gateway
 from tests.gateway.protection.test_e2e_protection import LeakyBackend
 

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from kvfence.gateway.cli import gateway as gateway_cli
-from kvfence.gateway.tenants import hash_api_key
+from kvfence.gateway.policy.tenants import hash_api_key
 from tests.gateway.conftest import Gateway, Process
 from tests.netutil import free_port
 

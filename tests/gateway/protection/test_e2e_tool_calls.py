@@ -41,7 +41,7 @@ def backend() -> Iterator[LeakyBackend]:
 @pytest.fixture(scope="module", params=["uvicorn", "lean"])
 def gw(backend: LeakyBackend, tmp_path_factory: pytest.TempPathFactory,
        request: pytest.FixtureRequest) -> Iterator[Gateway]:
-    from kvfence.gateway.tenants import hash_api_key
+    from kvfence.gateway.policy.tenants import hash_api_key
 
     tmp = tmp_path_factory.mktemp("tools-gw")
     policy = {

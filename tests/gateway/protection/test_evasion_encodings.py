@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from kvfence.gateway.protection.detector import build_detector
-from kvfence.gateway.protection.encoded import MAX_DECODED_CHARS, decoded_runs
-from kvfence.gateway.protection.normalise import fold
-from kvfence.gateway.protection.topics import detect_topics
+from kvfence.gateway.protection.detect.detector import build_detector
+from kvfence.gateway.protection.detect.encoded import MAX_DECODED_CHARS, decoded_runs
+from kvfence.gateway.protection.detect.normalise import fold
+from kvfence.gateway.protection.detect.topics import detect_topics
 from tests.gateway.protection.test_hook import answer_through, ctx, make_hook, make_policy, run
 
 DETECTOR = build_detector(use_presidio=False)
@@ -295,8 +295,8 @@ def test_a_key_split_after_a_long_text_and_over_short_ones_is_removed() -> None:
 
 
 def test_the_boundary_scan_of_many_short_messages_is_one_pass() -> None:
+    from kvfence.gateway.protection.detect.split_values import split_findings
     from kvfence.gateway.protection.messages import text_slots
-    from kvfence.gateway.protection.split_values import split_findings
 
     calls: list[int] = []
 

@@ -12,10 +12,10 @@ import pytest
 from kvfence.errors import ConfigError
 from kvfence.gateway.errors import DetectorFailure, GatewayRequestError, LeakSuspected, RequestBlocked
 from kvfence.gateway.hooks import RequestContext
-from kvfence.gateway.policy import Policy
+from kvfence.gateway.policy.schema import Policy
+from kvfence.gateway.policy.tenants import GatewayTenant
 from kvfence.gateway.protection import build_hooks
 from kvfence.gateway.protection.hook import ProtectionHook
-from kvfence.gateway.tenants import GatewayTenant
 
 CLASSES = ("public", "internal", "restricted")
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvfence.gateway.protection.fingerprint import Fingerprinter, words
-from kvfence.gateway.protection.leak import MODEL_OWNER, CanaryBook, LeakMonitor
-from kvfence.gateway.protection.leak_index import InMemoryIndex, RedisIndex
+from kvfence.gateway.protection.leak.fingerprint import Fingerprinter, words
+from kvfence.gateway.protection.leak.index import InMemoryIndex, RedisIndex
+from kvfence.gateway.protection.leak.scan import MODEL_OWNER, CanaryBook, LeakMonitor
 
 KEY = b"test-key-0123456789abcdef"
 

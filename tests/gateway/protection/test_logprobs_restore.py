@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from kvfence.gateway.answer_filter import AnswerFilter, FilterChain
-from kvfence.gateway.protection.token_restore import TokenRestorer
+from kvfence.gateway.answer.filter import AnswerFilter, FilterChain
+from kvfence.gateway.protection.pseudonymise.token_restore import TokenRestorer
 from tests.gateway.protection.test_hook import chat, ctx, make_hook, make_policy, run
 
 EMAIL = "ann@acme.io"

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from kvfence.gateway.protection.detector import build_detector
-from kvfence.gateway.protection.dob_rules import plausible_birth_date
-from kvfence.gateway.protection.id_checks import de_tax_id_ok, fr_nir_ok
-from kvfence.gateway.protection.phone_checks import nanp_ok
+from kvfence.gateway.protection.detect.detector import build_detector
+from kvfence.gateway.protection.detect.recognizers.dob import plausible_birth_date
+from kvfence.gateway.protection.detect.recognizers.id_checks import de_tax_id_ok, fr_nir_ok
+from kvfence.gateway.protection.detect.recognizers.phone_checks import nanp_ok
 
 DEFAULT = build_detector(use_presidio=False)
 WITH_PRIVATE_IPS = build_detector(use_presidio=False, private_ips=True)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kvfence.gateway.protection.detector import build_detector
-from kvfence.gateway.protection.presidio_engine import _import_presidio
+from kvfence.gateway.protection.detect.detector import build_detector
+from kvfence.gateway.protection.detect.presidio_engine import _import_presidio
 
 
 def test_names_from_a_local_spacy_pipeline(tmp_path: Path) -> None:

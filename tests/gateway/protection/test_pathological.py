@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from kvfence.gateway.protection.detector import build_detector
-from kvfence.gateway.protection.pii_rules import PII_RULES
-from kvfence.gateway.protection.secret_rules import SECRET_RULES
+from kvfence.gateway.protection.detect.detector import build_detector
+from kvfence.gateway.protection.detect.recognizers.pii import PII_RULES
+from kvfence.gateway.protection.detect.recognizers.secrets import SECRET_RULES
 
 DETECTOR = build_detector(use_presidio=False)
 SIZE = 30_000

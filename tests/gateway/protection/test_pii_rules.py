@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvfence.gateway.protection import validators as v
-from kvfence.gateway.protection.pii_rules import PII_RULES
-from kvfence.gateway.protection.rules import RuleSet
+from kvfence.gateway.protection.detect.recognizers import validators as v
+from kvfence.gateway.protection.detect.recognizers.pii import PII_RULES
+from kvfence.gateway.protection.detect.scanner import RuleSet
 
 RULES = RuleSet(PII_RULES)
 

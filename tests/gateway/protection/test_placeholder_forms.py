@@ -15,8 +15,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvfence.gateway.protection.placeholder_forms import PlaceholderForms, json_escape, written_placeholders
-from kvfence.gateway.protection.streaming import StreamRestorer
+from kvfence.gateway.protection.pseudonymise.forms import PlaceholderForms, json_escape, written_placeholders
+from kvfence.gateway.protection.pseudonymise.streaming import StreamRestorer
 
 PLACEHOLDERS = ["<EMAIL_1>", "<EMAIL_12>", "<PHONE_1>", "<PERSON_3>", "<IBAN_1>", "<POSTAL_ADDRESS_2>"]
 VALUE_PIECES = ['"', "\\", "\n", "\t", "\x00", "\x1f", "é", "\u2028", "😀", "<", ">", "&", "u003c", " ",

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvfence.gateway.protection.detector import build_detector
-from kvfence.gateway.protection.findings import Category, Finding
-from kvfence.gateway.protection.pseudonymise import PLACEHOLDER, Pseudonymiser
-from kvfence.gateway.protection.streaming import StreamRestorer
+from kvfence.gateway.protection.detect.detector import build_detector
+from kvfence.gateway.protection.detect.findings import Category, Finding
+from kvfence.gateway.protection.pseudonymise.placeholders import PLACEHOLDER, Pseudonymiser
+from kvfence.gateway.protection.pseudonymise.streaming import StreamRestorer
 
 DETECTOR = build_detector(use_presidio=False)
 

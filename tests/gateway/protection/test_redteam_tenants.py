@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from kvfence.gateway.protection.detector import build_detector
+from kvfence.gateway.protection.detect.detector import build_detector
 from tests.gateway.protection.test_hook import answer_through, ctx, make_hook, make_policy, run
 
 DETECTOR = build_detector(use_presidio=False)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvfence.gateway.protection.findings import Category
-from kvfence.gateway.protection.rules import RuleSet
-from kvfence.gateway.protection.secret_rules import SECRET_RULES, is_placeholder_value
+from kvfence.gateway.protection.detect.findings import Category
+from kvfence.gateway.protection.detect.recognizers.secrets import SECRET_RULES, is_placeholder_value
+from kvfence.gateway.protection.detect.scanner import RuleSet
 
 RULES = {rule.name: rule for rule in SECRET_RULES}
 

@@ -16,10 +16,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvfence.gateway.protection.placeholder_forms import PlaceholderForms
-from kvfence.gateway.protection.slot_syntax import SlotKind, SlotWriter
-from kvfence.gateway.protection.streaming import StreamRestorer
-from kvfence.gateway.protection.token_restore import TokenRestorer
+from kvfence.gateway.protection.pseudonymise.forms import PlaceholderForms
+from kvfence.gateway.protection.pseudonymise.slot_syntax import SlotKind, SlotWriter
+from kvfence.gateway.protection.pseudonymise.streaming import StreamRestorer
+from kvfence.gateway.protection.pseudonymise.token_restore import TokenRestorer
 from tests.gateway.protection.test_placeholder_forms import cuts, documents, put_values, stream, tables, texts
 
 

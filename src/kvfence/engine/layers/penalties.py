@@ -16,7 +16,7 @@ from typing import Protocol
 
 import torch
 
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sampling.sampling_params import SamplingParams
 
 __all__ = ["PenaltyRow", "apply_logit_bias", "apply_penalties", "padded_ids"]
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from kvfence.engine.kernels import try_rope_
-from kvfence.engine.scope import is_unshared
+from kvfence.scope import is_unshared
 
 __all__ = ["RotaryEmbedding", "rope_inverse_frequencies", "rope_length_threshold", "rope_lengths", "rope_scope_key"]
 

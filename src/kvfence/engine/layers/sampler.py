@@ -14,7 +14,7 @@ import torch
 
 from kvfence.engine.kernels import argmax_rows
 from kvfence.engine.layers.penalties import apply_logit_bias, apply_penalties
-from kvfence.engine.sampling_params import SamplingParams
+from kvfence.engine.sampling.sampling_params import SamplingParams
 
 __all__ = ["SampleRow", "SampledToken", "inverse_cdf_draw", "sample"]
 

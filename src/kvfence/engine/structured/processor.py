@@ -4,7 +4,7 @@ The engine calls it with the tokens generated so far and the logits row; it retu
 every disallowed token at ``-inf``. EOS is allowed only where the grammar accepts the text so far,
 and once the grammar can take nothing more, EOS is the only token left, so a completed answer stops.
 
-It is a function of its arguments, as :class:`~kvfence.engine.sampling_params.LogitsProcessor`
+It is a function of its arguments, as :class:`~kvfence.engine.sampling.sampling_params.LogitsProcessor`
 asks: the matcher state of a sequence is looked up by its generated tokens. States live in a small
 least-recently-used table keyed by the token prefix; a call extends the state of the longest known
 prefix (advancing it in place when it is a strict prefix, the usual step), or copies and rolls back

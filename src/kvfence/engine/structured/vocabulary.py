@@ -37,7 +37,7 @@ _cache: weakref.WeakKeyDictionary[Any, Vocabulary] = weakref.WeakKeyDictionary()
 
 
 def vocabulary_of(tokenizer: Any) -> Vocabulary:
-    """The vocabulary of a :class:`kvfence.engine.tokenizer.Tokenizer` (cached while it lives).
+    """The vocabulary of a :class:`kvfence.engine.text.tokenizer.Tokenizer` (cached while it lives).
 
     Raises :class:`InvalidParameterError` when the tokenizer's tokens cannot be read as bytes.
     """

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from kvfence.errors import ConfigError
 
 if TYPE_CHECKING:
-    from kvfence.gateway.policy import Policy
+    from kvfence.gateway.policy.schema import Policy
     from kvfence.gateway.protection.hook import ProtectionHook
 
 __all__ = ["build_hooks", "build_protection_hook"]
@@ -45,11 +45,11 @@ def _secret_key(policy: Policy, needs_shared: bool) -> bytes:
 def build_protection_hook(policy: Policy, *, incidents: Any, registry: Any = None) -> ProtectionHook | None:
     """The protection hook for ``policy`` (``None`` when protection is disabled)."""
     from kvfence.gateway.protection.config import parse_protection_config
-    from kvfence.gateway.protection.detector import build_detector
-    from kvfence.gateway.protection.fingerprint import Fingerprinter
+    from kvfence.gateway.protection.detect.detector import build_detector
     from kvfence.gateway.protection.hook import ProtectionHook, tenant_unit_of
-    from kvfence.gateway.protection.leak import CanaryBook, LeakMonitor
-    from kvfence.gateway.protection.leak_index import FingerprintIndex, InMemoryIndex, RedisIndex
+    from kvfence.gateway.protection.leak.fingerprint import Fingerprinter
+    from kvfence.gateway.protection.leak.index import FingerprintIndex, InMemoryIndex, RedisIndex
+    from kvfence.gateway.protection.leak.scan import CanaryBook, LeakMonitor
     from kvfence.gateway.protection.metrics import ProtectionMetrics
 
     config = parse_protection_config(policy.gateway.protection)

@@ -11,14 +11,14 @@ from typing import Any
 
 import click
 
-from kvfence.gateway.protection.notice import draft_notice, incident_summary
+from kvfence.gateway.protection.leak.notice import draft_notice, incident_summary
 
 __all__ = ["incidents", "register"]
 
 
 def _open_log(config: Path | None, audit_log: str | None) -> Any:
-    from kvfence.gateway.audit_log import open_audit_log
     from kvfence.gateway.cli import _audit_url
+    from kvfence.gateway.records.audit_log import open_audit_log
 
     return open_audit_log(_audit_url(config, audit_log))
 

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kvfence.errors import ConfigError
-from kvfence.gateway.protection.findings import Category
+from kvfence.gateway.protection.detect.findings import Category
 
 __all__ = ["Action", "ClassProtection", "LeakConfig", "ProtectionConfig", "parse_class_protection",
            "parse_protection_config"]

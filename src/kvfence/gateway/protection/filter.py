@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 from kvfence.gateway.errors import DetectorFailure, LeakSuspected
 from kvfence.gateway.hooks import RequestContext
-from kvfence.gateway.protection.leak import AnswerScanner, LeakEvidence
-from kvfence.gateway.protection.slot_syntax import SlotKind
-from kvfence.gateway.protection.streaming import StreamRestorer
-from kvfence.gateway.protection.token_restore import TokenRestorer
+from kvfence.gateway.protection.leak.scan import AnswerScanner, LeakEvidence
+from kvfence.gateway.protection.pseudonymise.slot_syntax import SlotKind
+from kvfence.gateway.protection.pseudonymise.streaming import StreamRestorer
+from kvfence.gateway.protection.pseudonymise.token_restore import TokenRestorer
 
 if TYPE_CHECKING:
     from kvfence.gateway.protection.hook import ProtectionHook
@@ -69,14 +69,14 @@ class ProtectionFilter:
     def restore_into_json_string(self) -> None:
         """This filter's slot is the text of a JSON string (tool-call ``function.arguments``): restored
         values are JSON-escaped, so they can neither break the JSON nor change its structure. Called by
-        :class:`~kvfence.gateway.answer_filter.AnswerFilter` before the first ``feed``."""
+        :class:`~kvfence.gateway.answer.filter.AnswerFilter` before the first ``feed``."""
         self._restorer.kind = SlotKind.JSON_STRING
 
     def restore_into_content(self) -> None:
         """This filter's slot is the answer's ``content`` (completions ``text``): when the request asked
         for a JSON document (``response_format`` ``json_object`` / ``json_schema``), a value restored
         inside one of its strings is JSON-escaped and text outside strings is left as written
-        (:mod:`.slot_syntax`). Called by :class:`~kvfence.gateway.answer_filter.AnswerFilter` before the
+        (:mod:`.slot_syntax`). Called by :class:`~kvfence.gateway.answer.filter.AnswerFilter` before the
         first ``feed``."""
         if self._state.json_answer:
             self._restorer.kind = SlotKind.JSON_DOCUMENT

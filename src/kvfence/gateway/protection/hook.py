@@ -21,26 +21,26 @@ from typing import Any
 from kvfence.errors import ConfigError
 from kvfence.gateway.errors import DetectorFailure, LeakSuspected, RequestBlocked
 from kvfence.gateway.hooks import RequestContext, new_incident_id
-from kvfence.gateway.policy import Policy
+from kvfence.gateway.policy.schema import Policy
 from kvfence.gateway.protection.config import (
     Action,
     ClassProtection,
     ProtectionConfig,
     parse_class_protection,
 )
-from kvfence.gateway.protection.detector import Detector
+from kvfence.gateway.protection.detect.detector import Detector
+from kvfence.gateway.protection.detect.recognizers.pii import PII_ENTITIES, RESTRICTED_PII
+from kvfence.gateway.protection.detect.recognizers.secrets import SECRET_ENTITIES
+from kvfence.gateway.protection.detect.split_values import merge_split, split_findings
+from kvfence.gateway.protection.detect.topics import TOPICS, detect_topics
 from kvfence.gateway.protection.filter import ProtectionFilter, RequestState
-from kvfence.gateway.protection.leak import LeakEvidence, LeakMonitor
-from kvfence.gateway.protection.leak_index import InMemoryIndex
+from kvfence.gateway.protection.leak.index import InMemoryIndex
+from kvfence.gateway.protection.leak.scan import LeakEvidence, LeakMonitor
 from kvfence.gateway.protection.messages import set_texts, text_slots
 from kvfence.gateway.protection.metrics import ProtectionMetrics
-from kvfence.gateway.protection.pii_rules import PII_ENTITIES, RESTRICTED_PII
 from kvfence.gateway.protection.policy_checks import protection_policy_problems
-from kvfence.gateway.protection.pseudonymise import Pseudonymiser
-from kvfence.gateway.protection.secret_rules import SECRET_ENTITIES
-from kvfence.gateway.protection.slot_syntax import json_answer_requested
-from kvfence.gateway.protection.split_values import merge_split, split_findings
-from kvfence.gateway.protection.topics import TOPICS, detect_topics
+from kvfence.gateway.protection.pseudonymise.placeholders import Pseudonymiser
+from kvfence.gateway.protection.pseudonymise.slot_syntax import json_answer_requested
 
 __all__ = ["ProtectionHook", "tenant_unit", "tenant_unit_of"]
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvfence.gateway.protection.config import ClassProtection, ProtectionConfig
-from kvfence.gateway.protection.pii_rules import PII_ENTITIES, PII_RULES
-from kvfence.gateway.protection.secret_rules import SECRET_ENTITIES, SECRET_RULES
-from kvfence.gateway.protection.topics import TOPICS
+from kvfence.gateway.protection.detect.recognizers.pii import PII_ENTITIES, PII_RULES
+from kvfence.gateway.protection.detect.recognizers.secrets import SECRET_ENTITIES, SECRET_RULES
+from kvfence.gateway.protection.detect.topics import TOPICS
 
 if TYPE_CHECKING:
-    from kvfence.gateway.policy import Policy
+    from kvfence.gateway.policy.schema import Policy
 
 __all__ = ["KNOWN_ENTITIES", "KNOWN_RULES", "MIN_CANARY_CHARS", "protection_policy_problems"]
 

@@ -1,0 +1,242 @@
+"""Runs the model over the paged KV pool: batch preparation, scrubbing (I2) and the forward pass."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import torch
+
+from kvfence.engine.config import ModelConfig
+from kvfence.engine.core.scheduler import ScheduledSeq
+from kvfence.engine.kernels import calibrate_linear, gemv_kernel_in_use, kernel_status, tiled_kernel_in_use
+from kvfence.engine.kernels.huge_pages import huge_page_zeros
+from kvfence.engine.kernels.ops import CALIBRATION_ROWS
+from kvfence.engine.layers.attention import AttentionMetadata, PrefillChunk
+from kvfence.engine.layers.rotary import rope_lengths
+from kvfence.engine.layers.window_masks import decode_visibility, prefill_mask, window_binds
+from kvfence.engine.models.llama import FusedLinear
+from kvfence.engine.runner.loader import load_model
+from kvfence.engine.sampling.prompt_logprobs import PromptScores, positions_to_score, score_positions
+from kvfence.errors import ConfigError
+
+__all__ = ["ModelRunner", "resolve_device", "torch_dtype"]
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return _DTYPES[name]
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device for ``auto``, ``cpu`` or ``cuda[:N]``; a CUDA device this machine lacks is a ConfigError."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {name!r}") from exc
+    if device.type == "cuda":
+        # Checked here so that the user reads what to change, not torch's lazy-init traceback.
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--device {name}: no CUDA device is available here (use --device cpu or auto)")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"--device {name}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+    return device
+
+
+class ModelRunner:
+    """Owns the weights and the KV pool: ``[layers, K|V, num_pages + 1, page_size, kv_heads, head_dim]``.
+
+    The pool's dtype is ``kv_dtype`` (default: the model's ``dtype``); a narrower one stores K/V rounded.
+
+    The extra last page is the *null page*: never handed out, never written, always zero. Padding
+    of a batch reads it instead of anybody's page.
+    """
+
+    def __init__(
+        self,
+        model_dir: Path,
+        cfg: ModelConfig,
+        *,
+        max_len: int,
+        num_pages: int,
+        page_size: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        kv_dtype: torch.dtype | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.device = device
+        self.dtype = dtype
+        self.page_size = page_size
+        self.num_pages = num_pages
+        self.model = load_model(model_dir, cfg, max_len=max_len, dtype=dtype, device=device)
+        if device.type == "cpu" and dtype == torch.float32 and kernel_status().enabled:  # built once per machine
+            timings = calibrate_linear([m.weight for m in self.model.modules() if isinstance(m, FusedLinear)])
+            if timings is not None:
+                log.info(
+                    "decode products, 1 row: torch %.2f ms, kvfence kernel %.2f ms -> %s; %d rows: torch %.2f ms, "
+                    "kernel %.2f ms -> %s",
+                    timings.torch_gemv_s * 1e3, timings.kernel_gemv_s * 1e3,
+                    "kernel" if gemv_kernel_in_use() else "torch", CALIBRATION_ROWS,
+                    timings.torch_tiled_s * 1e3, timings.kernel_tiled_s * 1e3,
+                    "kernel" if tiled_kernel_in_use() else "torch",
+                )
+        self.kv_pool = huge_page_zeros(  # decode attention streams it: 2 MiB pages where possible
+            (cfg.num_hidden_layers, 2, num_pages + 1, page_size, cfg.num_key_value_heads, cfg.head_dim),
+            kv_dtype or dtype, device,
+        )
+        flat = self.kv_pool.view(cfg.num_hidden_layers, 2, -1, cfg.num_key_value_heads, cfg.head_dim)
+        self.kv_caches = [(flat[i, 0], flat[i, 1]) for i in range(cfg.num_hidden_layers)]
+        self.null_page = num_pages
+        self.null_slot = num_pages * page_size
+        self.scrubbed_pages = 0  # pages zero-filled so far (I2), and the time it took: the cost of isolation
+        self.scrub_seconds = 0.0
+
+    @property
+    def pool_bytes(self) -> int:
+        return self.kv_pool.numel() * self.kv_pool.element_size()
+
+    # ---- I2 ----------------------------------------------------------------------------------
+
+    def scrub(self, pages: list[int]) -> None:
+        """Zero-fill ``pages`` in every layer, K and V (invariant I2). Runs before the next forward."""
+        if not pages:
+            return
+        start = time.perf_counter()
+        by_page = self.kv_pool.view(self.kv_pool.shape[0] * 2, self.num_pages + 1, -1)  # [layers*2, pages, page]
+        if self.device.type == "cpu":
+            # One strided memset per run of consecutive pages: twice index_fill_'s speed on CPU.
+            for first, last in _runs(pages):
+                by_page[:, first : last + 1].zero_()
+        else:
+            by_page.index_fill_(1, torch.tensor(pages, dtype=torch.long, device=self.device), 0)  # one launch
+        self.scrubbed_pages += len(pages)
+        self.scrub_seconds += time.perf_counter() - start
+
+    def pages_are_zero(self, pages: list[int]) -> bool:
+        if not pages:
+            return True
+        index = torch.tensor(pages, dtype=torch.long, device=self.device)
+        return not bool(self.kv_pool.index_select(2, index).any())
+
+    # ---- forward -----------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def execute(
+        self, items: list[ScheduledSeq], prompt_scores: dict[str, PromptScores] | None = None
+    ) -> tuple[list[ScheduledSeq], torch.Tensor]:
+        """Run one mixed batch; return the items that sample and their float32 logits [N, vocab].
+
+        With ``prompt_scores`` given, the prompt positions of requests that ask for prompt
+        log-probabilities are scored too (see :mod:`kvfence.engine.sampling.prompt_logprobs`), keyed by request id.
+        """
+        decodes = [it for it in items if it.num_new_tokens == 1]
+        prefills = [it for it in items if it.num_new_tokens != 1]
+        ordered = decodes + prefills
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slot_mapping: list[int] = []
+        sample_index: list[int] = []
+        sampled: list[ScheduledSeq] = []
+        to_score: list[tuple[ScheduledSeq, int, range]] = []  # item, its first scored row, positions
+        ps = self.page_size
+        rope_lens: list[int] | None = [] if self.model.model.rotary.length_threshold is not None else None
+        for it in ordered:
+            table = it.seq.block_table
+            end = it.start + it.num_new_tokens
+            input_ids.extend(it.seq.token_ids[it.start : end])
+            positions.extend(range(it.start, end))
+            if rope_lens is not None:  # dynamic NTK / longrope: rotated for the sequence's length
+                rope_lens.extend(rope_lengths(it.seq.num_prompt_tokens, it.start, end))
+            slot_mapping.extend(table[p // ps] * ps + p % ps for p in range(it.start, end))
+            if prompt_scores is not None and (span := positions_to_score(it.seq, it.start, it.num_new_tokens)):
+                to_score.append((it, len(input_ids) - end + span.start, span))
+            if it.samples:
+                sample_index.append(len(input_ids) - 1)
+                sampled.append(it)
+        dev = self.device
+        slots = torch.tensor(slot_mapping, dtype=torch.long, device=dev)
+        window = self.cfg.sliding_window
+        meta = self._metadata(slots, decodes, prefills, window)
+        if self.cfg.full_attention_layers and any(window_binds(it.start + it.num_new_tokens, window) for it in ordered):
+            # a mixed model (Qwen2 layer_types) past its window: its full-attention layers see everything
+            full = self._metadata(slots, decodes, prefills, None)
+            meta.layer_overrides = dict.fromkeys(self.cfg.full_attention_layers, full)
+        hidden = self.model(
+            torch.tensor(input_ids, dtype=torch.long, device=dev),
+            torch.tensor(positions, dtype=torch.long, device=dev),
+            self.kv_caches,
+            meta,
+            None if rope_lens is None else torch.tensor(rope_lens, dtype=torch.long, device=dev),
+        )
+        if prompt_scores is not None:
+            for it, row, span in to_score:
+                targets = it.seq.token_ids[span.start + 1 : span.stop + 1]
+                prompt_scores[it.seq.request_id] = score_positions(
+                    self.model.compute_logits, hidden[row : row + len(span)], targets,
+                    it.seq.params.prompt_logprobs or 0, span.start + 1,
+                )
+        if not sampled:
+            return sampled, torch.empty(0, self.cfg.vocab_size, device=dev)
+        if len(sample_index) != hidden.shape[0]:
+            hidden = hidden[torch.tensor(sample_index, dtype=torch.long, device=dev)]
+        return sampled, self.model.compute_logits(hidden)
+
+    def _metadata(
+        self, slots: torch.Tensor, decodes: list[ScheduledSeq], prefills: list[ScheduledSeq], window: int | None
+    ) -> AttentionMetadata:
+        """The step's attention metadata for layers with this ``window`` (``None``: full attention)."""
+        meta = AttentionMetadata(slot_mapping=slots, num_decode_tokens=len(decodes))
+        if decodes:
+            meta.decode_slots, meta.decode_mask = self._decode_slots(decodes, window)
+        offset = len(decodes)
+        for it in prefills:
+            meta.prefills.append(self._prefill_chunk(it, offset, window))
+            offset += it.num_new_tokens
+        return meta
+
+    def _decode_slots(
+        self, decodes: list[ScheduledSeq], window: int | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ps, dev = self.page_size, self.device
+        lengths = [it.start + 1 for it in decodes]
+        max_len = max(lengths)
+        num_pages = -(-max_len // ps)
+        tables = [it.seq.block_table[:num_pages] for it in decodes]
+        padded = [t + [self.null_page] * (num_pages - len(t)) for t in tables]
+        pos = torch.arange(max_len, device=dev)
+        slots = torch.tensor(padded, dtype=torch.long, device=dev)[:, pos // ps] * ps + pos % ps  # [B, L]
+        visible = decode_visibility(torch.tensor(lengths, dtype=torch.long, device=dev), max_len, window)
+        if min(lengths) == max_len and bool(visible.all()):
+            return slots, None
+        slots = torch.where(visible, slots, self.null_slot)
+        return slots, visible[:, None, None, :]
+
+    def _prefill_chunk(self, it: ScheduledSeq, token_start: int, window: int | None) -> PrefillChunk:
+        ps, dev = self.page_size, self.device
+        n, start = it.num_new_tokens, it.start
+        context = start + n
+        context_slots = None
+        if start > 0:
+            table = torch.tensor(it.seq.block_table[: -(-context // ps)], dtype=torch.long, device=dev)
+            pos = torch.arange(context, device=dev)
+            context_slots = table[pos // ps] * ps + pos % ps
+        return PrefillChunk(token_start, token_start + n, context_slots, prefill_mask(start, context, window, dev))
+
+
+def _runs(pages: list[int]) -> list[tuple[int, int]]:
+    """Sorted runs of consecutive page ids, as ``(first, last)`` pairs."""
+    runs: list[tuple[int, int]] = []
+    for page in sorted(set(pages)):
+        if runs and page == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], page)
+        else:
+            runs.append((page, page))
+    return runs

@@ -1,0 +1,1 @@
+"""kvfence.engine.text."""

@@ -1,0 +1,1 @@
+"""kvfence.gateway.answer.relay."""

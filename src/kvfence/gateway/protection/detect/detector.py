@@ -1,0 +1,140 @@
+"""The detector the gateway runs on every message: personal data (Presidio) plus secrets.
+
+``Detector.scan`` is synchronous and pure CPU; :meth:`Detector.scan_texts` runs it off the event
+loop with a deadline, and turns any failure or timeout into :class:`DetectorFailure`, so that a
+request is never forwarded unscanned (fail closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Protocol
+
+from kvfence.gateway.errors import DetectorFailure
+from kvfence.gateway.protection.detect.concatenated import joined_literals
+from kvfence.gateway.protection.detect.encoded import decoded_runs
+from kvfence.gateway.protection.detect.findings import Finding, resolve_overlaps
+from kvfence.gateway.protection.detect.normalise import fold
+from kvfence.gateway.protection.detect.recognizers.pii import PII_RULES, PRIVATE_IP_RULES
+from kvfence.gateway.protection.detect.recognizers.secrets import SECRET_RULES
+from kvfence.gateway.protection.detect.scanner import RuleSet
+
+__all__ = ["Detector", "PiiEngine", "build_detector"]
+
+log = logging.getLogger("kvfence.gateway.protection")
+
+INLINE_SCAN_CHARS = 4096
+
+
+class PiiEngine(Protocol):
+    def detect(self, text: str) -> list[Finding]: ...
+
+
+class _RulesOnly:
+    """Personal data straight from the rule set, without Presidio (for benchmarks and comparisons)."""
+
+    def __init__(self, rules: RuleSet) -> None:
+        self._rules = rules
+
+    def detect(self, text: str) -> list[Finding]:
+        return self._rules.raw_findings(text)
+
+
+class Detector:
+    """Finds personal data and secrets in a text; findings do not overlap and are sorted."""
+
+    def __init__(self, pii: PiiEngine, secrets: RuleSet, *, timeout_s: float = 2.0, workers: int = 2) -> None:
+        self._pii = pii
+        self._secrets = secrets
+        self.timeout_s = timeout_s
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvfence-detect")
+
+    def scan(self, text: str) -> list[Finding]:
+        """Findings in ``text``, as spans of ``text`` itself. The detectors see it folded
+        (``normalise.py``: no zero-width or soft-hyphen characters; full-width forms, no-break spaces,
+        odd dashes, look-alike letters of other scripts and escapes such as ``\\u0040`` or ``%40``
+        made plain), so those disguises do not hide a value; each span is mapped back to the caller's
+        characters. A base64 or hex run that decodes to text (``encoded.py``), and string literals
+        joined by ``+`` and the like (``concatenated.py``), are scanned decoded / joined too, and a
+        finding there covers the whole run or expression (its ``value`` is what was decoded)."""
+        if not text:
+            return []
+        folded = fold(text, lookalikes=True, escapes=True)
+        plain = folded.text
+        found = self._pii.detect(plain) + self._secrets.raw_findings(plain)
+        for run in decoded_runs(plain) + joined_literals(plain):
+            # a value inside one literal of a concatenation is found in the text itself
+            # the placeholder stands for the decoded value: restored, the answer gets the e-mail
+            # itself (never quotes or operators that could break the JSON a tool call carries)
+            found.extend(replace(f, start=run.start, end=run.end, rule=f"{f.rule}:{run.encoding}",
+                                 value=run.decoded[f.start:f.end])
+                         for f in self._scan_folded(run.decoded)
+                         if not run.joints or any(f.start < joint < f.end for joint in run.joints))
+        found = resolve_overlaps(found)
+        if not folded.changed:
+            return found
+        return [replace(f, start=start, end=end) for f in found for start, end in (folded.span(f.start, f.end),)]
+
+    def _scan_folded(self, text: str) -> list[Finding]:
+        # a decoded run: folded like any text, never decoded again (no nesting, bounded cost)
+        plain = fold(text, lookalikes=True, escapes=True).text
+        return resolve_overlaps(self._pii.detect(plain) + self._secrets.raw_findings(plain))
+
+    def scan_all(self, texts: Sequence[str]) -> list[list[Finding]]:
+        return [self.scan(text) for text in texts]
+
+    async def scan_texts(self, texts: Sequence[str]) -> list[list[Finding]]:
+        """Scan off the event loop; an error or a timeout raises :class:`DetectorFailure` (fail closed).
+
+        Short requests are scanned inline: every rule is linear with bounded repetitions
+        (tests/gateway/protection/test_pathological.py), so a few kilobytes take well under a
+        millisecond, less than the hop to a worker thread would.
+        """
+        if sum(len(text) for text in texts) <= INLINE_SCAN_CHARS:
+            try:
+                return self.scan_all(texts)
+            except Exception as exc:
+                log.exception("data-protection detector failed; request refused")
+                raise DetectorFailure(
+                    "data-protection scan failed; the request was not forwarded (fail closed)") from exc
+        loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.wait_for(loop.run_in_executor(self._pool, self.scan_all, list(texts)),
+                                          timeout=self.timeout_s)
+        except TimeoutError:
+            log.error("data-protection detectors timed out after %.2fs; request refused", self.timeout_s)
+            raise DetectorFailure(
+                f"data-protection scan did not finish within {self.timeout_s:g}s; the request was not "
+                "forwarded (fail closed). Retry, or send a shorter prompt.") from None
+        except Exception as exc:
+            log.exception("data-protection detector failed; request refused")
+            raise DetectorFailure(
+                "data-protection scan failed; the request was not forwarded (fail closed)") from exc
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def build_detector(*, use_presidio: bool = True, ner_model: Path | None = None, cache_dir: Path | None = None,
+                   disabled: Sequence[str] = (), timeout_s: float = 2.0, score_threshold: float = 0.5,
+                   private_ips: bool = False) -> Detector:
+    """The default detector: Presidio with kvfence's PII rules, plus kvfence's secret rules.
+
+    ``private_ips``: also report addresses of private / loopback / documentation ranges as personal data.
+    """
+    off = frozenset(disabled) | (frozenset() if private_ips else frozenset(PRIVATE_IP_RULES))
+    pii_rules = [r for r in PII_RULES if r.name not in off and r.entity not in off]
+    pii: PiiEngine
+    if use_presidio:
+        from kvfence.gateway.protection.detect.presidio_engine import PresidioPiiDetector
+
+        pii = PresidioPiiDetector(pii_rules, ner_model=ner_model, cache_dir=cache_dir,
+                                  score_threshold=score_threshold)
+    else:
+        pii = _RulesOnly(RuleSet(pii_rules))
+    return Detector(pii, RuleSet(SECRET_RULES, off), timeout_s=timeout_s)

@@ -1,0 +1,59 @@
+"""Keyed fingerprints of word n-grams: what the leak index stores instead of prompt text.
+
+Text is split into lowercase word tokens (Unicode ``\\w+``); each run of ``n`` consecutive words is
+hashed with HMAC-SHA256 under the gateway's secret and truncated to 64 bits. Without the key a
+fingerprint cannot be tested against a guessed phrase, so the index (in memory or in Redis) holds
+nothing a reader could turn back into prompt text.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from collections.abc import Iterable
+
+from kvfence.gateway.protection.detect.normalise import fold
+
+__all__ = ["Fingerprinter", "words"]
+
+_WORD = re.compile(r"\w+")
+
+
+def words(text: str) -> list[str]:
+    """Lowercase word tokens of ``text``; punctuation, whitespace and markup are separators. The text
+    is folded first (``normalise.py``), so a zero-width character or a full-width letter inside a word
+    does not make another word of it, in a prompt or in an answer."""
+    if not text.isascii():
+        text = fold(text).text
+    return _WORD.findall(text.lower())
+
+
+class Fingerprinter:
+    """HMAC-SHA256 fingerprints (64-bit ints) of the word n-grams of a text."""
+
+    def __init__(self, key: bytes, n: int) -> None:
+        if len(key) < 16:
+            raise ValueError("fingerprint key must be at least 16 bytes")
+        if n < 1:
+            raise ValueError("n-gram size must be positive")
+        self._key = key
+        self.n = n
+
+    def of_words(self, tokens: tuple[str, ...] | list[str]) -> int:
+        digest = hmac.digest(self._key, " ".join(tokens).encode("utf-8"), "sha256")
+        return int.from_bytes(digest[:8], "big")
+
+    def ngrams(self, tokens: list[str]) -> list[int]:
+        """Fingerprints of every n-gram of ``tokens``, in order (empty when fewer than n words)."""
+        n = self.n
+        return [self.of_words(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+
+    def of_text(self, text: str) -> list[int]:
+        return self.ngrams(words(text))
+
+    def of_texts(self, texts: Iterable[str]) -> set[int]:
+        """Distinct fingerprints of several texts, each fingerprinted on its own."""
+        found: set[int] = set()
+        for text in texts:
+            found.update(self.of_text(text))
+        return found

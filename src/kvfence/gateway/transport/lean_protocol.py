@@ -1,0 +1,370 @@
+"""The lean server's HTTP/1.1 connection: requests parsed by httptools (llhttp) and answered one at a
+time, in the order they came (pipelined requests wait their turn; reading pauses meanwhile).
+
+What it refuses before any app sees the request, each with an OpenAI-shaped JSON error and a close:
+400 for bytes that are not HTTP/1.x (bad request line, bad chunked coding, ``Content-Length`` with
+``Transfer-Encoding``, a path that is not ASCII), 431 for a request head over ``max_head_bytes`` or
+with more than ``max_headers`` fields. An idle keep-alive connection, or one whose request head does
+not complete, is closed after ``keep_alive_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import unquote
+
+import httptools
+
+from kvfence.gateway.transport import timing_probe
+from kvfence.gateway.transport.lean_cycle import RequestCycle, error_answer
+
+if TYPE_CHECKING:
+    from kvfence.gateway.transport.lean_server import LeanServer
+
+__all__ = ["HttpConnection"]
+
+log = logging.getLogger("kvfence.gateway")
+
+# Stop reading a request body the app has not taken yet above this many bytes (a client cannot grow
+# the gateway's memory faster than the app reads; the app's own limit answers 413).
+_BODY_HIGH_WATER = 64 * 1024
+
+
+class _Refused(Exception):
+    """Raised in a parser callback to stop parsing: the request is refused (``HttpConnection._refusal``)."""
+
+
+class HttpConnection(asyncio.Protocol):
+    """One client connection of a :class:`~kvfence.gateway.transport.lean_server.LeanServer`."""
+
+    def __init__(self, server: LeanServer) -> None:
+        self.server = server
+        self._limits = server.config
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        self.client: tuple[str, int] | None = None
+        self._local: tuple[str, int] | None = None
+        self.closing = False  # the server is shutting down: close once the current answer is out
+        self.write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._cycle: RequestCycle | None = None  # the request being answered
+        self._parsing: RequestCycle | None = None  # the request whose body is being parsed
+        self._pipeline: collections.deque[RequestCycle] = collections.deque()
+        self._reading_paused = False
+        self._stopped_parsing = False
+        self._pending_refusal: bytes | None = None  # written once the requests before it are answered
+        self._refusal: tuple[int, str, str] | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._in_head = False
+        self._head_bytes = 0  # bytes read while a request head is incomplete
+        self._field_bytes = 0
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._expect_continue = False
+        self._parsed_at = 0.0
+
+    # -- asyncio.Protocol -------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        self.client = _address(transport.get_extra_info("peername"))
+        self._local = _address(transport.get_extra_info("sockname"))
+        self.server.connections.add(self)
+        self._arm_idle()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.discard(self)
+        self._cancel_idle()
+        self._stopped_parsing = True
+        for cycle in (self._cycle, self._parsing, *self._pipeline):
+            if cycle is not None:
+                cycle.lost()
+        self._pipeline.clear()
+        self._wake_drain_waiters()
+
+    def data_received(self, data: bytes) -> None:
+        if self._stopped_parsing:
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # No protocol switch is served: the request that asked for one is answered as plain HTTP/1.1,
+            # then the connection closes (the parser cannot go on past an upgrade).
+            self._stopped_parsing = True
+            if self._parsing is not None:
+                self._parsing.keep_alive = False
+                self._parsing.end_body()
+            return
+        except httptools.HttpParserError as exc:
+            if self._stopped_parsing and self._refusal is None:
+                return  # bytes after a `Connection: close` request: ignored
+            status, message, code = self._refusal or (400, f"malformed HTTP request: {_reason(exc)}", "bad_request")
+            self._refuse(status, message, code)
+            return
+        if self._in_head:
+            self._head_bytes += len(data)
+            if self._head_bytes > self._limits.max_head_bytes:
+                self._refuse(431, f"request head over {self._limits.max_head_bytes} bytes",
+                             "request_header_fields_too_large")
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._wake_drain_waiters()
+        if self._cycle is not None:
+            self._cycle.drain()
+
+    # -- httptools callbacks ----------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self._stopped_parsing:
+            raise _Refused  # a request after one that closes the connection: not read
+        self._url = b""
+        self._headers = []
+        self._expect_continue = False
+        self._in_head = True
+        self._field_bytes = 0
+        if timing_probe.enabled():
+            self._parsed_at = time.perf_counter()
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._count_field(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self._expect_continue = True
+        headers = self._headers
+        headers.append((name, value))
+        # _count_field inlined: this runs for every header of every request
+        self._field_bytes += len(name) + len(value) + 4
+        if self._field_bytes > self._limits.max_head_bytes:
+            self._count_field(0)  # raises, with the refusal set
+        if len(headers) > self._limits.max_headers:
+            self._refusal = (431, f"more than {self._limits.max_headers} request header fields",
+                             "request_header_fields_too_large")
+            raise _Refused
+
+    def _count_field(self, size: int) -> None:
+        self._field_bytes += size
+        if self._field_bytes > self._limits.max_head_bytes:
+            self._refusal = (431, f"request head over {self._limits.max_head_bytes} bytes",
+                             "request_header_fields_too_large")
+            raise _Refused
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._head_bytes = 0
+        self._cancel_idle()
+        parser = self._parser
+        raw_path, query = self._url, b""
+        if self._url != b"*":  # OPTIONS * names the server, not a path
+            try:
+                parsed = httptools.parse_url(self._url)
+            except httptools.HttpParserInvalidURLError:
+                self._refusal = (400, "malformed request target", "bad_request")
+                raise _Refused from None
+            raw_path, query = parsed.path or b"/", parsed.query or b""
+        try:
+            path = raw_path.decode("ascii")
+            if "%" in path:
+                path = unquote(path)
+        except UnicodeDecodeError:
+            self._refusal = (400, "the request path is not ASCII (percent-encode it)", "bad_request")
+            raise _Refused from None
+        scope: dict[str, Any] = {
+            "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": parser.get_http_version(), "server": self._local, "client": self.client,
+            "scheme": "http", "method": parser.get_method().decode("ascii"), "root_path": "", "path": path,
+            "raw_path": raw_path, "query_string": query, "headers": self._headers,
+            "state": dict(self.server.state),
+        }
+        if self._parsed_at:
+            scope["kvfence.parsed"] = self._parsed_at
+        keep_alive = bool(parser.should_keep_alive()) and not self.closing
+        cycle = RequestCycle(self, scope, keep_alive=keep_alive, expect_continue=self._expect_continue)
+        self._parsing = cycle
+        if self._cycle is None:
+            self._start(cycle)
+        else:
+            self._pipeline.append(cycle)
+            self._update_reading()
+
+    def on_body(self, body: bytes) -> None:
+        cycle = self._parsing
+        if cycle is not None:
+            cycle.feed_body(body)
+            if cycle.body_size > _BODY_HIGH_WATER:
+                self._update_reading()
+
+    def on_message_complete(self) -> None:
+        cycle = self._parsing
+        if cycle is not None:
+            cycle.end_body()
+            if not cycle.keep_alive:
+                self._stopped_parsing = True
+
+    # -- running requests -------------------------------------------------------------------------
+    def _start(self, cycle: RequestCycle) -> None:
+        self._cycle = cycle
+        task = self._loop.create_task(self._run(cycle))
+        self.server.tasks.add(task)
+        task.add_done_callback(self.server.tasks.discard)
+
+    async def _run(self, cycle: RequestCycle) -> None:
+        try:
+            await self.server.handle(cycle)
+        except asyncio.CancelledError:
+            if not cycle.response_complete:
+                self.abort()
+            raise
+        except Exception:
+            log.exception("lean server: %s %s failed", cycle.scope["method"], cycle.scope["path"])
+            self._unanswered(cycle, "internal gateway error")
+            return
+        if not cycle.response_complete:
+            self._unanswered(cycle, "the application returned without a complete answer")
+
+    def _unanswered(self, cycle: RequestCycle, message: str) -> None:
+        if cycle.response_started or cycle.disconnected:
+            self.abort()  # half an answer: closing is the only honest ending
+            return
+        cycle.response_complete = True
+        self.write(error_answer(500, message, "internal_error", date=self.server.date_header()))
+        self.abort()
+
+    def response_done(self, cycle: RequestCycle) -> None:
+        """``cycle``'s answer is complete: close, or answer the next request."""
+        if self._cycle is not cycle:
+            return
+        self._cycle = None
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if self._pending_refusal is not None and not (self._pipeline and cycle.keep_alive):
+            transport.write(self._pending_refusal)
+            transport.close()
+            return
+        if not cycle.keep_alive:
+            transport.close()  # after what is buffered: the answer still goes out
+            return
+        if self._pipeline:
+            self._start(self._pipeline.popleft())
+            self._update_reading()
+            return
+        if self.closing:
+            transport.close()
+            return
+        self._arm_idle()
+        self._update_reading()
+
+    def body_taken(self, cycle: RequestCycle) -> None:
+        """The app took (or waits for) body bytes: read on if reading was paused for them."""
+        if cycle is self._parsing:
+            self._update_reading()
+
+    def _update_reading(self) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        parsing = self._parsing
+        pause = (bool(self._pipeline) or self._pending_refusal is not None
+                 or (parsing is not None and parsing.body_size > _BODY_HIGH_WATER))
+        if pause != self._reading_paused:
+            self._reading_paused = pause
+            if pause:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
+
+    def _refuse(self, status: int, message: str, code: str) -> None:
+        self._stopped_parsing = True
+        answer = error_answer(status, message, code, date=self.server.date_header())
+        parsing = self._parsing
+        if parsing is not None and not parsing.body_complete:
+            if parsing in self._pipeline:
+                self._pipeline.remove(parsing)
+            else:
+                parsing.lost()  # its body broke off: the app sees a hang-up, the client this refusal
+        if self._cycle is None or self._cycle.response_complete:
+            self.write(answer)
+            self.abort()
+        else:
+            self._pending_refusal = answer
+            self._update_reading()
+
+    # -- writing ----------------------------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
+
+    async def drained(self) -> None:
+        """Wait until the client's buffer drains (or the connection is gone)."""
+        if not self.write_paused or self._transport is None or self._transport.is_closing():
+            return
+        waiter = self._loop.create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
+
+    def _wake_drain_waiters(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def date_header(self) -> bytes:
+        return self.server.date_header()
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def _arm_idle(self) -> None:
+        self._cancel_idle()
+        self._idle_timer = self._loop.call_later(self._limits.keep_alive_s, self._idle_expired)
+
+    def _cancel_idle(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def _idle_expired(self) -> None:
+        self._idle_timer = None
+        if self._cycle is None and not self._pipeline:
+            transport = self._transport
+            self.abort(force=transport is not None and transport.get_write_buffer_size() > 0)
+
+    def shutdown(self) -> None:
+        """The server stops: close now if idle, else after the answer in progress."""
+        self.closing = True
+        self._pipeline.clear()  # not started: the client retries them on a new connection
+        if self._cycle is None:
+            self.abort()
+        else:
+            self._cycle.keep_alive = False
+
+    def abort(self, *, force: bool = False) -> None:
+        """Close the connection: what was written still goes out, unless ``force`` (a client that
+        reads nothing would otherwise hold the connection open for ever)."""
+        self._stopped_parsing = True
+        transport = self._transport
+        if transport is None:
+            return
+        if force:
+            transport.abort()
+        elif not transport.is_closing():
+            transport.close()
+
+
+def _address(info: object) -> tuple[str, int] | None:
+    if isinstance(info, tuple) and len(info) >= 2:
+        return str(info[0]), int(info[1])
+    return None
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,1 @@
+"""kvfence.server.auth.middleware."""
