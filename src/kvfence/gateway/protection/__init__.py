@@ -1,16 +1,18 @@
 """Gateway data protection and cross-tenant leak detection (DESIGN.md, "Data minimisation").
 
-The gateway imports :func:`build_hooks` lazily and calls it once at start-up with the validated
-policy; it returns the :class:`~kvfence.gateway.protection.hook.ProtectionHook` (or nothing when
-``gateway.protection.enabled`` is false). Pure parts, usable on their own: :mod:`.rules`,
-:mod:`.pii_rules`, :mod:`.secret_rules`, :mod:`.address_rules` (detectors), :mod:`.normalise` (the
-Unicode folding detectors and leak scans see), :mod:`.messages` and :mod:`.split_values` (which texts
-of a request are scanned, and values split across two of them), :mod:`.pseudonymise` and
-:mod:`.streaming` (placeholders), :mod:`.placeholder_forms` (a placeholder written JSON- or
-HTML-escaped, and each value written back as its place needs), :mod:`.slot_syntax` (the answer slot's
-own syntax: prose, a JSON string's text, a JSON document under a JSON ``response_format``),
-:mod:`.token_restore` (the same in ``logprobs`` tokens), :mod:`.fingerprint`, :mod:`.leak_index` and
-:mod:`.leak` (leak detection).
+The gateway calls :func:`build_hooks` once at start-up with the validated policy; it returns the
+:class:`~kvfence.gateway.protection.hook.ProtectionHook` (or nothing when ``gateway.protection.enabled``
+is false). Three concerns, each a sub-package of pure parts usable on their own:
+
+- ``detect/``: which spans are personal data or secrets (``recognizers/`` holds the rules), the
+  Unicode folding detectors and leak scans see, topics that raise a class;
+- ``pseudonymise/``: stable placeholders, restored in whole and streamed answers, in ``logprobs``
+  tokens, in each slot's own syntax (prose, a JSON string, a JSON document);
+- ``leak/``: keyed n-gram fingerprints of recent prompts, their index, the scan of answers, notices.
+
+Around them: ``messages.py`` (which texts of a request are scanned and rewritten), ``hook.py`` and
+``filter.py`` (the gateway hook and one answer choice's filter), ``config.py`` and ``policy_checks.py``
+(typed settings, cross-checks), ``metrics.py``, ``cli.py`` (``kvfence gateway incidents``).
 """
 
 from __future__ import annotations
