@@ -19,11 +19,12 @@ from kvfence.gateway.admission.caps import completion_budget, enforce_cap
 from kvfence.gateway.admission.limits import TenantLimiter
 from kvfence.gateway.admission.tokens import ApproximateCounter, TokenizerCounter
 from kvfence.gateway.admission.trim import REMOVED_MARKER, rank_retrieved
-from kvfence.gateway.answer.filter import AnswerFilter, FilterChain, SSEDecoder, encode_event, event_data
+from kvfence.gateway.answer.filter import AnswerFilter, FilterChain
 from kvfence.gateway.errors import GatewayRequestError, PromptTooLongError, RateLimited
 from kvfence.gateway.policy.schema import OverCapConfig, TenantLimits
 from kvfence.gateway.policy.tenants import GatewayTenant
 from kvfence.gateway.routing.cache_salt import apply_cache_salt
+from kvfence.openai_wire import SSEDecoder, encode_event, event_data
 from tests.gateway.sample_hooks import EMAIL, PLACEHOLDER, _RestoreFilter
 
 APPROX = ApproximateCounter()

@@ -171,8 +171,9 @@ def test_usage_injection_only_when_the_client_did_not_ask() -> None:
 def test_filtered_stream_with_usage_counts_what_the_backend_generated() -> None:
     # hooks and a token limit on the same stream: the filter restores placeholders, the usage chunk the
     # gateway asked for is dropped, and the text is counted as the backend sent it
-    from kvfence.gateway.answer.filter import AnswerFilter, event_data
+    from kvfence.gateway.answer.filter import AnswerFilter
     from kvfence.gateway.answer.relay import _process_event
+    from kvfence.openai_wire import event_data
     from tests.gateway.sample_hooks import EMAIL, PLACEHOLDER
     from tests.gateway.test_pure import _restore_chain
 

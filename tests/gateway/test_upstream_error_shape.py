@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from kvfence.gateway.answer.relay import openai_error_body
+from kvfence.openai_wire import normalise_error_body
 
 
 def test_openai_shaped_errors_pass_unchanged() -> None:
     raw = b'{"error": {"message": "rate limited", "type": "rate_limit_error", "code": "rate_limit_exceeded"}}'
-    assert openai_error_body(raw, 429, "hosted") is None
+    assert normalise_error_body(raw, 429, "hosted") is None
 
 
 @pytest.mark.parametrize(("raw", "message", "code"), [
@@ -23,7 +23,7 @@ def test_openai_shaped_errors_pass_unchanged() -> None:
     (b'{"detail": [{"loc": ["body", "messages"], "msg": "field required"}]}', "field required", None),
 ])
 def test_other_json_shapes_are_wrapped_keeping_their_message(raw: bytes, message: str, code: object) -> None:
-    out = openai_error_body(raw, 400, "vllm-a")
+    out = normalise_error_body(raw, 400, "vllm-a")
     assert out is not None
     error = json.loads(out)["error"]
     assert message in error["message"] and error["code"] == code
@@ -33,7 +33,7 @@ def test_other_json_shapes_are_wrapped_keeping_their_message(raw: bytes, message
 @pytest.mark.parametrize("raw", [b"<html><body><h1>502 Bad Gateway</h1></body></html>", b"", b"[1, 2]",
                                  b"\xff\xfe not utf-8", b'"just a string"'])
 def test_non_json_errors_become_an_openai_error_naming_backend_and_status(raw: bytes) -> None:
-    out = openai_error_body(raw, 502, "hosted-shared")
+    out = normalise_error_body(raw, 502, "hosted-shared")
     assert out is not None
     error = json.loads(out)["error"]
     assert error["message"] == ("backend hosted-shared answered HTTP 502 without an error message in "

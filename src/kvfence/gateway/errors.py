@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvfence.errors import KvfenceError
+from kvfence.openai_wire import error_body
 
 __all__ = [
     "AuthenticationFailed",
@@ -63,8 +64,7 @@ class GatewayError(KvfenceError):
 
     def to_body(self) -> dict[str, Any]:
         """The OpenAI-compatible error body."""
-        return {"error": {"message": self.message, "type": self.error_type, "param": self.param,
-                          "code": self.code}}
+        return error_body(self.message, type=self.error_type, code=self.code, param=self.param)
 
 
 class GatewayRequestError(GatewayError):
@@ -146,9 +146,8 @@ class LeakSuspected(GatewayError):
         self.incident_id = incident_id
 
     def to_body(self) -> dict[str, Any]:
-        body = super().to_body()
-        body["error"]["incident_id"] = self.incident_id
-        return body
+        return error_body(self.message, type=self.error_type, code=self.code, param=self.param,
+                          incident_id=self.incident_id)
 
 
 class UpstreamUnavailable(GatewayError):

@@ -12,8 +12,9 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from kvfence.errors import ContextLengthExceededError, RequestError
+from kvfence.openai_wire import error_body
 
-__all__ = ["APIError", "error_payload", "from_request_error"]
+__all__ = ["APIError", "from_request_error"]
 
 
 class APIError(Exception):
@@ -41,7 +42,7 @@ class APIError(Exception):
         self.reason = reason or code or type
 
     def payload(self) -> dict[str, Any]:
-        return error_payload(self.message, type=self.type, code=self.code, param=self.param)
+        return error_body(self.message, type=self.type, code=self.code, param=self.param)
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.payload(), status_code=self.status_code, headers=self.headers)
@@ -74,11 +75,6 @@ class APIError(Exception):
     @classmethod
     def internal(cls, message: str = "internal server error; the request was aborted") -> APIError:
         return cls(500, message, type="server_error", code="internal_error", reason="internal_error")
-
-
-def error_payload(message: str, *, type: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
-    """The JSON body of an OpenAI-style error."""
-    return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
 def from_request_error(exc: RequestError) -> APIError:

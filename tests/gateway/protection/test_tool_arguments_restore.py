@@ -287,7 +287,7 @@ def test_truncated_arguments_without_finish_reason_are_flushed_as_written() -> N
 def test_sse_bytes_cut_at_every_offset() -> None:
     # the answer as it arrives on the wire (server-sent events, UTF-8), cut in two at every byte:
     # events are put together again before the filter sees them, and the arguments parse
-    from kvfence.gateway.answer.filter import SSEDecoder, encode_event, event_data
+    from kvfence.openai_wire import SSEDecoder, encode_event, event_data
 
     value = 'Zoë "Ω" \\ \n'
     hook, c, _ = request(value, stream=True)

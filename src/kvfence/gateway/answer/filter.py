@@ -17,14 +17,13 @@ a JSON document (``response_format``) restores into that document's strings the 
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvfence.gateway.answer.logprobs import LogprobsFilter, TokenFilter
 from kvfence.gateway.hooks import ResponseFilter
 
-__all__ = ["AnswerFilter", "FilterChain", "SSEDecoder", "encode_event"]
+__all__ = ["AnswerFilter", "FilterChain"]
 
 CHAT_FIELDS = ("content", "refusal", "reasoning_content", "reasoning")
 
@@ -68,49 +67,6 @@ class FilterChain:
             tail = f.feed(tail) if tail else ""
             tail += f.finish()
         return tail
-
-
-class SSEDecoder:
-    """Splits a server-sent-event byte stream into events (each a list of raw lines)."""
-
-    def __init__(self) -> None:
-        self._buffer = b""
-
-    def feed(self, data: bytes) -> Iterator[bytes]:
-        self._buffer += data
-        while True:
-            end, sep_len = _event_end(self._buffer)
-            if end is None:
-                return
-            event, self._buffer = self._buffer[:end], self._buffer[end + sep_len:]
-            if event.strip():
-                yield event
-
-    def rest(self) -> bytes:
-        rest, self._buffer = self._buffer, b""
-        return rest
-
-
-def _event_end(buffer: bytes) -> tuple[int | None, int]:
-    best: tuple[int | None, int] = (None, 0)
-    for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
-        at = buffer.find(sep)
-        if at != -1 and (best[0] is None or at < best[0]):
-            best = (at, len(sep))
-    return best
-
-
-def event_data(event: bytes) -> str | None:
-    """The joined ``data:`` lines of one event, or None for comment/keep-alive events."""
-    lines = [line.rstrip(b"\r") for line in event.split(b"\n")]
-    data = [line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")]
-    return b"\n".join(data).decode("utf-8") if data else None
-
-
-def encode_event(payload: dict[str, Any] | str) -> bytes:
-    text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False,
-                                                               separators=(",", ":"))
-    return b"data: " + text.encode("utf-8") + b"\n\n"
 
 
 # A text slot of a choice: "content", "refusal", "reasoning_content", "reasoning", "text" (completions),

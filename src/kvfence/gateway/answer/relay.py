@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, Response
 from kvfence.gateway.admission.limits import LimitLease
 from kvfence.gateway.admission.tokens import TokenCounter
 from kvfence.gateway.admission.usage import StreamUsage, answer_completion_tokens
-from kvfence.gateway.answer.filter import AnswerFilter, FilterChain, SSEDecoder, encode_event, event_data
+from kvfence.gateway.answer.filter import AnswerFilter, FilterChain
 from kvfence.gateway.errors import GatewayError, LeakSuspected, UpstreamUnavailable
 from kvfence.gateway.hooks import RequestContext
 from kvfence.gateway.records.trace import RequestTrace
@@ -36,8 +36,16 @@ from kvfence.gateway.transport.hang_up import CLIENT_GONE_STATUS, HangUpWatch
 from kvfence.gateway.transport.stream_end import CUT_SHORT_MESSAGE, chunk_ends_stream
 from kvfence.gateway.transport.stream_out import ClosingStream, OwnedStream, RelayStream, checked_stream
 from kvfence.gateway.transport.upstream import UpstreamResponse
+from kvfence.openai_wire import (
+    DONE,
+    SSE_MEDIA_TYPE,
+    SSEDecoder,
+    encode_event,
+    event_data,
+    normalise_error_body,
+)
 
-__all__ = ["OVERHEAD_HEADER", "OwnedStream", "charge_completion", "json_error", "openai_error_body",
+__all__ = ["OVERHEAD_HEADER", "OwnedStream", "charge_completion", "json_error",
            "stream_response", "whole_response"]
 
 log = logging.getLogger("kvfence.gateway")
@@ -146,7 +154,7 @@ async def whole_response(runtime: GatewayRuntime, ctx: RequestContext, upstream:
                              code="upstream_auth_failed")
         raw, content_type = json.dumps(error.to_body()).encode(), "application/json"
     elif status >= 400:
-        error_body = openai_error_body(raw, status, trace.backend or "-")
+        error_body = normalise_error_body(raw, status, trace.backend or "-")
         if error_body is not None:
             raw, content_type = error_body, "application/json"
     trace.overhead_s += time.perf_counter() - after_upstream
@@ -173,39 +181,6 @@ def _is_json(raw: bytes) -> bool:
     except ValueError:
         return False
     return True
-
-
-def openai_error_body(raw: bytes, status: int, backend: str) -> bytes | None:
-    """An upstream error body in OpenAI's shape ``{"error": {...}}``, or None when it already is.
-
-    Backends answer errors in other shapes: vLLM's and SGLang's ``{"object": "error", "message"}``,
-    a framework's ``{"detail": ...}``, a proxy's HTML page. OpenAI clients read ``error.message``;
-    anything else reaches the caller as an error without a reason. The upstream's own text is kept
-    only when it came as a JSON message (an HTML page is not passed on: it is not for the caller).
-    """
-    try:
-        parsed = json.loads(raw)
-    except ValueError:
-        parsed = None
-    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
-        return None
-    message: Any = None
-    error_type: Any = "upstream_error"
-    code: Any = None
-    param: Any = None
-    if isinstance(parsed, dict):
-        message = parsed.get("message") if parsed.get("message") is not None else parsed.get("detail")
-        if isinstance(parsed.get("error"), str):
-            message = parsed["error"]
-        error_type = parsed.get("type") if isinstance(parsed.get("type"), str) else error_type
-        code, param = parsed.get("code"), parsed.get("param")
-    if message is None or not isinstance(message, str | list | dict):
-        message = f"backend {backend} answered HTTP {status} without an error message in OpenAI's format"
-    elif not isinstance(message, str):
-        message = json.dumps(message, ensure_ascii=False)
-    body = {"error": {"message": message, "type": error_type, "param": param if isinstance(param, str) else None,
-                      "code": code if isinstance(code, str | int) else None}}
-    return json.dumps(body, ensure_ascii=False).encode()
 
 
 @dataclass
@@ -289,11 +264,11 @@ def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: Upst
     headers = _raw_stream_headers(trace, overhead)
     if filters is None and usage is None:
         if isinstance(upstream, FastResponse):
-            return RelayStream(upstream, on_close, ending, watch, status_code=200, media_type="text/event-stream",
+            return RelayStream(upstream, on_close, ending, watch, status_code=200, media_type=SSE_MEDIA_TYPE,
                                raw_headers=headers)
         return ClosingStream(checked_stream(upstream.aiter_raw()), on_close, ending, watch, status_code=200,
-                             media_type="text/event-stream", raw_headers=headers)
-    return ClosingStream(processed(), on_close, ending, watch, status_code=200, media_type="text/event-stream",
+                             media_type=SSE_MEDIA_TYPE, raw_headers=headers)
+    return ClosingStream(processed(), on_close, ending, watch, status_code=200, media_type=SSE_MEDIA_TYPE,
                          raw_headers=headers)
 
 
@@ -322,7 +297,7 @@ def _is_whole_event(event: bytes) -> bool:
         data = event_data(event)
     except UnicodeDecodeError:
         return False
-    if data is None or data.strip() == "[DONE]":
+    if data is None or data.strip() == DONE:
         return data is not None
     try:
         json.loads(data)
@@ -336,11 +311,11 @@ def _process_event(event: bytes, filters: AnswerFilter | None, usage: StreamUsag
     data = event_data(event)
     if data is None:
         return [event + b"\n\n"]  # comments / keep-alives pass through
-    if data.strip() == "[DONE]":
+    if data.strip() == DONE:
         if progress is not None:
             progress.ended = True
         flushed = [encode_event(c) for c in filters.flush()] if filters is not None else []
-        return [*flushed, encode_event("[DONE]")]
+        return [*flushed, encode_event(DONE)]
     try:
         chunk = json.loads(data)
     except ValueError:

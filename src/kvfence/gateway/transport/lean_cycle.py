@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import http
-import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.types import Message, Scope
 
 from kvfence.gateway.transport import timing_probe
+from kvfence.openai_wire import error_bytes, error_type_for
 
 if TYPE_CHECKING:
     from kvfence.gateway.transport.lean_protocol import HttpConnection
@@ -38,8 +38,7 @@ def _status_line(status: int) -> bytes:
 
 def error_answer(status: int, message: str, code: str, *, close: bool = True, date: bytes = b"") -> bytes:
     """A whole OpenAI-shaped JSON error answer, for what the server refuses before any app sees it."""
-    error_type = "invalid_request_error" if status < 500 else "server_error"
-    body = json.dumps({"error": {"message": message, "type": error_type, "param": None, "code": code}}).encode()
+    body = error_bytes(message, type=error_type_for(status), code=code)
     return b"".join((_status_line(status), b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body),
                      date, b"connection: close\r\n" if close else b"", b"\r\n", body))
 

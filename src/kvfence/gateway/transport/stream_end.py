@@ -18,7 +18,7 @@ import collections
 import json
 from typing import Any
 
-from kvfence.gateway.answer.filter import event_data
+from kvfence.openai_wire import event_data
 
 __all__ = ["CUT_SHORT_MESSAGE", "StreamTail", "chunk_ends_stream", "stream_is_complete"]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,7 +14,6 @@ __all__ = [
     "completion_chunk",
     "completion_logprobs",
     "finite_logprob",
-    "sse",
     "usage_body",
 ]
 
@@ -163,7 +161,3 @@ def chat_chunk(
     }
 
 
-def sse(payload: dict[str, Any] | str) -> bytes:
-    """One server-sent event line."""
-    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    return f"data: {data}\n\n".encode()

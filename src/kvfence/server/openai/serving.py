@@ -21,8 +21,9 @@ from starlette.responses import JSONResponse, Response
 
 from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import RequestError
+from kvfence.openai_wire import DONE, encode_event, error_body
 from kvfence.scope import CacheScope, compute_scope_key
-from kvfence.server.api_errors import APIError, error_payload, from_request_error
+from kvfence.server.api_errors import APIError, from_request_error
 from kvfence.server.async_engine import AsyncEngine, EngineFault, QueueFullError, RequestGroup
 from kvfence.server.auth.keys import KeyRing
 from kvfence.server.auth.metrics_access import MetricsAccess, MetricsKeyFile, MetricsView
@@ -59,7 +60,6 @@ from kvfence.server.openai.responses import (
     chat_logprobs,
     completion_chunk,
     completion_logprobs,
-    sse,
     usage_body,
 )
 from kvfence.server.openai.streaming import ClientDisconnected, EventStreamResponse, run_until_disconnect
@@ -142,18 +142,18 @@ def _stream_failure(rid: str, lease: _Lease, exc: Exception) -> bytes:
     lease.status = "error"
     if isinstance(exc, _AbortedByEngine):
         log.error("stream %s failed: %s", rid, exc)
-        return sse(error_payload(str(exc), type=exc.type, code=exc.code))
+        return encode_event(error_body(str(exc), type=exc.type, code=exc.code))
     if isinstance(exc, EngineFault):
         log.error("stream %s failed: %s", rid, exc)
-        return sse(error_payload(str(exc), type="server_error", code="request_aborted"))
+        return encode_event(error_body(str(exc), type="server_error", code="request_aborted"))
     log.exception("stream %s failed unexpectedly", rid)  # a bug: full trace in the log, not to the client
-    return sse(error_payload("internal server error; the request was aborted", type="server_error",
+    return encode_event(error_body("internal server error; the request was aborted", type="server_error",
                              code="internal_error"))
 
 
 def _usage_chunk(kind: str, rid: str, created: int, name: str, lease: _Lease) -> bytes:
     """``stream_options.include_usage``: the last chunk before ``[DONE]``, usage and no choices."""
-    return sse({"id": rid, "object": kind, "created": created, "model": name, "choices": [],
+    return encode_event({"id": rid, "object": kind, "created": created, "model": name, "choices": [],
                 "usage": usage_body(lease.choices)})
 
 
@@ -525,7 +525,7 @@ class OpenAIServing:
             if not needs_scores:
                 for c in lease.choices:
                     if lease.echo[c.prompt_index]:
-                        yield sse(completion_chunk(rid, created, name, c.index, lease.echo[c.prompt_index], None))
+                        yield encode_event(completion_chunk(rid, created, name, c.index, lease.echo[c.prompt_index], None))
             async for out in lease.group:
                 choice = self._fold(lease, out)
                 ready = [out]
@@ -538,14 +538,14 @@ class OpenAIServing:
                     c = lease.by_request[o.request_id]
                     if needs_scores and c.index not in opened:
                         opened.add(c.index)
-                        yield sse(self._opening_chunk(req, lease, c, rid, created, name, model))
+                        yield encode_event(self._opening_chunk(req, lease, c, rid, created, name, model))
                     chunk = self._completion_delta(req, c, o, rid, created, name, token_text)
                     if chunk is not None:
-                        yield sse(_with_running_usage(req, chunk, lease))
+                        yield encode_event(_with_running_usage(req, chunk, lease))
             if req.include_usage:
                 yield _usage_chunk("text_completion", rid, created, name, lease)
             lease.status = "ok"
-            yield sse("[DONE]")
+            yield encode_event(DONE)
         except Exception as exc:  # whatever failed, the client sees an error event, not a short success
             yield _stream_failure(rid, lease, exc)
 
@@ -583,9 +583,9 @@ class OpenAIServing:
         tool_streams = {c.index: ToolCallStream(lease.tools) for c in lease.choices} if lease.tools else {}
         try:
             for c in lease.choices:
-                yield sse(chat_chunk(rid, created, name, c.index, {"role": "assistant", "content": ""}, None))
+                yield encode_event(chat_chunk(rid, created, name, c.index, {"role": "assistant", "content": ""}, None))
                 if lease.echo[c.prompt_index]:  # chat echo: the continued message first, as its own chunk
-                    yield sse(chat_chunk(rid, created, name, c.index, {"content": lease.echo[c.prompt_index]}, None))
+                    yield encode_event(chat_chunk(rid, created, name, c.index, {"content": lease.echo[c.prompt_index]}, None))
             async for out in lease.group:
                 choice = self._fold(lease, out)
                 if not scores_sent and lease.prompt_logprobs[0] is not None:
@@ -593,7 +593,7 @@ class OpenAIServing:
                     scores_sent = True
                     first = chat_chunk(rid, created, name, choice.index, {}, None)
                     first["prompt_logprobs"] = self._prompt_logprobs(req, lease, 0)
-                    yield sse(first)
+                    yield encode_event(first)
                 logprobs = None
                 if choice.keeps_output and req.logprobs and out.new_token_ids:
                     logprobs = chat_logprobs(list(out.new_token_ids), _new_logprobs(out),
@@ -604,19 +604,19 @@ class OpenAIServing:
                     delta = tool_stream.delta(out.delta_text)
                 if (delta is not None and out.delta_text and choice.keeps_output) or logprobs is not None:
                     chunk = chat_chunk(rid, created, name, choice.index, delta or {}, None, logprobs)
-                    yield sse(_with_running_usage(req, chunk, lease))
+                    yield encode_event(_with_running_usage(req, chunk, lease))
                 if out.finished:
                     finish_reason = choice.finish_reason
                     if tool_stream is not None:
                         last, finish_reason = tool_stream.finish(finish_reason)
                         if last is not None:
-                            yield sse(_with_running_usage(req, chat_chunk(rid, created, name, choice.index, last,
+                            yield encode_event(_with_running_usage(req, chat_chunk(rid, created, name, choice.index, last,
                                                                           None), lease))
                     chunk = chat_chunk(rid, created, name, choice.index, {}, finish_reason)
-                    yield sse(_with_running_usage(req, chunk, lease))
+                    yield encode_event(_with_running_usage(req, chunk, lease))
             if req.include_usage:
                 yield _usage_chunk("chat.completion.chunk", rid, created, name, lease)
             lease.status = "ok"
-            yield sse("[DONE]")
+            yield encode_event(DONE)
         except Exception as exc:  # whatever failed, the client sees an error event, not a short success
             yield _stream_failure(rid, lease, exc)
