@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps run test lint typecheck pytest test-slow bench clean
+.PHONY: setup system-deps run test lint typecheck pytest docs docs-strict test-slow bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -44,7 +44,18 @@ PYTEST_WORKERS ?= 2
 pytest: setup system-deps
 	KVFENCE_REQUIRE_SERVICES=1 $(PY) -m pytest -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-test: lint typecheck pytest
+# The docs site (mkdocs-material, docs/ and mkdocs.yml) into site/; its reference pages are generated from the
+# code (scripts/docs/hooks.py). `make test` builds it with --strict: a broken link or a page left out of the
+# nav fails the run.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
+
+docs: setup
+	$(MKDOCS) build
+
+docs-strict: setup
+	$(MKDOCS) build --strict --quiet
+
+test: lint typecheck docs-strict pytest
 
 test-slow: setup system-deps
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
@@ -59,4 +70,4 @@ bench: setup
 	$(PY) bench/disagg_handoff.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) site .mypy_cache .ruff_cache .pytest_cache .hypothesis
