@@ -1,4 +1,4 @@
-"""The page allocator and its ownership ledger: where invariants I1 and I2 of DESIGN.md live.
+"""The page allocator: the page ledger and the prefix index together; where I1, I2 and I6 of DESIGN.md meet.
 
 The KV pool is ``num_pages`` fixed-size pages that are shared by every request and not zeroed by
 themselves; only this ledger says who may read which page. Every page is in one state:
@@ -9,6 +9,10 @@ themselves; only this ledger says who may read which page. Every page is in one 
   prefix whose hash is ``parent_hash``; mapped by any number of same-scope requests, and *parked*
   for same-scope revival once nobody maps it (:mod:`kvfence.engine.kv.cache_partition`).
 
+The two halves live apart: :mod:`.page_ledger` (states, free list, scrub list, generations, block
+tables and the audits) and :mod:`.prefix_index` (which sealed page holds which scope's prefix);
+this module composes them with the prefix-cache budget of :mod:`.cache_partition`.
+
 I1 (who may read a page): :meth:`BlockManager.allocate` maps a cached page only when its scope key
 equals the request's, its parent hash equals the request's prefix hash and its stored tokens equal
 the request's tokens (the hash finds a candidate; the comparison decides). Pages are sealed only
@@ -16,7 +20,7 @@ after their KV was computed (:meth:`BlockManager.seal`), so no request reads a p
 request admitted in the same step has not written yet.
 
 I2 (no stale bytes): a page that leaves a request or is evicted from the cache goes on the scrub
-list, which the model runner zero-fills before the next forward pass, before anyone reads it.
+list, which the model runner zero-fills inside its next call that reads or writes the pool.
 Only a same-scope revival of a cached page skips the scrub. ``scrub=False`` is a benchmark-only,
 unsafe switch.
 
@@ -29,14 +33,9 @@ the rest of the pool holds one request of ``max_model_len`` (I3: it can always r
 
 from __future__ import annotations
 
-import enum
-import hashlib
 import logging
-import struct
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
-from collections.abc import Sequence as SequenceABC
-from dataclasses import dataclass
 
 from kvfence.engine.core.sequence import Sequence
 from kvfence.engine.kv.cache_partition import (
@@ -46,6 +45,8 @@ from kvfence.engine.kv.cache_partition import (
     default_cache_budget,
     default_scope_pages,
 )
+from kvfence.engine.kv.page_ledger import Page, PageInfo, PageLedger, PageState
+from kvfence.engine.kv.prefix_index import PrefixIndex, page_hash
 from kvfence.errors import CapacityError, ConfigError, IsolationViolation
 from kvfence.scope import is_unshared
 
@@ -58,52 +59,6 @@ logger = logging.getLogger(__name__)
 # this dict, every stats copy and /metrics without end.
 MAX_SCOPES_COUNTED = 65536
 OTHER_SCOPES = b"kvfence-other-scopes"
-
-
-class PageState(enum.Enum):
-    FREE = "free"
-    OWNED = "owned"
-    CACHED = "cached"
-
-
-@dataclass(slots=True)
-class _Page:
-    state: PageState = PageState.FREE
-    owner: str | None = None
-    scope_key: bytes | None = None
-    ref_count: int = 0
-    generation: int = 0
-    content_hash: bytes | None = None
-    parent_hash: bytes | None = None
-    tokens: tuple[int, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PageInfo:
-    """A read-only snapshot of one ledger entry (for tests, paranoid checks and handoff manifests)."""
-
-    page_id: int
-    state: PageState
-    owner: str | None
-    scope_key: bytes | None
-    ref_count: int
-    generation: int
-    content_hash: bytes | None
-    tokens: tuple[int, ...] | None
-
-
-def page_hash(scope_key: bytes, parent_hash: bytes | None, tokens: SequenceABC[int]) -> bytes:
-    """BLAKE2b-256 of (scope key, parent page hash, page tokens): the prefix-cache key.
-
-    The scope key is length-prefixed and the parent hash is marked present/absent, so no two
-    different inputs share an encoding. Token ids are 8-byte signed integers.
-    """
-    h = hashlib.blake2b(digest_size=32, person=b"kvfence-page")
-    h.update(len(scope_key).to_bytes(4, "big"))
-    h.update(scope_key)
-    h.update(b"\x01" + parent_hash if parent_hash is not None else b"\x00")
-    h.update(struct.pack(f">{len(tokens)}q", *tokens))
-    return h.digest()
 
 
 class BlockManager:
@@ -137,7 +92,9 @@ class BlockManager:
             raise ConfigError(f"page_size must be an integer >= 1; got {page_size!r}")
         self.num_pages = num_pages
         self.page_size = page_size
-        self.scrub = scrub
+        self.ledger = PageLedger(num_pages, scrub=scrub)
+        self.prefix_index = PrefixIndex(page_size)
+        self.prefix_hit_tokens_by_scope: dict[bytes, int] = {}
         if not scrub:
             logger.warning(
                 "UNSAFE: KV page scrubbing is OFF (invariant I2 disabled). Freed pages keep the "
@@ -164,15 +121,27 @@ class BlockManager:
                 "another tenant's prompt length shows in a tenant's prefix hits and time to first token. "
                 "Use only for benchmarks."
             )
-        self._pages = [_Page() for _ in range(num_pages)]
-        self._free: deque[int] = deque(range(num_pages))
-        self._cache: dict[bytes, int] = {}  # prefix hash -> cached page
-        self._scrub_pending: dict[int, None] = {}  # ordered set
-        # The ledger's own copy of every block table: release and sealing follow it, so a
-        # corrupted Sequence.block_table can never free or seal a page it was not given.
-        self._tables: dict[str, list[int]] = {}
-        self._chain: dict[str, list[bytes]] = {}  # per request: hashes of its pages so far
-        self.prefix_hit_tokens_by_scope: dict[bytes, int] = {}
+
+    @property
+    def scrub(self) -> bool:
+        """Whether released pages are zero-filled (I2); ``False`` only as the unsafe benchmark switch."""
+        return self.ledger.scrub
+
+    @property
+    def _cache(self) -> dict[bytes, int]:  # the prefix index's map (tests forge entries in it)
+        return self.prefix_index.by_hash
+
+    @property
+    def _pages(self) -> list[Page]:
+        return self.ledger.pages
+
+    @property
+    def _free(self) -> deque[int]:
+        return self.ledger.free
+
+    @property
+    def _tables(self) -> dict[str, list[int]]:
+        return self.ledger.tables
 
     def _policy(self, cache_pages: int) -> PrefixCachePolicy:
         self.cache_pages = cache_pages
@@ -256,48 +225,17 @@ class BlockManager:
 
     def page_info(self, page_id: int) -> PageInfo:
         """Snapshot of one ledger entry (state, owner or scope, refs, generation, sealed tokens)."""
-        p = self._pages[page_id]
-        return PageInfo(
-            page_id, p.state, p.owner, p.scope_key, p.ref_count, p.generation, p.content_hash, p.tokens
-        )
+        return self.ledger.page_info(page_id)
 
     def held_pages(self, request_id: str) -> list[int]:
         """The pages the ledger gave ``request_id``, in block-table order (a copy; [] if none)."""
-        return list(self._tables.get(request_id, ()))
+        return self.ledger.held_pages(request_id)
 
     # ---- allocation --------------------------------------------------------------------------
 
     def _match_prefix(self, seq: Sequence) -> list[tuple[int, bytes]]:
-        """Cached pages this sequence may map (I1): same scope, same parent, same tokens.
-
-        Only full pages before the page holding the last token, so that at least one token is
-        always computed and sampled from. None for a sequence that asks for prompt
-        log-probabilities: a hit would skip positions it must score.
-        """
-        hits: list[tuple[int, bytes]] = []
-        # A request scoring its prompt (prompt_logprobs) computes every position: it maps no hit.
-        if is_unshared(seq.scope_key) or seq.wants_prompt_logprobs:
-            return hits
-        parent: bytes | None = None
-        for i in range((seq.num_tokens - 1) // self.page_size):
-            tokens = tuple(seq.token_ids[i * self.page_size : (i + 1) * self.page_size])
-            h = page_hash(seq.scope_key, parent, tokens)
-            page_id = self._cache.get(h)
-            if page_id is None:
-                break
-            page = self._pages[page_id]
-            # The hash only finds a candidate; equality of scope, parent and tokens decides.
-            if (
-                page.state is not PageState.CACHED
-                or page.scope_key != seq.scope_key
-                or page.parent_hash != parent
-                or page.tokens != tokens
-            ):
-                logger.error("prefix-cache entry for page %d does not match its hash; not mapped", page_id)
-                break
-            hits.append((page_id, h))
-            parent = h
-        return hits
+        """Cached pages this sequence may map (I1): see :meth:`PrefixIndex.match`."""
+        return self.prefix_index.match(seq, self._pages)
 
     def can_allocate(self, seq: Sequence) -> bool:
         """Whether :meth:`allocate` would succeed now (cache hits counted, never partially)."""
@@ -340,7 +278,7 @@ class BlockManager:
         seq.num_cached_tokens = len(hits) * self.page_size
         seq.num_computed_tokens = seq.num_cached_tokens
         self._tables[seq.request_id] = block_table
-        self._chain[seq.request_id] = [h for _, h in hits]
+        self.prefix_index.start(seq, hits)
         if hits:  # only scopes with hits, so per-request scope keys don't grow this dict
             counts = self.prefix_hit_tokens_by_scope
             scope = seq.scope_key
@@ -349,23 +287,19 @@ class BlockManager:
             counts[scope] = counts.get(scope, 0) + seq.num_cached_tokens
 
     def _take_fresh_page(self, seq: Sequence) -> int:
-        request_id = seq.request_id
-        if self._free:
-            page_id = self._free.popleft()  # already scrubbed or on the scrub list (I2)
-        elif (parked := self._parked.take_for(seq.scope_key)) is not None:
-            page_id = parked  # its own scope's least recently used parked page (I6)
-            self._evict(page_id)
-        else:
+        page_id = self.ledger.take_free(seq.request_id)  # already scrubbed or on the scrub list (I2)
+        if page_id is not None:
+            return page_id
+        parked = self._parked.take_for(seq.scope_key)
+        if parked is None:
             raise CapacityError("the KV pool has no free page")
-        page = self._pages[page_id]
-        page.state, page.owner, page.ref_count = PageState.OWNED, request_id, 1
-        return page_id
+        self._evict(parked)  # its own scope's least recently used parked page (I6)
+        self.ledger.own(parked, seq.request_id)
+        return parked
 
     def _evict(self, page_id: int) -> None:
-        page = self._pages[page_id]
-        if page.content_hash is not None and self._cache.get(page.content_hash) == page_id:
-            del self._cache[page.content_hash]
-        self._retire(page_id)
+        self.prefix_index.discard(self._pages[page_id].content_hash, page_id)
+        self.ledger.retire(page_id)  # new generation, zero-fill queued (I2)
 
     def _flush_parked(self) -> None:
         """Empty every scope's parked pages (tight pool: an over-long request is admitted)."""
@@ -380,14 +314,6 @@ class BlockManager:
         for page_id in page_ids:
             self._evict(page_id)
             self._free.append(page_id)
-
-    def _retire(self, page_id: int) -> None:
-        """The page's content is dead: new generation, queue the zero-fill (I2)."""
-        page = self._pages[page_id]
-        page.state, page.owner, page.scope_key, page.ref_count = PageState.FREE, None, None, 0
-        page.content_hash = page.parent_hash = page.tokens = None
-        page.generation += 1
-        self._scrub_pending[page_id] = None
 
     def can_append(self, seq: Sequence) -> bool:
         """Whether :meth:`may_append` can cover all of ``seq``'s tokens (free or own-scope parked pages)."""
@@ -416,7 +342,7 @@ class BlockManager:
         hash is already cached (another same-scope request computed the same prefix) stays owned
         by ``seq`` and is scrubbed when released.
         """
-        chain = self._chain.get(seq.request_id)
+        chain = self.prefix_index.chain(seq.request_id)
         table = self._tables.get(seq.request_id)
         if chain is None or table is None or is_unshared(seq.scope_key):
             return  # a per-request scope shares nothing: its pages stay owned and are scrubbed on release
@@ -426,10 +352,8 @@ class BlockManager:
             parent = chain[i - 1] if i else None
             h = page_hash(seq.scope_key, parent, tokens)
             page = self._pages[table[i]]
-            if page.state is PageState.OWNED and page.owner == seq.request_id and h not in self._cache:
-                page.state, page.owner, page.scope_key = PageState.CACHED, None, seq.scope_key
-                page.content_hash, page.parent_hash, page.tokens = h, parent, tokens
-                self._cache[h] = table[i]
+            if page.state is PageState.OWNED and page.owner == seq.request_id and self.prefix_index.add(h, table[i]):
+                self.ledger.seal(table[i], seq.scope_key, h, parent, tokens)
             chain.append(h)
 
     def deallocate(self, seq: Sequence) -> None:
@@ -441,7 +365,7 @@ class BlockManager:
         scope's LRU evicts the tail of a prefix before its head.
         """
         table = self._tables.pop(seq.request_id, None)
-        self._chain.pop(seq.request_id, None)
+        self.prefix_index.end(seq.request_id)
         # An over-long request that ends no longer needs the pool: its own pages may park.
         self._flushing.discard(seq.request_id)
         if table is None:
@@ -458,7 +382,7 @@ class BlockManager:
         for page_id in reversed(table):
             page = self._pages[page_id]
             if page.state is PageState.OWNED and page.owner == seq.request_id:
-                self._retire(page_id)
+                self.ledger.retire(page_id)
                 self._free.append(page_id)
             elif page.state is PageState.CACHED and page.ref_count > 0:
                 page.ref_count -= 1
@@ -479,95 +403,42 @@ class BlockManager:
 
         Always ``[]`` when ``scrub=False`` (unsafe benchmark switch).
         """
-        pages = list(self._scrub_pending)
-        self._scrub_pending.clear()
-        return pages if self.scrub else []
+        return self.ledger.take_scrub_list()
+
+    def pending_scrub(self) -> list[int]:
+        """The scrub list, not taken (a copy): the runner zero-fills it inside its next pool access (I2)."""
+        return self.ledger.pending_scrub()
+
+    @property
+    def num_pending_scrub(self) -> int:
+        return self.ledger.num_pending_scrub
 
     def flush_scrub(self, zero_fill: Callable[[list[int]], None], pages: list[int] | None = None) -> None:
-        """Zero-fill ``pages`` (default: the scrub list, taken now) with ``zero_fill`` (I2).
-
-        If ``zero_fill`` raises, the pages go back on the scrub list before the error propagates:
-        a failed scrub must never leave a page on the free list with its old KV and nobody owing
-        its zero-fill. The next scrub, at the latest the one before the next forward pass, retries
-        them, so they are still zero before any request writes or reads them.
-        """
-        if pages is None:
-            pages = self.take_scrub_list()
-        try:
-            zero_fill(pages)
-        except BaseException:
-            if self.scrub:
-                self._scrub_pending.update(dict.fromkeys(pages))  # I2: still owed
-            raise
+        """Zero-fill ``pages`` (default: the scrub list) with ``zero_fill``; on failure they stay owed (I2)
+        (:meth:`PageLedger.flush_scrub`)."""
+        self.ledger.flush_scrub(zero_fill, pages)
 
     # ---- checks ------------------------------------------------------------------------------
 
     def ledger_block_table(self, seq: Sequence) -> list[int]:
-        """The block table the ledger says ``seq`` holds, for releasing it after an I1 violation.
-
-        Keeps the pages of ``seq.block_table`` that are its own or same-scope cached ones (in order,
-        once each) and adds back its own pages that a corrupted table lost, so the release neither
-        touches another request's page nor leaks one of its own.
-        """
-        kept: list[int] = []
-        for page_id in seq.block_table:
-            if not 0 <= page_id < self.num_pages or page_id in kept:
-                continue
-            page = self._pages[page_id]
-            own = page.state is PageState.OWNED and page.owner == seq.request_id
-            cached = page.state is PageState.CACHED and page.scope_key == seq.scope_key and page.ref_count > 0
-            if own or cached:
-                kept.append(page_id)
-        for page_id, page in enumerate(self._pages):
-            if page.state is PageState.OWNED and page.owner == seq.request_id and page_id not in kept:
-                kept.append(page_id)
-        return kept
+        """The block table the ledger says ``seq`` holds, for releasing it after an I1 violation
+        (:meth:`PageLedger.ledger_block_table`)."""
+        return self.ledger.ledger_block_table(seq)
 
     def verify(self, seq: Sequence) -> None:
         """Check I1 for ``seq``: each page is its own or a same-scope cached page with its tokens.
 
         ``seq.block_table`` (what the model runner reads) must also equal the ledger's copy.
         """
-        seen: set[int] = set()
-        for i, page_id in enumerate(seq.block_table):
-            if not 0 <= page_id < self.num_pages or page_id in seen:
-                raise IsolationViolation(f"request {seq.request_id!r}: bad page {page_id} at index {i}")
-            seen.add(page_id)
-            page = self._pages[page_id]
-            if page.state is PageState.OWNED and page.owner == seq.request_id:
-                continue
-            expected = tuple(seq.token_ids[i * self.page_size : (i + 1) * self.page_size])
-            if page.state is PageState.CACHED and page.scope_key == seq.scope_key and page.tokens == expected:
-                continue
-            raise IsolationViolation(
-                f"I1 violated: request {seq.request_id!r} maps page {page_id} at index {i}, which is "
-                f"{page.state.value} (owner {page.owner!r}, same scope: {page.scope_key == seq.scope_key})"
-            )
-        # also catches a same-scope page with equal tokens that seq maps without holding a reference
-        table = self._tables.get(seq.request_id, [])
-        if seq.block_table != table:
-            raise IsolationViolation(
-                f"I1 violated: block table of request {seq.request_id!r} is {seq.block_table}, "
-                f"the ledger gave it {table}"
-            )
+        self.ledger.verify(seq, self.page_size)
 
     def check_invariants(self) -> None:
         """Global ledger consistency; raises IsolationViolation listing every problem found."""
         problems: list[str] = []
-        refs: Counter[int] = Counter()
-        holders: dict[int, set[str]] = {}
-        for rid, table in self._tables.items():
-            refs.update(table)
-            for page_id in table:
-                holders.setdefault(page_id, set()).add(rid)
         parked_by_scope = self._parked.parked_pages()
         lru = {page_id for pages in parked_by_scope.values() for page_id in pages}
-        free = set(self._free)
         if len(lru) != self._parked.num_parked or sum(map(len, parked_by_scope.values())) != len(lru):
             problems.append("the parked-page count disagrees with the partitions")
-        for scope, pages in parked_by_scope.items():
-            if any(self._pages[p].scope_key != scope for p in pages):
-                problems.append(f"a page is parked under another scope than its own ({scope.hex()[:12]})")
         if self._flushing and lru:
             problems.append(f"{len(lru)} pages are parked while an over-long request runs")
         if not self.unsafe_shared_prefix_cache:
@@ -580,25 +451,6 @@ class BlockManager:
             over = [s for s, pages in parked_by_scope.items() if len(pages) > policy.share]
             if over:
                 problems.append(f"{len(over)} scopes park more than their share of {policy.share} pages")
-        if len(free) != len(self._free):
-            problems.append("a page is on the free list twice")
-        for page_id, page in enumerate(self._pages):
-            if page.ref_count != refs[page_id]:
-                problems.append(f"page {page_id}: ref_count {page.ref_count}, mapped {refs[page_id]} times")
-            if (page_id in free) != (page.state is PageState.FREE):
-                problems.append(f"page {page_id}: state {page.state.value} vs free list")
-            if (page_id in lru) != (page.state is PageState.CACHED and page.ref_count == 0):
-                problems.append(f"page {page_id}: state {page.state.value}, refs {page.ref_count} vs LRU")
-            if page.state is PageState.OWNED and holders.get(page_id) != {page.owner}:
-                problems.append(f"page {page_id}: owned by {page.owner!r}, mapped by {holders.get(page_id)}")
-            if page.state is PageState.CACHED and (
-                page.content_hash is None or self._cache.get(page.content_hash) != page_id
-            ):
-                problems.append(f"page {page_id}: cached but not in the prefix index")
-        if len(self._cache) != sum(p.state is PageState.CACHED for p in self._pages):
-            problems.append("the prefix index and the ledger disagree")
-        used = sum(p.ref_count > 0 for p in self._pages)
-        if len(free) + len(lru) + used != self.num_pages:
-            problems.append(f"free {len(free)} + cached-unused {len(lru)} + used {used} != {self.num_pages}")
+        problems.extend(self.ledger.audit(parked_by_scope, self._cache))
         if problems:
             raise IsolationViolation("page ledger inconsistent: " + "; ".join(problems))
