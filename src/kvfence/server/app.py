@@ -170,6 +170,9 @@ def create_app(
     routes = [
         Route("/v1/completions", serving.completions, methods=["POST"]),
         Route("/v1/chat/completions", serving.chat_completions, methods=["POST"]),
+        Route("/v1/responses", serving.responses, methods=["POST"]),
+        Route("/v1/messages", serving.messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", serving.count_tokens, methods=["POST"]),
         Route("/v1/models", serving.list_models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", serving.retrieve_model, methods=["GET"]),
         Route("/v1/capacity", serving.capacity, methods=["GET"]),

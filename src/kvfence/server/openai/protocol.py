@@ -24,8 +24,10 @@ __all__ = [
     "GenerationRequest",
     "StreamOptions",
     "check_json_content_type",
+    "decode_body",
     "parse_body",
     "template_messages",
+    "validate_body",
 ]
 
 MAX_LOGPROBS = 20
@@ -458,6 +460,21 @@ _DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
 
 def parse_body(body: bytes, model: type[_R]) -> _R:
     """Decode (UTF-8), parse (JSON) and validate a request body; every failure is a 400."""
+    return validate_body(decode_body(body), model)
+
+
+def validate_body(data: dict[str, Any], model: type[_R]) -> _R:
+    """Validate a decoded body against ``model`` and its ``check_supported``; every failure is a 400."""
+    try:
+        request = model.model_validate(data)
+    except ValidationError as exc:
+        raise _describe(exc) from None
+    request.check_supported()
+    return request
+
+
+def decode_body(body: bytes) -> dict[str, Any]:
+    """Decode (UTF-8) and parse (JSON, each key once) a request body into an object; every failure is a 400."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -477,9 +494,4 @@ def parse_body(body: bytes, model: type[_R]) -> _R:
         raise APIError.bad_request("request body must be a JSON object", code="invalid_json")
     if _SURROGATE_ESCAPE.search(text) is not None:
         _refuse_lone_surrogates(data)
-    try:
-        request = model.model_validate(data)
-    except ValidationError as exc:
-        raise _describe(exc) from None
-    request.check_supported()
-    return request
+    return data

@@ -19,6 +19,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
+from kvfence.apis import messages as anthropic
 from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import RequestError
 from kvfence.openai_wire import DONE, encode_event, error_body
@@ -32,6 +33,7 @@ from kvfence.server.config import ServerConfig
 from kvfence.server.limits import ConcurrencyLimiter
 from kvfence.server.metrics import ServerMetrics
 from kvfence.server.openai.choices import fan_out, returned_choices
+from kvfence.server.openai.native_apis import MessagesAdapter, ResponsesAdapter, anthropic_shaped
 from kvfence.server.openai.prepare import (
     LoadedModel,
     chat_prompt,
@@ -52,7 +54,9 @@ from kvfence.server.openai.protocol import (
     CompletionRequest,
     GenerationRequest,
     check_json_content_type,
+    decode_body,
     parse_body,
+    validate_body,
 )
 from kvfence.server.openai.responses import (
     ChoiceState,
@@ -137,24 +141,28 @@ class _Lease:
             m.latency.observe(time.perf_counter() - self.started)
 
 
-def _stream_failure(rid: str, lease: _Lease, exc: Exception) -> bytes:
+def _stream_failure(rid: str, lease: _Lease, exc: Exception) -> dict[str, Any]:
     """The error event that ends a failed stream: never ``[DONE]``, never counted as success."""
     lease.status = "error"
     if isinstance(exc, _AbortedByEngine):
         log.error("stream %s failed: %s", rid, exc)
-        return encode_event(error_body(str(exc), type=exc.type, code=exc.code))
+        return error_body(str(exc), type=exc.type, code=exc.code)
     if isinstance(exc, EngineFault):
         log.error("stream %s failed: %s", rid, exc)
-        return encode_event(error_body(str(exc), type="server_error", code="request_aborted"))
+        return error_body(str(exc), type="server_error", code="request_aborted")
     log.exception("stream %s failed unexpectedly", rid)  # a bug: full trace in the log, not to the client
-    return encode_event(error_body("internal server error; the request was aborted", type="server_error",
-                             code="internal_error"))
+    return error_body("internal server error; the request was aborted", type="server_error",
+                         code="internal_error")
+
+
+def _usage_payload(kind: str, rid: str, created: int, name: str, lease: _Lease) -> dict[str, Any]:
+    """``stream_options.include_usage``: the last chunk before ``[DONE]``, usage and no choices."""
+    return {"id": rid, "object": kind, "created": created, "model": name, "choices": [],
+            "usage": usage_body(lease.choices)}
 
 
 def _usage_chunk(kind: str, rid: str, created: int, name: str, lease: _Lease) -> bytes:
-    """``stream_options.include_usage``: the last chunk before ``[DONE]``, usage and no choices."""
-    return encode_event({"id": rid, "object": kind, "created": created, "model": name, "choices": [],
-                "usage": usage_body(lease.choices)})
+    return encode_event(_usage_payload(kind, rid, created, name, lease))
 
 
 def _with_running_usage(req: GenerationRequest, chunk: dict[str, Any], lease: _Lease) -> dict[str, Any]:
@@ -259,6 +267,18 @@ class OpenAIServing:
     async def chat_completions(self, request: Request) -> Response:
         return await self._handle(request, "chat")
 
+    async def responses(self, request: Request) -> Response:
+        """OpenAI's Responses API, served on the chat path (:mod:`.native_apis`)."""
+        return await self._handle(request, "responses")
+
+    async def messages(self, request: Request) -> Response:
+        """Anthropic's Messages API, served on the chat path; errors in Anthropic's shape."""
+        return anthropic_shaped(await self._handle(request, "messages"))
+
+    async def count_tokens(self, request: Request) -> Response:
+        """Anthropic's ``/v1/messages/count_tokens``: the prompt's tokens under the model's chat template."""
+        return anthropic_shaped(await self._handle(request, "count_tokens"))
+
     def reject(self, exc: APIError, *, count: bool = True) -> Response:
         if count:
             self.metrics.rejections.labels(exc.reason).inc()
@@ -325,8 +345,16 @@ class OpenAIServing:
         tenant: Tenant = request.scope["state"]["tenant"]
         engine, model = self.ready()
         body = await self.read_body(request)
-        is_chat = endpoint == "chat"
-        req: GenerationRequest = parse_body(body, ChatCompletionRequest if is_chat else CompletionRequest)
+        adapter: ResponsesAdapter | MessagesAdapter | None = None
+        if endpoint == "count_tokens":
+            return self._count_tokens(decode_body(body), model)
+        if endpoint in ("responses", "messages"):
+            # translated to chat and validated as chat: every check below applies unchanged (I3, I5)
+            adapter = (ResponsesAdapter if endpoint == "responses" else MessagesAdapter)(decode_body(body))
+            req: GenerationRequest = adapter.chat
+        else:
+            req = parse_body(body, ChatCompletionRequest if endpoint == "chat" else CompletionRequest)
+        is_chat = isinstance(req, ChatCompletionRequest)
         public_name = resolve_model_name(req.model, model)
         # I5: the scope comes from the authenticated tenant and the server secret; the client's
         # cache_salt is mixed in after the identity, so it can only narrow the scope.
@@ -364,7 +392,7 @@ class OpenAIServing:
                 code="concurrency_limit_exceeded",
             )
         lease = _Lease(self, tenant, endpoint)
-        prefix = "chatcmpl" if is_chat else "cmpl"
+        prefix = "chatcmpl" if is_chat else "cmpl"  # a translated API keeps its own ids (adapter)
         response_id = f"{prefix}-{uuid.uuid4().hex}"
         # One engine request per choice; all under the call's scope key, so a prompt's choices
         # share its prompt pages (the engine prefills identical same-scope prompts once).
@@ -395,6 +423,9 @@ class OpenAIServing:
         created = int(time.time())
         if req.stream:
             lease.status = "disconnected"  # until the stream ends one way or the other
+            if adapter is not None:
+                payloads = self._chat_payloads(req, lease, response_id, created, public_name, model)
+                return EventStreamResponse(adapter.stream(payloads, public_name), on_close=lease.close)
             chunks = (self._chat_chunks if is_chat else self._completion_chunks)(
                 req, lease, response_id, created, public_name, model)
             return EventStreamResponse(chunks, on_close=lease.close)
@@ -402,6 +433,8 @@ class OpenAIServing:
             await run_until_disconnect(request.receive, lambda: self._collect(lease))
             body_json = (self._chat_body if is_chat else self._completion_body)(
                 req, lease, response_id, created, public_name, model)
+            if adapter is not None:
+                body_json = adapter.whole(body_json)
             lease.status = "ok"
             return JSONResponse(body_json)
         except ClientDisconnected:
@@ -409,6 +442,14 @@ class OpenAIServing:
             raise
         finally:
             lease.close()
+
+    def _count_tokens(self, data: dict[str, Any], model: LoadedModel) -> Response:
+        native = anthropic.CountTokensRequest.parse(data)
+        req = validate_body({**anthropic.chat_request(native), "max_tokens": 1}, ChatCompletionRequest)
+        resolve_model_name(req.model, model)
+        ids = chat_prompt(req.template_messages(content_format(model)), req.wants_generation_prompt, model,
+                          add_special_tokens=req.add_special_tokens, **req.template_options())
+        return JSONResponse({"input_tokens": len(ids)})
 
     # -- request preparation ---------------------------------------------------------------------
 
@@ -547,7 +588,7 @@ class OpenAIServing:
             lease.status = "ok"
             yield encode_event(DONE)
         except Exception as exc:  # whatever failed, the client sees an error event, not a short success
-            yield _stream_failure(rid, lease, exc)
+            yield encode_event(_stream_failure(rid, lease, exc))
 
     def _opening_chunk(self, req: Any, lease: _Lease, c: ChoiceState, rid: str, created: int, name: str,
                        model: LoadedModel) -> dict[str, Any]:
@@ -577,15 +618,21 @@ class OpenAIServing:
 
     async def _chat_chunks(self, req: Any, lease: _Lease, rid: str, created: int, name: str,
                            model: LoadedModel) -> AsyncIterator[bytes]:
+        async for payload in self._chat_payloads(req, lease, rid, created, name, model):
+            yield encode_event(payload)
+
+    async def _chat_payloads(self, req: Any, lease: _Lease, rid: str, created: int, name: str,
+                             model: LoadedModel) -> AsyncIterator[dict[str, Any] | str]:
+        """The chat stream's events, decoded: chunks, ``"[DONE]"``, or an ``{"error": ...}`` payload last."""
         assert lease.group is not None
         token_text, token_bytes = self._token_text(model), self._token_bytes(model)
         scores_sent = req.prompt_logprobs is None
         tool_streams = {c.index: ToolCallStream(lease.tools) for c in lease.choices} if lease.tools else {}
         try:
             for c in lease.choices:
-                yield encode_event(chat_chunk(rid, created, name, c.index, {"role": "assistant", "content": ""}, None))
+                yield chat_chunk(rid, created, name, c.index, {"role": "assistant", "content": ""}, None)
                 if lease.echo[c.prompt_index]:  # chat echo: the continued message first, as its own chunk
-                    yield encode_event(chat_chunk(rid, created, name, c.index, {"content": lease.echo[c.prompt_index]}, None))
+                    yield chat_chunk(rid, created, name, c.index, {"content": lease.echo[c.prompt_index]}, None)
             async for out in lease.group:
                 choice = self._fold(lease, out)
                 if not scores_sent and lease.prompt_logprobs[0] is not None:
@@ -593,7 +640,7 @@ class OpenAIServing:
                     scores_sent = True
                     first = chat_chunk(rid, created, name, choice.index, {}, None)
                     first["prompt_logprobs"] = self._prompt_logprobs(req, lease, 0)
-                    yield encode_event(first)
+                    yield first
                 logprobs = None
                 if choice.keeps_output and req.logprobs and out.new_token_ids:
                     logprobs = chat_logprobs(list(out.new_token_ids), _new_logprobs(out),
@@ -604,19 +651,18 @@ class OpenAIServing:
                     delta = tool_stream.delta(out.delta_text)
                 if (delta is not None and out.delta_text and choice.keeps_output) or logprobs is not None:
                     chunk = chat_chunk(rid, created, name, choice.index, delta or {}, None, logprobs)
-                    yield encode_event(_with_running_usage(req, chunk, lease))
+                    yield _with_running_usage(req, chunk, lease)
                 if out.finished:
                     finish_reason = choice.finish_reason
                     if tool_stream is not None:
                         last, finish_reason = tool_stream.finish(finish_reason)
                         if last is not None:
-                            yield encode_event(_with_running_usage(req, chat_chunk(rid, created, name, choice.index, last,
-                                                                          None), lease))
+                            yield _with_running_usage(req, chat_chunk(rid, created, name, choice.index, last, None), lease)
                     chunk = chat_chunk(rid, created, name, choice.index, {}, finish_reason)
-                    yield encode_event(_with_running_usage(req, chunk, lease))
+                    yield _with_running_usage(req, chunk, lease)
             if req.include_usage:
-                yield _usage_chunk("chat.completion.chunk", rid, created, name, lease)
+                yield _usage_payload("chat.completion.chunk", rid, created, name, lease)
             lease.status = "ok"
-            yield encode_event(DONE)
+            yield DONE
         except Exception as exc:  # whatever failed, the client sees an error event, not a short success
             yield _stream_failure(rid, lease, exc)
