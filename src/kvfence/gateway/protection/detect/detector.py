@@ -1,4 +1,4 @@
-"""The detector the gateway runs on every message: personal data (Presidio) plus secrets.
+"""The detector the gateway runs on every message: personal data (Presidio), names, and secrets.
 
 ``Detector.scan`` is synchronous and pure CPU; :meth:`Detector.scan_texts` runs it off the event
 loop with a deadline, and turns any failure or timeout into :class:`DetectorFailure`, so that a
@@ -20,6 +20,7 @@ from kvfence.gateway.protection.detect.concatenated import joined_literals
 from kvfence.gateway.protection.detect.encoded import decoded_runs
 from kvfence.gateway.protection.detect.findings import Finding, resolve_overlaps
 from kvfence.gateway.protection.detect.normalise import fold
+from kvfence.gateway.protection.detect.recognizers.person import find_persons, link_mentions
 from kvfence.gateway.protection.detect.recognizers.pii import PII_RULES, PRIVATE_IP_RULES
 from kvfence.gateway.protection.detect.recognizers.secrets import SECRET_RULES
 from kvfence.gateway.protection.detect.scanner import RuleSet
@@ -48,9 +49,11 @@ class _RulesOnly:
 class Detector:
     """Finds personal data and secrets in a text; findings do not overlap and are sorted."""
 
-    def __init__(self, pii: PiiEngine, secrets: RuleSet, *, timeout_s: float = 2.0, workers: int = 2) -> None:
+    def __init__(self, pii: PiiEngine, secrets: RuleSet, *, timeout_s: float = 2.0, workers: int = 2,
+                 names: bool = True) -> None:
         self._pii = pii
         self._secrets = secrets
+        self._names = names
         self.timeout_s = timeout_s
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvfence-detect")
 
@@ -66,7 +69,7 @@ class Detector:
             return []
         folded = fold(text, lookalikes=True, escapes=True)
         plain = folded.text
-        found = self._pii.detect(plain) + self._secrets.raw_findings(plain)
+        found = self._detect(plain)
         for run in decoded_runs(plain) + joined_literals(plain):
             # a value inside one literal of a concatenation is found in the text itself
             # the placeholder stands for the decoded value: restored, the answer gets the e-mail
@@ -83,10 +86,22 @@ class Detector:
     def _scan_folded(self, text: str) -> list[Finding]:
         # a decoded run: folded like any text, never decoded again (no nesting, bounded cost)
         plain = fold(text, lookalikes=True, escapes=True).text
-        return resolve_overlaps(self._pii.detect(plain) + self._secrets.raw_findings(plain))
+        return resolve_overlaps(self._detect(plain))
+
+    def _detect(self, plain: str) -> list[Finding]:
+        # one scan, every kind: pattern rules, secrets and names (recognizers/person.py)
+        found = self._pii.detect(plain) + self._secrets.raw_findings(plain)
+        if self._names:
+            found += find_persons(plain)
+        return found
 
     def scan_all(self, texts: Sequence[str]) -> list[list[Finding]]:
-        return [self.scan(text) for text in texts]
+        """Each text's findings; the names among them linked across the request (one person, one
+        value, so one placeholder: ``recognizers/person.py``'s :func:`link_mentions`)."""
+        per_text = [self.scan(text) for text in texts]
+        if self._names:
+            per_text = [resolve_overlaps(found) for found in link_mentions(list(texts), per_text)]
+        return per_text
 
     async def scan_texts(self, texts: Sequence[str]) -> list[list[Finding]]:
         """Scan off the event loop; an error or a timeout raises :class:`DetectorFailure` (fail closed).
@@ -137,4 +152,5 @@ def build_detector(*, use_presidio: bool = True, ner_model: Path | None = None, 
                                   score_threshold=score_threshold)
     else:
         pii = _RulesOnly(RuleSet(pii_rules))
-    return Detector(pii, RuleSet(SECRET_RULES, off), timeout_s=timeout_s)
+    names = not ({"PERSON", "person"} & off)
+    return Detector(pii, RuleSet(SECRET_RULES, off), timeout_s=timeout_s, names=names)

@@ -1,0 +1,102 @@
+"""Names in CSV text: the cells of a column whose header says it holds names.
+
+A CSV attachment carries names in columns ("first_name", "Nachname", "nom", "Customer"), often
+lower-case, surname-first or from no list; the header says what the column holds, so every cell of
+such a column that looks like a name (letters, at most five words, no digits or ``@``) is one.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+
+from kvfence.gateway.protection.detect.findings import Category, Finding
+
+__all__ = ["csv_name_cells"]
+
+_HEADER_WORDS = re.compile(
+    r"(?i)^(?:full[ _-]?name|first[ _-]?name|last[ _-]?name|given[ _-]?names?|family[ _-]?name|middle[ _-]?name"
+    r"|surname|name|names|customer(?:[ _-]?name)?|client(?:[ _-]?name)?|contact(?:[ _-]?(?:person|name))?"
+    r"|patient(?:[ _-]?name)?|employee(?:[ _-]?name)?|recipient(?:[ _-]?name)?|sender(?:[ _-]?name)?"
+    r"|owner|assignee|reporter|author|tenant|holder|cardholder|account[ _-]?holder|signatory|person"
+    r"|vorname|nachname|familienname|kunde|kundenname|ansprechpartner(?:in)?|empfänger|mitarbeiter(?:in)?"
+    r"|nom|prénom|prenom|nom[ _-]complet|destinataire|titulaire|client|nombre|apellidos?|nombre[ _-]completo"
+    r"|destinatario|titular|cognome|nome|nominativo|intestatario|voornaam|achternaam|naam|volledige[ _-]naam"
+    r"|klant|ontvanger|contactpersoon)$")
+_CELL_OK = re.compile(r"^[^\W\d_][^\W\d_ .,'’-]*(?:[ .,'’-]{1,2}[^\W\d_]+){0,5}\.?$")
+_DELIMS = (",", ";", "\t", "|")
+
+
+def _header_columns(line: str) -> tuple[str, list[int]] | None:
+    for delim in _DELIMS:
+        if delim not in line:
+            continue
+        cells = [c.strip().strip('"').strip() for c in line.split(delim)]
+        cols = [k for k, cell in enumerate(cells) if _HEADER_WORDS.match(cell)]
+        if cols and len(cells) >= 2:
+            return delim, cols
+    return None
+
+
+def _cells(line: str, delim: str) -> list[tuple[int, int]]:
+    """Spans of the cells of ``line`` (quotes excluded), as the csv module splits it."""
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    for cell in next(csv.reader([line], delimiter=delim, skipinitialspace=False)):
+        # find the cell's text from pos: quoted or not
+        raw_end = pos
+        if line.startswith('"', pos):
+            close = pos + 1
+            while True:
+                close = line.find('"', close)
+                if close < 0 or not line.startswith('""', close):
+                    break
+                close += 2
+            close = len(line) if close < 0 else close
+            spans.append((pos + 1, close) if cell else (pos, pos))
+            raw_end = line.find(delim, close)
+        else:
+            raw_end = line.find(delim, pos)
+            end = len(line) if raw_end < 0 else raw_end
+            start = pos + (len(line[pos:end]) - len(line[pos:end].lstrip()))
+            spans.append((start, start + len(line[start:end].rstrip())))
+        if raw_end < 0:
+            break
+        pos = raw_end + 1
+    return spans
+
+
+def csv_name_cells(text: str) -> list[Finding]:
+    """PERSON findings for the cells of name columns in every CSV table of ``text``."""
+    if not any(d in text for d in _DELIMS):
+        return []
+    found: list[Finding] = []
+    offset = 0
+    header: tuple[str, list[int], int] | None = None  # delimiter, name columns, cell count
+    for line in text.split("\n"):
+        stripped = line.rstrip("\r")
+        if header is not None:
+            delim, cols, width = header
+            if delim not in stripped:
+                header = None
+            else:
+                try:
+                    spans = _cells(stripped, delim)
+                except csv.Error:
+                    spans = []
+                if abs(len(spans) - width) > 1:
+                    header = None
+                else:
+                    for k in cols:
+                        if k < len(spans):
+                            start, end = spans[k]
+                            value = stripped[start:end]
+                            if value and _CELL_OK.match(value) and len(value) <= 60:
+                                found.append(Finding(offset + start, offset + end, "PERSON", Category.PII,
+                                                     0.8, "person_csv_column"))
+        if header is None:
+            spotted = _header_columns(stripped)
+            if spotted is not None:
+                header = (spotted[0], spotted[1], len(stripped.split(spotted[0])))
+        offset += len(line) + 1
+    return found

@@ -1,0 +1,62 @@
+"""The name lists behind the PERSON rules: given names, surnames, and which of them are also words.
+
+Built offline by ``scripts/build_name_gazetteer.py`` from public-domain US Census name files and
+Faker's MIT-licensed name lists, with Debian's word lists (SCOWL, OpenTaal) and spaCy's stop words
+marking names that are ordinary words; the provenance and checksums are in ``data/SOURCES.txt``.
+Shipped inside the package: nothing is downloaded. Loaded once, on first use (~40 ms).
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+from dataclasses import dataclass
+from importlib import resources
+
+__all__ = ["Gazetteer", "gazetteer"]
+
+# Given names that are, at least as often, a verb, a month, a virtue or a thing at the start of a
+# sentence ("Will Smith" is a name, "Will Johnson attend?" too, but "May Day", "Grant Access" not):
+# they make a full name only with a surname that is no ordinary word.
+_RISKY_GIVEN = frozenset(["may", "will", "june", "april", "august", "grant", "mark", "art", "bill", "hope", "joy", "faith", "grace", "rose", "guy", "pat", "sue", "don", "ray", "rich", "gene", "dawn", "summer", "chase", "hunter", "cliff", "glen", "dale", "rod", "chance", "page", "sunny", "sky", "autumn", "amber", "ruby", "jade", "crystal", "pearl", "ivy", "holly", "lily", "iris", "olive", "violet", "daisy", "price", "case", "lane", "drew", "miles", "major", "king", "earl", "duke", "prince", "baron", "bishop", "penny", "honey", "candy", "misty", "heather", "ginger", "rocky", "sandy", "rusty", "buck", "bud", "chip", "skip", "woody", "winter", "spring", "star", "storm", "river", "rain", "angel", "precious", "patience", "charity", "destiny", "trinity", "harmony", "melody", "liberty", "justice", "mercy", "unity", "ace", "bear", "wolf", "fox", "jay", "robin", "wren", "lark", "dove", "mercedes", "porsche", "christian", "noel", "carol", "sterling", "august", "august", "frank", "jack", "max", "bob", "paris", "jordan", "florence", "georgia", "victoria", "austin", "dallas", "houston", "chelsea", "sydney", "madison", "phoenix", "lincoln", "washington", "india", "china", "kenya", "asia", "africa", "america", "virginia", "carolina", "dakota", "montana", "nevada", "indiana", "kent", "devon", "york", "brooklyn", "orlando", "denver", "cleveland", "charlotte", "memphis", "troy", "regina", "savannah", "adelaide", "aurora", "camden", "dakota", "sierra", "chad", "eugene", "tyler", "trenton", "marion", "jackson", "jenkins", "julia", "kafka", "ruby", "rust", "boston", "london", "berlin", "vienna", "chicago", "sofia", "milan", "lyon", "odessa", "alexandria", "augusta", "salem", "siena", "valencia", "verona", "lorraine", "normandy", "brittany", "sahara", "nairobi", "lagos", "cairo", "dublin", "aberdeen", "darwin", "hamilton", "wellington", "nelson", "clinton", "kingston"])
+
+_MONTHS_DAYS = frozenset(["january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday", "januar", "februar", "märz", "mai", "juni", "juli", "oktober", "dezember", "montag", "dienstag", "mittwoch", "donnerstag", "freitag", "samstag", "sonntag", "janvier", "février", "mars", "avril", "juin", "juillet", "août", "septembre", "octobre", "novembre", "décembre", "lundi", "mardi", "mercredi", "jeudi", "vendredi", "samedi", "dimanche", "enero", "febrero", "marzo", "abril", "mayo", "junio", "julio", "agosto", "septiembre", "octubre", "noviembre", "diciembre", "lunes", "martes", "miércoles", "jueves", "viernes", "sábado", "domingo", "gennaio", "febbraio", "aprile", "maggio", "giugno", "luglio", "settembre", "ottobre", "dicembre", "lunedì", "martedì", "mercoledì", "giovedì", "venerdì", "sabato", "domenica", "januari", "februari", "maart", "mei", "augustus", "maandag", "dinsdag", "woensdag", "donderdag", "vrijdag", "zaterdag", "zondag"])
+
+
+@dataclass(frozen=True)
+class Gazetteer:
+    """Lower-cased name sets; ``ordinary`` holds words of everyday language (dictionary, stop words)."""
+
+    given: frozenset[str]
+    surnames: frozenset[str]
+    ordinary: frozenset[str]
+
+    def is_given(self, word: str) -> bool:
+        return word in self.given
+
+    def is_surname(self, word: str) -> bool:
+        return word in self.surnames
+
+    def is_name(self, word: str) -> bool:
+        return word in self.given or word in self.surnames
+
+    def risky_given(self, word: str) -> bool:
+        """A given name that is also a month, a verb, a place or a thing (``May``, ``Will``, ``Paris``)."""
+        return word in _RISKY_GIVEN or word in _MONTHS_DAYS or (word in self.ordinary and word not in self.surnames)
+
+    def is_ordinary(self, word: str) -> bool:
+        return word in self.ordinary or word in _MONTHS_DAYS
+
+    def month_or_day(self, word: str) -> bool:
+        return word in _MONTHS_DAYS
+
+
+def _read(name: str) -> frozenset[str]:
+    data = resources.files("kvfence.gateway.protection.detect.recognizers").joinpath("data", name).read_bytes()
+    return frozenset(gzip.decompress(data).decode("utf-8").split())
+
+
+@functools.cache
+def gazetteer() -> Gazetteer:
+    """The shipped gazetteer (read once per process)."""
+    return Gazetteer(_read("given_names.txt.gz"), _read("surnames.txt.gz"), _read("ordinary.txt.gz"))

@@ -1,0 +1,485 @@
+"""Personal names (``PERSON``): a gazetteer of given names and surnames, with context rules.
+
+No model and no download (``gazetteer.py``). A capitalised word alone is never a name: a run of
+name-shaped words is one when
+
+- it is a given name followed by a surname (middle names, initials, particles such as "van der",
+  "de la", "bin", "al-" and hyphenated parts between them): "Priya Raman", "Anne-Marie van der Berg";
+  a given name that is also a word or a place ("May", "Will", "Paris") needs a surname that is not;
+  a surname the lists do not know is taken after a safe given name when it is no dictionary word;
+- a title is before it ("Dr. Raman", "Frau Keller", "Mme Dubois", "Sr. García", "dhr. de Vries");
+- a greeting or a person cue is before it ("Hi Priya,", "Dear Tom", "ask Lena", "cc: Raman"), or a
+  verb of saying after it ("Priya said"), and the word is a known name;
+- it is the value of a name field ("Name: Priya Raman", ``"first_name": "Priya"``), a cell of a
+  name column in CSV text (``csv_names``), or a "Surname, Given" pair ("Raman, Priya");
+- lower-case after a cue in chat ("hey priya"), or a lower-case given name + surname that are both
+  known names and no dictionary words.
+
+Runs followed by a company or place word ("Morgan Stanley", "Johnson Controls Inc", "Victoria
+Station", "Parkinson's disease") and known person-named firms and brands are not names. The span is
+the name as written: titles and a possessive 's stay outside.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kvfence.gateway.protection.detect.findings import Category, Finding
+from kvfence.gateway.protection.detect.recognizers.gazetteer import Gazetteer, gazetteer
+
+__all__ = ["find_persons", "link_mentions"]
+
+_WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]{2,}|-[^\W\d_]+)*")
+_PARTICLES = frozenset(["van", "von", "der", "den", "de", "del", "della", "dello", "degli", "di", "da", "das", "dos", "du", "le", "la", "bin", "binti", "ibn", "al", "el", "ter", "ten", "zu", "zur", "vom", "d'", "st"])
+_TITLES = frozenset(["mr", "mrs", "ms", "mx", "miss", "dr", "prof", "sir", "dame", "lord", "lady", "herr", "frau", "fr", "hr", "m", "mme", "mlle", "madame", "monsieur", "mademoiselle", "sr", "sra", "srta", "señor", "señora", "señorita", "don", "doña", "dott", "dottssa", "dott.ssa", "sig", "sigra", "sig.ra", "signor", "signora", "signore", "dhr", "mevr", "mw", "mej", "ing", "rev", "capt", "col", "gen", "sgt", "insp", "det", "judge"])
+# Only with a cue word: "M." is also an initial, "Fr." also Friday/Father.
+_TITLE_RE = re.compile(
+    r"(?<![\w.])(?:(?i:Mr|Mrs|Ms|Mx|Miss|Dr|Prof|Sir|Dame|Herr|Frau|Hr|Mme|Mlle|Madame|Monsieur|Mademoiselle"
+    r"|Sr|Sra|Srta|Señor|Señora|Señorita|Doña|Dott|Dott\.ssa|Dottssa|Sig|Sig\.ra|Signor|Signora|Dhr|Mevr"
+    r"|Mw|Ing|Rev|Capt|Insp|Judge|Prof\.\s?Dr)|M|Fr|Don)\.?\s{1,2}$")
+_BRAND_TITLES = frozenset(["oetker", "pepper", "martens", "scholl", "dre", "seuss"])
+# Words before a name that make a single known name a person: greetings, sign-offs, asking someone.
+_CUES = frozenset(c.strip() for c in """
+hi, hey, hello, hallo, hola, ciao, salut, bonjour, bonsoir, buongiorno, buenos días, moin, servus, dear,
+dearest, liebe, lieber, sehr geehrte, sehr geehrter, cher, chère, estimado, estimada, querido, querida, caro,
+cara, gentile, beste, geachte, thanks, thank you, thx, cheers, regards, danke, merci, gracias, grazie, bedankt,
+ask, asked, tell, told, ping, pinged, cc, bcc, call, called, email, emailed, message, contact, contacted, with,
+attn, attention, signed, sincerely, assigned to, owner, reviewer, reporter, approver, approved by, reported by,
+requested by, created by, signed by, witness, tenant, landlord, patient, customer, client, employee,
+applicant, candidate, colleague, manager, my name is, i am, i'm, this is, it's, ich bin, ich heiße, je suis,
+je m'appelle, me llamo, soy, mi chiamo, sono, ik ben, mijn naam is, ik heet, frag, demande à, pregunta a,
+chiedi a, vraag, @, met, mit, avec, con, per, via, from, by, and, to, for, und
+""".replace("\n", " ").split(","))
+# Of these, the weak ones ("to", "and") only with a name that is no word or place.
+_WEAK_CUES = frozenset(["with", "met", "mit", "avec", "con", "per", "via", "from", "by", "and", "to", "for", "und"])
+_CUE_WORDS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?|@")
+
+
+def _cue_before(before: str) -> str | None:
+    """The cue phrase (one to three words) that ends just before a name, if any."""
+    tail = before.rstrip(" ,:\t")
+    if not tail or len(before) - len(tail) > 3 or "\n" in before[len(tail):]:
+        return None
+    words = _CUE_WORDS.findall(tail[-30:].lower().replace("’", "'"))
+    if not words or not tail.lower().endswith(words[-1]):
+        return None
+    for n in (3, 2, 1):
+        phrase = " ".join(words[-n:])
+        if len(words) >= n and phrase in _CUES:
+            return phrase
+    return None
+
+
+_SAY_AFTER = re.compile(
+    r"^(?:'s\b|’s\b|\s(?:said|says|wrote|writes|asked|asks|replied|told|mentioned|confirmed|agreed|suggested"
+    r"|approved|signed|joined|called|emailed|noted|thinks|reported|requested|explained|added|will|can|has|had"
+    r"|is|was|sagt|sagte|schrieb|meinte|hat|ist|dit|a dit|écrit|dijo|escribió|ha detto|ha scritto|zei|schreef"
+    r"|heeft)\b)")
+# Words that make the run before them a firm, a place or a thing, not a person.
+_ORG_AFTER = frozenset(["inc", "incorporated", "ltd", "limited", "llc", "llp", "plc", "corp", "corporation", "co", "company", "companies", "group", "holdings", "capital", "partners", "bank", "banking", "foundation", "institute", "institution", "university", "college", "school", "academy", "hospital", "clinic", "street", "st", "road", "rd", "avenue", "ave", "lane", "boulevard", "blvd", "drive", "way", "square", "park", "center", "centre", "prize", "award", "act", "law", "laws", "syndrome", "disease", "effect", "theorem", "equation", "principle", "hall", "airport", "station", "bridge", "tower", "building", "stadium", "arena", "library", "museum", "gallery", "motors", "motor", "records", "studios", "studio", "pictures", "labs", "lab", "technologies", "technology", "software", "systems", "consulting", "associates", "brothers", "bros", "trust", "fund", "ventures", "media", "publishing", "press", "hotel", "restaurant", "straße", "strasse", "platz", "weg", "gmbh", "ag", "kg", "se", "sa", "sarl", "sas", "nv", "bv", "spa", "srl", "memorial", "medal", "cup", "trophy", "lecture", "fellowship", "scholarship", "chair", "street’s", "index", "theatre", "theater", "opera", "cathedral", "church", "chapel", "river", "lake", "mountain", "mount", "valley", "island", "islands", "bay", "beach", "county", "city", "town", "gardens", "estate", "farm", "winery", "brewery", "cafe", "café", "bakery", "pharma", "pharmaceuticals", "energy", "airlines", "airways", "fashion", "collection", "perfume", "watches", "cars", "automotive", "electric", "insurance", "securities", "investments"])
+# Person-named firms, brands and places that are also "given name + surname".
+_NOT_PEOPLE = frozenset(s.strip() for s in """
+morgan stanley, charles schwab, wells fargo, dow jones, tommy hilfiger, calvin klein, ralph lauren,
+hugo boss, louis vuitton, christian dior, yves saint laurent, estée lauder, estee lauder, walt disney,
+harley davidson, harley-davidson, rolls royce, rolls-royce, aston martin, lockheed martin, martin marietta,
+hewlett packard, hewlett-packard, arthur andersen, jack daniels, jack daniel, johnnie walker, jim beam,
+mercedes benz, mercedes-benz, kimberly clark, kimberly-clark, carl zeiss, robert bosch, thomas cook,
+jimmy choo, kate spade, michael kors, tory burch, ted baker, paul smith, edward jones, raymond james,
+john deere, sherwin williams, sherwin-williams, albert heijn, ernst young, grant thornton, marks spencer,
+victoria secret, jenny craig, betty crocker, ronald mcdonald, mary kay, tim hortons, ben jerry, steve madden,
+sierra leone, costa rica, el salvador, san marino, santa monica, santa barbara, santa clara, santa fe,
+monte carlo, victoria falls, alice springs, george town, port louis, san jose, la paz, mont blanc,
+st louis, saint louis, st helena, saint helena, st paul, saint paul, st john, james bay, charles river,
+jackson hole, lake louise, prince edward, prince george, prince albert, king george, queen elizabeth,
+elizabeth line, victoria line, jordan valley, amber alert, grace period, mark down, will power,
+johns hopkins, carnegie mellon, van gogh museum, anne frank house, georgia tech, virginia tech,
+""".replace("\n", " ").split(",") if s.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class _Tok:
+    start: int
+    end: int
+    text: str
+    low: str
+
+    @property
+    def cap(self) -> bool:
+        return (self.text[0].isupper() and not self.text.isupper()) or (len(self.text) <= 3 and self.text.istitle())
+
+    @property
+    def upper(self) -> bool:
+        return self.text.isupper() and len(self.text) > 1
+
+
+def _tokens(text: str) -> list[_Tok]:
+    return [_Tok(m.start(), m.end(), m.group(), m.group().lower().replace("’", "'")) for m in _WORD.finditer(text)]
+
+
+def _parts(low: str) -> list[str]:
+    return [p for p in re.split(r"[-']", low) if p]
+
+
+def _known(g: Gazetteer, low: str, given: bool) -> bool:
+    """A known given name (or surname) itself, or every part of a hyphenated/apostrophe form."""
+    check = g.is_given if given else g.is_name
+    if check(low):
+        return True
+    parts = _parts(low)
+    if len(parts) > 1:
+        if given:
+            return all(g.is_given(p) for p in parts)
+        # O'Brien, D'Angelo, al-Sayed, Smith-Jones: the last part carries the name
+        return g.is_name(parts[-1]) and all(len(p) <= 3 or g.is_name(p) for p in parts[:-1])
+    return False
+
+
+_SENTENCE_END = re.compile(r"[.!?;]\s")
+
+
+def _title_case(text: str, g: Gazetteer) -> bool:
+    """A headline: most words (four or more) are capitalised, and two or more of them, past the
+    first, are ordinary words ("Summer Grant Program Opens Across Europe"); a list of names is not one."""
+    if _SENTENCE_END.search(text.strip()):
+        return False  # prose: a headline is one phrase
+    words = [w for w in _WORD.findall(text) if len(w) > 3]
+    capitalised = [w for w in words if w[0].isupper()]
+    if len(words) < 4 or len(capitalised) < 0.8 * len(words):
+        return False
+    return sum(1 for w in capitalised[1:] if g.is_ordinary(w.lower())) >= 2
+
+
+class _Finder:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.g = gazetteer()
+        self.toks = _tokens(text)
+        self.found: list[Finding] = []
+        self.taken: set[int] = set()  # token indexes inside an accepted name
+        self._headlines: dict[int, bool] = {}
+
+    def headline(self, pos: int) -> bool:
+        """Whether the line (or, in a long line, the 100 characters) around ``pos`` is a headline."""
+        text = self.text
+        start = max(text.rfind("\n", 0, pos) + 1, pos - 100)
+        key = start if start == text.rfind("\n", 0, pos) + 1 else -1
+        if key >= 0 and key in self._headlines:
+            return self._headlines[key]
+        end = text.find("\n", pos, pos + 100)
+        result = _title_case(text[start: pos + 100 if end < 0 else end], self.g)
+        if key >= 0:
+            self._headlines[key] = result
+        return result
+
+    def gap_ok(self, a: _Tok, b: _Tok) -> bool:
+        gap = self.text[a.end:b.start]
+        return gap == " " or (len(a.text) == 1 and gap in (". ", ".")) or (a.low in ("d", "l") and gap in ("'", "’"))
+
+    def run(self, i: int, upper: bool = False) -> int:
+        """Index past the run of name-shaped tokens starting at ``i`` (capitalised or all-caps)."""
+        j = i
+        toks = self.toks
+        while j < len(toks) and j - i < 6:
+            t = toks[j]
+            shaped = t.upper or (len(t.text) == 1 and t.text.isupper()) if upper else (t.cap or (len(t.text) == 1 and t.text.isupper()))
+            if not shaped:
+                if j > i and t.low in _PARTICLES and j + 1 < len(toks) and self.gap_ok(t, toks[j + 1]) \
+                        and (toks[j + 1].cap or toks[j + 1].upper or toks[j + 1].low in _PARTICLES):
+                    j += 1
+                    continue
+                break
+            if j > i and not self.gap_ok(toks[j - 1], t):
+                break
+            j += 1
+        while j > i and toks[j - 1].low in _PARTICLES:
+            j -= 1
+        return j
+
+    def add(self, i: int, j: int, rule: str, score: float) -> None:
+        start, end = self.toks[i].start, self.toks[j - 1].end
+        self.found.append(Finding(start, end, "PERSON", Category.PII, score, rule))
+        self.taken.update(range(i, j))
+
+    def org_after(self, j: int) -> bool:
+        if j >= len(self.toks):
+            return False
+        nxt = self.toks[j]
+        gap = self.text[self.toks[j - 1].end:nxt.start]
+        if gap.strip() in ("&", "+") or (gap.startswith(("'s ", "’s ")) and nxt.low in _ORG_AFTER):
+            return True
+        return gap in (" ", "'s ", "’s ") and nxt.low in _ORG_AFTER
+
+    def before(self, i: int, width: int = 40) -> str:
+        start = self.toks[i].start
+        return self.text[max(0, start - width):start]
+
+    def not_people(self, i: int, j: int) -> bool:
+        words = " ".join(t.low.replace("'", "") for t in self.toks[i:j])
+        return words in _NOT_PEOPLE or any(" ".join(t.low for t in self.toks[a:b]) in _NOT_PEOPLE
+                                           for a in range(i, j) for b in range(a + 2, j + 1))
+
+    # --- a run of two or more name-shaped words ---
+    def full_name(self, i: int, j: int, upper: bool) -> bool:
+        toks = self.toks[i:j]
+        words = [t for t in toks if len(t.text) > 1 and t.low not in _PARTICLES]
+        initials = [t for t in toks if len(t.text) == 1]
+        if len(words) < 1 or len(words) + len(initials) < 2:
+            return False
+        g = self.g
+        first, last = words[0], words[-1]
+        if g.month_or_day(last.low):
+            return False
+        if len(words) == 1:  # "J. Smith", "J. R. R. Tolkien": initials before a known surname
+            return toks[0] is not first and g.is_surname(last.low) and not g.is_ordinary(last.low)
+        if toks[0] is not first:
+            return False
+        if not _known(g, first.low, given=True):
+            return False
+        headline = self.headline(first.start)
+        surname_known = _known(g, last.low, given=False)
+        surname_ordinary = g.is_ordinary(last.low) or any(g.is_ordinary(p) for p in _parts(last.low)[-1:])
+        middles_ok = all(_known(g, w.low, given=False) or not g.is_ordinary(w.low) for w in words[1:-1])
+        if not middles_ok:
+            return False
+        if g.risky_given(first.low) or upper or headline:
+            return surname_known and not surname_ordinary
+        if surname_known:
+            return True
+        # an unknown surname: capitalised, no dictionary word, after a safe given name
+        return not surname_ordinary and len(last.text) >= 2 and last.text[1:].islower()
+
+    def scan_runs(self) -> None:
+        toks = self.toks
+        i = 0
+        while i < len(toks):
+            t = toks[i]
+            if i in self.taken or not (t.cap or t.upper or (len(t.text) == 1 and t.text.isupper())) \
+                    or t.low in _CUES or t.low in _TITLES:
+                if t.low in _PARTICLES and i not in self.taken and _TITLE_RE.search(self.before(i)):
+                    self.title_particle(i)  # "dhr. van den Broek"
+                i += 1
+                continue
+            upper = t.upper
+            j = self.run(i, upper=upper)
+            if j <= i:
+                i += 1
+                continue
+            # shrink from the right until the run is a name (a sentence may go on capitalised)
+            if j - i >= 2 and (self.org_after(j) or self.not_people(i, j)):
+                i = j  # "Morgan Stanley", "Victoria Station": none of its words is a name here
+                continue
+            k = j
+            while k - i >= 2:
+                if self.full_name(i, k, upper):
+                    self.add(i, k, "person_full_name", 0.85)
+                    break
+                k -= 1
+            else:
+                k = i
+            if k > i and k - i >= 2 and i in self.taken:
+                i = k
+                continue
+            if self.single(i, upper):
+                i += 1
+                continue
+            i += 1
+
+    def title_particle(self, i: int) -> None:
+        j = i
+        while j < len(self.toks) and self.toks[j].low in _PARTICLES and j - i < 3:
+            j += 1
+        if j < len(self.toks) and self.toks[j].cap and all(self.gap_ok(self.toks[k], self.toks[k + 1])
+                                                           for k in range(i, j)):
+            self.add(i, j + 1, "person_title", 0.85)
+
+    # --- one word: a title, a cue before it or a verb of saying after it ---
+    def single(self, i: int, upper: bool) -> bool:
+        t = self.toks[i]
+        g = self.g
+        if len(t.text) < 2 or g.month_or_day(t.low) or (upper and not g.is_name(t.low)):
+            return False
+        before = self.before(i)
+        j = self.run(i, upper=upper)
+        if _TITLE_RE.search(before):
+            k = max(j, i + 1)
+            while k > i + 1 and ((g.is_ordinary(self.toks[k - 1].low) and not g.is_name(self.toks[k - 1].low))
+                                 or self.org_after(k)):
+                k -= 1
+            if (g.is_ordinary(t.low) and not g.is_name(t.low)) or self.org_after(k) or t.low in _BRAND_TITLES:
+                return False
+            self.add(i, k, "person_title", 0.85)
+            return True
+        if not _known(g, t.low, given=False) or self.org_after(i + 1) or j - i >= 2:
+            return False
+        if g.is_ordinary(t.low) and not g.is_given(t.low):
+            return False
+        after = self.text[t.end:t.end + 24]
+        cue = _cue_before(before)
+        if cue is not None and before.rstrip().endswith("&"):
+            cue = None
+        if cue is not None and (cue not in _WEAK_CUES or (g.is_given(t.low) and not (g.is_ordinary(t.low)
+                                                                               or g.risky_given(t.low)))) \
+                and (not g.risky_given(t.low) or cue in ("hi", "hey", "hello", "dear", "thanks", "thank you",
+                                                         "cc", "@", "liebe", "lieber", "cher", "chère")):
+            self.add(i, i + 1, "person_cue", 0.7)
+            return True
+        if len(t.text) >= 3 and _SAY_AFTER.match(after) and g.is_given(t.low) and not g.risky_given(t.low) \
+                and not before.rstrip().endswith("&") and not self.headline(t.start):
+            self.add(i, i + 1, "person_said", 0.6)
+            return True
+        return False
+
+    # --- "Raman, Priya" ---
+    def surname_comma_given(self) -> None:
+        toks = self.toks
+        g = self.g
+        for i in range(len(toks) - 1):
+            a, b = toks[i], toks[i + 1]
+            if i in self.taken or i + 1 in self.taken or self.text[a.end:b.start] != ", ":
+                continue
+            if not (a.cap or a.upper) or not (b.cap or b.upper):
+                continue
+            lead = self.text[max(0, a.start - 2):a.start]
+            if not (a.start == 0 or lead.endswith(("\n", '"', "'", ",", ";", "\t", "|", ": ")) or lead.endswith(", ")):
+                continue
+            if not (_known(g, a.low, False) and g.is_given(b.low)) or g.is_ordinary(b.low) or g.is_ordinary(a.low):
+                continue
+            end = i + 2
+            if end < len(toks) and toks[end].cap and self.gap_ok(b, toks[end]) and g.is_given(toks[end].low):
+                end += 1
+            tail = self.text[toks[end - 1].end:toks[end - 1].end + 2]
+            if tail and tail[0] not in "\n\",;\t|)" and not tail.startswith(" ("):
+                continue
+            self.add(i, end, "person_surname_given", 0.8)
+
+    # --- lower-case names in chat ---
+    def lowercase(self) -> None:
+        toks = self.toks
+        g = self.g
+        for i, t in enumerate(toks):
+            if i in self.taken or not t.text.islower() or len(t.text) < 3:
+                continue
+            if g.is_ordinary(t.low) or not g.is_given(t.low) or g.risky_given(t.low):
+                continue
+            nxt = toks[i + 1] if i + 1 < len(toks) else None
+            pair = (nxt is not None and nxt.text.islower() and self.gap_ok(t, nxt) and len(nxt.text) >= 3
+                    and g.is_surname(nxt.low) and not g.is_ordinary(nxt.low) and not g.is_given(nxt.low))
+            cue = _cue_before(self.before(i))
+            if pair:
+                self.add(i, i + 2, "person_lowercase", 0.6)
+            elif cue is not None and cue not in _WEAK_CUES:
+                self.add(i, i + 1, "person_lowercase_cue", 0.6)
+
+
+_FIELD = re.compile(
+    r"""(?ix)(?:^|(?<=[\s{,;"'(\[]))
+    (?:full[\s_-]?name|first[\s_-]?name|last[\s_-]?name|given[\s_-]?name|family[\s_-]?name|middle[\s_-]?name
+      |surname|name|customer(?:[\s_-]?name)?|client(?:[\s_-]?name)?|contact(?:[\s_-]?(?:person|name))?
+      |patient(?:[\s_-]?name)?|employee(?:[\s_-]?name)?|recipient|sender|attn|owner|assignee|reporter
+      |requester|author|signatory|tenant|landlord|holder|cardholder|account[\s_-]?holder|user[\s_-]?name
+      |vorname|nachname|familienname|kunde|ansprechpartner(?:in)?|empfänger|absender|mieter|vermieter
+      |nom|prénom|prenom|destinataire|expéditeur|titulaire|locataire|nombre|apellidos?|destinatario|remitente
+      |titular|cognome|mittente|intestatario|voornaam|achternaam|naam|ontvanger|afzender|huurder|klant)
+    ["']?\s{0,3}[:=]\s{0,3}["']?
+    (?P<value>[^\W\d_][^\W\d_'’.-]*(?:(?:[ .'’-]|\.\s)[^\W\d_]+){0,5}\.?)""")
+
+
+def _field_values(text: str, f: _Finder) -> None:
+    g = f.g
+    for m in _FIELD.finditer(text):
+        start, end = m.span("value")
+        value = text[start:end].rstrip(".")
+        end = start + len(value)
+        words = _WORD.findall(value)
+        # "Name: Priya Raman Status: open": stop at the first ordinary word that is no name
+        keep: list[str] = []
+        for w in words:
+            low = w.lower()
+            if (g.is_ordinary(low) or low in _ORG_AFTER) and not g.is_name(low) and low not in _PARTICLES:
+                break
+            keep.append(w)
+        if not keep or not any(_known(g, w.lower(), False) for w in keep):
+            continue
+        plain = [w for w in keep if w.lower() not in _PARTICLES]
+        if all(g.is_ordinary(w.lower()) for w in plain) and not (len(plain) >= 2 and all(w[0].isupper() for w in plain)):
+            continue  # "Name: Unknown", "owner: admin"
+        if len(keep) < len(words):
+            cut = value.find(keep[-1], sum(len(w) for w in keep[:-1])) + len(keep[-1])
+            end = start + cut
+        f.found.append(Finding(start, end, "PERSON", Category.PII, 0.9, "person_field"))
+
+
+def find_persons(text: str) -> list[Finding]:
+    """PERSON findings in ``text`` (may overlap each other; the caller resolves overlaps)."""
+    if not text:
+        return []
+    f = _Finder(text)
+    f.surname_comma_given()
+    f.scan_runs()
+    f.lowercase()
+    _field_values(text, f)
+    from kvfence.gateway.protection.detect.recognizers.csv_names import csv_name_cells
+
+    f.found.extend(csv_name_cells(text))
+    return f.found
+
+
+def _name_words(value: str) -> frozenset[str]:
+    return frozenset(w.lower() for w in _WORD.findall(value) if len(w) > 1 and w.lower() not in _PARTICLES)
+
+
+def link_mentions(texts: list[str], per_text: list[list[Finding]]) -> list[list[Finding]]:
+    """One person, one value: across the texts of one request, a name written several ways
+    ("Dr. Priya Raman", "Raman, Priya", "Priya", "RAMAN") gets the value of its fullest form, so
+    that all of them share a placeholder; a lone capitalised "Priya" or "Raman" elsewhere in the
+    request is a mention of that person too. A word shared by two different full names ("Priya
+    Raman", "Priya Shah") is undecidable: those mentions keep their own value."""
+    names: dict[frozenset[str], str] = {}
+    for text, found in zip(texts, per_text, strict=True):
+        for f in found:
+            if f.entity == "PERSON":
+                value = f.value if f.value is not None else text[f.start:f.end]
+                words = _name_words(value)
+                if len(words) >= 2 and words not in names:
+                    names[words] = " ".join(value.replace(",", " ").split()) if "," not in value else value
+    if not names:
+        return per_text
+    owners: dict[str, set[frozenset[str]]] = {}
+    for words in names:
+        for word in words:
+            owners.setdefault(word, set()).add(words)
+    # the fullest form wins: "Priya Raman" and "Priya K. Raman" are one person if one holds the other
+    full = {words: max((other for other in names if words <= other), key=len) for words in names}
+
+    def canonical(words: frozenset[str]) -> str | None:
+        holders = {full[w] for word in words for w in owners.get(word, ()) if words <= w}
+        return names[holders.pop()] if len(holders) == 1 else None
+
+    g = gazetteer()
+    mention_words = sorted((w for w in owners if len(w) >= 3 and not g.is_ordinary(w)), key=len, reverse=True)
+    pattern = re.compile(r"(?<![\w'’-])(?:" + "|".join(re.escape(w) for w in mention_words) + r")(?![\w-])",
+                         re.IGNORECASE) if mention_words else None
+    out: list[list[Finding]] = []
+    for text, found in zip(texts, per_text, strict=True):
+        linked: list[Finding] = []
+        for f in found:
+            if f.entity == "PERSON" and not f.continued:
+                value = f.value if f.value is not None else text[f.start:f.end]
+                name = canonical(_name_words(value))
+                if name is not None and name != value:
+                    f = Finding(f.start, f.end, f.entity, f.category, f.score, f.rule, value=name)
+            linked.append(f)
+        if pattern is not None:
+            spans = sorted((f.start, f.end) for f in found)
+            for m in pattern.finditer(text):
+                word = m.group()
+                if not (word.isupper() or all(p[:1].isupper() and p[1:].islower() for p in re.split(r"[-'’]", word))):
+                    continue
+                if any(s < m.end() and m.start() < e for s, e in spans):
+                    continue
+                name = canonical(frozenset([word.lower()]))
+                linked.append(Finding(m.start(), m.end(), "PERSON", Category.PII, 0.6, "person_mention",
+                                      value=name))
+        out.append(sorted(linked, key=lambda f: f.start) if len(linked) != len(found) else linked)
+    return out

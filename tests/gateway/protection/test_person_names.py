@@ -1,0 +1,116 @@
+"""PERSON: each rule path finds the names it is for, and leaves firms, places, months and software alone."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvfence.gateway.protection.detect.detector import build_detector
+from kvfence.gateway.protection.detect.findings import resolve_overlaps
+from kvfence.gateway.protection.detect.recognizers.csv_names import csv_name_cells
+from kvfence.gateway.protection.detect.recognizers.person import find_persons, link_mentions
+from kvfence.gateway.protection.pseudonymise.placeholders import Pseudonymiser
+
+DETECTOR = build_detector(use_presidio=False)
+
+
+def names(text: str) -> list[tuple[str, str]]:
+    return [(text[f.start:f.end], f.rule) for f in resolve_overlaps(find_persons(text))]
+
+
+def values(text: str) -> list[str]:
+    return [v for v, _ in names(text)]
+
+
+POSITIVES = [
+    # rule path, text, the names it holds
+    ("person_full_name", "The contract was signed by Kwame Mensah yesterday.", ["Kwame Mensah"]),
+    ("person_full_name", "Ludwig van Beethoven and Ana María de la Cruz", ["Ludwig van Beethoven", "Ana María de la Cruz"]),
+    ("person_full_name", "Jean-Luc Moreau-Petit approved it", ["Jean-Luc Moreau-Petit"]),
+    ("person_full_name", "initials first: J. R. Hartley wrote back", ["J. R. Hartley"]),
+    ("person_full_name", "SHIP TO: PRIYA RAMAN", ["PRIYA RAMAN"]),
+    ("person_title", "Dr. Oyelaran will see you; Frau Brandstätter also.", ["Oyelaran", "Brandstätter"]),
+    ("person_title", "Beste Sanne, dhr. van den Broek belt je terug.", ["Sanne", "van den Broek"]),
+    ("person_title", "Mme Lefebvre et Sr. Fernández", ["Lefebvre", "Fernández"]),
+    ("person_cue", "Hi Samantha, can you ask Tom about it?", ["Samantha", "Tom"]),
+    ("person_said", "Rafael said the build is green.", ["Rafael"]),
+    ("person_surname_given", '"Fitzgerald, Aoife",aoife@example.com', ["Fitzgerald, Aoife"]),
+    ("person_field", 'Name: Wanjiru Kamau\nStatus: open', ["Wanjiru Kamau"]),
+    ("person_field", '{"assignee": "Bartholomew Quigley-Ashdown", "id": 7}', ["Bartholomew Quigley-Ashdown"]),
+    ("person_lowercase_cue", "hey darius can u check? thanks sarah", ["darius", "sarah"]),
+    ("person_lowercase", "talked to priya raman earlier", ["priya raman"]),
+]
+
+
+@pytest.mark.parametrize(("rule", "text", "expected"), POSITIVES, ids=[p[0] + ":" + p[1][:24] for p in POSITIVES])
+def test_each_rule_path_finds_its_names(rule: str, text: str, expected: list[str]) -> None:
+    found = names(text)
+    assert [v for v, _ in found] == expected
+    assert rule in {r for _, r in found}
+
+
+NEGATIVES = [
+    "Morgan Stanley and Goldman Sachs raised forecasts; Ford and Tesla fell.",
+    "Johnson & Johnson reported; Johnson Controls Inc too.",
+    "Jenkins failed on main; Kafka lag grew; we rewrote it in Julia.",
+    "We flew to Paris in May and to Jordan in August. Florence and Victoria are lovely in June.",
+    "Main Street Capital opened an office in room 12B next to Building 4, Floor 2.",
+    "Parkinson's disease research at Johns Hopkins; the Nobel Prize went to two teams.",
+    "Will the release ship on Monday? May we add Grant access to the admin page?",
+    "Quarterly Revenue Grows As New Markets Open Across Europe",
+    "The Dow Jones closed higher; Wells Fargo and Charles Schwab gained.",
+    "Victoria Station was closed, so we took the Elizabeth line to Canary Wharf.",
+    "He drove a Mercedes Benz to the Hilton hotel near Lincoln Center.",
+    "Albert Heijn und Dr. Oetker sind Marken; Kapitel 3 beschreibt den Aufbau.",
+    "Die Deutsche Bank und Siemens meldeten Gewinne; im März wurde berichtet.",
+    "We sold 12 Apples, Boston said",
+    "Name: Unknown\nStatus: Open",
+    "Dear Team, thanks All, hello World",
+]
+
+
+@pytest.mark.parametrize("text", NEGATIVES)
+def test_hard_negatives_are_no_names(text: str) -> None:
+    assert names(text) == []
+
+
+def test_csv_name_columns_are_found_whatever_the_case() -> None:
+    text = "id,last_name,first_name,email\n1,okafor,Ngozi,n@x.io\n2,O'Brien,Seán,s@x.io\n"
+    found = [text[f.start:f.end] for f in csv_name_cells(text)]
+    assert found == ["okafor", "Ngozi", "O'Brien", "Seán"]
+    # a column that holds no names is not one
+    assert csv_name_cells("id,status,city\n1,open,Leeds\n") == []
+    # quoted "Last, First" in one cell is one span
+    quoted = 'name;city\n"Raman, Priya";Pune\n'
+    assert [quoted[f.start:f.end] for f in csv_name_cells(quoted)] == ["Raman, Priya"]
+
+
+def test_one_person_written_several_ways_gets_one_placeholder() -> None:
+    texts = ["You are the assistant of Dr. Priya Raman.", 'Ask Priya whether\n"Raman, Priya" signed; RAMAN agreed.']
+    per_text = DETECTOR.scan_all(texts)
+    pseudo = Pseudonymiser()
+    out = [pseudo.apply(t, f) for t, f in zip(texts, per_text, strict=True)]
+    assert out == ["You are the assistant of Dr. <PERSON_1>.", 'Ask <PERSON_1> whether\n"<PERSON_1>" signed; <PERSON_1> agreed.']
+    assert pseudo.restore("<PERSON_1>") == "Priya Raman"
+
+
+def test_a_word_shared_by_two_people_keeps_its_own_value() -> None:
+    texts = ["Priya Raman and Priya Shah met. Later Priya left."]
+    found = link_mentions(texts, DETECTOR.scan_all(texts))[0]
+    by_text = {texts[0][f.start:f.end]: f.value for f in found}
+    assert by_text["Priya Raman"] is None and by_text["Priya Shah"] is None
+    assert by_text["Priya"] is None  # undecidable: not folded into either
+
+
+def test_names_can_be_turned_off() -> None:
+    detector = build_detector(use_presidio=False, disabled=["PERSON"])
+    assert [f.entity for f in detector.scan("Kwame Mensah wrote to jane@example.org")] == ["EMAIL_ADDRESS"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([*list("Aa Bb,.'-\n:\""), "Priya", "Raman", " van ", "Mr. ", "name: ", "Hi "]),
+                max_size=80).map("".join))
+def test_any_text_gives_spans_inside_it(text: str) -> None:
+    for f in find_persons(text):
+        assert 0 <= f.start < f.end <= len(text)
