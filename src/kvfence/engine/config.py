@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from kvfence.engine.models.families import ACTIVATIONS, FAMILIES
 from kvfence.engine.runner.dtype_names import parse_dtype
 from kvfence.errors import ConfigError, ModelLoadError
 
@@ -21,7 +22,7 @@ __all__ = [
     "kvfence_home",
 ]
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
+SUPPORTED_ARCHITECTURES = tuple(FAMILIES)
 SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
 SUPPORTED_KV_CACHE_DTYPES = ("auto", *SUPPORTED_DTYPES)
 _SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
@@ -129,7 +130,14 @@ def _positive_or_none(name: str, value: object) -> None:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The fields of a Hugging Face ``config.json`` that the Llama-family runner uses."""
+    """The fields of a Hugging Face ``config.json`` that the runner uses.
+
+    The last group describes what some families add to the Llama layer (each family's reader in
+    :mod:`kvfence.engine.models.families` sets them): per-head RMSNorm of q and k before RoPE
+    (``qk_norm``), an attention scale other than ``head_dim ** -0.5``, tanh soft-capping of the
+    logits, RoPE on the first ``partial_rotary_factor`` of each head only, and a second RoPE for
+    the windowed layers (Gemma 3's local layers).
+    """
 
     architecture: str
     vocab_size: int
@@ -156,6 +164,12 @@ class ModelConfig:
     # Layers that attend over the whole context although the model has a ``sliding_window`` (Qwen2's
     # mixed layouts); every other layer is windowed. Empty: the window (if any) holds on every layer.
     full_attention_layers: frozenset[int] = frozenset()
+    qk_norm: bool = False
+    attention_scale: float | None = None  # None: head_dim ** -0.5
+    final_logit_softcapping: float | None = None
+    partial_rotary_factor: float = 1.0
+    local_rope_theta: float | None = None  # windowed layers' RoPE, where it is not the model's
+    local_rope_scaling: dict[str, Any] | None = None
 
     @classmethod
     def from_dir(cls, model_dir: Path) -> ModelConfig:
@@ -182,37 +196,38 @@ class ModelConfig:
             raise ModelLoadError(
                 f"unsupported architecture {shown}; kvfence runs {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
+        family = FAMILIES[arch]
+        raw = {**family.defaults, **raw}
         try:
-            scaling = _rope_scaling(raw)
-            window, full_layers = _sliding_window(raw, arch)
+            # the family's own fields; its "rope_parameters", if any, are the main layers' RoPE
+            extra = family.read(raw)
+            rope_raw = {**raw, "rope_parameters": extra.pop("rope_parameters")} if "rope_parameters" in extra else raw
             hidden = int(raw["hidden_size"])
             heads = int(raw["num_attention_heads"])
-            cfg = cls(
-                architecture=arch,
-                vocab_size=int(raw["vocab_size"]),
-                hidden_size=hidden,
-                intermediate_size=int(raw["intermediate_size"]),
-                num_hidden_layers=int(raw["num_hidden_layers"]),
-                num_attention_heads=heads,
-                num_key_value_heads=int(raw.get("num_key_value_heads") or heads),
-                head_dim=int(raw.get("head_dim") or hidden // heads),
-                rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-                rope_theta=_rope_theta(raw),
-                rope_scaling=scaling,
-                max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
-                tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-                # Qwen2 always has q/k/v biases; its config.json does not say so.
-                attention_bias=arch == "Qwen2ForCausalLM" or bool(raw.get("attention_bias", False)),
-                mlp_bias=bool(raw.get("mlp_bias", False)),
-                sliding_window=window,
-                full_attention_layers=full_layers,
-                hidden_act=str(raw.get("hidden_act", "silu")),
-                bos_token_id=_optional_int(raw.get("bos_token_id")),
-                eos_token_ids=_int_list(raw.get("eos_token_id")),
-                checkpoint_dtype=raw.get("torch_dtype") or raw.get("dtype"),
-                is_random_weights=bool(raw.get("kvfence_random_weights", False)),
-                name=name,
-            )
+            partial_rotary = _rope_field(raw, "partial_rotary_factor")
+            common: dict[str, Any] = {
+                "vocab_size": int(raw["vocab_size"]),
+                "hidden_size": hidden,
+                "intermediate_size": int(raw["intermediate_size"]),
+                "num_hidden_layers": int(raw["num_hidden_layers"]),
+                "num_attention_heads": heads,
+                "num_key_value_heads": int(raw.get("num_key_value_heads") or heads),
+                "head_dim": int(raw.get("head_dim") or hidden // heads),
+                "rms_norm_eps": float(raw.get("rms_norm_eps", 1e-6)),
+                "rope_theta": _rope_theta(rope_raw),
+                "rope_scaling": _rope_scaling(rope_raw),
+                "max_position_embeddings": int(raw.get("max_position_embeddings", 2048)),
+                "tie_word_embeddings": bool(raw.get("tie_word_embeddings", False)),
+                "attention_bias": bool(raw.get("attention_bias", False)),
+                "mlp_bias": bool(raw.get("mlp_bias", False)),
+                "hidden_act": str(raw.get("hidden_act", "silu")),
+                "partial_rotary_factor": 1.0 if partial_rotary is None else float(partial_rotary),
+                "bos_token_id": _optional_int(raw.get("bos_token_id")),
+                "eos_token_ids": _int_list(raw.get("eos_token_id")),
+                "checkpoint_dtype": raw.get("torch_dtype") or raw.get("dtype"),
+                "is_random_weights": bool(raw.get("kvfence_random_weights", False)),
+            }
+            cfg = cls(architecture=arch, name=name, **{**common, **extra})
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelLoadError(f"config.json is missing or has a bad value for {exc}") from exc
         quantization = raw.get("quantization_config")
@@ -220,12 +235,16 @@ class ModelConfig:
             method = quantization.get("quant_method", "unknown") if isinstance(quantization, dict) else quantization
             raise ModelLoadError(f"quantized checkpoints are not supported (quantization_config: {method}); "
                                  "use the model's bfloat16/float16/float32 weights")
-        partial_rotary = _rope_field(raw, "partial_rotary_factor")
-        if partial_rotary is not None and float(partial_rotary) != 1.0:
-            raise ModelLoadError(f"partial_rotary_factor={partial_rotary} is not supported: kvfence's Llama-family "
-                                 "runner rotates the whole head (as transformers' Llama, Qwen2 and Mistral do)")
-        if cfg.hidden_act not in ("silu", "swish"):
-            raise ModelLoadError(f"unsupported hidden_act {cfg.hidden_act!r}; kvfence runs 'silu'")
+        if cfg.partial_rotary_factor != 1.0 and not family.partial_rotary:
+            raise ModelLoadError(f"partial_rotary_factor={cfg.partial_rotary_factor} is not supported for {arch}: "
+                                 "kvfence rotates the whole head there (as transformers does)")
+        rotary_dim = int(cfg.head_dim * cfg.partial_rotary_factor)
+        if not 0 < rotary_dim <= cfg.head_dim or rotary_dim % 2:
+            raise ModelLoadError(f"partial_rotary_factor={cfg.partial_rotary_factor} gives {rotary_dim} rotated "
+                                 f"dimensions of head_dim={cfg.head_dim}; it must be an even number from 2 to head_dim")
+        if cfg.hidden_act not in ACTIVATIONS:
+            raise ModelLoadError(f"unsupported hidden_act {cfg.hidden_act!r} for {arch}; kvfence runs "
+                                 f"{', '.join(ACTIVATIONS)}")
         if cfg.num_attention_heads % cfg.num_key_value_heads:
             raise ModelLoadError(
                 f"num_attention_heads={cfg.num_attention_heads} is not a multiple of "
@@ -241,6 +260,11 @@ class ModelConfig:
         ``max_position_embeddings`` as a sequence grows). ``llama3`` and ``longrope`` checkpoints already
         state the stretched length."""
         return _max_context_len({"max_position_embeddings": self.max_position_embeddings}, self.rope_scaling)
+
+    @property
+    def rotary_dim(self) -> int:
+        """How many leading dimensions of each query and key head RoPE rotates."""
+        return int(self.head_dim * self.partial_rotary_factor)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -286,48 +310,6 @@ def _max_context_len(raw: dict[str, Any], scaling: dict[str, Any] | None) -> int
     base = scaling.get("original_max_position_embeddings") if rope_type == "yarn" else None
     stretched = int(int(base or max_positions) * float(scaling["factor"]))
     return max(max_positions, stretched)
-
-
-def _sliding_window(raw: dict[str, Any], arch: str) -> tuple[int | None, frozenset[int]]:
-    """``(sliding_window, full_attention_layers)`` as transformers reads them for this architecture.
-
-    Mistral windows every layer. Qwen2 windows only when ``use_sliding_window`` is true, and then only
-    the layers ``layer_types`` marks ``sliding_attention`` (by default those from ``max_window_layers``
-    on); the others attend over the whole context. Llama has no sliding window.
-    """
-    window = raw.get("sliding_window")
-    if window is None or arch == "LlamaForCausalLM":
-        return None, frozenset()
-    window = int(window)
-    if arch != "Qwen2ForCausalLM":
-        return window, frozenset()
-    if not raw.get("use_sliding_window", False):
-        return None, frozenset()
-    num_layers = int(raw["num_hidden_layers"])
-    layer_types = raw.get("layer_types")
-    if not isinstance(layer_types, list) or len(layer_types) != num_layers:
-        first = int(raw.get("max_window_layers", num_layers))
-        layer_types = ["sliding_attention" if i >= first else "full_attention" for i in range(num_layers)]
-    full = frozenset(i for i, kind in enumerate(layer_types) if kind != "sliding_attention")
-    if len(full) == num_layers:
-        return None, frozenset()
-    if full:
-        log.info("layers %s attend over a sliding window of %d tokens, layers %s over the whole context",
-                 _ranges(sorted(set(range(num_layers)) - full)), window, _ranges(sorted(full)))
-    return window, full
-
-
-def _ranges(indices: list[int]) -> str:
-    parts: list[str] = []
-    start = prev = indices[0]
-    for i in [*indices[1:], None]:
-        if i is not None and i == prev + 1:
-            prev = i
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if i is not None:
-            start = prev = i
-    return ", ".join(parts)
 
 
 def _rope_field(raw: dict[str, Any], name: str) -> Any:

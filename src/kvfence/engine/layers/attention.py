@@ -93,9 +93,10 @@ def paged_attention(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     meta: AttentionMetadata,
+    scale: float | None = None,
 ) -> torch.Tensor:
     """Write ``k``/``v`` into the pool, then attend. Shapes: q [T, H, D]; k, v [T, KV, D];
-    caches [num_slots, KV, D]. Returns [T, H, D]."""
+    caches [num_slots, KV, D]. Returns [T, H, D]. ``scale`` multiplies the scores (default ``D ** -0.5``)."""
     recast = k_cache.dtype != q.dtype
     # A decode-only step on CPU writes (and rounds) in one kernel call; prefill chunks below attend
     # over their own rounded k/v, so a step with any keeps torch's write.
@@ -106,10 +107,10 @@ def paged_attention(
         v_cache.index_copy_(0, meta.slot_mapping, v)
     num_decode = meta.num_decode_tokens
     if num_decode and not meta.prefills:
-        return _decode(q, k_cache, v_cache, meta)
+        return _decode(q, k_cache, v_cache, meta, scale)
     out = torch.empty_like(q)
     if num_decode:
-        out[:num_decode] = _decode(q[:num_decode], k_cache, v_cache, meta)
+        out[:num_decode] = _decode(q[:num_decode], k_cache, v_cache, meta, scale)
     for chunk in meta.prefills:
         s, e = chunk.token_start, chunk.token_end
         qs = q[s:e].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
@@ -126,19 +127,22 @@ def paged_attention(
             attn_mask=chunk.mask,
             is_causal=chunk.mask is None and chunk.context_slots is None,
             enable_gqa=True,
+            scale=scale,
         )
         out[s:e] = o[0].transpose(0, 1)
     return out
 
 
-def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+def _decode(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float | None
+) -> torch.Tensor:
     slots = meta.decode_slots
     if slots is None:
         raise RuntimeError("decode tokens scheduled without decode_slots")
     batch, length = slots.shape
     if q.device.type == "cpu" and q.dtype == torch.float32:  # float32, bfloat16 or float16 pools
         begin, end = meta.decode_bounds()
-        out = paged_decode_f32(q[:batch], k_cache, v_cache, slots, begin, end, q.shape[-1] ** -0.5)
+        out = paged_decode_f32(q[:batch], k_cache, v_cache, slots, begin, end, q.shape[-1] ** -0.5 if scale is None else scale)
         if out is not None:
             return out
     flat = slots.view(-1)
@@ -147,6 +151,6 @@ def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta:
     if kd.dtype != q.dtype:
         kd, vd = kd.to(q.dtype), vd.to(q.dtype)
     o = F.scaled_dot_product_attention(
-        q[: slots.shape[0]].unsqueeze(2), kd, vd, attn_mask=meta.decode_mask, enable_gqa=True
+        q[: slots.shape[0]].unsqueeze(2), kd, vd, attn_mask=meta.decode_mask, enable_gqa=True, scale=scale
     )  # [B, H, 1, D]
     return o.squeeze(2)

@@ -212,8 +212,13 @@ class RotaryEmbedding(nn.Module):
 
     @staticmethod
     def rotate_(x: torch.Tensor, num_heads: int, cos: torch.Tensor, sin: torch.Tensor) -> None:
-        """Rotate heads ``[0, num_heads)`` of ``x`` [T, heads, head_dim] in place."""
-        if not try_rope_(x, num_heads, cos, sin):
+        """Rotate heads ``[0, num_heads)`` of ``x`` [T, heads, head_dim] in place; with tables narrower
+        than ``head_dim / 2`` (partial rotary), only the first ``2 * cos.shape[-1]`` dimensions of each."""
+        rotary_dim = 2 * cos.shape[-1]
+        if rotary_dim != x.shape[-1]:
+            heads = x[:, :num_heads, :rotary_dim]
+            heads.copy_(RotaryEmbedding.rotate(heads, cos, sin))
+        elif not try_rope_(x, num_heads, cos, sin):
             heads = x[:, :num_heads]
             heads.copy_(RotaryEmbedding.rotate(heads, cos, sin))
 

@@ -1,4 +1,7 @@
-"""Llama-family decoder (Llama, Qwen2, Mistral) over the paged KV pool.
+"""Llama-family decoder (Llama, Qwen2, Mistral) over the paged KV pool, and the shared decoder the
+other families (:mod:`.qwen3`, :mod:`.phi3`, :mod:`.gemma3`) build on by replacing parts: the
+classes a layer is made of are class attributes (``attention_cls``, ``mlp_cls``, ``layer_cls``,
+``model_cls``), and :meth:`LlamaAttention.before_rope` is where a family touches q and k.
 
 Checkpoint tensors keep their Hugging Face names; q/k/v and gate/up projections are stored fused
 (``qkv_proj``, ``gate_up_proj``) so a decode step runs two matmuls where transformers runs five.
@@ -27,10 +30,24 @@ from kvfence.engine.kernels.packed_weights import (
 from kvfence.engine.layers.attention import AttentionMetadata, paged_attention
 from kvfence.engine.layers.rotary import RotaryEmbedding
 
-__all__ = ["FusedLinear", "LlamaForCausalLM", "RMSNorm"]
+__all__ = [
+    "Embedding",
+    "FusedLinear",
+    "LlamaAttention",
+    "LlamaDecoderLayer",
+    "LlamaForCausalLM",
+    "LlamaMLP",
+    "LlamaModel",
+    "RMSNorm",
+    "empty_parameter",
+    "gated_activation",
+]
+
+# the fused decode kernel computes silu(gate) * up; other activations run op by op
+_SILU = ("silu", "swish")
 
 
-def _empty(*shape: int, dtype: torch.dtype, device: torch.device) -> nn.Parameter:
+def empty_parameter(*shape: int, dtype: torch.dtype, device: torch.device) -> nn.Parameter:
     return nn.Parameter(torch.empty(*shape, dtype=dtype, device=device), requires_grad=False)
 
 
@@ -52,8 +69,8 @@ class FusedLinear(nn.Module):
         for name, rows in shards.items():
             self.shard_rows[name] = (offset, rows)
             offset += rows
-        self.weight = _empty(offset, in_features, dtype=dtype, device=device)
-        self.bias = _empty(offset, dtype=dtype, device=device) if bias else None
+        self.weight = empty_parameter(offset, in_features, dtype=dtype, device=device)
+        self.bias = empty_parameter(offset, dtype=dtype, device=device) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias)
@@ -62,7 +79,7 @@ class FusedLinear(nn.Module):
 class Embedding(nn.Module):
     def __init__(self, num_embeddings: int, dim: int, *, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
-        self.weight = _empty(num_embeddings, dim, dtype=dtype, device=device)
+        self.weight = empty_parameter(num_embeddings, dim, dtype=dtype, device=device)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.weight)
@@ -72,7 +89,7 @@ class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float, *, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
         self.eps = eps
-        self.weight = _empty(dim, dtype=dtype, device=device)
+        self.weight = empty_parameter(dim, dtype=dtype, device=device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:
@@ -83,10 +100,24 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)
 
 
+def gated_activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``act(gate) * up`` for a ``[T, 2 * I]`` tensor laid out ``[gate | up]``, for ``hidden_act`` ``name``."""
+    if name in _SILU:
+        return silu_mul
+    approximate = "tanh" if name == "gelu_pytorch_tanh" else "none"
+
+    def gelu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.gelu(gate, approximate=approximate) * up
+
+    return gelu_mul
+
+
 class LlamaAttention(nn.Module):
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.scale = cfg.attention_scale
         q_rows, kv_rows = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         self.qkv_proj = FusedLinear(
             cfg.hidden_size, {"q": q_rows, "k": kv_rows, "v": kv_rows}, bias=cfg.attention_bias, dtype=dtype, device=device
@@ -103,9 +134,13 @@ class LlamaAttention(nn.Module):
     ) -> torch.Tensor:
         # x: [T, hidden]
         num_tokens = x.shape[0]
-        qkv = self.qkv_proj(x).view(num_tokens, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
+        qkv = self.before_rope(self.qkv_proj(x).view(num_tokens, self.num_heads + 2 * self.num_kv_heads, self.head_dim))
         RotaryEmbedding.rotate_(qkv, self.num_heads + self.num_kv_heads, *rope)  # q and k heads
         return self.o_proj(self.attend(qkv, k_cache, v_cache, meta))
+
+    def before_rope(self, qkv: torch.Tensor) -> torch.Tensor:
+        """What a family does to the projected ``qkv`` [T, H + 2 KV, D] before RoPE (Llama: nothing)."""
+        return qkv
 
     def attend(
         self, qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
@@ -114,7 +149,7 @@ class LlamaAttention(nn.Module):
         q = qkv[:, : self.num_heads]  # three slices: a third of split()'s dispatch time
         k = qkv[:, self.num_heads : self.num_heads + self.num_kv_heads]
         v = qkv[:, self.num_heads + self.num_kv_heads :]
-        out = paged_attention(q, k, v, k_cache, v_cache, meta)  # [T, H, D]
+        out = paged_attention(q, k, v, k_cache, v_cache, meta, self.scale)  # [T, H, D]
         return out.reshape(qkv.shape[0], self.num_heads * self.head_dim)
 
 
@@ -125,24 +160,33 @@ class LlamaMLP(nn.Module):
         self.intermediate_size = inter
         self.gate_up_proj = FusedLinear(cfg.hidden_size, {"gate": inter, "up": inter}, bias=cfg.mlp_bias, dtype=dtype, device=device)
         self.down_proj = FusedLinear(inter, {"": cfg.hidden_size}, bias=cfg.mlp_bias, dtype=dtype, device=device)
+        self.act_mul = gated_activation(cfg.hidden_act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(silu_mul(self.gate_up_proj(x)))  # gate_up rows: [gate | up]
+        return self.down_proj(self.act_mul(self.gate_up_proj(x)))  # gate_up rows: [gate | up]
 
 
 class LlamaDecoderLayer(nn.Module):
+    attention_cls: type[LlamaAttention] = LlamaAttention
+    mlp_cls: type[LlamaMLP] = LlamaMLP
+    # whether the fused CPU kernel computes this layer (it does RMSNorm, qkv, full-head RoPE; silu MLP)
+    fusable = True
+
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
-        self.self_attn = LlamaAttention(cfg, dtype, device)
-        self.mlp = LlamaMLP(cfg, dtype, device)
+        self.self_attn = self.attention_cls(cfg, dtype, device)
+        self.mlp = self.mlp_cls(cfg, dtype, device)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, device=device)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, device=device)
         self._kernel: DecoderLayerKernel | None = None
+        self._fusable = self.fusable and cfg.hidden_act in _SILU and cfg.rotary_dim == cfg.head_dim
 
     def fused_kernel(self) -> DecoderLayerKernel | None:
         """The layer's fused CPU fp32 kernel (built at first use, rebuilt when the weights or the
         kernel library change), or ``None`` where it does not apply (other device or dtype, kernels off).
         Code that swaps a weight tensor for another (not a copy into it) calls :meth:`drop_fused_kernel`."""
+        if not self._fusable:
+            return None
         if self._kernel is None or not self._kernel.is_current():
             attn = self.self_attn
             self._kernel = DecoderLayerKernel.build(
@@ -209,23 +253,27 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
+    layer_cls: type[nn.Module] = LlamaDecoderLayer
+
     def __init__(self, cfg: ModelConfig, max_len: int, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype, device=device)
         self.rotary = RotaryEmbedding(
-            cfg.head_dim, max_len, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings, dtype, device
+            cfg.rotary_dim, max_len, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings, dtype, device
         )
-        self.layers = nn.ModuleList(LlamaDecoderLayer(cfg, dtype, device) for _ in range(cfg.num_hidden_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, device=device)
+        self.layers = nn.ModuleList(self.layer_cls(cfg, dtype, device) for _ in range(cfg.num_hidden_layers))
+        self.norm: nn.Module = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, device=device)
 
 
 class LlamaForCausalLM(nn.Module):
     """The decoder plus LM head. ``forward`` returns hidden states; ``compute_logits`` the float32 logits."""
 
+    model_cls: type[LlamaModel] = LlamaModel
+
     def __init__(self, cfg: ModelConfig, max_len: int, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
         self.config = cfg
-        self.model = LlamaModel(cfg, max_len, dtype, device)
+        self.model = self.model_cls(cfg, max_len, dtype, device)
         self.lm_head: FusedLinear | None = None
         if not cfg.tie_word_embeddings:
             self.lm_head = FusedLinear(cfg.hidden_size, {"": cfg.vocab_size}, bias=False, dtype=dtype, device=device)

@@ -3,6 +3,7 @@ PyTorch ``.bin`` files read with ``torch.load(weights_only=True)`` (tensors only
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import re
@@ -15,10 +16,11 @@ import torch
 from safetensors import safe_open
 
 from kvfence.engine.config import ModelConfig
+from kvfence.engine.models.families import FAMILIES
 from kvfence.engine.models.llama import FusedLinear, LlamaForCausalLM
 from kvfence.errors import ModelLoadError
 
-__all__ = ["checkpoint_files", "load_model"]
+__all__ = ["checkpoint_files", "load_model", "model_class"]
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +115,11 @@ class _StateDict:
 def load_model(
     model_dir: Path, cfg: ModelConfig, *, max_len: int, dtype: torch.dtype, device: torch.device
 ) -> LlamaForCausalLM:
-    """Build the model and fill every parameter from the checkpoint, checking names and shapes."""
-    model = LlamaForCausalLM(cfg, max_len, dtype, device)
+    """Build the model and fill every parameter from the checkpoint, checking names and shapes.
+
+    A fused module's tensor comes either as its checkpoint shards (``q_proj``, ``k_proj``, ...) or
+    whole, as Phi-3 stores ``qkv_proj`` and ``gate_up_proj``."""
+    model = model_class(cfg.architecture)(cfg, max_len, dtype, device)
     params = dict(model.named_parameters())
     modules = dict(model.named_modules())
     expected: set[tuple[str, str]] = set()
@@ -136,6 +141,11 @@ def load_model(
                 if target is None:
                     continue
                 param_name, shard = target
+                whole = _whole_fused(modules, param_name, shard)
+                if whole:  # one tensor for every shard of a fused module
+                    _copy_whole(params[param_name], ckpt_name, f.get_tensor(ckpt_name))
+                    loaded.update((param_name, s) for s in whole)
+                    continue
                 if (param_name, shard) not in expected:
                     log.debug("ignoring checkpoint tensor %s", ckpt_name)
                     continue
@@ -148,6 +158,29 @@ def load_model(
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
         raise ModelLoadError(f"checkpoint in {str(model_dir)!r} is missing tensors: {shown}{more}")
     return model.eval()
+
+
+def model_class(architecture: str) -> type[LlamaForCausalLM]:
+    """The model class of a supported ``architecture`` (:data:`FAMILIES` names it), imported now."""
+    module_name, _, class_name = FAMILIES[architecture].model_class.partition(":")
+    return cast(type[LlamaForCausalLM], getattr(importlib.import_module(module_name), class_name))
+
+
+def _whole_fused(modules: dict[str, torch.nn.Module], param_name: str, shard: str) -> list[str]:
+    """The shards of the fused module ``param_name`` belongs to, when a checkpoint tensor holds them all."""
+    module = modules.get(param_name.rsplit(".", 1)[0])
+    if shard or not isinstance(module, FusedLinear) or list(module.shard_rows) == [""]:
+        return []
+    return list(module.shard_rows)
+
+
+def _copy_whole(param: torch.nn.Parameter, ckpt_name: str, tensor: torch.Tensor) -> None:
+    if tuple(tensor.shape) != tuple(param.shape):
+        raise ModelLoadError(
+            f"tensor {ckpt_name} has shape {tuple(tensor.shape)}, config.json implies {tuple(param.shape)}"
+        )
+    with torch.no_grad():
+        param.data.copy_(tensor.to(dtype=param.dtype))
 
 
 def _target(ckpt_name: str, cfg: ModelConfig) -> tuple[str, str] | None:
