@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from kvfence.errors import KvfenceError
+from kvfence.extras import missing_extra
 
 __all__ = ["main"]
 
@@ -52,10 +53,23 @@ def cli() -> None:
     """kvfence: serve, proxy and audit LLMs so that no tenant's prompt reaches another's answer."""
 
 
+def _command_name(argv: list[str] | None) -> str:
+    args = sys.argv[1:] if argv is None else argv
+    words = [arg for arg in args if not arg.startswith("-")][:1]
+    return "`" + " ".join(["kvfence", *words]) + "`"
+
+
 def main(argv: list[str] | None = None) -> Any:
-    """Run the CLI; a :class:`KvfenceError` becomes a one-line message and its exit code."""
+    """Run the CLI; a :class:`KvfenceError` becomes a one-line message and its exit code, and so does a
+    module that only an extra installs (which extra, see :mod:`kvfence.extras`)."""
     try:
-        return cli.main(args=argv, standalone_mode=False)
+        try:
+            return cli.main(args=argv, standalone_mode=False)
+        except ModuleNotFoundError as exc:
+            missing = missing_extra(exc, _command_name(argv))
+            if missing is None:
+                raise
+            raise missing from exc
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)

@@ -23,10 +23,10 @@ from kvfence.audit.errors import AuditCannotRun
 from kvfence.audit.preamble import prepare_check
 from kvfence.audit.prompts import TokenModel, random_units
 from kvfence.audit.sharing_policy import AllowedSharing, Level, LevelOutcome, decide
-from kvfence.audit.stats import compare_timings
 from kvfence.audit.target import Tenant
 from kvfence.audit.verdict import CheckResult, Evidence, Verdict
 from kvfence.errors import ConfigError
+from kvfence.extras import missing_extra
 
 __all__ = ["CacheSharingConfig", "default_prompt_tokens", "run_cache_sharing"]
 
@@ -75,6 +75,13 @@ def default_prompt_tokens(max_context: int | None) -> int:
 async def run_cache_sharing(client: EndpointClient, config: CacheSharingConfig) -> CheckResult:
     """Run the audit at every level the given keys allow and decide the verdict."""
     config.validate()
+    try:  # the KS test is SciPy's: the audit extra, checked before a single request is sent
+        from kvfence.audit.stats import compare_timings
+    except ModuleNotFoundError as exc:
+        missing = missing_extra(exc, "the cache-sharing check")
+        if missing is None:
+            raise
+        raise AuditCannotRun(str(missing)) from exc
     target = client.target
     setup = await prepare_check(client, config.seed)
     rng, token_model, max_context = setup.rng, setup.token_model, setup.max_context

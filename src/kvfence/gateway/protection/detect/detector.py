@@ -37,13 +37,15 @@ class PiiEngine(Protocol):
 
 
 class _RulesOnly:
-    """Personal data straight from the rule set, without Presidio (for benchmarks and comparisons)."""
+    """Personal data straight from kvfence's rule set, without Presidio: what Presidio answers when it runs
+    these rules and no NER model (tests/gateway/protection/test_rules_engine.py compares them)."""
 
-    def __init__(self, rules: RuleSet) -> None:
+    def __init__(self, rules: RuleSet, score_threshold: float = 0.0) -> None:
         self._rules = rules
+        self._threshold = score_threshold
 
     def detect(self, text: str) -> list[Finding]:
-        return self._rules.raw_findings(text)
+        return [f for f in self._rules.raw_findings(text) if f.score >= self._threshold]
 
 
 class Detector:
@@ -135,13 +137,18 @@ class Detector:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def build_detector(*, use_presidio: bool = True, ner_model: Path | None = None, cache_dir: Path | None = None,
-                   disabled: Sequence[str] = (), timeout_s: float = 2.0, score_threshold: float = 0.5,
-                   private_ips: bool = False) -> Detector:
-    """The default detector: Presidio with kvfence's PII rules, plus kvfence's secret rules.
+def build_detector(*, use_presidio: bool | None = None, ner_model: Path | None = None,
+                   cache_dir: Path | None = None, disabled: Sequence[str] = (), timeout_s: float = 2.0,
+                   score_threshold: float = 0.5, private_ips: bool = False) -> Detector:
+    """The default detector: kvfence's PII rules (through Presidio with spaCy NER when ``ner_model`` names
+    a pipeline: the ``ner`` extra), plus kvfence's secret rules.
 
+    ``use_presidio``: ``None`` (the default) runs Presidio only for a NER model; without one Presidio would
+    run the same rules to the same findings, so the gateway's base install does without it.
     ``private_ips``: also report addresses of private / loopback / documentation ranges as personal data.
     """
+    if use_presidio is None:
+        use_presidio = ner_model is not None
     off = frozenset(disabled) | (frozenset() if private_ips else frozenset(PRIVATE_IP_RULES))
     pii_rules = [r for r in PII_RULES if r.name not in off and r.entity not in off]
     pii: PiiEngine
@@ -151,6 +158,6 @@ def build_detector(*, use_presidio: bool = True, ner_model: Path | None = None, 
         pii = PresidioPiiDetector(pii_rules, ner_model=ner_model, cache_dir=cache_dir,
                                   score_threshold=score_threshold)
     else:
-        pii = _RulesOnly(RuleSet(pii_rules))
+        pii = _RulesOnly(RuleSet(pii_rules), score_threshold)
     names = not ({"PERSON", "person"} & off)
     return Detector(pii, RuleSet(SECRET_RULES, off), timeout_s=timeout_s, names=names)
