@@ -6,7 +6,7 @@ import contextlib
 import gc
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -17,6 +17,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from kvfence.gateway.answer.relay import json_error
+from kvfence.gateway.apis import API_PATHS
 from kvfence.gateway.errors import GatewayError
 from kvfence.gateway.proxy import handle_completion
 from kvfence.gateway.runtime import GatewayRuntime
@@ -29,7 +30,7 @@ log = logging.getLogger("kvfence.gateway")
 
 
 # The hot endpoints, served without Starlette's router and middleware stack (see GatewayApp).
-_COMPLETION_PATHS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+_COMPLETION_PATHS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", **API_PATHS}
 
 
 class GatewayApp:
@@ -147,9 +148,15 @@ def build_app(runtime: GatewayRuntime, *, freeze_heap: bool = False,
             await runtime.close()
             timing_probe.write()
 
+    def api_route(endpoint: str) -> Callable[[Request], Awaitable[Response]]:
+        async def serve(request: Request) -> Response:
+            return await handle_completion(runtime, request, endpoint)
+        return serve
+
     routes = [
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
+        *(Route(path, api_route(endpoint), methods=["POST"]) for path, endpoint in API_PATHS.items()),
         Route("/v1/models", models, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/health", health, methods=["GET"]),

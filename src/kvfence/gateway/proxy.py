@@ -19,11 +19,14 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from kvfence.gateway.admission.caps import CapResult, enforce_cap
+from kvfence.gateway.admission.api_counts import API_ENDPOINTS
+from kvfence.gateway.admission.caps import CapResult, count_prompt, enforce_cap
 from kvfence.gateway.admission.limits import LimitLease
 from kvfence.gateway.admission.request_shape import check_request_shape
 from kvfence.gateway.admission.usage import StreamUsage, completion_reservation, wants_usage_injection
 from kvfence.gateway.answer.relay import OwnedStream, json_error, stream_response, whole_response
+from kvfence.gateway.apis import ApiCall, new_call
+from kvfence.gateway.apis.messages import CountTokensCall
 from kvfence.gateway.errors import (
     DetectorFailure,
     GatewayError,
@@ -59,11 +62,14 @@ _UNHEALTHY_STATUS = frozenset({502, 503, 504})
 
 
 async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint: str) -> Response:
-    """Serve ``/v1/chat/completions`` (endpoint="chat") or ``/v1/completions``."""
+    """Serve ``/v1/chat/completions`` (endpoint="chat"), ``/v1/completions``, and the other APIs
+    (``responses``, ``messages``, ``count_tokens``, ``embeddings``: :mod:`kvfence.gateway.apis`) on the
+    same path: only their adapter's answers to "where is the text, which backend, which path" differ."""
     trace = RequestTrace(request_id=_request_ids.next(), endpoint=endpoint, started=time.perf_counter())
     metrics = runtime.metrics
     lease: LimitLease | None = None
     ctx: RequestContext | None = None
+    call: ApiCall | None = None
     watch: HangUpWatch | None = None
     handed_off = False
     metrics.requests_in_flight += 1
@@ -77,11 +83,15 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
         # From here on the only message left is the disconnect: a hang-up cancels whatever we wait on.
         watch = HangUpWatch(request.receive)
         body, forwardable = _parse_body(raw_body)
-        check_request_shape(body, endpoint)
+        if endpoint in API_ENDPOINTS:
+            call = new_call(endpoint, body)
+            call.check(body)  # the API's allowlist model: a 400 naming the field
+        else:
+            check_request_shape(body, endpoint)
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise GatewayRequestError("`model` is required and must be a string", param="model")
-        trace.model, trace.stream = model, bool(body.get("stream"))
+        trace.model, trace.stream = model, bool(body.get("stream")) and (call is None or call.streams)
         ctx = RequestContext(
             request_id=trace.request_id, tenant=tenant, data_class=tenant.default_class, backend=None,
             endpoint=endpoint, class_order=runtime.class_order, incidents=runtime.audit,
@@ -96,6 +106,9 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
             for name in requested_classes([asked]):
                 if not ctx.raise_class(name, reason="header"):
                     ctx.annotations["header_class_ignored"] = name
+        if isinstance(call, CountTokensCall):
+            # answered here, from the request as sent: nothing of its text leaves the gateway
+            return _count_tokens(runtime, ctx, body, trace)
         for hook in runtime.hooks:
             try:
                 body = await hook.on_request(ctx, body)
@@ -107,13 +120,15 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
                 raise DetectorFailure(f"data-protection check failed ({type(exc).__name__}); the request "
                                       "was not forwarded") from exc
         trace.data_class = ctx.data_class
+        if call is not None:
+            call.check_class(runtime.policy.data_class(ctx.data_class))
         if ctx.data_class != ctx.initial_class:
             metrics.class_raised.labels(ctx.data_class).inc()
         # The client's own bytes can go upstream when nothing rewrote the body (no hooks) and every
         # JSON parser reads them as we did (plans.parse_forwardable); else the body is serialised again.
-        raw = raw_body if forwardable and not runtime.hooks else None
+        raw = raw_body if forwardable and not runtime.hooks and call is None else None
         response = await _route_and_forward(runtime, ctx, body, raw, trace, lease, watch,
-                                            big=len(raw_body) > _BIG_BODY)
+                                            big=len(raw_body) > _BIG_BODY, call=call)
         handed_off = isinstance(response, OwnedStream)  # the stream stops the watch when it ends
         return response
     except asyncio.CancelledError:
@@ -128,11 +143,11 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
     except GatewayError as exc:
         if ctx is not None:
             trace.data_class = ctx.data_class  # a class raised just before the refusal is still logged
-        return _refuse(runtime, trace, exc)
+        return _refuse(runtime, trace, exc, call=call)
     except Exception:
         log.exception("request %s: internal error", trace.request_id)
         error = GatewayError(f"internal gateway error (request {trace.request_id})")
-        return _refuse(runtime, trace, error, outcome="error")
+        return _refuse(runtime, trace, error, outcome="error", call=call)
     finally:
         if not handed_off:
             if watch is not None:
@@ -169,7 +184,8 @@ _request_ids = _RequestIds()
 os.register_at_fork(after_in_child=_request_ids.forget)
 
 
-def _refuse(runtime: GatewayRuntime, trace: RequestTrace, exc: GatewayError, outcome: str | None = None) -> JSONResponse:
+def _refuse(runtime: GatewayRuntime, trace: RequestTrace, exc: GatewayError, outcome: str | None = None,
+            call: ApiCall | None = None) -> JSONResponse:
     if outcome is None:
         outcome = "leak" if isinstance(exc, LeakSuspected) else (
             "upstream_error" if isinstance(exc, UpstreamUnavailable) else "rejected")
@@ -179,7 +195,23 @@ def _refuse(runtime: GatewayRuntime, trace: RequestTrace, exc: GatewayError, out
     if isinstance(exc, LeakSuspected):
         runtime.metrics.leaks.inc()
     runtime.audit.record_decision(trace.decision(exc.status_code, outcome, f"{exc.code}: {exc.message}"))
-    return json_error(exc, {"X-Request-Id": trace.request_id})
+    return json_error(exc, {"X-Request-Id": trace.request_id}, call)
+
+
+def _count_tokens(runtime: GatewayRuntime, ctx: RequestContext, body: dict[str, Any],
+                  trace: RequestTrace) -> Response:
+    """``/v1/messages/count_tokens`` with the counter of the backend this class would be sent to."""
+    decision = runtime.route(ctx.tenant, ctx.data_class, ctx.model)
+    if not decision.allowed:
+        raise UpstreamUnavailable(f"no backend is allowed for class {ctx.data_class!r}")
+    state = runtime.backends[decision.allowed[0].name]
+    tokens = count_prompt(state.counter, "count_tokens", body)
+    trace.backend = state.config.name
+    runtime.metrics.count_request(ctx.endpoint, ctx.data_class, state.config.name, 200)
+    runtime.audit.record_decision(trace.decision(200, "ok", None))
+    return JSONResponse({"input_tokens": tokens}, headers={"X-Request-Id": trace.request_id,
+                                                           "X-Kvfence-Token-Count": state.counter.description
+                                                           if hasattr(state.counter, "description") else ""})
 
 
 def _wanted_headers(raw_headers: list[tuple[bytes, bytes]]) -> dict[bytes, str | None]:
@@ -228,7 +260,8 @@ def _parse_body(raw: bytes) -> tuple[dict[str, Any], bool]:
 
 
 def _prepare(runtime: GatewayRuntime, state: BackendState, ctx: RequestContext, body: dict[str, Any],
-             raw: bytes | None, trace: RequestTrace) -> tuple[bytes, CapResult, bool, UpstreamPlan]:
+             raw: bytes | None, trace: RequestTrace,
+             call: ApiCall | None = None) -> tuple[bytes, CapResult, bool, UpstreamPlan, str, dict[str, str]]:
     """Per-backend request: the body (upstream model name, cap, maybe trimmed, salt, and for a
     token-limited tenant's stream a request for usage: True when the gateway added it) as bytes.
 
@@ -248,11 +281,17 @@ def _prepare(runtime: GatewayRuntime, state: BackendState, ctx: RequestContext, 
     salt = plan.salt
     if plan.salt_per_request and plan.salt_scope is not None:
         salt = tenant_cache_salt(ctx.tenant, plan.salt_scope, runtime.secret or b"")
+    path = "/chat/completions" if ctx.endpoint == "chat" else "/completions"
+    extra_headers: dict[str, str] = {}
+    if call is not None:
+        if call.endpoint == "embeddings":
+            salt = None  # no prefix cache to split: the field would only be refused
+        path, out, extra_headers = call.upstream(backend, out)
     stripped = apply_cache_salt(out, salt)
     trace.salt_stripped = stripped or trace.salt_stripped
     trace.salt_injected = salt is not None
     usage_injected = False
-    if (trace.stream and ctx.tenant.limits.tokens_per_minute is not None and backend.stream_usage
+    if (trace.stream and call is None and ctx.tenant.limits.tokens_per_minute is not None and backend.stream_usage
             and wants_usage_injection(out)):
         options = out.get("stream_options")
         out["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
@@ -263,17 +302,24 @@ def _prepare(runtime: GatewayRuntime, state: BackendState, ctx: RequestContext, 
         content = raw if salt is None else with_cache_salt(raw, salt, has_keys=bool(body))
     else:
         content = json.dumps(out).encode()
-    return content, cap, usage_injected, plan
+    return content, cap, usage_injected, plan, path, extra_headers
 
 
 async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body: dict[str, Any],
                              raw: bytes | None, trace: RequestTrace, lease: LimitLease, watch: HangUpWatch | None,
-                             *, big: bool) -> Response:
+                             *, big: bool, call: ApiCall | None = None) -> Response:
     decision = runtime.route(ctx.tenant, ctx.data_class, ctx.model)
     if decision.refused:
         ctx.annotations["refused_backends"] = dict(decision.refused)
     now = time.monotonic()
     states = [runtime.backends[b.name] for b in decision.allowed]
+    if call is not None:
+        unable = [s.config.name for s in states if not call.usable(s.config)]
+        states = [s for s in states if call.usable(s.config)]
+        if not states:
+            raise UpstreamUnavailable(f"no backend allowed for class {ctx.data_class!r} can serve /v1/{call.endpoint}"
+                                      f" (failing closed): {', '.join(unable) or 'none allowed'} cannot "
+                                      "(policy: the backend's apis and vendor facts)")
     # Backends that failed a moment ago go last, not away: if all are down, each still gets a try.
     if len(states) > 1:
         states.sort(key=lambda s: s.is_down(now))
@@ -283,10 +329,10 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
     for attempt, state in enumerate(states):
         try:
             if big:
-                content, cap, usage_injected, plan = await asyncio.to_thread(_prepare, runtime, state, ctx, body,
-                                                                             raw, trace)
+                content, cap, usage_injected, plan, path, extra = await asyncio.to_thread(
+                    _prepare, runtime, state, ctx, body, raw, trace, call)
             else:
-                content, cap, usage_injected, plan = _prepare(runtime, state, ctx, body, raw, trace)
+                content, cap, usage_injected, plan, path, extra = _prepare(runtime, state, ctx, body, raw, trace, call)
         except PromptTooLongError as exc:
             cap_error = cap_error or exc
             failures.append(f"{state.config.name}: over its cap")
@@ -307,7 +353,7 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
             runtime.metrics.salts_stripped.inc()
         headers = dict(plan.stream_headers if trace.stream else plan.headers)
         headers["x-request-id"] = trace.request_id
-        path = "/chat/completions" if ctx.endpoint == "chat" else "/completions"
+        headers.update(extra)
         sent_at = time.perf_counter()
         trace.overhead_s = sent_at - trace.started
         if timing_probe.enabled():
@@ -339,9 +385,11 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
         # A backend that ignored `stream` answers with one JSON body: treat it as the whole answer.
         is_sse = "text/event-stream" in upstream.headers.get("content-type", "")
         if trace.stream and upstream.status_code == 200 and is_sse:
-            usage = StreamUsage(state.counter, injected=usage_injected) if token_limited else None
-            return stream_response(runtime, ctx, upstream, trace, lease, received_at, watch, usage)
-        return await whole_response(runtime, ctx, upstream, trace, lease, state.counter if token_limited else None)
+            usage = StreamUsage(state.counter, injected=usage_injected) if token_limited and call is None else None
+            return stream_response(runtime, ctx, upstream, trace, lease, received_at, watch, usage, call,
+                                   state.counter if token_limited else None)
+        return await whole_response(runtime, ctx, upstream, trace, lease, state.counter if token_limited else None,
+                                    call)
     if cap_error is not None:
         raise cap_error  # no allowed backend that is up can hold it: a 400 the caller can act on
     refused = "".join(f"; {name}: not allowed ({why})" for name, why in decision.refused.items())

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvfence.gateway.admission.api_counts import API_ENDPOINTS, api_prompt_sizes
 from kvfence.gateway.admission.tokens import TokenCounter
 from kvfence.gateway.admission.trim import trim_to_fit
 from kvfence.gateway.errors import GatewayRequestError, PromptTooLongError
@@ -27,9 +28,11 @@ __all__ = ["CapResult", "completion_budget", "count_prompt", "enforce_cap", "num
 
 
 def prompt_sizes(counter: TokenCounter, endpoint: str, body: dict[str, Any]) -> list[int]:
-    """Prompt tokens of each prompt of a chat or completions body (several for a completions batch)."""
+    """Prompt tokens of each prompt of a body (several for a completions batch or embedding inputs)."""
     if endpoint == "chat":
         return [counter.count_chat(body.get("messages") or [], tool_schemas(body))]
+    if endpoint in API_ENDPOINTS:
+        return api_prompt_sizes(counter, endpoint, body)
     prompt = body.get("prompt", "")
     # the suffix goes to the model with every prompt of the batch
     suffix = counter.count_text(body["suffix"]) if isinstance(body.get("suffix"), str) else 0
@@ -73,7 +76,7 @@ def completion_budget(body: dict[str, Any], *, scores_max_tokens_0: bool = False
     it counts as 1. Whether the backend accepts the call is the backend's answer.
     """
     least = 0 if scores_max_tokens_0 else 1
-    for key in ("max_completion_tokens", "max_tokens"):
+    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
         value = _int_field(body, key, 0)
         if value is not None:
             return max(value, least)
@@ -122,7 +125,8 @@ def enforce_cap(
     ``shares_prompt``: the backend keeps one copy of the prompt for all of them;
     ``scores_max_tokens_0``: ``max_tokens: 0`` costs it no position past the prompt (see
     :func:`completion_budget`)."""
-    budget = completion_budget(body, scores_max_tokens_0=scores_max_tokens_0)
+    # an embedding generates nothing: each input alone must fit the backend's context
+    budget = 0 if endpoint == "embeddings" else completion_budget(body, scores_max_tokens_0=scores_max_tokens_0)
     sequences = num_sequences(body)
     sizes = prompt_sizes(counter, endpoint, body)
     tokens = max(sizes, default=0)
@@ -133,8 +137,9 @@ def enforce_cap(
     if limit is None or tokens <= limit:
         return CapResult(tokens, prompt_limit, context_limit, total_prompt_tokens=sum(sizes))
     if context_limit is not None and budget >= context_limit:
-        raise PromptTooLongError(f"max_tokens={budget} leaves no room for a prompt: the backend holds "
-                                 f"{context_limit} tokens in all", param="max_tokens")
+        name = next((k for k in ("max_completion_tokens", "max_tokens", "max_output_tokens") if k in body), "max_tokens")
+        raise PromptTooLongError(f"{name}={budget} leaves no room for a prompt: the backend holds "
+                                 f"{context_limit} tokens in all", param=name)
     if kv_limit is not None and kv_limit < 1:
         name = "best_of" if body.get("best_of") == sequences else "n"
         raise PromptTooLongError(f"{name}={sequences} choices of max_tokens={budget} leave no room for a prompt: "
@@ -161,5 +166,9 @@ def enforce_cap(
         parts.append(f"the backend's KV cache holds {kv_capacity} tokens for {need}, its {sequences} choices "
                      "(n / best_of) at once")
     trimmed = f"; trimming retrieved context could cut only {cut} tokens" if cut else ""
-    raise PromptTooLongError(f"prompt is {tokens} tokens{method}, over the cap: {' and '.join(parts)}{trimmed}",
-                             param="messages" if endpoint == "chat" else "prompt")
+    what = "an input" if endpoint == "embeddings" else "prompt"
+    raise PromptTooLongError(f"{what} is {tokens} tokens{method}, over the cap: {' and '.join(parts)}{trimmed}",
+                             param=_PROMPT_PARAM.get(endpoint, "prompt"))
+
+
+_PROMPT_PARAM = {"chat": "messages", "messages": "messages", "responses": "input", "embeddings": "input"}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,7 @@ from kvfence.gateway.admission.limits import LimitLease
 from kvfence.gateway.admission.tokens import TokenCounter
 from kvfence.gateway.admission.usage import StreamUsage, answer_completion_tokens
 from kvfence.gateway.answer.filter import AnswerFilter, FilterChain
+from kvfence.gateway.apis.base import ApiCall, NativeStream, parse_event
 from kvfence.gateway.errors import GatewayError, LeakSuspected, UpstreamUnavailable
 from kvfence.gateway.hooks import RequestContext
 from kvfence.gateway.records.trace import RequestTrace
@@ -59,10 +60,19 @@ class _UnreadableStream(Exception):
     """An upstream stream event that is not JSON: it cannot be filtered, so it is never passed on."""
 
 
-def json_error(error: GatewayError, extra_headers: dict[str, str] | None = None) -> JSONResponse:
-    """An OpenAI-shaped error answer for ``error``."""
-    return JSONResponse(error.to_body(), status_code=error.status_code,
-                        headers={**error.headers(), **(extra_headers or {})})
+def json_error(error: GatewayError, extra_headers: dict[str, str] | None = None,
+               call: ApiCall | None = None) -> JSONResponse:
+    """An error answer for ``error``: OpenAI's shape, or the shape of ``call``'s API (Anthropic's)."""
+    body = error.to_body() if call is None else call.error_body(error)
+    return JSONResponse(body, status_code=error.status_code, headers={**error.headers(), **(extra_headers or {})})
+
+
+def _make_chain(runtime: GatewayRuntime, ctx: RequestContext) -> Callable[[], FilterChain] | None:
+    """A fresh chain of every hook's filter for one text slot (None without hooks)."""
+    if not runtime.hooks:
+        return None
+    hooks = list(reversed(runtime.hooks))  # onion order, see hooks.py
+    return lambda: FilterChain([h.response_filter(ctx) for h in hooks])
 
 
 def _response_headers(trace: RequestTrace, overhead_s: float) -> dict[str, str]:
@@ -112,9 +122,11 @@ async def charge_completion(runtime: GatewayRuntime, ctx: RequestContext, lease:
 
 
 async def whole_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: UpstreamResponse,
-                         trace: RequestTrace, lease: LimitLease, counter: TokenCounter | None) -> Response:
+                         trace: RequestTrace, lease: LimitLease, counter: TokenCounter | None,
+                         call: ApiCall | None = None) -> Response:
     """Read a non-streamed answer (or an upstream error), filter it, log it, answer it. With a
-    ``counter`` (the tenant has a token limit) its completion tokens are charged to ``lease``."""
+    ``counter`` (the tenant has a token limit) its completion tokens are charged to ``lease``; with a
+    ``call`` (another API than chat / completions) its adapter says where the model text is."""
     try:
         raw = await upstream.aread()
     except httpx.HTTPError as exc:
@@ -129,9 +141,23 @@ async def whole_response(runtime: GatewayRuntime, ctx: RequestContext, upstream:
         raise UpstreamUnavailable(f"backend {trace.backend} broke off its answer: the connection closed "
                                   "before the JSON body was complete")
     content_type = upstream.headers.get("content-type", "application/json")
-    filters = _answer_filter(runtime, ctx)
+    filters = _answer_filter(runtime, ctx) if call is None else None
     answer: Any = None
-    if status == 200 and (filters is not None or counter is not None):
+    if status == 200 and call is not None:
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            raise UpstreamUnavailable(f"backend {trace.backend} answered with invalid JSON") from None
+        if not isinstance(answer, dict):
+            raise UpstreamUnavailable(f"backend {trace.backend} answered with JSON that is not an object")
+        if counter is not None:
+            reported = call.output_tokens(answer)
+            tokens = (reported, "usage") if reported is not None else (
+                counter.count_text("".join(call.answer_texts(answer))), "count")
+            await charge_completion(runtime, ctx, lease, *tokens)
+        answer = call.filter_whole(answer, _make_chain(runtime, ctx))  # may raise LeakSuspected: withheld
+        raw, content_type = json.dumps(answer, ensure_ascii=False).encode(), "application/json"
+    elif status == 200 and (filters is not None or counter is not None):
         try:
             answer = json.loads(raw)
         except ValueError:
@@ -140,7 +166,7 @@ async def whole_response(runtime: GatewayRuntime, ctx: RequestContext, upstream:
         if counter is not None:
             # counted before the filters: what the backend generated is what the tenant used
             await charge_completion(runtime, ctx, lease, *answer_completion_tokens(answer, counter))
-    if status == 200 and filters is not None:
+    if status == 200 and filters is not None and call is None:
         filters.filter_completion(answer)  # may raise LeakSuspected: the answer is withheld
         raw = json.dumps(answer, ensure_ascii=False).encode()
         content_type = "application/json"
@@ -152,9 +178,11 @@ async def whole_response(runtime: GatewayRuntime, ctx: RequestContext, upstream:
         error = GatewayError(f"backend {trace.backend} refused the gateway's credential for it (HTTP {status}); "
                              "this is the gateway's configuration, not your API key: tell its operator",
                              code="upstream_auth_failed")
-        raw, content_type = json.dumps(error.to_body()).encode(), "application/json"
+        body = error.to_body() if call is None else call.error_body(error)
+        raw, content_type = json.dumps(body).encode(), "application/json"
     elif status >= 400:
-        error_body = normalise_error_body(raw, status, trace.backend or "-")
+        error_body = (normalise_error_body(raw, status, trace.backend or "-") if call is None
+                      else call.upstream_error(raw, status, trace.backend or "-"))
         if error_body is not None:
             raw, content_type = error_body, "application/json"
     trace.overhead_s += time.perf_counter() - after_upstream
@@ -192,11 +220,55 @@ class _StreamEnd:
 
 def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: UpstreamResponse, trace: RequestTrace,
                     lease: LimitLease, received_at: float, watch: HangUpWatch | None,
-                    usage: StreamUsage | None) -> OwnedStream:
+                    usage: StreamUsage | None, call: ApiCall | None = None,
+                    counter: TokenCounter | None = None) -> OwnedStream:
     """Pass a streamed answer through (filtered when hooks are configured, its usage counted when
-    ``usage`` is given); the stream owns ``lease``."""
-    filters = _answer_filter(runtime, ctx)
+    ``usage`` is given); the stream owns ``lease``. With a ``call`` (another API) its adapter reads and
+    filters each event, always (its end markers are its own), and ``counter`` counts its usage."""
+    filters = _answer_filter(runtime, ctx) if call is None else None
+    shape = call.stream(_make_chain(runtime, ctx)) if call is not None else None
+    if shape is not None and counter is not None:
+        usage = _ApiUsage(shape, counter)  # type: ignore[assignment]
     end = _StreamEnd()
+
+    async def api_events() -> AsyncIterator[bytes]:
+        assert shape is not None
+        decoder = SSEDecoder()
+
+        def one(event: bytes) -> list[bytes]:
+            name, data = parse_event(event)
+            if data is None:
+                return [event + b"\n\n"]  # comments / keep-alives pass through
+            try:
+                return shape.event(name, data)
+            except ValueError as exc:  # an event we cannot read is one we cannot filter: end the stream
+                raise _UnreadableStream(str(exc)) from None
+
+        async for chunk in upstream.aiter_raw():
+            started = time.perf_counter()
+            out: list[bytes] = []
+            try:
+                for event in decoder.feed(chunk):
+                    out.extend(one(event))
+            except Exception:
+                # the events before the one that stops the stream were checked: they go out first, so
+                # the error event follows the stream's opening (the SDKs' stream readers require it)
+                if out:
+                    yield b"".join(out)
+                raise
+            trace.overhead_s += time.perf_counter() - started
+            if out:
+                yield b"".join(out)
+        tail = decoder.rest()
+        out = one(tail) if tail.strip() and _is_whole_event(tail) else []
+        out.extend(shape.flush())
+        if out:
+            yield b"".join(out)
+        if not shape.ended:
+            raise _UnreadableStream(CUT_SHORT_MESSAGE)
+
+    def error_event(error: GatewayError) -> bytes:
+        return encode_event(error.to_body()) if shape is None else shape.error_event(error)
 
     async def processed() -> AsyncIterator[bytes]:
         decoder = SSEDecoder()
@@ -230,18 +302,19 @@ def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: Upst
         if isinstance(exc, LeakSuspected):
             end.status, end.outcome, end.reason = exc.status_code, "leak", f"{exc.code}: {exc.message}"
             runtime.metrics.leaks.inc()
-            return encode_event(exc.to_body())
+            return error_event(exc)
         if isinstance(exc, httpx.HTTPError | _UnreadableStream):
             end.status, end.outcome, end.reason = 502, "upstream_error", f"stream broke: {type(exc).__name__}"
             error = GatewayError(f"backend {trace.backend} broke off the stream ({exc})", code="upstream_stream_error")
-            return encode_event(error.to_body())
+            error.status_code = 502
+            return error_event(error)
         if isinstance(exc, GatewayError):
             # e.g. a filter that cannot check the rest of the answer: stop it, say why (fail closed)
             end.status, end.outcome, end.reason = exc.status_code, "error", f"{exc.code}: {exc.message}"
-            return encode_event(exc.to_body())
+            return error_event(exc)
         log.error("request %s: the answer stream failed", trace.request_id, exc_info=exc)
         end.status, end.outcome, end.reason = 500, "error", f"internal: {type(exc).__name__}"
-        return encode_event(GatewayError(f"internal gateway error (request {trace.request_id})").to_body())
+        return error_event(GatewayError(f"internal gateway error (request {trace.request_id})"))
 
     async def on_close(client_gone: bool) -> None:
         if timing_probe.enabled():
@@ -262,6 +335,9 @@ def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: Upst
     overhead = trace.overhead_s + (time.perf_counter() - received_at)
     trace.overhead_s = overhead
     headers = _raw_stream_headers(trace, overhead)
+    if shape is not None:
+        return ClosingStream(api_events(), on_close, ending, watch, status_code=200, media_type=SSE_MEDIA_TYPE,
+                             raw_headers=headers)
     if filters is None and usage is None:
         if isinstance(upstream, FastResponse):
             return RelayStream(upstream, on_close, ending, watch, status_code=200, media_type=SSE_MEDIA_TYPE,
@@ -270,6 +346,21 @@ def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: Upst
                              media_type=SSE_MEDIA_TYPE, raw_headers=headers)
     return ClosingStream(processed(), on_close, ending, watch, status_code=200, media_type=SSE_MEDIA_TYPE,
                          raw_headers=headers)
+
+
+class _ApiUsage:
+    """What a streamed answer of another API cost: the backend's usage from its events, else its text
+    counted (the ``StreamUsage`` of chat chunks, for an adapter's stream)."""
+
+    def __init__(self, shape: NativeStream, counter: TokenCounter) -> None:
+        self._shape = shape
+        self._counter = counter
+
+    def completion_tokens(self) -> tuple[int, str]:
+        if self._shape.reported_output_tokens is not None:
+            return self._shape.reported_output_tokens, "usage"
+        texts = self._shape.texts()
+        return (self._counter.count_text("".join(texts)) if texts else 0), "count"
 
 
 def _book_stream(runtime: GatewayRuntime, ctx: RequestContext, trace: RequestTrace, end: _StreamEnd,

@@ -16,6 +16,7 @@ from kvfence.scope import CacheScope
 
 __all__ = [
     "Advisory",
+    "ApiName",
     "BackendAuth",
     "BackendConfig",
     "CapacitySource",
@@ -47,6 +48,13 @@ class TrustTier(enum.StrEnum):
     SHARED = "shared"
     DEDICATED = "dedicated"
     ON_PREM = "on_prem"
+
+
+class ApiName(enum.StrEnum):
+    """An API family a backend speaks."""
+
+    OPENAI = "openai"        # chat, completions, responses, embeddings
+    ANTHROPIC = "anthropic"  # messages
 
 
 class UpstreamCacheScope(enum.StrEnum):
@@ -100,6 +108,9 @@ class VendorFacts(_Strict):
     engine_version: str | None = None
     advertised_context: int | None = Field(default=None, gt=0)
     kv_capacity_tokens: int | None = Field(default=None, gt=0)
+    keeps_response_state: bool = Field(
+        default=False, description="the backend stores Responses API state (previous_response_id, store: true): "
+                                   "conversation text retained at the provider")
 
 
 class BackendAuth(_Strict):
@@ -130,6 +141,10 @@ class BackendConfig(_Strict):
         description='who may use it: "org" or "org/workspace"; empty = every tenant',
     )
     accepts_cache_salt: bool = False
+    apis: list[ApiName] = Field(
+        default_factory=lambda: [ApiName.OPENAI], min_length=1,
+        description="the APIs the backend speaks: openai (chat, completions, responses, embeddings), anthropic "
+                    "(messages); a Messages request to an openai-only backend is translated to chat")
     stream_usage: bool = Field(
         default=True,
         description="may the gateway add stream_options.include_usage to a streamed request (to count a "
@@ -189,6 +204,9 @@ class DataClassConfig(_Strict):
     requires: ClassRequirements = Field(default_factory=ClassRequirements)
     over_cap: OverCapConfig = Field(default_factory=OverCapConfig)
     max_prompt_tokens: int | None = Field(default=None, gt=0)
+    allow_stored_responses: bool = Field(
+        default=False, description="may a Responses request of this class use state kept at the backend "
+                                   "(previous_response_id, store: true); only backends with keeps_response_state")
     protection: dict[str, Any] = Field(default_factory=dict, description="read by the protection hooks")
 
 

@@ -11,7 +11,8 @@ index) and each data class's ``protection`` (what to do with each kind of findin
         leak: {ngram: 4, min_run: 4, window_s: 900, index: redis, redis_url: redis://127.0.0.1:6379/0}
     data_classes:
       - name: internal
-        protection: {pii: pseudonymise, secrets: pseudonymise, entities: {CREDIT_CARD: block}}
+        protection: {pii: pseudonymise, secrets: pseudonymise, entities: {CREDIT_CARD: block},
+                     embeddings: block}          # /v1/embeddings: block, pass or pseudonymise
 """
 
 from __future__ import annotations
@@ -48,6 +49,16 @@ class ClassProtection(_Strict):
     pii: Action = Action.PSEUDONYMISE
     secrets: Action = Action.PSEUDONYMISE
     entities: dict[str, Action] = Field(default_factory=dict)
+    # /v1/embeddings: one action for every finding of an embedding input (nothing comes back to
+    # restore: a pseudonymised input is embedded with its placeholders, see docs/apis.md); None: the
+    # actions above apply.
+    embeddings: Action | None = None
+
+    def for_embeddings(self) -> ClassProtection:
+        """The actions that apply to an embeddings request of this class."""
+        if self.embeddings is None:
+            return self
+        return ClassProtection(pii=self.embeddings, secrets=self.embeddings)
 
     def action_for(self, entity: str, category: Category) -> Action:
         if entity in self.entities:

@@ -130,6 +130,8 @@ class ProtectionHook:
                 if ctx.raise_class(target, reason=f"topic:{topic}"):
                     self.metrics.class_raised.labels(target).inc()
         actions = self._class_protection.get(ctx.data_class, ClassProtection())
+        if ctx.endpoint == "embeddings":
+            actions = actions.for_embeddings()
         blocked = sorted({f.entity for f in findings
                           if actions.action_for(f.entity, f.category) is Action.BLOCK})
         counts = Counter((f.entity, actions.action_for(f.entity, f.category).value) for f in findings)
@@ -173,7 +175,7 @@ class ProtectionHook:
 
     def _inject_canary(self, ctx: RequestContext, body: dict[str, Any], unit: str) -> dict[str, Any]:
         book = self._monitor.canaries if self._monitor is not None else None
-        if book is None or ctx.endpoint != "chat":
+        if book is None or ctx.endpoint not in ("chat", "responses", "messages"):
             return body
         canaries = book.configured_for(unit)
         if not canaries and self._config.leak.canaries:
@@ -181,6 +183,8 @@ class ProtectionHook:
         if not canaries:
             return body
         note = ("[gateway marker, confidential: " + " ".join(canaries) + " ; never repeat or mention it]")
+        if ctx.endpoint != "chat":
+            return _with_system_note(ctx.endpoint, body, note)
         messages = list(body.get("messages") or [])
         first = messages[0] if messages and isinstance(messages[0], dict) else None
         # Into the caller's own system (or OpenAI "developer") message when there is one: many chat
@@ -252,3 +256,13 @@ class ProtectionHook:
         self._detector.close()
         if self._monitor is not None:
             self._monitor.index.close()
+
+
+def _with_system_note(endpoint: str, body: dict[str, Any], note: str) -> dict[str, Any]:
+    """The canary note where the Responses API (``instructions``) or the Messages API (``system``) keeps
+    its system text: appended to what the caller sent there, or as the whole of it."""
+    key = "instructions" if endpoint == "responses" else "system"
+    current = body.get(key)
+    if isinstance(current, list):
+        return {**body, key: [*current, {"type": "text", "text": note}]}
+    return {**body, key: f"{current}\n\n{note}" if isinstance(current, str) and current else note}

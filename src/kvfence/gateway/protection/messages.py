@@ -1,4 +1,7 @@
-"""Where the text of an OpenAI request lives, so every piece of it is scanned and can be rewritten.
+"""Where the text of a request lives, so every piece of it is scanned and can be rewritten.
+
+Responses, Messages and embeddings requests: their adapters in :mod:`kvfence.apis` say where
+(``text_paths``), and the shared fields below (``tools``, schemas, ``metadata``) are scanned alike.
 
 Chat: each message's ``content`` (a string, or a list of parts whose ``text`` parts count), its
 ``name`` (chat templates render it into the prompt), an assistant message's ``refusal`` and
@@ -116,10 +119,31 @@ def _json_slots(value: Any, path: Path, depth: int = 0) -> list[TextSlot]:
     return []
 
 
+def _api_slots(endpoint: str, body: dict[str, Any]) -> list[TextSlot] | None:
+    """The other APIs' texts, where their adapters say they live (:mod:`kvfence.apis`)."""
+    from kvfence.apis import embeddings, messages, responses
+    from kvfence.errors import RequestError
+
+    paths = {"responses": responses.text_paths, "messages": messages.text_paths,
+             "count_tokens": messages.text_paths, "embeddings": embeddings.text_paths}.get(endpoint)
+    if paths is None:
+        return None
+    try:
+        return [TextSlot(path, text, role) for path, text, role in paths(body)]
+    except RequestError as exc:
+        raise GatewayRequestError(exc.message, param=exc.param) from None
+
+
+# Besides _SCHEMA_FIELDS: the Responses API's JSON schema lives in ``text.format``.
+_API_SCHEMA_FIELDS = {"responses": ("text",)}
+
+
 def text_slots(endpoint: str, body: dict[str, Any]) -> list[TextSlot]:
     """Every scannable string of a request body, in document order."""
-    slots = _chat_slots(body) if endpoint == "chat" else _completion_slots(body)
-    for key in _SCHEMA_FIELDS:
+    slots = _api_slots(endpoint, body)
+    if slots is None:
+        slots = _chat_slots(body) if endpoint == "chat" else _completion_slots(body)
+    for key in (*_SCHEMA_FIELDS, *_API_SCHEMA_FIELDS.get(endpoint, ())):
         if key in body:
             slots += _json_slots(body[key], (key,))
     return slots

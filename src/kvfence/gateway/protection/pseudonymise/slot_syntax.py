@@ -121,6 +121,10 @@ def json_answer_requested(body: dict[str, Any]) -> bool:
     response_format = body.get("response_format")
     if isinstance(response_format, dict) and response_format.get("type") in ("json_object", "json_schema"):
         return True
+    text = body.get("text")  # the Responses API's spelling: text.format
+    if isinstance(text, dict) and isinstance(text.get("format"), dict) and \
+            text["format"].get("type") in ("json_object", "json_schema"):
+        return True
     structured = body.get("structured_outputs")
     if isinstance(structured, dict) and (structured.get("json") is not None or structured.get("json_object")):
         return True
