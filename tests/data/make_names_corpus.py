@@ -292,9 +292,7 @@ def person(lang: str = "en") -> Person:
     c = CULTURES[culture]
     given, family = R.choice(c["given"]), R.choice(c["family"])
     middle = ""
-    if culture == "vietnamese":
-        middle = R.choice(c["middle"])
-    elif c["middle"] and R.random() < 0.22:
+    if culture == "vietnamese" or (c["middle"] and R.random() < 0.22):
         middle = R.choice(c["middle"])
     if culture == "spanish" and R.random() < 0.5:
         other = R.choice(c["family"])
@@ -382,7 +380,7 @@ def addr_us(multi: bool) -> str:
                 first.append(unit)
             else:
                 first[0] += (" " if unit.startswith("#") else ", ") + unit
-    lines = first + [last]
+    lines = [*first, last]
     if R.random() < 0.2:
         lines.append(R.choice(["USA", "United States"]))
     return join(lines, multi)
@@ -451,7 +449,7 @@ def addr_ca(multi: bool) -> str:
         first = [f"{num} {R.choice(CA_STREETS)}"]
         if R.random() < 0.2:
             first[0] += f", Suite {R.randint(100, 1900)}"
-    lines = first + [f"{city} {prov}  {pc}" if multi and R.random() < 0.5 else f"{city}, {prov} {pc}"]
+    lines = [*first, f"{city} {prov}  {pc}" if multi and R.random() < 0.5 else f"{city}, {prov} {pc}"]
     if R.random() < 0.3:
         lines.append("Canada")
     return join(lines, multi)
@@ -502,7 +500,7 @@ def addr_au(multi: bool) -> str:
         first = [f"PO Box {R.randint(10, 9999)}"]
     else:
         first = [street]
-    lines = first + [f"{sub.upper() if multi and R.random() < 0.4 else sub} {st} {pc}"]
+    lines = [*first, f"{sub.upper() if multi and R.random() < 0.4 else sub} {st} {pc}"]
     if R.random() < 0.25:
         lines.append("Australia")
     return join(lines, multi)
@@ -541,7 +539,7 @@ def addr_de(multi: bool) -> str:
             else:
                 first[0] += f", {extra}"
     cl = f"{'D-' if R.random() < 0.12 else ''}{pc} {city}"
-    lines = first + [cl]
+    lines = [*first, cl]
     if R.random() < 0.2:
         lines.append(R.choice(["Deutschland", "Germany", "DEUTSCHLAND"]))
     return join(lines, multi)
@@ -564,7 +562,7 @@ def addr_at(multi: bool) -> str:
         r = R.random()
         n = f"{n}/{R.randint(1, 9)}/{R.randint(1, 30)}" if r < 0.35 else (f"{n}/{R.randint(1, 25)}" if r < 0.6 else n)
         first = [f"{R.choice(AT_STREETS)} {n}"]
-    lines = first + [f"{R.choice(['', '', 'A-', 'AT-'])}{pc} {city}"]
+    lines = [*first, f"{R.choice(['', '', 'A-', 'AT-'])}{pc} {city}"]
     if R.random() < 0.3:
         lines.append(R.choice(["Österreich", "Austria"]))
     return join(lines, multi)
@@ -588,7 +586,7 @@ def addr_ch(multi: bool) -> str:
         n = str(hn(1, 120)) + (R.choice("ab") if R.random() < 0.1 else "")
         first = [f"{n} {street}" if street.startswith(("Rue", "Avenue", "Chemin")) and R.random() < 0.5
                  else f"{street} {n}"]
-    lines = first + [f"{'CH-' if R.random() < 0.25 else ''}{pc} {city}"]
+    lines = [*first, f"{'CH-' if R.random() < 0.25 else ''}{pc} {city}"]
     if R.random() < 0.3:
         lines.append(R.choice(["Schweiz", "Suisse", "Switzerland", "Svizzera"]))
     return join(lines, multi)
@@ -659,7 +657,7 @@ def addr_es(multi: bool) -> str:
     cl = f"{pc} {city}"
     if R.random() < 0.2:
         cl += f" ({prov})"
-    lines = first + [cl]
+    lines = [*first, cl]
     if R.random() < 0.2:
         lines.append(R.choice(["España", "Spain"]))
     return join(lines, multi)
@@ -687,10 +685,7 @@ def addr_it(multi: bool) -> str:
             first.append(f"Scala {R.choice('ABC')}, int. {R.randint(1, 20)}")
     r = R.random()
     cl = f"{pc} {city} {prov}" if r < 0.35 else (f"{pc} {city} ({prov})" if r < 0.65 else f"{pc} {city}")
-    if not multi and R.random() < 0.3:
-        lines = [", ".join(first) + " - " + cl]
-    else:
-        lines = first + [cl]
+    lines = [", ".join(first) + " - " + cl] if not multi and R.random() < 0.3 else [*first, cl]
     if R.random() < 0.2:
         lines.append(R.choice(["Italia", "Italy"]))
     return join(lines, multi)
@@ -723,7 +718,7 @@ def addr_nl(multi: bool) -> str:
         first = [f"{R.choice(NL_STREETS)} {n}"]
     if not multi and R.random() < 0.3:
         pc = pc.replace(" ", "")
-    lines = first + [f"{pc} {city.upper() if multi and R.random() < 0.4 else city}"]
+    lines = [*first, f"{pc} {city.upper() if multi and R.random() < 0.4 else city}"]
     if R.random() < 0.2:
         lines.append(R.choice(["Nederland", "The Netherlands", "NL"]))
     return join(lines, multi)
@@ -745,7 +740,7 @@ def addr_be(multi: bool) -> str:
     first = [f"{R.choice(BE_STREETS)} {n}"]
     if R.random() < 0.08:
         first = [R.choice([f"Postbus {R.randint(1, 999)}", f"Boîte postale {R.randint(1, 999)}"])]
-    lines = first + [f"{'B-' if R.random() < 0.2 else ''}{fill(pt)} {city}"]
+    lines = [*first, f"{'B-' if R.random() < 0.2 else ''}{fill(pt)} {city}"]
     if R.random() < 0.3:
         lines.append(R.choice(["Belgique", "België", "Belgium", "Belgien"]))
     return join(lines, multi)
@@ -895,7 +890,7 @@ def tpl(kind: str, lang: str):
 @tpl("email", "en")
 def _():
     p, s = people(2)
-    return [f"Hi ", P(p.given), ",\n\nthanks for sending the signed form. Could you confirm that your new address is ",
+    return ["Hi ", P(p.given), ",\n\nthanks for sending the signed form. Could you confirm that your new address is ",
             A(one_line()), "?\n\nBest,\n", P(s.short)]
 
 
@@ -1045,7 +1040,7 @@ def _():
 def _():
     a, b = people(2)
     return [f"INC{num(1000000, 9999999)} | priority P3 | opened by ", P(a.full), " | assignee ", P(b.full),
-            f" | laptop will not boot after update, ship replacement to ", A(one_line())]
+            " | laptop will not boot after update, ship replacement to ", A(one_line())]
 
 
 # csv
@@ -1729,18 +1724,18 @@ N_EN = [
     lambda: f"Flask {ver()} and Pandas {ver()} are pinned in requirements.txt; Selenium tests are flaky again.",
     lambda: f"Grafana shows the Prometheus scrape interval at {R.randint(5, 60)}s; alertmanager fired {R.randint(2, 30)} times.",
     lambda: f"Cassandra compaction stalled on node {R.randint(1, 12)}; restart Airflow workers after the patch.",
-    lambda: f"Switched the docs from Sphinx to Hugo and the blog from Jekyll to Astro.",
-    lambda: f"The course covers Ada, Pascal and Haskell in term one, Erlang in term two.",
+    lambda: "Switched the docs from Sphinx to Hugo and the blog from Jekyll to Astro.",
+    lambda: "The course covers Ada, Pascal and Haskell in term one, Erlang in term two.",
     lambda: f"Maven build took {R.randint(2, 14)} min, Gradle {R.randint(1, 9)} min; Celery queue drained by {hhmm()}.",
     lambda: f"Flights to {R.choice(PLACES)} are cheaper in {R.choice(MONTHS)} than in {R.choice(MONTHS)}.",
     lambda: f"The conference moves from {R.choice(PLACES)} to {R.choice(PLACES)} next year.",
     lambda: f"Our {R.choice(PLACES)} office is closed on {R.choice(DAYS)} for maintenance.",
     lambda: f"Weather: {R.choice(PLACES)} {R.randint(10, 35)}°C, {R.choice(PLACES)} {R.randint(-5, 20)}°C, light rain.",
     lambda: "Jordan and Georgia both signed the trade agreement, according to the ministry.",
-    lambda: f"We spent a week in Florence and two days in Victoria, British Columbia.",
+    lambda: "We spent a week in Florence and two days in Victoria, British Columbia.",
     lambda: f"The Lincoln, Nebraska data centre goes live in {R.choice(MONTHS)}.",
     lambda: f"The {R.choice(MONTHS)} release ships on {R.choice(DAYS)}; June's numbers are in the appendix.",
-    lambda: f"In August we froze the schema; May and June were spent on migrations.",
+    lambda: "In August we froze the schema; May and June were spent on migrations.",
     lambda: f"{R.choice(DAYS)} standup cancelled. {R.choice(DAYS)} retro at {hhmm()} instead.",
     lambda: f"Next steps: Review the draft. Approve the budget. Send the final version by {R.choice(MONTHS)} {R.randint(1, 28)}.",
     lambda: "Quarterly Revenue Beats Expectations As Cloud Demand Grows",
@@ -1869,7 +1864,7 @@ N_FR = [
     lambda: "Les Champs-Élysées sont bondés ce samedi avant Noël.",
     lambda: "La rue est fermée à la circulation jusqu'à vendredi.",
     lambda: f"Réunion en salle {R.randint(1, 40)}B, bâtiment {R.randint(1, 9)}, 2e étage.",
-    lambda: f"Michelin et Chanel recrutent à Clermont-Ferrand et à Paris.",
+    lambda: "Michelin et Chanel recrutent à Clermont-Ferrand et à Paris.",
     lambda: f"Le pipeline Jenkins a échoué ; relancer Ansible après la mise à jour {ver()}.",
     lambda: "Les Prix De L'Énergie Baissent Pour La Première Fois Depuis Deux Ans",
     lambda: f"En août, la boutique ferme le lundi ; en juin, elle ouvre à {R.randint(8, 10)} h.",
@@ -1997,7 +1992,7 @@ def main() -> None:
     stray = Counter()
     for r in rows:
         prev = 0
-        for s, e, t in sorted(r["spans"]):
+        for s, e, _t in sorted(r["spans"]):
             assert 0 <= prev <= s < e <= len(r["text"]), r
             assert r["text"][s:e] == r["text"][s:e].strip(), r
             prev = e
