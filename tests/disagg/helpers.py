@@ -16,7 +16,6 @@ import uvicorn
 from kvfence.disagg.config import DisaggConfig
 from kvfence.disagg.engine import DisaggregatedEngine, DisaggRequestOutput
 from kvfence.disagg.handoff import SentPage, build_manifest
-from kvfence.disagg.kv_pages import read_pages
 from kvfence.disagg.protocol import Manifest
 from kvfence.disagg.wire import Message, MessageKind, encode
 from kvfence.engine.config import EngineConfig
@@ -124,7 +123,7 @@ class AllocationSpy:
         return self.tables.get(request_id, [])
 
     def snapshot(self, pages: list[int]) -> list[bytes]:
-        return read_pages(self.engine.runner, pages)
+        return [bytes(p) for p in self.engine.runner.read_pages(pages)]
 
 
 def resign_handoff(

@@ -181,7 +181,7 @@ class EngineIsolationMachine(RuleBasedStateMachine):
         assert isinstance(policy, ScopedPrefixCache)
         joins_before = policy.num_joins
         out = self.sched.schedule()
-        for page_id in out.scrub_pages:  # the runner zero-fills BEFORE the forward pass (I2)
+        for page_id in self.bm.take_scrub_list():  # the runner zero-fills inside the forward pass, first (I2)
             self.pool[page_id].clear()
         for seq in self.sched.running:  # what the forward pass may read
             self._check_pages(seq)

@@ -67,17 +67,18 @@ def test_released_pages_are_zero_before_the_next_request_maps_them(default_model
     assert not engine.pool_is_zero(sorted(pages_of_a))
 
     checked: list[list[int]] = []
-    forward = engine.runner.execute
+    model = engine.runner.model
+    forward = model.forward
 
-    def check_then_forward(items):  # type: ignore[no-untyped-def]
-        for it in items:
-            if it.seq.request_id == "b" and it.start == 0:
-                checked.append(list(it.seq.block_table))
-                # I2: every page B is about to compute into is zero before B's first forward pass
-                assert engine.pool_is_zero(it.seq.block_table)
-        return forward(items)
+    def check_then_forward(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seq = engine.scheduler.get("b")
+        if seq is not None and seq.num_computed_tokens == 0:
+            checked.append(list(seq.block_table))
+            # I2: every page B is about to compute into is zero when B's first forward pass starts
+            assert engine.pool_is_zero(seq.block_table)
+        return forward(*args, **kwargs)
 
-    engine.runner.execute = check_then_forward  # type: ignore[method-assign]
+    model.forward = check_then_forward  # type: ignore[method-assign]
     prompt_b = engine.tokenizer.encode("another tenant's prompt, long enough to need every page " * 2)
     engine.add_request("b", prompt_b, PARAMS, llm.scope_key(ORG_B))
     engine.step()

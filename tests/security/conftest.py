@@ -29,7 +29,8 @@ class FreshPageWatch:
 
     A page at block-table index ``i`` of a request computing positions ``start..`` holds none of
     its own KV yet when ``i * page_size >= start``; unless it is a same-scope prefix page, it must
-    be all zero at that moment, or the request would sit on another request's bytes.
+    be all zero at that moment, or the request would sit on another request's bytes. The check runs
+    when the model's forward pass starts (inside ``runner.execute``, after the runner's own scrub).
     """
 
     def __init__(self, engine: Any) -> None:
@@ -38,12 +39,23 @@ class FreshPageWatch:
         self.block_manager = engine.block_manager
         self.checked_pages = 0
         self.stale: list[tuple[str, int]] = []
+        self._items: list[ScheduledSeq] = []
         self._execute: Callable[..., Any] = self.runner.execute
-        self.runner.execute = self._watched
+        self.runner.execute = self._batch
+        model = self.runner.model
+        self._forward: Callable[..., Any] = model.forward
+        model.forward = self._watched
 
-    def _watched(self, items: list[ScheduledSeq], *args: Any, **kwargs: Any) -> Any:
+    def _batch(self, items: list[ScheduledSeq], *args: Any, **kwargs: Any) -> Any:
+        self._items = items
+        try:
+            return self._execute(items, *args, **kwargs)
+        finally:
+            self._items = []
+
+    def _watched(self, *args: Any, **kwargs: Any) -> Any:
         ps = self.block_manager.page_size
-        for it in items:
+        for it in self._items:
             first_unwritten = -(-it.start // ps)
             for page_id in it.seq.block_table[first_unwritten:]:
                 if self.block_manager.page_info(page_id).state is PageState.CACHED:
@@ -51,7 +63,7 @@ class FreshPageWatch:
                 self.checked_pages += 1
                 if not self.runner.pages_are_zero([page_id]):
                     self.stale.append((it.seq.request_id, page_id))
-        return self._execute(items, *args, **kwargs)
+        return self._forward(*args, **kwargs)
 
     def assert_clean(self) -> None:
         assert self.checked_pages > 0, "the watch saw no fresh page: the attack did not run"

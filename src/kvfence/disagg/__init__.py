@@ -4,6 +4,8 @@ A prefill worker process (:mod:`kvfence.disagg.prefill_worker`) runs prompts and
 request's KV pages with a manifest (:mod:`kvfence.disagg.protocol`); the decode side
 (:class:`kvfence.disagg.engine.DisaggregatedEngine`, the ``LLMEngine`` interface) verifies the
 manifest and every page (:mod:`kvfence.disagg.handoff`) before it decodes or answers anything.
+Both sides run the engine's own step (:class:`kvfence.engine.core.engine_core.EngineCore`), so the
+scrubbing (I2), paranoid checks (I1) and fault isolation are the single-process engine's.
 Transport: ZeroMQ with versioned framing (:mod:`kvfence.disagg.wire`).
 
 Exports are lazy, so importing the pure protocol does not pull in torch.

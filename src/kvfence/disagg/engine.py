@@ -16,7 +16,7 @@ import logging
 import secrets
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -24,16 +24,8 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from kvfence.disagg.config import DisaggConfig
-from kvfence.disagg.decode_scheduler import DecodeScheduler
 from kvfence.disagg.handoff import Expectation, HandoffPhase, HandoffReceiver, SenderLedgerView
-from kvfence.disagg.kv_pages import (
-    ChecksumPool,
-    kv_layout,
-    model_identity,
-    page_nbytes,
-    read_pages,
-    write_page,
-)
+from kvfence.disagg.kv_pages import ChecksumPool, model_identity
 from kvfence.disagg.protocol import (
     PROTOCOL_VERSION,
     HandoffError,
@@ -45,22 +37,13 @@ from kvfence.disagg.protocol import (
 from kvfence.disagg.spawn import WorkerProcess
 from kvfence.disagg.wire import Message, MessageKind, WireError, decode, encode
 from kvfence.engine.config import EngineConfig
-from kvfence.engine.core.fault_isolation import rewind_on_failure, run_isolating_faults
-from kvfence.engine.core.llm_engine import (
-    LLMEngine,
-    advance_text,
-    banned_until_min_tokens,
-    check_params,
-    check_prompt,
-    seeded_generator,
-)
+from kvfence.engine.core.engine_core import EngineCore
 from kvfence.engine.core.outputs import EngineStats, RequestOutput
-from kvfence.engine.core.scheduler import ScheduledSeq, SchedulerConfig, SchedulerOutput
+from kvfence.engine.core.requests import RequestState, advance_text, check_params, check_prompt
+from kvfence.engine.core.scheduler import Scheduler
 from kvfence.engine.core.sequence import FinishReason, Sequence
-from kvfence.engine.kv.block_manager import PageState
 from kvfence.engine.kv.capacity import Capacity
 from kvfence.engine.sampling.sampling_params import SamplingParams
-from kvfence.engine.text.detokenizer import IncrementalDetokenizer
 from kvfence.errors import (
     CapacityError,
     ConfigError,
@@ -77,12 +60,8 @@ _IDLE_POLL_S = 0.02  # longest a step() blocks on the socket when there is nothi
 _DRAIN_BUDGET_S = 0.05  # longest a step() spends on handoff traffic before it decodes
 
 
-@dataclass
-class DisaggRequestOutput(RequestOutput):
-    """A ``RequestOutput`` that also says why a request failed (``finish_reason="abort"``)."""
-
-    error: str | None = None
-    error_reason: str | None = None
+# One output type for every engine: RequestOutput carries ``error`` / ``error_reason`` itself.
+DisaggRequestOutput = RequestOutput
 
 
 @dataclass
@@ -96,13 +75,8 @@ class DisaggStats(EngineStats):
 
 
 @dataclass
-class _Request:
-    seq: Sequence
-    detokenizer: IncrementalDetokenizer
-    generator: torch.Generator | None
-    logprobs: list[dict[int, float]] | None
-    banned_until_min_tokens: list[int]
-    scope_key: bytes
+class _Request(RequestState):
+    scope_key: bytes = b""
     # handoff state, until decoding starts
     receiver: HandoffReceiver | None = None
     deadline: float = 0.0
@@ -113,20 +87,22 @@ class _Request:
 class DisaggregatedEngine:
     """Decode worker with a verified KV handoff from a prefill worker (I4). Drive from one thread."""
 
+    serves_prompt_only = False  # the prefill worker always samples the first token: max_tokens >= 1
+
     def __init__(self, config: DisaggConfig | EngineConfig) -> None:
         if isinstance(config, EngineConfig):
             config = DisaggConfig(engine=config)
         self.config = config
-        # The local engine is a bag of parts: model runner, ledger, tokenizer. Its step() is unused.
-        self.local = LLMEngine(config.engine)
-        self.runner = self.local.runner
-        self.block_manager = self.local.block_manager
-        self.tokenizer = self.local.tokenizer
-        self.model_name = self.local.model_name
-        self.is_random_weights = self.local.is_random_weights
-        self.model_config = self.local.model_config
-        self.page_nbytes = page_nbytes(self.runner)
-        self._generator = torch.Generator(device=self.runner.device).manual_seed(config.engine.seed)
+        # The decode pool: the model runner, its page ledger and scheduler, and the step every engine runs.
+        self.core = EngineCore(config.engine)
+        self.runner = self.core.runner
+        self.block_manager = self.core.block_manager
+        self.tokenizer = self.core.tokenizer
+        self.model_name = self.core.model_name
+        self.is_random_weights = self.core.is_random_weights
+        self.model_config = self.core.model_config
+        self.model_dir = self.core.model_dir
+        self.page_nbytes = self.runner.page_nbytes
         self._requests: dict[str, _Request] = {}
         self._ready: list[RequestOutput] = []
         self._ledger = SenderLedgerView()
@@ -134,7 +110,6 @@ class DisaggregatedEngine:
         self.num_handoffs_verified = 0
         self.num_prefill_rejections = 0
         self.handoff_failures: dict[str, int] = {}
-        self.isolation_incidents = 0
         self._failed_requests: list[tuple[str, BaseException]] = []
         self.worker: WorkerProcess | None = None
         self._context = zmq.Context()
@@ -150,13 +125,20 @@ class DisaggregatedEngine:
             self.close()
             raise
         self._monitor = self.socket.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
-        self.scheduler = DecodeScheduler(
-            SchedulerConfig(config.engine.max_num_seqs, config.engine.max_num_batched_tokens,
-                            config.engine.max_prefill_chunk),
-            self.block_manager,
-            max_model_len=self.capacity.max_model_len,
-            eos_token_ids=self.tokenizer.eos_token_ids,
-        )
+        self.core.limit_max_model_len(self.capacity.max_model_len)  # what both pools can hold (I3)
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self.core.scheduler
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self.config.engine.max_num_seqs
+
+    @property
+    def isolation_incidents(self) -> int:
+        """I1/I4 violations: paranoid-mode aborts and handoff pages that were not fresh pages of their own."""
+        return self.core.isolation_incidents
 
     # ---- connection ----------------------------------------------------------------------------
 
@@ -200,15 +182,15 @@ class DisaggregatedEngine:
 
     def _check_welcome(self, w: dict[str, Any]) -> tuple[str, Capacity, int]:
         """Refuse a prefill worker whose pages would not mean the same thing here (or cannot hold I3)."""
-        mine = model_identity(self.local.model_dir)
+        mine = model_identity(self.core.model_dir)
         if w.get("model_identity") != mine:
             raise ConfigError(f"the prefill worker runs another model ({w.get('model_name')!r}); both sides need the same checkpoint")
-        if w.get("layout") != kv_layout(self.runner) or w.get("page_nbytes") != self.page_nbytes:
-            raise ConfigError(f"KV page layout differs: prefill {w.get('layout')}, decode {kv_layout(self.runner)}")
+        if w.get("layout") != self.runner.kv_layout() or w.get("page_nbytes") != self.page_nbytes:
+            raise ConfigError(f"KV page layout differs: prefill {w.get('layout')}, decode {self.runner.kv_layout()}")
         instance_id = str(w.get("instance_id"))
         if w.get("key_proof") != key_proof(self.key, instance_id).hex():
             raise ConfigError("the prefill worker uses a different handoff key")
-        local = self.local.capacity
+        local = self.core.capacity
         prefill_len = int(w["max_model_len"])
         prefill_pool = int(w["num_pages"]) * int(w["page_size"])
         # I3 across both pools: the advertised context is what BOTH sides can hold.
@@ -320,14 +302,10 @@ class DisaggregatedEngine:
                         self.page_nbytes, vocab, self.key),
             self._ledger,
         )
+        state = RequestState.create(seq, self.tokenizer, self.runner.device)
         self._requests[request_id] = _Request(
-            seq=seq,
-            detokenizer=IncrementalDetokenizer.for_params(self.tokenizer, prompt_token_ids, params),
-            generator=seeded_generator(params, self.runner.device),
-            logprobs=[] if params.logprobs is not None else None,
-            banned_until_min_tokens=banned_until_min_tokens(params, self.tokenizer.eos_token_ids),
-            scope_key=scope_key,
-            receiver=receiver,
+            seq=seq, detokenizer=state.detokenizer, generator=state.generator, logprobs=state.logprobs,
+            banned_until_min_tokens=state.banned_until_min_tokens, scope_key=scope_key, receiver=receiver,
             deadline=time.monotonic() + self.config.handoff_timeout_s,
         )
         submit = {
@@ -343,8 +321,7 @@ class DisaggregatedEngine:
             self._send(MessageKind.ABORT, {"request_id": request_id, "reason": "aborted by the client"})
             self._release_handoff(req)
             return
-        if self.scheduler.abort(request_id) is not None:
-            self.block_manager.flush_scrub(self.runner.scrub)
+        self.core.abort(request_id)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self._ready) or bool(self._pending()) or self.scheduler.has_unfinished()
@@ -410,7 +387,7 @@ class DisaggregatedEngine:
         except HandoffError as exc:
             self._fail(req, exc)
         except IsolationViolation as exc:
-            self.isolation_incidents += 1
+            self.core.isolation_incidents += 1
             self._fail(req, HandoffError(HandoffFailure.BAD_PAGE, str(exc)))
         except Exception as exc:  # an internal fault retires this request, never the engine
             log.exception("handling %s of request %s failed", message.kind.name, rid)
@@ -440,7 +417,7 @@ class DisaggregatedEngine:
                 str(f.get("request_id")), _int(f.get("index")), _int(f.get("page_id")), _int(f.get("generation")), len(payload)
             )
             if req.allocated:
-                write_page(self.runner, req.seq.block_table[entry.index], payload)
+                self.runner.write_page(req.seq.block_table[entry.index], payload)
             else:
                 req.buffered[entry.index] = payload
         elif message.kind is MessageKind.COMMIT:
@@ -456,14 +433,14 @@ class DisaggregatedEngine:
             return
         self.block_manager.allocate(req.seq)
         req.allocated = True
-        self.block_manager.flush_scrub(self.runner.scrub)  # zeroed BEFORE payloads land (I2)
+        self.runner.scrub_released()  # zeroed BEFORE payloads land (I2; write_page would, too)
         table = req.seq.block_table
         if req.seq.num_cached_tokens or any(self.block_manager.page_info(p).owner != req.seq.request_id for p in table):
             raise IsolationViolation(f"handoff pages of {req.seq.request_id!r} are not fresh pages of its own")
         if not self.runner.pages_are_zero(table):
             raise IsolationViolation(f"fresh pages {table} of {req.seq.request_id!r} are not zero")
         for index, payload in sorted(req.buffered.items()):
-            write_page(self.runner, table[index], payload)
+            self.runner.write_page(table[index], payload)
         req.buffered.clear()
 
     def _place_waiting(self) -> None:
@@ -481,7 +458,7 @@ class DisaggregatedEngine:
             except HandoffError as exc:
                 self._fail(req, exc)
             except IsolationViolation as exc:
-                self.isolation_incidents += 1
+                self.core.isolation_incidents += 1
                 self._fail(req, HandoffError(HandoffFailure.BAD_PAGE, str(exc)))
             if not req.allocated:
                 return  # first come, first served
@@ -489,7 +466,7 @@ class DisaggregatedEngine:
     def _verify_and_start(self, req: _Request, receiver: HandoffReceiver) -> None:
         """Recompute every checksum from this pool's bytes; only then may anything be answered (I4)."""
         seq = req.seq
-        pool_bytes = dict(enumerate(read_pages(self.runner, seq.block_table)))
+        pool_bytes = dict(enumerate(self.runner.read_pages(seq.block_table)))
         receiver.verify(pool_bytes, map_fn=self._checksums.map)
         manifest = receiver.manifest
         if manifest is None:  # verify() succeeded, so this cannot happen; keep the types exact
@@ -507,7 +484,7 @@ class DisaggregatedEngine:
                 log.warning("seeded sampler state of %s not transferable; reseeded", seq.request_id)
         if req.logprobs is not None and manifest.first_logprobs is not None:
             req.logprobs.append(manifest.first_logprobs)
-        self.scheduler.add_prefilled(seq)
+        self.core.add_prefilled(seq)
         self._ready.append(self._progress(req, manifest.first_token))
 
     def _expire(self) -> None:
@@ -542,9 +519,9 @@ class DisaggregatedEngine:
         req.seq.finish_reason = FinishReason.ABORT
         self._ready.append(self._error_output(req, error.reason, str(error)))
 
-    def _error_output(self, req: _Request, reason: HandoffFailure, message: str) -> DisaggRequestOutput:
+    def _error_output(self, req: _Request, reason: HandoffFailure, message: str) -> RequestOutput:
         """The last output of a request retired without an answer: no token, no text, the reason."""
-        return DisaggRequestOutput(
+        return RequestOutput(
             request_id=req.seq.request_id, prompt_token_ids=req.seq.prompt_token_ids, token_ids=[], new_token_ids=[],
             text="", delta_text="", finished=True, finish_reason=FinishReason.ABORT.value,
             num_prompt_tokens=req.seq.num_prompt_tokens, num_cached_tokens=0,
@@ -556,76 +533,31 @@ class DisaggregatedEngine:
         """Release and zero-fill whatever a handoff touched in this pool (I2), now, not next step."""
         req.buffered.clear()
         if req.allocated:
-            self.block_manager.deallocate(req.seq)
+            self.core.release(req.seq)
             req.allocated = False
-            self.block_manager.flush_scrub(self.runner.scrub)
 
-    # ---- decoding (as in LLMEngine.step) -------------------------------------------------------
+    # ---- decoding: the engine's step ---------------------------------------------------------
 
     def _decode_step(self) -> list[RequestOutput]:
-        batch = self.scheduler.schedule()
-        self.block_manager.flush_scrub(self.runner.scrub, batch.scrub_pages)  # I2
+        """One :meth:`EngineCore.step` over the decoding requests (the same step as ``kvfence serve``'s)."""
+        result = self.core.step(self._requests)
         outputs: list[RequestOutput] = []
-        if self.config.engine.verify_isolation:
-            kept = []
-            for it in batch.items:
-                try:
-                    self.block_manager.verify(it.seq)
-                    kept.append(it)
-                except IsolationViolation as exc:
-                    self.isolation_incidents += 1
-                    log.error("ISOLATION INCIDENT: %s; request %s aborted", exc, it.seq.request_id)
-                    req = self._requests.pop(it.seq.request_id, None)
-                    # Same release as LLMEngine's paranoid mode: the block table is rebuilt from
-                    # the ledger first, so the release touches no other request's page.
-                    it.seq.block_table = self.block_manager.ledger_block_table(it.seq)
-                    try:
-                        self.scheduler.abort(it.seq.request_id)
-                    except IsolationViolation:
-                        log.critical("could not release request %s after an incident", it.seq.request_id, exc_info=True)
-                    self.block_manager.flush_scrub(self.runner.scrub)
-                    if req is not None:
-                        outputs.append(self._output(req, [], "", finished=True))
-            batch.items = kept
-        sampled = self._forward_isolating_faults(batch)
-        self.scheduler.postprocess(batch, sampled)
-        for rid, token_id in sampled.items():
-            outputs.append(self._progress(self._requests[rid], token_id))
-        self.block_manager.flush_scrub(self.runner.scrub)  # I2, released this step
-        return outputs
-
-    def _forward_isolating_faults(self, batch: SchedulerOutput) -> dict[str, int]:
-        """The decode batch's forward pass and sampling; when it fails, only the request(s) that fail
-        on their own are aborted (pages released and zero-filled, I2), found by retrying halves of
-        the batch exactly as ``kvfence serve`` does (:mod:`kvfence.engine.core.fault_isolation`).
-
-        The aborted ones are reported by :meth:`take_failed_requests`. When no request of a batch of
-        two or more runs even alone, the engine itself is broken: all are aborted and the error raised.
-        """
-        sampled: dict[str, int] = {}
-
-        def attempt(group: list[ScheduledSeq]) -> None:
-            with rewind_on_failure(self._requests[it.seq.request_id].generator for it in group):
-                got = self.local.forward_and_sample(group, self._requests, self._generator, _abort_nothing)
-            sampled.update(got)
-
-        outcome = run_isolating_faults(batch.items, attempt)
-        batch.items = outcome.succeeded
-        error = outcome.error or RuntimeError("forward pass failed")
-        for it in outcome.failed:
-            rid = it.seq.request_id
-            log.error("request %s fails the decode forward pass%s; aborted, the other %d request(s) continue",
-                      rid, " on its own" if it in outcome.culprits else " (retry budget spent)", len(outcome.succeeded))
-            req = self._requests.get(rid)
-            self.abort_request(rid)  # released and zero-filled now (I2)
+        for seq in result.incidents:  # paranoid mode: aborted, an empty finished output
+            if (req := self._requests.pop(seq.request_id, None)) is not None:
+                outputs.append(req.output([], "", finished=True))
+        error = result.error or RuntimeError("forward pass failed")
+        for seq in result.failed:  # fault isolation aborted it alone; the others continue
+            rid = seq.request_id
+            req = self._requests.pop(rid, None)
             self._failed_requests.append((rid, error))
             if req is not None:  # for callers that read outputs only; the server answers take_failed_requests
-                req.seq.finish_reason = FinishReason.ABORT
                 self._ready.append(self._error_output(
                     req, HandoffFailure.INTERNAL, f"the decode forward pass failed on this request ({type(error).__name__})"))
-        if outcome.is_broken and outcome.error is not None:
-            raise outcome.error  # nothing runs, even alone: not one request's fault
-        return sampled
+        if result.is_broken and result.error is not None:
+            raise result.error  # nothing runs, even alone: not one request's fault
+        for rid, token_id in result.sampled.items():
+            outputs.append(self._progress(self._requests[rid], token_id))
+        return outputs
 
     def take_failed_requests(self) -> list[tuple[str, BaseException]]:
         """Requests aborted since the last call because the decode forward pass failed on them, with the error."""
@@ -634,44 +566,28 @@ class DisaggregatedEngine:
 
     def _progress(self, req: _Request, token_id: int) -> RequestOutput:
         seq = req.seq
-        delta = advance_text(req.detokenizer, seq, token_id, self.scheduler.finish)
+        delta = advance_text(req.detokenizer, seq, token_id, self.core.finish)
         if seq.is_finished:
             self._requests.pop(seq.request_id, None)
-            self.block_manager.flush_scrub(self.runner.scrub)
-        return self._output(req, [token_id], delta, finished=seq.is_finished)
-
-    def _output(self, req: _Request, new_ids: list[int], delta: str, *, finished: bool) -> RequestOutput:
-        seq = req.seq
-        reason = seq.finish_reason.value if seq.finish_reason is not None else None
-        logprobs = None if req.logprobs is None else list(req.logprobs)
-        return DisaggRequestOutput(
-            request_id=seq.request_id, prompt_token_ids=seq.prompt_token_ids, token_ids=seq.completion_token_ids,
-            new_token_ids=new_ids, text=req.detokenizer.text, delta_text=delta, finished=finished,
-            finish_reason=reason if finished else None, num_prompt_tokens=seq.num_prompt_tokens,
-            num_cached_tokens=seq.num_cached_tokens, logprobs=logprobs,
-            new_logprobs=None if logprobs is None else logprobs[len(logprobs) - len(new_ids) :],
-        )
+        return req.output([token_id], delta, finished=seq.is_finished)
 
     # ---- introspection -------------------------------------------------------------------------
 
     def stats(self) -> DisaggStats:
-        bm = self.block_manager
+        base = self.core.stats(num_waiting=len(self._pending()))
         return DisaggStats(
-            num_pages=bm.num_pages, num_free_pages=bm.num_free_pages, num_used_pages=bm.num_used_pages,
-            num_waiting=self.scheduler.num_waiting + len(self._pending()), num_running=self.scheduler.num_running,
-            num_preemptions=self.scheduler.num_preemptions,
-            prefix_hit_tokens_by_scope=dict(bm.prefix_hit_tokens_by_scope),
-            isolation_incidents=self.isolation_incidents,
+            **{f.name: getattr(base, f.name) for f in fields(EngineStats)},
             num_handoffs_pending=len(self._pending()), num_handoffs_verified=self.num_handoffs_verified,
             num_prefill_rejections=self.num_prefill_rejections, handoff_failures=dict(self.handoff_failures),
         )
 
     def free_pages(self) -> list[int]:
-        return [p for p in range(self.block_manager.num_pages) if self.block_manager.page_info(p).state is PageState.FREE]
+        """Pages in the FREE state (not cached prefix pages, not mapped)."""
+        return self.core.free_pages()
 
     def pool_is_zero(self, pages: list[int] | None = None) -> bool:
         """Debug/test helper: True when ``pages`` (default: every free page) are all zero in the pool."""
-        return self.runner.pages_are_zero(self.free_pages() if pages is None else list(pages))
+        return self.core.pool_is_zero(pages)
 
     def _send(self, kind: MessageKind, fields: dict[str, Any]) -> None:
         try:
@@ -680,13 +596,7 @@ class DisaggregatedEngine:
             log.error("cannot send %s to the prefill worker: %s", kind.name, exc)
 
 
-def _abort_nothing(request_id: str) -> None:
-    """The abort callback of an attempted forward pass: fault isolation decides whom to abort."""
-
-
 def _params_to_wire(params: SamplingParams) -> dict[str, Any]:
-    from dataclasses import fields
-
     # Plain values only: logits processors are code, refused for this mode in add_request.
     return {f.name: getattr(params, f.name) for f in fields(params) if f.name != "logits_processors"}
 

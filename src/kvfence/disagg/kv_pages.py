@@ -1,7 +1,10 @@
-"""Page bytes in and out of a model runner's KV pool, and what both workers must agree on.
+"""What both workers must agree on (the checkpoint's identity), and the page checksums' thread pool.
 
-A page's payload is the K and V of its ``page_size`` slots for every layer, in the pool's own
-layout ``[layers, K|V, page_size, kv_heads, head_dim]`` and dtype, as raw bytes.
+Page bytes move in and out of the KV pool through the model runner itself
+(:meth:`~kvfence.engine.runner.model_runner.ModelRunner.read_pages` and
+:meth:`~kvfence.engine.runner.model_runner.ModelRunner.write_page`), which zero-fills released pages
+first (I2); its :meth:`~kvfence.engine.runner.model_runner.ModelRunner.kv_layout` is the geometry
+both sides compare.
 """
 
 from __future__ import annotations
@@ -11,52 +14,10 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
-
-import torch
 
 from kvfence.engine.runner.loader import checkpoint_files
-from kvfence.engine.runner.model_runner import ModelRunner
 
-__all__ = ["ChecksumPool", "kv_layout", "model_identity", "page_nbytes", "read_pages", "write_page"]
-
-
-def kv_layout(runner: ModelRunner) -> dict[str, Any]:
-    """The pool geometry a peer must share for pages to mean the same thing."""
-    layers, _, _, page_size, heads, head_dim = runner.kv_pool.shape
-    return {
-        "layers": int(layers),
-        "kv_heads": int(heads),
-        "head_dim": int(head_dim),
-        "page_size": int(page_size),
-        "dtype": str(runner.kv_pool.dtype).removeprefix("torch."),
-    }
-
-
-def page_nbytes(runner: ModelRunner) -> int:
-    pool = runner.kv_pool
-    return pool[:, :, 0].numel() * pool.element_size()
-
-
-def read_pages(runner: ModelRunner, page_ids: list[int]) -> list[memoryview]:
-    """The current bytes of ``page_ids``: one batched copy off the device, one read-only view per page."""
-    if not page_ids:
-        return []
-    index = torch.tensor(page_ids, dtype=torch.long, device=runner.device)
-    pages = runner.kv_pool.index_select(2, index).movedim(2, 0).contiguous().cpu()  # [n, L, 2, ps, H, D]
-    flat = memoryview(pages.view(torch.uint8).reshape(-1).numpy()).toreadonly()  # type: ignore[arg-type]
-    size = len(flat) // len(page_ids)
-    return [flat[i * size : (i + 1) * size] for i in range(len(page_ids))]
-
-
-def write_page(runner: ModelRunner, page_id: int, payload: bytes) -> None:
-    """Overwrite one page (all layers, K and V) with ``payload``; its size must be exact."""
-    expected = page_nbytes(runner)
-    if len(payload) != expected:
-        raise ValueError(f"page payload has {len(payload)} bytes, the pool's pages have {expected}")
-    target = runner.kv_pool[:, :, page_id]
-    data = torch.frombuffer(bytearray(payload), dtype=torch.uint8).view(target.dtype).view(target.shape)
-    target.copy_(data.to(runner.device))
+__all__ = ["ChecksumPool", "model_identity"]
 
 
 _SAMPLE_WINDOWS = 64  # windows of weight bytes hashed per checkpoint file

@@ -25,16 +25,16 @@ import torch
 import zmq
 
 from kvfence.disagg.handoff import SentPage, build_manifest
-from kvfence.disagg.kv_pages import ChecksumPool, kv_layout, model_identity, page_nbytes, read_pages
+from kvfence.disagg.kv_pages import ChecksumPool, model_identity
 from kvfence.disagg.protocol import PROTOCOL_VERSION, expected_page_count, key_proof, submit_mac
 from kvfence.disagg.wire import Message, MessageKind, WireError, decode, encode
 from kvfence.engine.config import EngineConfig
-from kvfence.engine.core.fault_isolation import rewind_on_failure, run_isolating_faults
-from kvfence.engine.core.llm_engine import LLMEngine, banned_until_min_tokens
-from kvfence.engine.core.scheduler import ScheduledSeq, SchedulerOutput
+from kvfence.engine.core.engine_core import EngineCore
+from kvfence.engine.core.requests import banned_until_min_tokens
+from kvfence.engine.core.scheduler import Scheduler
 from kvfence.engine.core.sequence import Sequence
 from kvfence.engine.kv.block_manager import PageState
-from kvfence.engine.layers.sampler import SampleRow, sample
+from kvfence.engine.layers.sampler import SampledToken, SampleRow
 from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import ConfigError, InvalidParameterError, IsolationViolation, RequestError
 
@@ -53,23 +53,30 @@ class _Job:
     params: SamplingParams  # the client's real parameters (the scheduler sees max_tokens=1)
     scope_key: bytes
     generator: torch.Generator | None
+    banned_until_min_tokens: list[int]
+    logprobs: None = None  # the first token's logprobs travel in the manifest, not on the job
+
+    def sample_row(self) -> SampleRow:
+        """The first token is sampled with the client's real parameters (the scheduler's say max_tokens=1)."""
+        p = self.params
+        # The first token has no output yet; the repetition penalty also counts the prompt.
+        prompt = self.prompt if p.repetition_penalty != 1.0 else ()
+        return SampleRow(p, self.generator, 0, self.banned_until_min_tokens, (), prompt)
 
 
 class PrefillWorker:
     """Runs prompts and hands their KV pages to decode workers; drive it with :meth:`serve`."""
 
     def __init__(self, config: EngineConfig, *, listen: str, key: bytes = b"") -> None:
-        # The engine is used as a bag of parts (runner, ledger, scheduler); its own step() is not,
-        # because the pages must be captured between the forward pass and their release.
-        self.engine = LLMEngine(config)
-        self.runner = self.engine.runner
-        self.block_manager = self.engine.block_manager
-        self.scheduler = self.engine.scheduler
+        # The engine's step, with a hook that captures each request's pages between its first
+        # token and their release.
+        self.core = EngineCore(config)
+        self.runner = self.core.runner
+        self.block_manager = self.core.block_manager
         self.key = key
         self.instance_id = secrets.token_hex(8)
-        self.page_nbytes = page_nbytes(self.runner)
-        self._identity = model_identity(self.engine.model_dir)
-        self._generator = torch.Generator(device=self.runner.device).manual_seed(config.seed)
+        self.page_nbytes = self.runner.page_nbytes
+        self._identity = model_identity(self.core.model_dir)
         self._jobs: dict[str, _Job] = {}
         self._checksums = ChecksumPool()
         self._context = zmq.Context()
@@ -88,6 +95,15 @@ class PrefillWorker:
         self.num_handoffs = 0
         self.num_rejected = 0
         self.num_aborted = 0
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self.core.scheduler
+
+    @property
+    def engine(self) -> EngineCore:
+        """The engine core this worker drives (its pool, ledger and step)."""
+        return self.core
 
     def close(self) -> None:
         self._checksums.close()
@@ -137,15 +153,15 @@ class PrefillWorker:
             log.warning("ignoring unexpected %s message", message.kind.name)
 
     def welcome(self) -> dict[str, Any]:
-        cap = self.engine.capacity
+        cap = self.core.capacity
         return {
             "protocol": PROTOCOL_VERSION,
             "instance_id": self.instance_id,
-            "model_name": self.engine.model_name,
+            "model_name": self.core.model_name,
             "model_identity": self._identity,
-            "is_random_weights": self.engine.is_random_weights,
-            "vocab_size": self.engine.model_config.vocab_size,
-            "layout": kv_layout(self.runner),
+            "is_random_weights": self.core.is_random_weights,
+            "vocab_size": self.core.model_config.vocab_size,
+            "layout": self.runner.kv_layout(),
             "page_nbytes": self.page_nbytes,
             "max_model_len": cap.max_model_len,
             "num_pages": cap.num_pages,
@@ -188,7 +204,7 @@ class PrefillWorker:
 
     def _parse(self, identity: bytes, request_id: str, fields: dict[str, Any]) -> _Job:
         prompt = fields.get("prompt_token_ids")
-        vocab = self.engine.model_config.vocab_size
+        vocab = self.core.model_config.vocab_size
         if not isinstance(prompt, list) or not prompt:
             raise InvalidParameterError("the prompt must contain at least one token", param="prompt")
         if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in prompt):
@@ -212,75 +228,36 @@ class PrefillWorker:
         generator = None
         if params.seed is not None:
             generator = torch.Generator(device=self.runner.device).manual_seed(params.seed)
-        return _Job(identity, request_id, list(prompt), params, scope_key, generator)
+        banned = banned_until_min_tokens(params, self.core.tokenizer.eos_token_ids)
+        return _Job(identity, request_id, list(prompt), params, scope_key, generator, banned)
 
     def _abort(self, job_id: str) -> None:
-        if self._jobs.pop(job_id, None) is not None and self.scheduler.abort(job_id) is not None:
-            self.block_manager.flush_scrub(self.runner.scrub)  # I2
+        if self._jobs.pop(job_id, None) is not None:
+            self.core.abort(job_id)  # pages released and zero-filled (I2)
 
     # ---- one prefill step --------------------------------------------------------------------
 
     def step(self) -> None:
-        batch = self.scheduler.schedule()
-        self.block_manager.flush_scrub(self.runner.scrub, batch.scrub_pages)  # I2: before the forward pass reads anything
+        """One :meth:`EngineCore.step`; each request's pages are captured when its first token is
+        sampled, before the step releases (and zero-fills) them, and handed over after."""
         outgoing: list[tuple[_Job, list[list[bytes | memoryview]]]] = []
-        failed: list[tuple[_Job, str]] = []
-        sampled: dict[str, int] = {}
-        for it, tok in self._forward_isolating_faults(batch, failed):
-            job = self._jobs[it.seq.request_id]
-            try:
-                outgoing.append((job, self._capture(it.seq, job, tok.token_id, tok.logprobs)))
-            except IsolationViolation as exc:
-                log.error("ISOLATION: not handing over request %s: %s", job.request_id, exc)
-                failed.append((job, "isolation check failed on the prefill side"))
-                self.scheduler.abort(it.seq.request_id)
-                continue
-            sampled[it.seq.request_id] = tok.token_id
-        self.scheduler.postprocess(batch, sampled)  # the prompt pages are released here ...
-        self.block_manager.flush_scrub(self.runner.scrub)  # ... and zeroed now (I2)
+
+        def capture(seq: Sequence, token: SampledToken) -> None:
+            job = self._jobs[seq.request_id]
+            outgoing.append((job, self._capture(seq, job, token.token_id, token.logprobs)))
+
+        result = self.core.step(self._jobs, before_release=capture)
+        failed = [(job, "internal error in the prefill worker") for seq in result.failed
+                  if (job := self._jobs.pop(seq.request_id, None)) is not None]
+        failed += [(job, "isolation check failed on the prefill side") for seq in result.incidents
+                   if (job := self._jobs.pop(seq.request_id, None)) is not None]
         for job, messages in outgoing:
-            self._jobs.pop(_job_id(job.identity, job.request_id), None)
+            if self._jobs.pop(_job_id(job.identity, job.request_id), None) is None:
+                continue  # aborted after its capture (an incident): nothing of it leaves
             self.num_handoffs += 1
             for frames in messages:
                 self._send_frames(job.identity, frames)
-        for job, _ in failed:
-            self._jobs.pop(_job_id(job.identity, job.request_id), None)
         self._send_failures(failed)
-
-    def _forward_isolating_faults(self, batch: SchedulerOutput, failed: list[tuple[_Job, str]]) -> list[tuple[ScheduledSeq, Any]]:
-        """The batch's forward pass and first-token sampling, with ``kvfence serve``'s fault isolation
-        (:mod:`kvfence.engine.core.fault_isolation`): when it fails, halves are retried and only the
-        request(s) that fail on their own are aborted (pages scrubbed, I2) and answered with an ABORT,
-        never a handoff; the other tenants' requests are handed over as if nothing happened. When no
-        request of a batch of two or more runs even alone, every one of them is aborted.
-        """
-        sampled: list[tuple[ScheduledSeq, Any]] = []
-
-        def attempt(group: list[ScheduledSeq]) -> None:
-            jobs = [self._jobs[it.seq.request_id] for it in group]
-            with rewind_on_failure(job.generator for job in jobs):
-                items, logits = self.runner.execute(group)
-                tokens = sample(logits, [self._row(self._jobs[it.seq.request_id]) for it in items], self._generator)
-            sampled.extend(zip(items, tokens, strict=True))
-
-        outcome = run_isolating_faults(batch.items, attempt)
-        batch.items = outcome.succeeded
-        if outcome.failed:
-            log.error("prefill forward pass failed (%s); aborting %d request(s), %d continue",
-                      type(outcome.error).__name__, len(outcome.failed), len(outcome.succeeded), exc_info=outcome.error)
-        for it in outcome.failed:
-            job = self._jobs.get(it.seq.request_id)
-            if job is not None:
-                failed.append((job, "internal error in the prefill worker"))
-                self._abort(it.seq.request_id)
-        return sampled
-
-    def _row(self, job: _Job) -> SampleRow:
-        p = job.params
-        banned = banned_until_min_tokens(p, self.engine.tokenizer.eos_token_ids)
-        # The first token has no output yet; the repetition penalty also counts the prompt.
-        prompt = job.prompt if p.repetition_penalty != 1.0 else ()
-        return SampleRow(p, job.generator, 0, banned, (), prompt)
 
     def _capture(
         self, seq: Sequence, job: _Job, first_token: int, logprobs: dict[int, float] | None
@@ -292,7 +269,7 @@ class PrefillWorker:
         if len(table) != num_pages:
             raise IsolationViolation(f"request {job.request_id!r} holds {len(table)} pages, needs {num_pages}")
         infos = [self.block_manager.page_info(p) for p in table]
-        payloads = read_pages(self.runner, table)
+        payloads = self.runner.read_pages(table)
         pages = [
             SentPage(page_id=i.page_id, generation=i.generation, shared=i.state is PageState.CACHED, payload=data)
             for i, data in zip(infos, payloads, strict=True)

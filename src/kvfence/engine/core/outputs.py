@@ -31,6 +31,8 @@ class RequestOutput:
     generated token (chosen token first, then the top alternatives) when they were asked for.
     ``prompt_logprobs`` (``SamplingParams.prompt_logprobs``) has one entry per prompt token, the
     first None; it is complete from the request's first output on, and shared: do not mutate it.
+    ``error`` and ``error_reason`` say why a request ended with ``finish_reason="abort"`` and no
+    answer (the disaggregated handoff's failure reason, e.g. ``"rejected"``); None otherwise.
     """
 
     request_id: str
@@ -46,6 +48,8 @@ class RequestOutput:
     logprobs: list[dict[int, float]] | None = None
     new_logprobs: list[dict[int, float]] | None = None
     prompt_logprobs: PromptLogprobs | None = None
+    error: str | None = None
+    error_reason: str | None = None
 
 
 @dataclass

@@ -5,8 +5,8 @@ each running sequence first, then the next chunk of running prefills, then waiti
 arrival order while their whole allocation fits. A sequence never runs on a partial allocation: it is admitted only when every
 page it needs is mapped, and when a running sequence cannot get its next page the newest running
 sequence is preempted by recompute (all pages released and scrubbed, back to the front of the
-queue). The scrub list travels with the batch so the runner zeroes released pages before the
-forward pass (I2).
+queue). Released pages stay on the page ledger's scrub list, which the model runner zero-fills
+inside its forward pass before it reads or writes the pool (I2); the batch shows which ones.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ class ScheduledSeq:
 
 @dataclass
 class SchedulerOutput:
-    """One step's batch. ``scrub_pages`` must be zero-filled BEFORE the forward pass (I2)."""
+    """One step's batch. ``scrub_pages``: the pages still owed their zero-fill when it was built, which
+    the runner zero-fills inside its forward pass, before it reads or writes the pool (I2)."""
 
     items: list[ScheduledSeq] = field(default_factory=list)
     scrub_pages: list[int] = field(default_factory=list)
@@ -135,10 +136,30 @@ class Scheduler:
         self._by_id[seq.request_id] = seq
         self.waiting.append(seq)
 
+    def add_prefilled(self, seq: Sequence) -> FinishReason | None:
+        """Start decoding ``seq``, whose prompt KV arrived by a verified handoff (I4), with its first token.
+
+        Such a sequence skips the waiting queue: its pages are already mapped and hold the verified
+        prompt KV, and its first token (sampled by the prefill worker) is appended. If it is
+        preempted later, the ordinary recompute path rebuilds its KV locally. Returns the finish
+        reason when its first token already ends it (its pages are released then).
+        """
+        if seq.request_id in self._by_id:
+            raise InvalidParameterError(f"request id {seq.request_id!r} is already in use", param="request_id")
+        if not seq.block_table or seq.num_computed_tokens != seq.num_prompt_tokens or seq.num_completion_tokens != 1:
+            raise ValueError(f"sequence {seq.request_id!r} is not a verified handoff with its first token")
+        seq.status = SequenceStatus.RUNNING
+        self._by_id[seq.request_id] = seq
+        self.running.append(seq)
+        reason = self._finish_reason(seq)
+        if reason is not None:
+            self.finish(seq, reason)
+        return reason
+
     # ---- one step ----------------------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
-        """Build the next batch; the caller zeroes ``scrub_pages`` before running it (I2)."""
+        """Build the next batch (the runner zero-fills the pages released so far before running it, I2)."""
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
         # Decodes first (one token each keeps inter-token latency steady), then prefill chunks.
@@ -178,7 +199,7 @@ class Scheduler:
             self.running.append(seq)
             budget -= self._schedule_chunk(seq, budget, out)
 
-        out.scrub_pages = self.block_manager.take_scrub_list()
+        out.scrub_pages = self.block_manager.pending_scrub()
         return out
 
     def _schedule_chunk(self, seq: Sequence, budget: int, out: SchedulerOutput) -> int:

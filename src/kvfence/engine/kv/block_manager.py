@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
 
 from kvfence.engine.core.sequence import Sequence
 from kvfence.engine.kv.cache_partition import (
@@ -412,11 +411,6 @@ class BlockManager:
     @property
     def num_pending_scrub(self) -> int:
         return self.ledger.num_pending_scrub
-
-    def flush_scrub(self, zero_fill: Callable[[list[int]], None], pages: list[int] | None = None) -> None:
-        """Zero-fill ``pages`` (default: the scrub list) with ``zero_fill``; on failure they stay owed (I2)
-        (:meth:`PageLedger.flush_scrub`)."""
-        self.ledger.flush_scrub(zero_fill, pages)
 
     # ---- checks ------------------------------------------------------------------------------
 

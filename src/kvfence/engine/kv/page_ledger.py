@@ -132,16 +132,15 @@ class PageLedger:
         self._scrub_pending.clear()
         return pages if self.scrub else []
 
-    def flush_scrub(self, zero_fill: Callable[[list[int]], None], pages: list[int] | None = None) -> None:
-        """Zero-fill ``pages`` (default: the scrub list, taken now) with ``zero_fill`` (I2).
+    def flush_scrub(self, zero_fill: Callable[[list[int]], None]) -> None:
+        """Zero-fill the scrub list, taken now, with ``zero_fill`` (I2).
 
         If ``zero_fill`` raises, the pages go back on the scrub list before the error propagates:
         a failed scrub must never leave a page on the free list with its old KV and nobody owing
         its zero-fill. The runner's next pool access retries them, so they are still zero before
         any request writes or reads them.
         """
-        if pages is None:
-            pages = self.take_scrub_list()
+        pages = self.take_scrub_list()
         try:
             zero_fill(pages)
         except BaseException:

@@ -1,10 +1,18 @@
-"""Runs the model over the paged KV pool: batch preparation, scrubbing (I2) and the forward pass."""
+"""Runs the model over the paged KV pool: batch preparation, scrubbing (I2) and the forward pass.
+
+Invariant I2 is enforced here, in one place no caller can skip: every method that reads or writes
+the pool (:meth:`ModelRunner.execute`, and :meth:`~ModelRunner.read_pages` /
+:meth:`~ModelRunner.write_page` of the disaggregated handoff) first zero-fills the pages on the
+page ledger's scrub list, and refuses to touch the pool while any page is still owed its zero-fill.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
@@ -19,9 +27,9 @@ from kvfence.engine.layers.window_masks import decode_visibility, prefill_mask, 
 from kvfence.engine.models.llama import FusedLinear
 from kvfence.engine.runner.loader import load_model
 from kvfence.engine.sampling.prompt_logprobs import PromptScores, positions_to_score, score_positions
-from kvfence.errors import ConfigError
+from kvfence.errors import ConfigError, IsolationViolation
 
-__all__ = ["ModelRunner", "resolve_device", "torch_dtype"]
+__all__ = ["ModelRunner", "ScrubLedger", "resolve_device", "torch_dtype"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +58,15 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+class ScrubLedger(Protocol):
+    """What the runner needs of the page ledger (:class:`~kvfence.engine.kv.page_ledger.PageLedger`)."""
+
+    @property
+    def num_pending_scrub(self) -> int: ...
+
+    def flush_scrub(self, zero_fill: Callable[[list[int]], None]) -> None: ...
+
+
 class ModelRunner:
     """Owns the weights and the KV pool: ``[layers, K|V, num_pages + 1, page_size, kv_heads, head_dim]``.
 
@@ -57,6 +74,8 @@ class ModelRunner:
 
     The extra last page is the *null page*: never handed out, never written, always zero. Padding
     of a batch reads it instead of anybody's page.
+
+    ``ledger`` is the page ledger whose scrub list this runner zero-fills before each pool access (I2).
     """
 
     def __init__(
@@ -69,9 +88,11 @@ class ModelRunner:
         page_size: int,
         dtype: torch.dtype,
         device: torch.device,
+        ledger: ScrubLedger,
         kv_dtype: torch.dtype | None = None,
     ) -> None:
         self.cfg = cfg
+        self.ledger = ledger
         self.device = device
         self.dtype = dtype
         self.page_size = page_size
@@ -103,7 +124,35 @@ class ModelRunner:
     def pool_bytes(self) -> int:
         return self.kv_pool.numel() * self.kv_pool.element_size()
 
+    @property
+    def page_nbytes(self) -> int:
+        """Bytes of one page's payload (every layer, K and V), as :meth:`read_pages` returns it."""
+        pool = self.kv_pool
+        return pool[:, :, 0].numel() * pool.element_size()
+
+    def kv_layout(self) -> dict[str, int | str]:
+        """The pool geometry a peer must share for pages to mean the same thing."""
+        layers, _, _, page_size, heads, head_dim = self.kv_pool.shape
+        return {
+            "layers": int(layers),
+            "kv_heads": int(heads),
+            "head_dim": int(head_dim),
+            "page_size": int(page_size),
+            "dtype": str(self.kv_pool.dtype).removeprefix("torch."),
+        }
+
     # ---- I2 ----------------------------------------------------------------------------------
+
+    def scrub_released(self) -> None:
+        """Zero-fill every page on the ledger's scrub list now (I2); the pool holds no stale page after.
+
+        Runs first in :meth:`execute`, :meth:`read_pages` and :meth:`write_page`, so that no forward
+        pass and no handoff ever touches the pool while a released page still holds its old KV.
+        Loops call it too, after releasing pages, so stale KV does not sit in an idle pool.
+        """
+        self.ledger.flush_scrub(self.scrub)
+        if self.ledger.num_pending_scrub:  # only a zero_fill that swallowed pages could leave any
+            raise IsolationViolation(f"{self.ledger.num_pending_scrub} released pages are still owed their zero-fill")
 
     def scrub(self, pages: list[int]) -> None:
         """Zero-fill ``pages`` in every layer, K and V (invariant I2). Runs before the next forward."""
@@ -121,10 +170,38 @@ class ModelRunner:
         self.scrub_seconds += time.perf_counter() - start
 
     def pages_are_zero(self, pages: list[int]) -> bool:
+        """Whether ``pages`` are all zero in the pool right now (a check: it scrubs nothing)."""
         if not pages:
             return True
         index = torch.tensor(pages, dtype=torch.long, device=self.device)
         return not bool(self.kv_pool.index_select(2, index).any())
+
+    # ---- page bytes, for the disaggregated handoff (I4) --------------------------------------
+
+    def read_pages(self, page_ids: list[int]) -> list[memoryview]:
+        """The current bytes of ``page_ids``: one batched copy off the device, one read-only view per page.
+
+        A payload is the K and V of the page's slots for every layer, in the pool's own layout
+        ``[layers, K|V, page_size, kv_heads, head_dim]`` and dtype.
+        """
+        self.scrub_released()  # I2
+        if not page_ids:
+            return []
+        index = torch.tensor(page_ids, dtype=torch.long, device=self.device)
+        pages = self.kv_pool.index_select(2, index).movedim(2, 0).contiguous().cpu()  # [n, L, 2, ps, H, D]
+        flat = memoryview(pages.view(torch.uint8).reshape(-1).numpy()).toreadonly()  # type: ignore[arg-type]
+        size = len(flat) // len(page_ids)
+        return [flat[i * size : (i + 1) * size] for i in range(len(page_ids))]
+
+    def write_page(self, page_id: int, payload: bytes) -> None:
+        """Overwrite one page (all layers, K and V) with ``payload``; its size must be exact."""
+        expected = self.page_nbytes
+        if len(payload) != expected:
+            raise ValueError(f"page payload has {len(payload)} bytes, the pool's pages have {expected}")
+        self.scrub_released()  # I2: a page owed its zero-fill is zeroed before, never after, the payload lands
+        target = self.kv_pool[:, :, page_id]
+        data = torch.frombuffer(bytearray(payload), dtype=torch.uint8).view(target.dtype).view(target.shape)
+        target.copy_(data.to(self.device))
 
     # ---- forward -----------------------------------------------------------------------------
 
@@ -136,7 +213,9 @@ class ModelRunner:
 
         With ``prompt_scores`` given, the prompt positions of requests that ask for prompt
         log-probabilities are scored too (see :mod:`kvfence.engine.sampling.prompt_logprobs`), keyed by request id.
+        The pages on the ledger's scrub list are zero-filled first (I2).
         """
+        self.scrub_released()
         decodes = [it for it in items if it.num_new_tokens == 1]
         prefills = [it for it in items if it.num_new_tokens != 1]
         ordered = decodes + prefills
