@@ -88,6 +88,27 @@ def _llama(**kwargs: Any) -> Callable[[Path], None]:
     return _saved_by_transformers(lambda: transformers.LlamaTokenizer(vocab=vocab, merges=merges, **kwargs))
 
 
+def _gemma() -> Callable[[Path], None]:
+    import transformers
+
+    vocab, merges = _vocab_merges(_train(byte_level=False))
+    return _saved_by_transformers(lambda: transformers.GemmaTokenizer(
+        vocab=vocab, merges=merges, unk_token="<unk>", bos_token="<s>", eos_token="</s>"))
+
+
+def _gemma_other_pipeline(out: Path) -> None:
+    """A SentencePiece file labelled ``GemmaTokenizer`` whose own pipeline is Llama's Metaspace: transformers 5
+    encodes it the Gemma way (spaces to "▁", no prefix space), and so must kvfence."""
+    tok = _train(byte_level=False)
+    tok.decoder = decoders.Metaspace()
+    tok.add_special_tokens(SPECIALS)
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "GemmaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+        "chat_template": TEMPLATE,
+    }))
+
+
 def _byte_level(cls_name: str) -> Callable[[Path], None]:
     import transformers
 
@@ -135,6 +156,8 @@ BUILDERS: dict[str, Callable[[], Callable[[Path], None]]] = {
     "llama2-hub-layout": lambda: _hub_llama2_layout,
     "llama2-hub-layout-eos-not-bos": lambda: lambda out: _hub_llama2_layout(out, add_bos_token=False, add_eos_token=True),
     "llama2-hub-layout-no-bos-rule": lambda: lambda out: _hub_llama2_layout(out, bos_rule=False),
+    "gemma": lambda: _gemma(),
+    "gemma-file-with-another-pipeline": lambda: _gemma_other_pipeline,
     "qwen2": lambda: _byte_level("Qwen2Tokenizer"),
     "gpt2": lambda: _byte_level("GPT2Tokenizer"),
     "pretrained-fast": lambda: _plain_fast,

@@ -9,7 +9,7 @@ post-processor is kept whatever ``add_bos_token`` / ``add_eos_token`` say (trans
 tokenizer.json's BOS/EOS rule, not those flags). vLLM tokenizes through transformers, so this is also
 what a vLLM user's prompts turn into.
 
-Only the classes of the architectures kvfence runs are mirrored (Llama, Qwen2, GPT-2 style); any
+Only the classes of the architectures kvfence runs are mirrored (Llama, Qwen2, GPT-2 style, Gemma); any
 other class, or none (``PreTrainedTokenizerFast`` / ``TokenizersBackend``), keeps the file's pipeline.
 """
 
@@ -29,15 +29,19 @@ _QWEN2_PATTERN = (
 )
 
 
+_SENTENCEPIECE = ("LlamaTokenizer", "GemmaTokenizer")
+_MIRRORED = (*_SENTENCEPIECE, "Qwen2Tokenizer", "GPT2Tokenizer")
+
+
 def apply_tokenizer_class(backend: _HFTokenizer, tok_cfg: dict[str, Any]) -> str | None:
     """Rebuild ``backend``'s normalizer, pre-tokenizer and decoder as ``tok_cfg["tokenizer_class"]`` does
     in transformers 5; returns the class mirrored, or ``None`` when the file's pipeline is kept."""
     name = str(tok_cfg.get("tokenizer_class") or "").removesuffix("Fast")
-    if name not in ("LlamaTokenizer", "Qwen2Tokenizer", "GPT2Tokenizer") or _model_type(backend) != "BPE":
+    if name not in _MIRRORED or _model_type(backend) != "BPE":
         return None
     # A class name that contradicts the file (a byte-level Llama-3 file labelled LlamaTokenizer, a
     # SentencePiece file labelled GPT2Tokenizer) would be rebuilt into a different tokenizer: the file wins.
-    if _is_byte_level(backend) != (name != "LlamaTokenizer"):
+    if _is_byte_level(backend) != (name not in _SENTENCEPIECE):
         return None
     add_prefix_space = tok_cfg.get("add_prefix_space")
     if name == "LlamaTokenizer":
@@ -50,6 +54,10 @@ def apply_tokenizer_class(backend: _HFTokenizer, tok_cfg: dict[str, Any]) -> str
         if prefix:
             steps.append(decoders.Strip(content=" ", left=1, right=0))
         backend.decoder = decoders.Sequence(steps)
+    elif name == "GemmaTokenizer":  # spaces become "▁" and end the piece before them; no prefix space
+        backend.normalizer = normalizers.Replace(" ", "\u2581")
+        backend.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous", invert=False)
+        backend.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
     elif name == "Qwen2Tokenizer":
         backend.normalizer = normalizers.NFC()
         backend.pre_tokenizer = pre_tokenizers.Sequence([
