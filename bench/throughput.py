@@ -1,4 +1,6 @@
-"""Engine throughput against Hugging Face transformers on the same random SmolLM-135M-shaped weights.
+"""Engine throughput against Hugging Face transformers on the same random weights: SmolLM-135M-shaped
+(Llama) by default, Qwen3-0.6B-shaped with ``--shape qwen3-0.6b``, or both in one run, one after the
+other (``--shape smollm,qwen3-0.6b``).
 
 Measures, in one run:
   1. memory read bandwidth, and batch-1 decode tokens/s of kvfence and transformers, each also as a
@@ -15,6 +17,7 @@ Measures, in one run:
     python bench/throughput.py --full     # the issue's workload: 64 requests (slow on CPU)
     python bench/throughput.py --quick    # a small run for a smoke test
     python bench/throughput.py --decode-only --threads 2   # batch-1 decode figures alone
+    python bench/throughput.py --shape smollm,qwen3-0.6b --decode-only   # both shapes, one after the other
 
 Idle 2-core run times (AMD EPYC, 2 threads): default ~10-12 minutes, --quick --repeats 2 ~5 minutes,
 --decode-only ~1 minute; --full ~30 minutes estimated (transformers' static batches 8, 16 and 64 each run
@@ -48,6 +51,7 @@ from kvfence.engine.kernels import (
 )
 from kvfence.engine.llm import LLM
 from kvfence.engine.runner.default_model import BOS, EOT, _build_tokenizer
+from kvfence.engine.runner.loader import checkpoint_files
 from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.scope import CacheScope, TenantIdentity, compute_scope_key
 
@@ -64,19 +68,44 @@ SMOLLM_SHAPE = {
 }
 
 
-def build_model(root: Path) -> Path:
-    """Random SmolLM-135M-shaped Llama (fp32), saved with transformers; reused when present."""
+# Qwen3-0.6B's config.json: q/k norms, head_dim 128 (not 1024 / 16), GQA 16:8, tied embeddings
+QWEN3_0_6B_SHAPE = {
+    "vocab_size": 151936,
+    "hidden_size": 1024,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 40960,
+    "rms_norm_eps": 1e-6,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0},
+}
+
+# --shape name -> (description, transformers config / model class names, fields, directory name)
+SHAPES: dict[str, tuple[str, str, str, dict[str, Any], str]] = {
+    "smollm": ("SmolLM-135M-shaped random Llama", "LlamaConfig", "LlamaForCausalLM", SMOLLM_SHAPE,
+               "smollm-135m-shaped-random-v1"),
+    "qwen3-0.6b": ("Qwen3-0.6B-shaped random Qwen3", "Qwen3Config", "Qwen3ForCausalLM", QWEN3_0_6B_SHAPE,
+                   "qwen3-0.6b-shaped-random-v1"),
+}
+
+
+def build_model(root: Path, shape: str = "smollm") -> Path:
+    """A random model of ``shape`` (fp32), saved with transformers; reused when present."""
     import transformers
 
-    out = root / "smollm-135m-shaped-random-v1"
-    if (out / "model.safetensors").is_file():
+    _, config_name, model_name, fields, dir_name = SHAPES[shape]
+    out = root / dir_name
+    if (out / "config.json").is_file():
         return out
     tokenizer = _build_tokenizer()
-    config = transformers.LlamaConfig(
-        **SMOLLM_SHAPE, bos_token_id=tokenizer.token_to_id(BOS), eos_token_id=tokenizer.token_to_id(EOT)
+    config = getattr(transformers, config_name)(
+        **fields, bos_token_id=tokenizer.token_to_id(BOS), eos_token_id=tokenizer.token_to_id(EOT)
     )
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config)
+    model = getattr(transformers, model_name)(config)
     tmp = out.with_suffix(".tmp")
     model.save_pretrained(tmp)
     tokenizer.save(str(tmp / "tokenizer.json"))
@@ -102,13 +131,14 @@ def weight_bytes_per_token(model_dir: Path) -> int:
     from safetensors import safe_open
 
     total = 0
-    with safe_open(str(model_dir / "model.safetensors"), framework="pt") as f:
-        for name in f.keys():  # noqa: SIM118
-            t = f.get_slice(name)
-            n = 1
-            for d in t.get_shape():
-                n *= d
-            total += n * 4
+    for path in checkpoint_files(model_dir):
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118
+                t = f.get_slice(name)
+                n = 1
+                for d in t.get_shape():
+                    n *= d
+                total += n * 4
     return total
 
 
@@ -261,11 +291,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=1, help="kvfence mixed runs per scrub setting (best kept)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     ap.add_argument("--decode-only", action="store_true", help="stop after the batch-1 decode figures")
+    ap.add_argument("--shape", default="smollm",
+                    help=f"model shape(s), comma-separated, run one after the other: {', '.join(SHAPES)} "
+                         "(default smollm)")
     ap.add_argument("--kv-cache-dtype", choices=("bfloat16", "float16"), default=None,
                     help="also run kvfence's mixed workload with a 2-byte KV pool (printed on its own line; "
                          "the ratio stays the float32 pool's)")
     args = ap.parse_args(argv)
+    shapes = [s.strip() for s in args.shape.split(",") if s.strip()]
+    if not shapes or any(s not in SHAPES for s in shapes):
+        ap.error(f"--shape takes {', '.join(SHAPES)} (comma-separated), got {args.shape!r}")
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    everything: dict[str, Any] = {}
+    for shape in shapes:
+        everything[shape] = bench_shape(args, shape)
+    if args.json:
+        args.json.write_text(json.dumps(everything if len(shapes) > 1 else everything[shapes[0]], indent=2))
+    return 0
+
+
+def bench_shape(args: argparse.Namespace, shape: str) -> dict[str, Any]:
+    """Every figure of the bench for one model shape."""
     if args.threads:
         torch.set_num_threads(args.threads)
     quick = args.quick
@@ -277,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     default_batches = "4,8" if quick else "8,16,64" if args.full else "8,24"
     batch_sizes = [int(b) for b in (args.hf_batch_sizes or default_batches).split(",")]
     if not batch_sizes or min(batch_sizes) < 1:
-        ap.error("--transformers-batches takes positive batch sizes, e.g. 16 or 8,16,64")
+        raise SystemExit("--transformers-batches takes positive batch sizes, e.g. 16 or 8,16,64")
     bench_start = time.perf_counter()
 
     import transformers
@@ -285,9 +331,10 @@ def main(argv: list[str] | None = None) -> int:
     transformers.logging.set_verbosity_error()
     root = kvfence_home() / "bench"
     root.mkdir(parents=True, exist_ok=True)
-    model_dir = build_model(root)
-    results: dict[str, Any] = {"threads": torch.get_num_threads(), "cpus": os.cpu_count(), "quick": quick}
-    print(f"# kvfence throughput bench: SmolLM-135M-shaped random Llama, fp32, CPU, {results['threads']} torch threads")
+    model_dir = build_model(root, shape)
+    results: dict[str, Any] = {"shape": shape, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+                               "quick": quick}
+    print(f"# kvfence throughput bench: {SHAPES[shape][0]}, fp32, CPU, {results['threads']} torch threads")
 
     bandwidth = measure_bandwidth()
     per_token = weight_bytes_per_token(model_dir)
@@ -316,9 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"batch-1 decode  transformers {hf_dec:6.2f} tok/s  ({hf_dec / roofline:6.1%} of roofline)")
     print(f"batch-1 decode  ratio      {ours_dec / hf_dec:8.2f}x")
     if args.decode_only:
-        if args.json:
-            args.json.write_text(json.dumps(results, indent=2))
-        return 0
+        return results
 
     jobs = workload(num_requests, prompt_range, output_range, seed=1)
     total = sum(n for _, n in jobs)
@@ -377,9 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mixed  ratio kvfence / best transformers (batch {best_bs} of {tried}) {ours_mix / best:6.2f}x")
     results["bench_seconds"] = time.perf_counter() - bench_start
     print(f"# bench ran {results['bench_seconds'] / 60:.1f} minutes")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
-    return 0
+    return results
 
 
 if __name__ == "__main__":
