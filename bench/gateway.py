@@ -6,8 +6,8 @@
 
 A default run (four scenarios) takes 3-4 minutes; ``--before-src`` adds a fifth run per scenario.
 A/B of a change, in one run: ``git archive HEAD src | tar -x -C /tmp/before`` then ``--before-src
-/tmp/before/src`` ('before' runs that tree's gateway); ``--gateway-server lean --before-server uvicorn``
-(no ``--before-src``) compares the two HTTP servers of this tree alone, and ``--gateway-workers 2
+/tmp/before/src`` ('before' runs that tree's gateway; ``--before-server uvicorn`` or ``lean`` picks its
+HTTP server, for trees from before kvfence had one server, kvfence.http), and ``--gateway-workers 2
 --before-workers 1`` one gateway process against two worker processes ('before' is the one-process run).
 To split a gateway's CPU into per-chunk and per-request parts, run ``--scenario paced:100`` with two
 ``--chunks`` values: the slope is the per-chunk cost, the intercept the per-request one. To see where
@@ -651,11 +651,9 @@ def main() -> None:
     parser.add_argument("--before-src", type=Path, default=None,
                         help="also run a second gateway from another source tree (its src/ directory, e.g. an "
                              "older commit from `git archive`), interleaved in the same run: path 'before'")
-    parser.add_argument("--gateway-server", choices=["lean", "uvicorn"], default=None,
-                        help="the gateway's HTTP server (`kvfence gateway --server`; default: its own default)")
     parser.add_argument("--before-server", choices=["lean", "uvicorn"], default=None,
-                        help="run the 'before' gateway with this server; without --before-src it runs from this "
-                             "tree, so `--gateway-server lean --before-server uvicorn` is an A/B of the servers alone")
+                        help="run the 'before' gateway (--before-src: a tree from before kvfence.http, which still "
+                             "has `kvfence gateway --server`) with this HTTP server")
     parser.add_argument("--gateway-workers", type=int, default=1, metavar="N",
                         help="run the gateway as N worker processes on one port (`kvfence gateway --workers N`); "
                              "its CPU is the supervisor's and the workers' together")
@@ -670,6 +668,8 @@ def main() -> None:
                              "the backend, write them to DIR, and print where the gateway runs' time went")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.before_server is not None and args.before_src is None:
+        parser.error("--before-server needs --before-src (this tree's gateway has one HTTP server)")
     scenarios = args.scenario or ["paced:100", "paced:10", "saturating:100", "saturating:10"]
     parsed = []
     for spec in scenarios:
@@ -706,7 +706,7 @@ tenants:
                                env=backend_env)
     kvfence = str(Path(sys.executable).parent / "kvfence")
     gateway_cmd = [kvfence, "gateway", "--config", str(tmp / "gateway.yaml"), "--port", str(gateway_port),
-                   "--log-level", "error", *(["--server", args.gateway_server] if args.gateway_server else []),
+                   "--log-level", "error",
                    *(["--workers", str(args.gateway_workers)] if args.gateway_workers != 1 else [])]
     if args.profile_gateway is not None:
         (tmp / "profiled.py").write_text(PROFILED_SOURCE)
@@ -752,7 +752,7 @@ tenants:
     setup = {"cpus": os.cpu_count(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
              "scanners": "off", "gateway_http_client": args.gateway_http_client,
              "before_src": str(args.before_src) if args.before_src else None,
-             "gateway_server": args.gateway_server or "default", "before_server": args.before_server or "default",
+             "gateway_server": "kvfence.http", "before_server": args.before_server or "default",
              "gateway_workers": args.gateway_workers, "before_workers": args.before_workers or 1}
     if args.json:
         print(json.dumps({"setup": setup, "scenarios": results}, indent=2))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
 from kvfence.disagg.config import DisaggConfig
 from kvfence.disagg.engine import DisaggregatedEngine, DisaggRequestOutput
@@ -23,6 +21,7 @@ from kvfence.engine.core.outputs import RequestOutput
 from kvfence.engine.core.sequence import Sequence
 from kvfence.server.app import create_app
 from kvfence.server.config import ServerConfig
+from tests.http_server.harness import running_server
 from tests.netutil import free_port
 
 KEY = bytes.fromhex("5a" * 32)  # the handoff key of the test prefill workers
@@ -55,26 +54,21 @@ def serve_disaggregated(model_dir: Path, address: str, *, start_timeout_s: float
 
     port = free_port()
     app = create_app(ServerConfig(port=port), factory, secret=b"s" * 32, keyring=None)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           timeout_graceful_shutdown=2))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + start_timeout_s
-        while True:
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or not thread.is_alive():
-                raise RuntimeError("the disaggregated test server did not start")
-            time.sleep(0.1)
-        yield base, engines
+        with running_server(app, graceful_timeout_s=2) as srv:  # kvfence serve's own HTTP server
+            base = f"http://127.0.0.1:{srv.port}"
+            deadline = time.monotonic() + start_timeout_s
+            while True:
+                try:
+                    if httpx.get(base + "/health", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the disaggregated test server did not start")
+                time.sleep(0.1)
+            yield base, engines
     finally:
-        server.should_exit = True
-        thread.join(timeout=20)
         for engine in engines:
             engine.close()
 

@@ -58,8 +58,7 @@ def test_run_without_config_is_a_usage_error() -> None:
     assert result.exit_code == 2 and "--config" in result.output
 
 
-@pytest.mark.parametrize("server", ["uvicorn", "lean"])
-def test_a_port_in_use_is_one_error_line_with_exit_2(tmp_path: Path, server: str) -> None:
+def test_a_port_in_use_is_one_error_line_with_exit_2(tmp_path: Path) -> None:
     import os
     import socket
 
@@ -69,7 +68,7 @@ def test_a_port_in_use_is_one_error_line_with_exit_2(tmp_path: Path, server: str
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = subprocess.run([KVFENCE, "gateway", "--config", str(SAMPLE), "--port", str(port), "--server", server,
+        proc = subprocess.run([KVFENCE, "gateway", "--config", str(SAMPLE), "--port", str(port),
                                "--audit-log", f"sqlite:///{tmp_path}/a.db"],
                               capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 2, proc.stderr

@@ -334,7 +334,7 @@ def test_oversized_body_is_413_and_unknown_routes_are_json(gateway: Gateway) -> 
     auth = {"authorization": f"Bearer {KEYS['alice']}"}
     big = {"model": "test-model", "messages": [{"role": "user", "content": "x" * 300_000}]}
     response = httpx.post(gateway.url + "/chat/completions", json=big, headers=auth)
-    assert response.status_code == 413 and response.json()["error"]["code"] == "body_too_large"
+    assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
     missing = httpx.get(gateway.url + "/images/generations", headers=auth)
     assert missing.status_code == 404 and "no route" in missing.json()["error"]["message"]
 

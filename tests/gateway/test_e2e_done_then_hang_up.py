@@ -56,11 +56,10 @@ def raw_backend() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/v1"
 
 
-@pytest.fixture(scope="module", params=[("lean", "auto"), ("lean", "httpx"), ("uvicorn", "auto"), ("uvicorn", "httpx")],
-                ids=lambda p: "-".join(p))
+@pytest.fixture(scope="module", params=["auto", "httpx"])
 def gateway(request: pytest.FixtureRequest, raw_backend: str,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, Path]]:
-    server, client = request.param
+    client = request.param
     tmp = tmp_path_factory.mktemp("gw-done")
     audit = tmp / "audit.db"
     gw = Gateway({
@@ -72,7 +71,7 @@ def gateway(request: pytest.FixtureRequest, raw_backend: str,
                      "default_class": "public",
                      "limits": {"tokens_per_minute": 100000} if name == "metered" else {}}
                     for name, key in KEYS.items()],
-    }, tmp, extra=["--server", server])
+    }, tmp)
     yield gw, audit
     gw.stop()
 

@@ -80,10 +80,9 @@ def raw_backend() -> Iterator[int]:
         yield port
 
 
-@pytest.fixture(scope="module", params=[("uvicorn", "auto"), ("lean", "auto"), ("uvicorn", "httpx"), ("lean", "httpx")],
-                ids=lambda p: f"{p[0]}-{p[1]}")
+@pytest.fixture(scope="module", params=["auto", "httpx"])
 def gateway(request: pytest.FixtureRequest, raw_backend: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    server, client = request.param
+    client = request.param
     tmp: Path = tmp_path_factory.mktemp("gw-cut")
     gw = Gateway({
         "gateway": {"audit_log": f"sqlite:///{tmp / 'audit.db'}", "capacity_refresh_s": 0, "load_protection": False},
@@ -97,7 +96,7 @@ def gateway(request: pytest.FixtureRequest, raw_backend: int, tmp_path_factory: 
              "default_class": "public", "limits": {"tokens_per_minute": 1_000_000}},
         ],
     }, tmp, env={"KVFENCE_GATEWAY_SECRET": "relay-cut-test-secret-0123456789",
-                 "KVFENCE_GATEWAY_SERVER": server, "KVFENCE_GATEWAY_HTTP_CLIENT": client})
+                 "KVFENCE_GATEWAY_HTTP_CLIENT": client})
     yield gw
     gw.stop()
 

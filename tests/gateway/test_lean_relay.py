@@ -13,7 +13,7 @@ from starlette.types import Receive, Scope
 
 from kvfence.gateway.transport.fast_pool import FastUpstream
 from kvfence.gateway.transport.stream_out import RelayStream
-from tests.gateway.lean_harness import TestApp, running_server
+from tests.http_server.harness import TestApp, running_server
 
 PIECE = b"data: " + b"x" * 65530 + b"\n\n"  # 64 KiB per SSE event
 DONE = b"data: [DONE]\n\n"  # a whole stream ends with it: the relay checks (stream_end.py)
@@ -133,7 +133,7 @@ def test_a_finished_relayed_request_leaves_no_reference_cycle() -> None:
     # so, every request becomes cyclic garbage that only a collection pass frees, and those passes are
     # pauses every stream in flight waits through. A finished request must be freed by reference counts.
     from kvfence.gateway.transport.hang_up import HangUpWatch
-    from kvfence.gateway.transport.lean_cycle import RequestCycle
+    from kvfence.http.cycle import RequestCycle
 
     upstream = Upstream(pieces=2)
     hot = RelayHot(upstream.port)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kvfence.gateway.transport import timing_probe
+from kvfence.http import timing_probe
 
 
 def test_off_by_default_records_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

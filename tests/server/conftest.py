@@ -1,13 +1,12 @@
-"""A real `kvfence serve` app on 127.0.0.1 (uvicorn in a thread) with keys for three organizations.
+"""A real `kvfence serve` app on 127.0.0.1 (its HTTP server in a thread) with keys for three organizations.
 
-Running uvicorn in-process keeps the engine reachable, so tests can check the KV pool itself
+Running the server in-process keeps the engine reachable, so tests can check the KV pool itself
 (pages back to baseline, freed pages zeroed) besides what the HTTP API says.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -16,12 +15,12 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from kvfence.scope import CacheScope, TenantIdentity, compute_scope_key
 from kvfence.server.app import create_app
 from kvfence.server.auth.keys import KeyRing, add_key
 from kvfence.server.config import ServerConfig
+from tests.http_server.harness import running_server
 from tests.netutil import free_port
 
 SECRET = bytes.fromhex("5e" * 32)
@@ -119,13 +118,9 @@ def serve(
     port = free_port()
     config = ServerConfig(port=port, keys_path=keys_path, cache_scope=cache_scope, max_queue_len=max_queue_len)
     app = create_app(config, factory or engine_factory(), secret=SECRET, keyring=KeyRing(keys_path))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           timeout_graceful_shutdown=2))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    running = RunningServer(base, app, keys, cache_scope)
-    try:
+    with running_server(app, graceful_timeout_s=2) as srv:  # kvfence serve's own HTTP server
+        base = f"http://127.0.0.1:{srv.port}"
+        running = RunningServer(base, app, keys, cache_scope)
         deadline = time.monotonic() + 120
         while True:
             try:
@@ -134,13 +129,10 @@ def serve(
                     break
             except httpx.TransportError:
                 pass
-            if time.monotonic() > deadline or not thread.is_alive():
+            if time.monotonic() > deadline:
                 raise RuntimeError("the test server did not start")
             time.sleep(0.1)
         yield running
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)
 
 
 @pytest.fixture(scope="session")

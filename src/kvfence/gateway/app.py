@@ -21,8 +21,8 @@ from kvfence.gateway.apis import API_PATHS
 from kvfence.gateway.errors import GatewayError
 from kvfence.gateway.proxy import handle_completion
 from kvfence.gateway.runtime import GatewayRuntime
-from kvfence.gateway.transport import timing_probe
 from kvfence.gateway.workers.metrics import merged_worker_metrics
+from kvfence.http import timing_probe
 
 __all__ = ["GatewayApp", "build_app"]
 
@@ -59,7 +59,7 @@ class GatewayApp:
         await self.rest(scope, receive, send)
 
     async def completion_response(self, scope: Scope, receive: Receive) -> Response | None:
-        """The lean server's hot path (``lean_server.HotPath``): the answer to a POST to a completion
+        """The lean server's hot path (``kvfence.http.server.HotPath``): the answer to a POST to a completion
         endpoint as a Response object (the server may relay a stream itself), None for anything else."""
         endpoint = _COMPLETION_PATHS.get(scope["path"])
         if endpoint is None or scope["method"] != "POST":

@@ -58,19 +58,11 @@ _config_option = click.option("--config", "config", type=click.Path(dir_okay=Fal
                               help="Policy file (YAML).")
 
 
-# Which HTTP server runs the gateway when --server is not given: this variable, else "uvicorn".
-SERVER_ENV = "KVFENCE_GATEWAY_SERVER"
-SERVERS = ("lean", "uvicorn")
-
-
-def _serve(config: Path, host: str, port: int, audit_log: str | None, log_level: str, server: str | None,
+def _serve(config: Path, host: str, port: int, audit_log: str | None, log_level: str,
            graceful_timeout: float, workers: int | None = None) -> None:
     from kvfence.gateway.policy.loader import load_policy
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    server = server or os.environ.get(SERVER_ENV, "").strip().lower() or "uvicorn"
-    if server not in SERVERS:
-        raise ConfigError(f"{SERVER_ENV}={server!r}: expected one of {', '.join(SERVERS)}")
     policy = load_policy(config)
     count = workers if workers is not None else policy.gateway.workers
     if count == 1:
@@ -78,16 +70,16 @@ def _serve(config: Path, host: str, port: int, audit_log: str | None, log_level:
 
         # Bound before the server starts: a port in use is one error line (exit code 2), from either server.
         sock = bind_listening_socket(host, port)
-        code = _serve_process(config, policy, host, sock.getsockname()[1], audit_log, log_level, server,
+        code = _serve_process(config, policy, host, sock.getsockname()[1], audit_log, log_level,
                               graceful_timeout, sock=sock)
         if code:
             raise SystemExit(code)
         return
-    _serve_workers(count, config, policy, host, port, audit_log, log_level, server, graceful_timeout)
+    _serve_workers(count, config, policy, host, port, audit_log, log_level, graceful_timeout)
 
 
 def _serve_workers(count: int, config: Path, policy: Any, host: str, port: int, audit_log: str | None,
-                   log_level: str, server: str, graceful_timeout: float) -> None:
+                   log_level: str, graceful_timeout: float) -> None:
     """The supervisor of ``count`` worker processes (``kvfence.gateway.workers.supervisor``)."""
     from kvfence.gateway.workers.shared_state import shared_state_problems, split_limits
     from kvfence.gateway.workers.supervisor import Supervisor, WorkersFailed, WorkerSocket
@@ -107,7 +99,7 @@ def _serve_workers(count: int, config: Path, policy: Any, host: str, port: int, 
 
     def main(worker: Any, listen: Any, ready: Any) -> int:
         try:
-            return _serve_process(config, worker_policy, host, sock.port, audit_log, log_level, server,
+            return _serve_process(config, worker_policy, host, sock.port, audit_log, log_level,
                                   graceful_timeout, sock=listen, worker=worker, on_started=ready)
         except ConfigError as exc:
             click.echo(f"kvfence gateway worker {worker.index}: {exc}", err=True)
@@ -121,54 +113,52 @@ def _serve_workers(count: int, config: Path, policy: Any, host: str, port: int, 
 
 
 def _serve_process(config: Path, policy: Any, host: str, port: int, audit_log: str | None, log_level: str,
-                   server: str, graceful_timeout: float, *, sock: Any = None, worker: Any = None,
+                   graceful_timeout: float, *, sock: Any = None, worker: Any = None,
                    on_started: Any = None) -> int:
     """Run one gateway process (the only one, or one worker on ``sock``); its exit status."""
     from kvfence.gateway.app import build_app
     from kvfence.gateway.runtime import GatewayRuntime
-    from kvfence.gateway.transport import timing_probe
+    from kvfence.http import timing_probe
+    from kvfence.http.server import LifespanFailed
+    from kvfence.http.server import run as run_http
 
     runtime = GatewayRuntime.create(policy, base_dir=config.parent, audit_url=audit_log)
     runtime.worker = worker
     who = "kvfence gateway" if worker is None else f"kvfence gateway worker {worker.index} (pid {os.getpid()})"
+    limits = http_config(policy.gateway, graceful_timeout)
     click.echo(f"{who}: {len(policy.backends)} backend(s), {len(policy.tenants)} tenant(s), "
-               f"{len(runtime.hooks)} hook(s); {server} server on http://{host}:{port}", err=True)
-    # Keep idle client connections longer than clients keep them (httpx/openai: 5 s), so a client never
-    # sends a request on a connection the gateway is closing at that moment.
+               f"{len(runtime.hooks)} hook(s); on http://{host}:{port}", err=True)
     # uvloop and httptools (C event loop and parser) are dependencies on purpose: the gateway's CPU per
     # streamed chunk is mostly the server's; say so if a platform lacks them rather than run slow silently.
-    loop = "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
-    if loop != "uvloop":
+    use_uvloop = importlib.util.find_spec("uvloop") is not None
+    if not use_uvloop:
         logging.getLogger("kvfence.gateway").warning("uvloop is not installed: the gateway runs on the slower asyncio event loop")
     app = build_app(runtime, freeze_heap=True, on_started=on_started)
     # Everything imported and built so far lives as long as the process: move it out of the cyclic
     # collector's reach, so that a full collection under load scans the requests' objects only
     # (a full collection of the start-up heap takes ~70 ms of CPU here: a pause every stream feels).
-    # The app freezes once more when the server is up, for what uvicorn imports as it starts.
+    # The app freezes once more when the server is up, for what is imported as it starts.
     gc.collect()
     gc.freeze()
-    timing_probe.install(patch_uvicorn=server == "uvicorn")
-    if server == "lean":
-        from kvfence.gateway.transport.lean_server import LeanConfig, LifespanFailed, run
+    timing_probe.install()
+    try:
+        run_http(app, hot=app.completion_response, host=host, port=port, use_uvloop=use_uvloop, config=limits,
+                 sock=sock)
+    except LifespanFailed as exc:
+        click.echo(f"{who}: {exc}", err=True)
+        return exc.exit_code
+    return 0
 
-        try:
-            run(app, hot=app.completion_response, host=host, port=port, use_uvloop=loop == "uvloop",
-                config=LeanConfig(keep_alive_s=75.0, graceful_timeout_s=graceful_timeout), sock=sock)
-        except LifespanFailed as exc:
-            click.echo(f"{who}: {exc}", err=True)
-            return exc.exit_code
-        return 0
-    import uvicorn
 
-    # No proxy-headers middleware: the client address the gateway reads is the peer's own, and it
-    # would be one more ASGI layer on every request.
-    settings = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
-                              lifespan="on", timeout_keep_alive=75, loop=loop, http="httptools",
-                              proxy_headers=False, timeout_graceful_shutdown=round(graceful_timeout))
-    uvicorn_server = uvicorn.Server(settings)
-    uvicorn_server.run(sockets=None if sock is None else [sock])
-    # uvicorn reports a failed startup by exiting the serve loop early, not by raising
-    return 0 if uvicorn_server.started else 3
+def http_config(settings: Any, graceful_timeout: float) -> Any:
+    """The HTTP server's limits from the policy's ``gateway`` section (``gateway.http``, ``max_body_bytes``)."""
+    from kvfence.http.server import HttpConfig
+
+    http = settings.http
+    return HttpConfig(idle_timeout_s=http.idle_timeout_s, head_timeout_s=http.head_timeout_s,
+                      body_timeout_s=http.body_timeout_s, max_head_bytes=http.max_head_bytes,
+                      max_headers=http.max_headers, max_body_bytes=settings.max_body_bytes,
+                      graceful_timeout_s=graceful_timeout)
 
 
 def _run_options(func: Any) -> Any:
@@ -177,9 +167,6 @@ def _run_options(func: Any) -> Any:
     func = click.option("--audit-log", default=None, help="Override gateway.audit_log (sqlite:///PATH or postgresql://...).")(func)
     func = click.option("--graceful-timeout", default=30.0, show_default=True, type=click.FloatRange(0),
                         help="On SIGTERM/SIGINT, seconds that answers in progress get to finish.")(func)
-    func = click.option("--server", type=click.Choice(SERVERS), default=None,
-                        help=f"HTTP server: uvicorn (the default) or lean (asyncio + httptools); "
-                             f"${SERVER_ENV} when not given.")(func)
     func = click.option("--workers", default=None, type=click.IntRange(1, 256),
                         help="Gateway processes accepting on the port (default: gateway.workers, 1). With more "
                              "than one, limits and leak fingerprints must be shared (gateway.redis_url, "
@@ -193,24 +180,24 @@ def _run_options(func: Any) -> Any:
 @_run_options
 @click.pass_context
 def gateway(ctx: click.Context, config: Path | None, host: str, port: int, workers: int | None,
-            server: str | None, graceful_timeout: float, audit_log: str | None, log_level: str) -> None:
+            graceful_timeout: float, audit_log: str | None, log_level: str) -> None:
     """Tenant-aware proxy: `kvfence gateway --config gateway.yaml` runs it."""
     if ctx.invoked_subcommand is not None:
         return
     if config is None:
         click.echo(ctx.get_help())
         raise click.UsageError("give --config FILE to run the gateway, or a sub-command")
-    _serve(config, host, port, audit_log, log_level, server, graceful_timeout, workers)
+    _serve(config, host, port, audit_log, log_level, graceful_timeout, workers)
 
 
 @gateway.command("run")
 @_run_options
-def run(config: Path | None, host: str, port: int, workers: int | None, server: str | None,
+def run(config: Path | None, host: str, port: int, workers: int | None,
         graceful_timeout: float, audit_log: str | None, log_level: str) -> None:
     """Run the gateway (same as `kvfence gateway --config FILE`)."""
     if config is None:
         raise click.UsageError("--config FILE is required")
-    _serve(config, host, port, audit_log, log_level, server, graceful_timeout, workers)
+    _serve(config, host, port, audit_log, log_level, graceful_timeout, workers)
 
 
 @gateway.command("check")

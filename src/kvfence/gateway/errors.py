@@ -9,7 +9,7 @@ exception. Internal faults are logged and answered as 5xx, never as success::
         ├── GatewayRequestError         400 invalid_request_error
         │   ├── PromptTooLongError      400 context_length_exceeded (the cap, invariant I3 at the edge)
         │   ├── RequestBlocked          400 request_blocked (a protection hook refused the content)
-        │   └── PayloadTooLarge         413 body_too_large
+        │   └── PayloadTooLarge         413 request_too_large
         ├── AuthenticationFailed        401 invalid_api_key
         ├── RouteDenied                 403 no_allowed_backend (the policy allows no backend: fail closed)
         ├── ModelNotFound               404 model_not_found
@@ -91,7 +91,7 @@ class PayloadTooLarge(GatewayRequestError):
     """A request body over ``gateway.max_body_bytes``."""
 
     status_code = 413
-    code = "body_too_large"
+    code = "request_too_large"
 
 
 class AuthenticationFailed(GatewayError):

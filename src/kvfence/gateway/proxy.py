@@ -42,9 +42,9 @@ from kvfence.gateway.records.trace import RequestTrace
 from kvfence.gateway.routing.cache_salt import apply_cache_salt, tenant_cache_salt
 from kvfence.gateway.routing.classes import requested_classes
 from kvfence.gateway.runtime import BackendState, GatewayRuntime
-from kvfence.gateway.transport import timing_probe
 from kvfence.gateway.transport.hang_up import CLIENT_GONE_STATUS, HangUpWatch
 from kvfence.gateway.transport.upstream import UpstreamClient, UpstreamResponse
+from kvfence.http import timing_probe
 
 __all__ = ["handle_completion"]
 

@@ -12,6 +12,7 @@ from kvfence.engine.cli_options import engine_config as build_engine_config
 from kvfence.engine.cli_options import engine_options, generation_config_option, parse_size
 from kvfence.engine.runner.model_path import resolve_model_dir
 from kvfence.errors import ConfigError
+from kvfence.http.server import HttpConfig
 from kvfence.scope import CacheScope
 from kvfence.server.auth.keys import add_key, load_keys, write_keys
 from kvfence.server.config import ServerConfig
@@ -45,6 +46,18 @@ __all__ = ["keys", "parse_size", "serve"]
               help="Most of the request slots (--max-num-seqs + --max-queue-len) one organization may hold "
                    "when the keys file has two or more organizations; its next request gets 429 queue_full, so "
                    "one tenant cannot lock the others out. 1.0 turns the share off.")
+@click.option("--max-body-bytes", type=click.IntRange(min=1024), default=16 * 1024 * 1024, show_default=True,
+              help="Largest request body; larger ones get 413 (a Content-Length over it before the body is read).")
+@click.option("--max-head-bytes", type=click.IntRange(min=1024), default=64 * 1024, show_default=True,
+              help="Largest request head (request line and header fields); larger get 431.")
+@click.option("--max-headers", type=click.IntRange(min=8), default=100, show_default=True,
+              help="Most header fields per request; more get 431.")
+@click.option("--head-timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+              help="Seconds a request head may take from its first byte (slow heads get 408 and a close).")
+@click.option("--body-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              help="Seconds a request body may take after its head (slow bodies get 408 and a close).")
+@click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=15.0, show_default=True,
+              help="Seconds a connection without a request in progress is kept open.")
 @click.option("--served-model-name", multiple=True,
               help="Name(s) clients use in the 'model' field. Default: the model's own name.")
 @generation_config_option
@@ -83,6 +96,11 @@ def serve(**opts: Any) -> None:
         generation_config=opts["generation_config"],
         metrics_key_path=opts["metrics_key_file"],
         max_org_share=opts["max_org_share"],
+        max_body_bytes=opts["max_body_bytes"],
+        http=HttpConfig(idle_timeout_s=opts["idle_timeout"], head_timeout_s=opts["head_timeout"],
+                        body_timeout_s=opts["body_timeout"], max_head_bytes=opts["max_head_bytes"],
+                        max_headers=opts["max_headers"], max_body_bytes=opts["max_body_bytes"],
+                        graceful_timeout_s=5.0),
     )
     engine_config = build_engine_config(opts, seed=opts["seed"])
     if opts["model"] is not None and not resolve_model_dir(str(opts["model"])).is_dir():

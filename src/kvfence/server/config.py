@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvfence.engine.sampling.generation_defaults import check_generation_config
 from kvfence.errors import ConfigError
+from kvfence.http.server import HttpConfig
 from kvfence.scope import CacheScope
 
 __all__ = ["ServerConfig"]
@@ -31,6 +32,8 @@ class ServerConfig:
     generation_config: str = "auto"  # as vLLM's flag: the model's sampling defaults, none, or a directory's
     metrics_key_path: Path | None = None  # /metrics per-organisation view behind this bearer token
     max_org_share: float = 0.5  # of max_num_seqs + max_queue_len, per organisation (1.0: no share)
+    # the HTTP server's connection limits; its max_body_bytes is replaced by the one above
+    http: HttpConfig = field(default_factory=lambda: HttpConfig(idle_timeout_s=15.0, graceful_timeout_s=5.0))
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

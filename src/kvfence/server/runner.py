@@ -1,13 +1,16 @@
-"""Run the server with uvicorn: secret, keys, app, and the exit status of a failed start."""
+"""Run the server on kvfence's HTTP server (:mod:`kvfence.http`): secret, keys, app, and the exit
+status of a failed start."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import logging
 from typing import Any
 
-import uvicorn
-
 from kvfence.errors import KvfenceError
+from kvfence.http.server import HttpServer, LifespanFailed
+from kvfence.http.server import run as run_http
 from kvfence.listen import bind_listening_socket
 from kvfence.server.app import create_app
 from kvfence.server.auth.keys import KeyRing
@@ -29,12 +32,12 @@ def run_server(config: ServerConfig, engine_config: Any, *, log_level: str = "in
         log.warning("keys file %s has no keys yet: every request gets 401 until `kvfence keys add`",
                     config.keys_path)
     fatal: list[BaseException] = []
-    server: uvicorn.Server | None = None
+    server: HttpServer | None = None
 
     def on_fatal(exc: BaseException) -> None:
         fatal.append(exc)
         if server is not None:
-            server.should_exit = True
+            server.request_stop_threadsafe()
 
     def factory() -> Any:
         if disagg_config is not None:  # prefill in a worker process, verified KV handoff (I4)
@@ -46,22 +49,22 @@ def run_server(config: ServerConfig, engine_config: Any, *, log_level: str = "in
         return LLMEngine(engine_config)
 
     # Bound before anything starts: a port in use is one error line and exit code 2, never
-    # "listening on" followed by uvicorn's own failure.
+    # "listening on" followed by a failure of the server's own.
     sock = bind_listening_socket(config.host, config.port)
     port = sock.getsockname()[1]
     app = create_app(config, factory, secret=secret, keyring=keyring, on_fatal=on_fatal)
-    server = uvicorn.Server(uvicorn.Config(
-        app, host=config.host, port=port, log_level=log_level, access_log=log_level == "debug",
-        timeout_graceful_shutdown=5,
-    ))
+    server = HttpServer(app, config=dataclasses.replace(config.http, max_body_bytes=config.max_body_bytes))
     log.info("listening on http://%s:%d (the model loads in the background; requests get 503 until then)",
              config.host, port)
     try:
-        server.run(sockets=[sock])
+        run_http(server, host=config.host, port=port, sock=sock,
+                 use_uvloop=importlib.util.find_spec("uvloop") is not None)
+    except LifespanFailed as failed:
+        fatal.append(failed)
     finally:
         sock.close()
     if fatal:
-        exc = fatal[0]
-        if isinstance(exc, KvfenceError):
-            raise exc
-        raise KvfenceError(f"the model could not be loaded: {type(exc).__name__}: {exc}") from exc
+        first = fatal[0]
+        if isinstance(first, KvfenceError):
+            raise first
+        raise KvfenceError(f"the model could not be loaded: {type(first).__name__}: {first}") from first

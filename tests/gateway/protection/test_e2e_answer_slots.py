@@ -52,16 +52,15 @@ def policy(backend: LeakyBackend, audit: str, gateway: dict[str, Any], tenants: 
     }
 
 
-@pytest.fixture(scope="module", params=["uvicorn", "lean"])
-def gw(backend: LeakyBackend, tmp_path_factory: pytest.TempPathFactory,
-       request: pytest.FixtureRequest) -> Iterator[Gateway]:
+@pytest.fixture(scope="module")
+def gw(backend: LeakyBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     tmp = tmp_path_factory.mktemp("slots-gw")
     g = Gateway(policy(backend, f"sqlite:///{tmp / 'audit.db'}",
                        {"load_protection": False, "hooks": ["tests.gateway.protection.codename_hooks:build"],
                         "protection": {"leak": {"enabled": False}}},
                        [{"name": "tools-key", "key_sha256": hash_api_key(KEY), "organization": "acme",
                          "default_class": "internal"}]),
-                tmp, env={"KVFENCE_GATEWAY_SECRET": "s" * 32}, extra=["--server", request.param])
+                tmp, env={"KVFENCE_GATEWAY_SECRET": "s" * 32})
     yield g
     g.stop()
 

@@ -38,9 +38,8 @@ def backend() -> Iterator[LeakyBackend]:
     b.stop()
 
 
-@pytest.fixture(scope="module", params=["uvicorn", "lean"])
-def gw(backend: LeakyBackend, tmp_path_factory: pytest.TempPathFactory,
-       request: pytest.FixtureRequest) -> Iterator[Gateway]:
+@pytest.fixture(scope="module")
+def gw(backend: LeakyBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     from kvfence.gateway.policy.tenants import hash_api_key
 
     tmp = tmp_path_factory.mktemp("tools-gw")
@@ -54,7 +53,7 @@ def gw(backend: LeakyBackend, tmp_path_factory: pytest.TempPathFactory,
         "tenants": [{"name": "tools-key", "key_sha256": hash_api_key(KEY), "organization": "acme",
                      "default_class": "internal"}],
     }
-    g = Gateway(policy, tmp, env={"KVFENCE_GATEWAY_SECRET": "s" * 32}, extra=["--server", request.param])
+    g = Gateway(policy, tmp, env={"KVFENCE_GATEWAY_SECRET": "s" * 32})
     yield g
     g.stop()
 

@@ -31,12 +31,12 @@ from kvfence.gateway.errors import GatewayError, LeakSuspected, UpstreamUnavaila
 from kvfence.gateway.hooks import RequestContext
 from kvfence.gateway.records.trace import RequestTrace
 from kvfence.gateway.runtime import GatewayRuntime
-from kvfence.gateway.transport import timing_probe
 from kvfence.gateway.transport.fast_http import FastResponse
 from kvfence.gateway.transport.hang_up import CLIENT_GONE_STATUS, HangUpWatch
 from kvfence.gateway.transport.stream_end import CUT_SHORT_MESSAGE, chunk_ends_stream
 from kvfence.gateway.transport.stream_out import ClosingStream, OwnedStream, RelayStream, checked_stream
 from kvfence.gateway.transport.upstream import UpstreamResponse
+from kvfence.http import timing_probe
 from kvfence.openai_wire import (
     DONE,
     SSE_MEDIA_TYPE,

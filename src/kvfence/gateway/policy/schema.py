@@ -232,6 +232,19 @@ class TenantConfig(_Strict):
     canaries: list[str] = Field(default_factory=list)
 
 
+class HttpSettings(_Strict):
+    """Limits of every client connection to the gateway (its HTTP server, :mod:`kvfence.http`);
+    ``gateway.max_body_bytes`` bounds the body."""
+
+    idle_timeout_s: float = Field(default=15.0, gt=0, description="close a connection idle this long")
+    head_timeout_s: float = Field(default=10.0, gt=0, description="a request head must be complete this long "
+                                                                  "after its first byte (408)")
+    body_timeout_s: float = Field(default=30.0, gt=0, description="a request body must be complete this long "
+                                                                  "after its head (408)")
+    max_head_bytes: int = Field(default=64 * 1024, ge=1024, description="request line and header fields (431)")
+    max_headers: int = Field(default=100, ge=8, description="header fields per request (431)")
+
+
 class GatewaySettings(_Strict):
     """Process-wide settings."""
 
@@ -241,7 +254,8 @@ class GatewaySettings(_Strict):
     capacity_refresh_s: float = Field(default=60.0, ge=0)
     backend_retry_after_s: float = Field(default=5.0, ge=0, description="how long a failed backend is skipped")
     hooks: list[str] = Field(default_factory=list, description="extra hooks as module:factory")
-    max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0, description="larger requests get a 413")
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024, description="larger requests get a 413")
+    http: HttpSettings = Field(default_factory=HttpSettings)
     redis_url: str | None = Field(default=None, description="share rate-limit state between replicas")
     workers: int = Field(default=1, ge=1, le=256,
                          description="gateway processes accepting on one port (kvfence gateway --workers)")

@@ -21,7 +21,7 @@ from typing import Any
 
 from kvfence.errors import ConfigError
 from kvfence.gateway.hooks import new_incident_id
-from kvfence.gateway.transport import timing_probe
+from kvfence.http import timing_probe
 
 __all__ = ["AuditLog", "Decision", "open_audit_log"]
 

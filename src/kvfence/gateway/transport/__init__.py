@@ -1,7 +1,7 @@
-"""Bytes in and out: the HTTP servers the gateway answers on and the clients it forwards with.
+"""Bytes in and out: the clients the gateway forwards with, and its streams (the server it answers on is
+:mod:`kvfence.http`, shared with ``kvfence serve``).
 
 - ``upstream.py``, ``fast_http.py``, ``fast_pool.py``: upstream clients (httpx, and a lean keep-alive client);
-- ``lean_server.py``, ``lean_protocol.py``, ``lean_cycle.py``: the lean HTTP/1.1 server (``--server lean``);
 - ``stream_out.py``, ``stream_end.py``, ``hang_up.py``: streaming answers out, truncation, client hang-ups;
-- ``quiet_time.py``, ``timing_probe.py``: deferrable bookkeeping, and latency diagnosis (off by default).
+- ``quiet_time.py``: deferrable bookkeeping.
 """

@@ -13,7 +13,7 @@ cancelled task keeps its ``CancelledError``, whose traceback holds the task's fr
 them the task: a reference cycle per request that only the cyclic collector frees, and those
 collections were pauses every stream in flight waited through (README, gateway performance).
 
-The lean server (``lean_cycle.RequestCycle.on_disconnect``) reports the hang-up by callback from its
+The lean server (``kvfence.http.cycle.RequestCycle.on_disconnect``) reports the hang-up by callback from its
 connection's ``connection_lost``: no task per request there.
 """
 

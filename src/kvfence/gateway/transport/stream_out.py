@@ -272,7 +272,7 @@ async def checked_stream(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
 
 
 class DirectOut(Protocol):
-    """A server that takes the answer's bytes without ASGI messages (``lean_cycle.RequestCycle``)."""
+    """A server that takes the answer's bytes without ASGI messages (``kvfence.http.cycle.RequestCycle``)."""
 
     on_drain: Callable[[], None] | None  # called when the client's buffer has room again
 

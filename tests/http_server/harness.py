@@ -1,4 +1,4 @@
-"""A :class:`LeanServer` on a loopback port, in a thread of its own, for tests that talk raw HTTP to it,
+"""A :class:`HttpServer` (kvfence.http) on a loopback port, in a thread of its own, for tests that talk raw HTTP to it,
 and a small ASGI app whose routes each exercise one server behaviour."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.types import Message, Receive, Scope, Send
 
-from kvfence.gateway.transport.lean_server import HotPath, LeanConfig, LeanServer
+from kvfence.http.server import HotPath, HttpConfig, HttpServer
 
 __all__ = ["RawClient", "TestApp", "running_server"]
 
@@ -93,7 +93,7 @@ async def _answer(send: Send, status: int, body: bytes) -> None:
 
 
 class _Running:
-    def __init__(self, server: LeanServer, loop: asyncio.AbstractEventLoop, port: int) -> None:
+    def __init__(self, server: HttpServer, loop: asyncio.AbstractEventLoop, port: int) -> None:
         self.server = server
         self.loop = loop
         self.port = port
@@ -114,7 +114,7 @@ class _Running:
 @contextmanager
 def running_server(app: Any, *, hot: HotPath | None = None, **config: Any) -> Iterator[_Running]:
     """Serve ``app`` on a free loopback port until the block ends (then shut down gracefully)."""
-    server = LeanServer(app, hot=hot, config=LeanConfig(**config))
+    server = HttpServer(app, hot=hot, config=HttpConfig(**config))
     ready = threading.Event()
     failure: list[BaseException] = []
     holder: dict[str, asyncio.AbstractEventLoop] = {}

@@ -1,4 +1,4 @@
-"""One request on a lean-server connection (``lean_protocol.py``): its ASGI ``receive``/``send``, and a
+"""One request on a server connection (``connection.py``): its ASGI ``receive``/``send``, and a
 direct writer for answers relayed from the upstream's read callback (``stream_out.RelayStream``).
 
 Response framing is decided once, when the head goes out: ``content-length`` when the app gave one,
@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.types import Message, Scope
 
-from kvfence.gateway.transport import timing_probe
+from kvfence.http import timing_probe
 from kvfence.openai_wire import error_bytes, error_type_for
 
 if TYPE_CHECKING:
-    from kvfence.gateway.transport.lean_protocol import HttpConnection
+    from kvfence.http.connection import HttpConnection
 
 __all__ = ["RequestCycle", "error_answer"]
 

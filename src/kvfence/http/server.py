@@ -1,7 +1,13 @@
-"""The gateway's lean HTTP/1.1 server (``kvfence gateway --server lean``): asyncio + httptools, no
-ASGI layers on the hot path.
+"""kvfence's one HTTP/1.1 server, for ``kvfence serve`` (disaggregated or not) and ``kvfence gateway``
+(one process or ``--workers N``): asyncio + httptools (llhttp), no ASGI layers on the gateway's hot path.
 
-Why: at 100 concurrent streams the gateway's CPU per streamed chunk was mostly uvicorn's ASGI ``send``
+Every connection is bounded (:class:`HttpConfig`, defaults in ``docs/http-limits.md``): the request
+head's size and field count, the body's size, the time a head may take from its first byte, the
+time a body may take after its head, and the time an idle connection is kept. A client over a limit
+gets an OpenAI-shaped 408/413/431 and a closed connection before any app sees its request.
+
+Why this server and not uvicorn: uvicorn reads a request head whole (no size bound with httptools)
+and has no head or body timeout. And at 100 concurrent streams the gateway's CPU per streamed chunk was mostly uvicorn's ASGI ``send``
 path (message dicts, checks, flow-control wrappers), and on a machine whose cores are shared with the
 backend every extra microsecond per chunk is queueing at p99. Here ``POST /v1/chat/completions`` and
 ``/v1/completions`` go straight to the request path (``GatewayApp.completion_response``), and a
@@ -33,12 +39,11 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope
 
-from kvfence.errors import KvfenceError
-from kvfence.gateway.transport.lean_cycle import RequestCycle
-from kvfence.gateway.transport.lean_protocol import HttpConnection
-from kvfence.gateway.transport.stream_out import RelayStream
+from kvfence.errors import ConfigError, KvfenceError
+from kvfence.http.connection import HttpConnection
+from kvfence.http.cycle import RequestCycle
 
-__all__ = ["HotPath", "LeanConfig", "LeanServer", "LifespanFailed", "run"]
+__all__ = ["HotPath", "HttpConfig", "HttpServer", "LifespanFailed", "run"]
 
 log = logging.getLogger("kvfence.gateway")
 
@@ -48,14 +53,33 @@ HotPath = Callable[[Scope, Receive], Awaitable[Response | None]]
 
 
 @dataclass(frozen=True)
-class LeanConfig:
-    """Limits and timeouts of the lean server."""
+class HttpConfig:
+    """Limits and timeouts of every connection (the defaults are the CLI's and the policy's)."""
 
-    keep_alive_s: float = 75.0  # longer than clients keep idle connections (httpx/openai: 5 s)
-    graceful_timeout_s: float = 30.0
+    # An idle keep-alive connection (and a new one that has sent nothing yet) is closed after this;
+    # longer than clients keep idle connections (httpx/openai: 5 s), so a client never sends a request
+    # on a connection the server is closing at that moment.
+    idle_timeout_s: float = 15.0
+    head_timeout_s: float = 10.0  # from a request's first byte to the end of its head (slowloris)
+    body_timeout_s: float = 30.0  # from the end of the head to the end of the body (slow bodies)
     max_head_bytes: int = 64 * 1024  # request line plus header fields
-    max_headers: int = 128
+    max_headers: int = 100
+    max_body_bytes: int = 32 * 1024 * 1024
+    graceful_timeout_s: float = 30.0
     backlog: int = 2048
+
+    def __post_init__(self) -> None:
+        for name in ("idle_timeout_s", "head_timeout_s", "body_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name.replace('_', '-')} must be above 0 seconds, got {getattr(self, name)}")
+        if self.max_head_bytes < 1024:
+            raise ConfigError(f"max-head-bytes must be at least 1024, got {self.max_head_bytes}")
+        if self.max_headers < 8:
+            raise ConfigError(f"max-headers must be at least 8, got {self.max_headers}")
+        if self.max_body_bytes < 1024:
+            raise ConfigError(f"max-body-bytes must be at least 1024, got {self.max_body_bytes}")
+        if self.graceful_timeout_s < 0:
+            raise ConfigError(f"graceful-timeout must be >= 0, got {self.graceful_timeout_s}")
 
 
 class LifespanFailed(KvfenceError):
@@ -64,13 +88,13 @@ class LifespanFailed(KvfenceError):
     exit_code = 3
 
 
-class LeanServer:
+class HttpServer:
     """Serves one ASGI app (and its hot path) until :meth:`request_stop` or a signal."""
 
-    def __init__(self, app: ASGIApp, *, hot: HotPath | None = None, config: LeanConfig | None = None) -> None:
+    def __init__(self, app: ASGIApp, *, hot: HotPath | None = None, config: HttpConfig | None = None) -> None:
         self.app = app
         self.hot = hot
-        self.config = config or LeanConfig()
+        self.config = config or HttpConfig()
         self.connections: set[HttpConnection] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self.state: dict[str, Any] = {}  # the lifespan's state, copied into each request's scope
@@ -79,6 +103,7 @@ class LeanServer:
         self._date_second = -1
         self._stop: asyncio.Event | None = None
         self._force: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def date_header(self) -> bytes:
         now = int(time.time())
@@ -93,8 +118,9 @@ class LeanServer:
         if self.hot is not None and scope["method"] == "POST":
             response = await self.hot(scope, cycle.receive)
             if response is not None:
-                if isinstance(response, RelayStream):
-                    await response.relay_direct(cycle, cycle.receive)
+                relay_direct = getattr(response, "relay_direct", None)  # stream_out.RelayStream
+                if relay_direct is not None:
+                    await relay_direct(cycle, cycle.receive)
                 else:
                     await response(scope, cycle.receive, cycle.send)
                 return
@@ -108,10 +134,16 @@ class LeanServer:
             self._force.set()
         self._stop.set()
 
+    def request_stop_threadsafe(self) -> None:
+        """:meth:`request_stop` from another thread (e.g. a model loader that failed)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.request_stop)
+
     async def serve(self, host: str = "127.0.0.1", port: int = 8080, *, sock: socket.socket | None = None,
                     ready: Callable[[], None] | None = None, signals: bool = True) -> None:
         """Run the lifespan, listen, serve until stopped, shut down gracefully."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self._stop, self._force = asyncio.Event(), asyncio.Event()
         lifespan = _Lifespan(self.app, self.state)
         await lifespan.startup()
@@ -210,14 +242,15 @@ class _Lifespan:
             future.set_result(None if outcome == "complete" else str(message.get("message", "failed")))
 
 
-def run(app: ASGIApp, *, hot: HotPath | None, host: str, port: int, config: LeanConfig | None = None,
-        use_uvloop: bool = True, sock: socket.socket | None = None) -> None:
-    """Serve ``app`` on ``host:port`` (or on the listening ``sock``: a worker's) until SIGTERM/SIGINT
-    (the ``kvfence gateway`` process)."""
+def run(app: ASGIApp | HttpServer, *, hot: HotPath | None = None, host: str, port: int,
+        config: HttpConfig | None = None, use_uvloop: bool = True, sock: socket.socket | None = None) -> None:
+    """Serve ``app`` (or an :class:`HttpServer` built beforehand) on ``host:port`` (or on the listening
+    ``sock``: a worker's) until SIGTERM/SIGINT: the ``kvfence serve`` and ``kvfence gateway`` processes."""
     factory = None
     if use_uvloop:
         import uvloop
 
         factory = uvloop.new_event_loop
+    server = app if isinstance(app, HttpServer) else HttpServer(app, hot=hot, config=config)
     with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(LeanServer(app, hot=hot, config=config).serve(host, port, sock=sock))
+        runner.run(server.serve(host, port, sock=sock))

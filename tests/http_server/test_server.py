@@ -1,4 +1,4 @@
-"""The lean HTTP/1.1 server on a real loopback socket, attacked with raw bytes: keep-alive, pipelining,
+"""kvfence's HTTP/1.1 server (kvfence.http) on a real loopback socket, attacked with raw bytes: keep-alive, pipelining,
 malformed requests, limits, Expect: 100-continue, chunked bodies, HTTP/1.0, HEAD/OPTIONS, timeouts,
 lifespan and graceful shutdown."""
 
@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from kvfence.gateway.transport.lean_server import LifespanFailed
-from tests.gateway.lean_harness import TestApp, running_server
+from kvfence.http.server import LifespanFailed
+from tests.http_server.harness import TestApp, running_server
 
 
 def _openai_error(body: bytes) -> dict[str, object]:
@@ -208,8 +208,8 @@ def test_an_app_failure_is_a_500_in_the_openai_shape() -> None:
         assert status == 500 and _openai_error(body)["type"] == "server_error"
 
 
-def test_idle_and_unfinished_connections_are_closed_after_the_keep_alive_timeout() -> None:
-    with running_server(TestApp(), keep_alive_s=0.3) as srv:
+def test_idle_and_unfinished_connections_are_closed_after_their_timeouts() -> None:
+    with running_server(TestApp(), idle_timeout_s=0.3, head_timeout_s=0.3) as srv:
         idle = srv.client()
         idle.send(b"GET /hello HTTP/1.1\r\nhost: x\r\n\r\n")
         idle.read_response()

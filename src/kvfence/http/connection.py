@@ -1,11 +1,18 @@
-"""The lean server's HTTP/1.1 connection: requests parsed by httptools (llhttp) and answered one at a
+"""One HTTP/1.1 connection of the server: requests parsed by httptools (llhttp) and answered one at a
 time, in the order they came (pipelined requests wait their turn; reading pauses meanwhile).
 
-What it refuses before any app sees the request, each with an OpenAI-shaped JSON error and a close:
-400 for bytes that are not HTTP/1.x (bad request line, bad chunked coding, ``Content-Length`` with
-``Transfer-Encoding``, a path that is not ASCII), 431 for a request head over ``max_head_bytes`` or
-with more than ``max_headers`` fields. An idle keep-alive connection, or one whose request head does
-not complete, is closed after ``keep_alive_s``.
+What it refuses before any app sees the request, each with an OpenAI-shaped JSON error and a close
+(the limits are the server's :class:`~kvfence.http.server.HttpConfig`):
+
+- 400 for bytes that are not HTTP/1.x (bad request line, bad chunked coding, ``Content-Length`` with
+  ``Transfer-Encoding``, a path that is not ASCII);
+- 431 for a request head over ``max_head_bytes`` or with more than ``max_headers`` fields;
+- 413 for a body over ``max_body_bytes`` (a ``Content-Length`` over it is refused before its first byte);
+- 408 for a head not complete ``head_timeout_s`` after its first byte, or a body not complete
+  ``body_timeout_s`` after its head (the clock stops while the server itself has paused reading).
+
+A connection with no request in progress (new, or kept alive after an answer) is closed after
+``idle_timeout_s`` without a byte.
 """
 
 from __future__ import annotations
@@ -14,16 +21,17 @@ import asyncio
 import collections
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote
 
 import httptools
 
-from kvfence.gateway.transport import timing_probe
-from kvfence.gateway.transport.lean_cycle import RequestCycle, error_answer
+from kvfence.http import timing_probe
+from kvfence.http.cycle import RequestCycle, error_answer
 
 if TYPE_CHECKING:
-    from kvfence.gateway.transport.lean_server import LeanServer
+    from kvfence.http.server import HttpServer
 
 __all__ = ["HttpConnection"]
 
@@ -39,9 +47,9 @@ class _Refused(Exception):
 
 
 class HttpConnection(asyncio.Protocol):
-    """One client connection of a :class:`~kvfence.gateway.transport.lean_server.LeanServer`."""
+    """One client connection of a :class:`~kvfence.http.server.HttpServer`."""
 
-    def __init__(self, server: LeanServer) -> None:
+    def __init__(self, server: HttpServer) -> None:
         self.server = server
         self._limits = server.config
         self._loop = asyncio.get_running_loop()
@@ -59,7 +67,8 @@ class HttpConnection(asyncio.Protocol):
         self._stopped_parsing = False
         self._pending_refusal: bytes | None = None  # written once the requests before it are answered
         self._refusal: tuple[int, str, str] | None = None
-        self._idle_timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | None = None  # the idle, head or body deadline now running
+        self._body_bytes = 0  # of the request being parsed
         self._in_head = False
         self._head_bytes = 0  # bytes read while a request head is incomplete
         self._field_bytes = 0
@@ -74,11 +83,11 @@ class HttpConnection(asyncio.Protocol):
         self.client = _address(transport.get_extra_info("peername"))
         self._local = _address(transport.get_extra_info("sockname"))
         self.server.connections.add(self)
-        self._arm_idle()
+        self._arm(self._limits.idle_timeout_s, self._idle_expired)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
-        self._cancel_idle()
+        self._cancel_timer()
         self._stopped_parsing = True
         for cycle in (self._cycle, self._parsing, *self._pipeline):
             if cycle is not None:
@@ -129,6 +138,8 @@ class HttpConnection(asyncio.Protocol):
         self._expect_continue = False
         self._in_head = True
         self._field_bytes = 0
+        self._body_bytes = 0
+        self._arm(self._limits.head_timeout_s, self._head_expired)
         if timing_probe.enabled():
             self._parsed_at = time.perf_counter()
 
@@ -161,7 +172,7 @@ class HttpConnection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
-        self._cancel_idle()
+        self._cancel_timer()
         parser = self._parser
         raw_path, query = self._url, b""
         if self._url != b"*":  # OPTIONS * names the server, not a path
@@ -187,9 +198,14 @@ class HttpConnection(asyncio.Protocol):
         }
         if self._parsed_at:
             scope["kvfence.parsed"] = self._parsed_at
+        length = _content_length(self._headers)
+        if length is not None and length > self._limits.max_body_bytes:
+            self._refusal = (413, f"request body over {self._limits.max_body_bytes} bytes", "request_too_large")
+            raise _Refused
         keep_alive = bool(parser.should_keep_alive()) and not self.closing
         cycle = RequestCycle(self, scope, keep_alive=keep_alive, expect_continue=self._expect_continue)
         self._parsing = cycle
+        self._arm(self._limits.body_timeout_s, self._body_expired)  # cancelled when the body is complete
         if self._cycle is None:
             self._start(cycle)
         else:
@@ -197,6 +213,10 @@ class HttpConnection(asyncio.Protocol):
             self._update_reading()
 
     def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        if self._body_bytes > self._limits.max_body_bytes:
+            self._refusal = (413, f"request body over {self._limits.max_body_bytes} bytes", "request_too_large")
+            raise _Refused
         cycle = self._parsing
         if cycle is not None:
             cycle.feed_body(body)
@@ -204,6 +224,7 @@ class HttpConnection(asyncio.Protocol):
                 self._update_reading()
 
     def on_message_complete(self) -> None:
+        self._cancel_timer()
         cycle = self._parsing
         if cycle is not None:
             cycle.end_body()
@@ -261,7 +282,8 @@ class HttpConnection(asyncio.Protocol):
         if self.closing:
             transport.close()
             return
-        self._arm_idle()
+        if self._timer is None:  # no next request begun (its head or body deadline runs otherwise)
+            self._arm(self._limits.idle_timeout_s, self._idle_expired)
         self._update_reading()
 
     def body_taken(self, cycle: RequestCycle) -> None:
@@ -287,12 +309,16 @@ class HttpConnection(asyncio.Protocol):
         self._stopped_parsing = True
         answer = error_answer(status, message, code, date=self.server.date_header())
         parsing = self._parsing
-        if parsing is not None and not parsing.body_complete:
+        cut = parsing is not None and not parsing.body_complete
+        if cut and parsing is not None:
             if parsing in self._pipeline:
                 self._pipeline.remove(parsing)
             else:
                 parsing.lost()  # its body broke off: the app sees a hang-up, the client this refusal
-        if self._cycle is None or self._cycle.response_complete:
+        current = self._cycle
+        if current is None or current.response_complete or (cut and current is parsing and not current.response_started):
+            # nothing is being answered, or the refused request itself (its app now sees a hang-up,
+            # whatever it sends after is not written): the refusal goes out now
             self.write(answer)
             self.abort()
         else:
@@ -323,20 +349,39 @@ class HttpConnection(asyncio.Protocol):
         return self.server.date_header()
 
     # -- lifecycle --------------------------------------------------------------------------------
-    def _arm_idle(self) -> None:
-        self._cancel_idle()
-        self._idle_timer = self._loop.call_later(self._limits.keep_alive_s, self._idle_expired)
+    def _arm(self, seconds: float, expired: Callable[[], None]) -> None:
+        self._cancel_timer()
+        self._timer = self._loop.call_later(seconds, expired)
 
-    def _cancel_idle(self) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _idle_expired(self) -> None:
-        self._idle_timer = None
+        self._timer = None
         if self._cycle is None and not self._pipeline:
             transport = self._transport
             self.abort(force=transport is not None and transport.get_write_buffer_size() > 0)
+
+    def _head_expired(self) -> None:
+        self._timer = None
+        if not self._in_head or self._stopped_parsing:
+            return
+        if self._reading_paused:  # the server stopped reading (pipelined requests wait): not the client's delay
+            self._arm(self._limits.head_timeout_s, self._head_expired)
+            return
+        self._refuse(408, f"request head not complete within {self._limits.head_timeout_s:g} s", "request_timeout")
+
+    def _body_expired(self) -> None:
+        self._timer = None
+        parsing = self._parsing
+        if parsing is None or parsing.body_complete or self._stopped_parsing:
+            return
+        if self._reading_paused:  # the app has not taken what came yet: not the client's delay
+            self._arm(self._limits.body_timeout_s, self._body_expired)
+            return
+        self._refuse(408, f"request body not complete within {self._limits.body_timeout_s:g} s", "request_timeout")
 
     def shutdown(self) -> None:
         """The server stops: close now if idle, else after the answer in progress."""
@@ -358,6 +403,16 @@ class HttpConnection(asyncio.Protocol):
             transport.abort()
         elif not transport.is_closing():
             transport.close()
+
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    for name, value in headers:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None  # llhttp refuses it
+    return None
 
 
 def _address(info: object) -> tuple[str, int] | None:

@@ -3,7 +3,7 @@
 ``KVFENCE_GATEWAY_TIMING=FILE`` turns it on: the gateway then records, per streamed request, the
 moments (``time.perf_counter``: CLOCK_MONOTONIC, so comparable with other processes on the machine)
 
-    parsed    uvicorn has parsed the request line (the request's bytes were read)
+    parsed    the server has parsed the request line (the request's bytes were read)
     entered   the request path started (the server's task for it ran)
     sent      the request went to the backend
     headers   the backend's status and headers were in
@@ -105,23 +105,10 @@ def _on_gc(phase: str, info: dict[str, Any]) -> None:
                              int(info.get("collected", 0))))
 
 
-def install(*, patch_uvicorn: bool = True) -> None:
-    """Watch the collector, and (under uvicorn) patch its parser callback to stamp each request's
-    scope; the lean server stamps its scopes itself."""
+def install() -> None:
+    """Watch the collector (the server stamps each request's scope itself)."""
     if _path is None:
         return
-    if not patch_uvicorn:
-        gc.callbacks.append(_on_gc)
-        return
-    from uvicorn.protocols.http import httptools_impl
-
-    original = httptools_impl.HttpToolsProtocol.on_message_begin
-
-    def on_message_begin(self: Any) -> None:
-        original(self)
-        self.scope["kvfence.parsed"] = time.perf_counter()
-
-    httptools_impl.HttpToolsProtocol.on_message_begin = on_message_begin  # type: ignore[method-assign]
     gc.callbacks.append(_on_gc)
 
 
