@@ -8,19 +8,27 @@ whichever part of kvfence (or which API adapter) wrote it.
 - :func:`normalise_error_body`: an upstream's error in another shape (vLLM's ``{"object": "error"}``,
   ``{"detail": ...}``, an HTML page) rewritten into OpenAI's;
 - :func:`encode_event`, :class:`SSEDecoder`, :func:`event_data`: ``data: ...`` events out and in
-  (LF, CRLF and CR line ends, comments and keep-alives, as the SSE specification allows).
+  (LF, CRLF and CR line ends, comments and keep-alives, as the SSE specification allows);
+- :func:`decode_request_json`: a request body's JSON, with what no parser should pass on refused as
+  :class:`InvalidJSON` (a 400): nesting deeper than :data:`MAX_JSON_DEPTH`, integers longer than
+  Python converts (4,300 digits), lone UTF-16 surrogate escapes (``"\\ud800"``: text no tokenizer
+  and no UTF-8 answer can hold).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
 __all__ = [
     "DONE",
+    "MAX_JSON_DEPTH",
     "SSE_MEDIA_TYPE",
+    "InvalidJSON",
     "SSEDecoder",
+    "decode_request_json",
     "encode_event",
     "error_body",
     "error_bytes",
@@ -92,6 +100,68 @@ def normalise_error_body(raw: bytes, status: int, backend: str) -> bytes | None:
     body = error_body(message, type=error_type, param=param if isinstance(param, str) else None,
                       code=code if isinstance(code, str | int) else None)
     return json.dumps(body, ensure_ascii=False).encode()
+
+
+MAX_JSON_DEPTH = 128  # arrays and objects inside each other; JSON schemas in tools nest, not this deep
+
+# JSON may spell a UTF-16 surrogate as an escape; paired ones decode to one character, a lone one
+# leaves a string that cannot be encoded as UTF-8.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_PLAIN_DECODER = json.JSONDecoder()
+
+
+class InvalidJSON(ValueError):
+    """A request body that is not JSON a server should act on; ``code`` is the OpenAI error code."""
+
+    def __init__(self, message: str, code: str = "invalid_json") -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def decode_request_json(text: str, decoder: json.JSONDecoder | None = None) -> Any:
+    """``decoder.decode(text)`` (a plain decoder by default); every way it should not be read is an
+    :class:`InvalidJSON`, never an exception a server would answer with a 500. Other ``ValueError``
+    subclasses the decoder's hooks raise (a repeated key, say) pass through."""
+    try:
+        data = (decoder or _PLAIN_DECODER).decode(text)
+    except RecursionError:
+        raise InvalidJSON(f"request body is nested too deeply (more than {MAX_JSON_DEPTH} levels)") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidJSON(f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:
+        if "integer string conversion" not in str(exc):
+            raise
+        raise InvalidJSON("a number in the request body has more than 4300 digits") from None
+    if _too_deep(text, data):
+        raise InvalidJSON(f"request body is nested too deeply (more than {MAX_JSON_DEPTH} levels)")
+    if _SURROGATE_ESCAPE.search(text) is not None and _has_lone_surrogate(data):
+        raise InvalidJSON("request body contains a lone UTF-16 surrogate escape (e.g. \\ud83c without its pair); "
+                          "send valid Unicode text", code="invalid_encoding")
+    return data
+
+
+def _too_deep(text: str, data: Any) -> bool:
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return False  # not enough brackets to nest that deep: the common case, decided at C speed
+    if not isinstance(data, dict | list):
+        return False
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = value.values() if isinstance(value, dict) else value
+        if depth > MAX_JSON_DEPTH:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def _has_lone_surrogate(data: Any) -> bool:
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def encode_event(payload: dict[str, Any] | str) -> bytes:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
+import hmac
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,11 +20,13 @@ from starlette.types import Receive, Scope, Send
 
 from kvfence.gateway.answer.relay import json_error
 from kvfence.gateway.apis import API_PATHS
-from kvfence.gateway.errors import GatewayError
+from kvfence.gateway.errors import AuthenticationFailed, GatewayError
 from kvfence.gateway.proxy import handle_completion
+from kvfence.gateway.records.metrics import without_tenants
 from kvfence.gateway.runtime import GatewayRuntime
 from kvfence.gateway.workers.metrics import merged_worker_metrics
 from kvfence.http import timing_probe
+from kvfence.server.auth.middleware import bearer_token
 
 __all__ = ["GatewayApp", "build_app"]
 
@@ -107,17 +111,32 @@ def build_app(runtime: GatewayRuntime, *, freeze_heap: bool = False,
         return JSONResponse({"object": "list", "data": data})
 
     async def metrics(request: Request) -> Response:
+        # Per-tenant series for the metrics key only; without a key configured, everyone gets the
+        # series summed over tenants (a tenant's key opens neither: it must not see the others).
+        per_tenant = False
+        if runtime.metrics_key is not None:
+            token = bearer_token(request.scope)
+            expected = runtime.metrics_key.digest()
+            if token is None:
+                return json_error(AuthenticationFailed("/metrics needs the metrics key: send 'Authorization: "
+                                                       "Bearer <key>' with the token of gateway.metrics_key_file"))
+            if expected is None or not hmac.compare_digest(hashlib.sha256(token.encode()).digest(), expected):
+                return json_error(AuthenticationFailed("incorrect metrics key (tenant API keys do not open /metrics)"))
+            per_tenant = True
         runtime.quiet.drain()  # finished streams' counts, not yet booked
         worker = runtime.worker
         if worker is not None and worker.count > 1:  # the sum over every worker, not this one's share
             body = await merged_worker_metrics(runtime.metrics.registry, worker)
         else:
             body = generate_latest(runtime.metrics.registry)
-        return Response(body, media_type=CONTENT_TYPE_LATEST)
+        return Response(body if per_tenant else without_tenants(body), media_type=CONTENT_TYPE_LATEST)
 
     async def health(request: Request) -> Response:
+        # Anonymous, so minimal: whether each backend is up and what it holds; no upstream error text
+        # (it can carry URLs, addresses, a backend's own messages), no file paths. The reason a backend
+        # is down is in the gateway's log.
         backends = {
-            name: {"up": state.last_error is None, "last_error": state.last_error,
+            name: {"up": state.last_error is None,
                    "advertised_context": state.capacity.advertised_context,
                    "kv_capacity_tokens": state.capacity.kv_capacity_tokens,
                    "advertises_more_than_it_holds": state.capacity.advertises_more_than_it_holds,
@@ -126,8 +145,7 @@ def build_app(runtime: GatewayRuntime, *, freeze_heap: bool = False,
                    "http_client": state.client.kind}
             for name, state in runtime.backends.items()
         }
-        answer: dict[str, object] = {"status": "ok", "hooks": [type(h).__name__ for h in runtime.hooks],
-                                     "backends": backends}
+        answer: dict[str, object] = {"status": "ok", "backends": backends}
         if runtime.worker is not None:
             answer["worker"] = {"index": runtime.worker.index, "count": runtime.worker.count, "pid": os.getpid()}
         return JSONResponse(answer)

@@ -43,8 +43,9 @@ from kvfence.gateway.routing.cache_salt import apply_cache_salt, tenant_cache_sa
 from kvfence.gateway.routing.classes import requested_classes
 from kvfence.gateway.runtime import BackendState, GatewayRuntime
 from kvfence.gateway.transport.hang_up import CLIENT_GONE_STATUS, HangUpWatch
-from kvfence.gateway.transport.upstream import UpstreamClient, UpstreamResponse
+from kvfence.gateway.transport.upstream import NOT_SENT_ERRORS
 from kvfence.http import timing_probe
+from kvfence.openai_wire import InvalidJSON
 
 __all__ = ["handle_completion"]
 
@@ -252,8 +253,10 @@ def _body_too_large(limit: int) -> PayloadTooLarge:
 def _parse_body(raw: bytes) -> tuple[dict[str, Any], bool]:
     try:
         body, forwardable = parse_forwardable(raw)
+    except InvalidJSON as exc:
+        raise GatewayRequestError(exc.message, code=exc.code) from None
     except ValueError:
-        raise GatewayRequestError("the request body is not valid JSON") from None
+        raise GatewayRequestError("the request body is not valid JSON", code="invalid_json") from None
     if not isinstance(body, dict):
         raise GatewayRequestError("the request body must be a JSON object")
     return body, forwardable
@@ -324,6 +327,7 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
     if len(states) > 1:
         states.sort(key=lambda s: s.is_down(now))
     failures: list[str] = []
+    maybe_generated = 0  # failures after the request may have reached a backend (see NOT_SENT_ERRORS)
     cap_error: PromptTooLongError | None = None
     prompt_charged = False
     for attempt, state in enumerate(states):
@@ -360,11 +364,17 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
             timing_probe.mark(trace.request_id, "entered", trace.started)
             timing_probe.mark(trace.request_id, "sent", sent_at)
         try:
-            upstream = await _send(state.client, path, content, headers)
+            upstream = await state.client.post(path, content, headers)
         except httpx.HTTPError as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             runtime.mark_down(state, reason)
             failures.append(f"{state.config.name}: {reason}")
+            if not isinstance(exc, NOT_SENT_ERRORS):
+                # The request may have reached the backend (and be generating, and billed): never sent
+                # again, and at most one other backend gets it after such a failure.
+                maybe_generated += 1
+                if maybe_generated > 1:
+                    break
             _note_fallback(runtime, states, attempt, trace)
             continue
         runtime.metrics.observe_upstream(state.config.name, time.perf_counter() - sent_at)
@@ -395,18 +405,6 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
     refused = "".join(f"; {name}: not allowed ({why})" for name, why in decision.refused.items())
     raise UpstreamUnavailable(f"no allowed backend for class {ctx.data_class!r} could take the request "
                               f"(failing closed): {'; '.join(failures)}{refused}")
-
-
-async def _send(client: UpstreamClient, path: str, content: bytes, headers: dict[str, str]) -> UpstreamResponse:
-    """Send once; resend once on a fresh connection if a pooled one turned out closed by the server.
-
-    A keep-alive connection the backend closed a moment ago fails with no response at all; that says
-    nothing about the backend's health, so it must not count as a failure or trigger a fallback.
-    """
-    try:
-        return await client.post(path, content, headers)
-    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
-        return await client.post(path, content, headers)
 
 
 def _note_fallback(runtime: GatewayRuntime, states: list[BackendState], attempt: int, trace: RequestTrace) -> None:

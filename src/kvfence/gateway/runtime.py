@@ -37,6 +37,7 @@ from kvfence.gateway.transport.quiet_time import QuietTime
 from kvfence.gateway.transport.upstream import UpstreamClient, make_upstream_client
 from kvfence.gateway.workers.metrics import PeerMetricsServer, WorkerInfo
 from kvfence.scope import CacheScope
+from kvfence.server.auth.metrics_access import MetricsKeyFile
 
 __all__ = ["BackendState", "GatewayRuntime", "load_hooks"]
 
@@ -98,8 +99,10 @@ class GatewayRuntime:
         metrics: GatewayMetrics,
         accounts: UpstreamAccounts,
         counters: Mapping[str, TokenCounter],
+        metrics_key: MetricsKeyFile | None = None,
     ) -> None:
         self.policy = policy
+        self.metrics_key = metrics_key  # gateway.metrics_key_file: who may read per-tenant /metrics
         self.secret = secret
         self.audit = audit
         self.hooks = hooks
@@ -144,6 +147,12 @@ class GatewayRuntime:
         tenants = [GatewayTenant.from_config(t) for t in policy.tenants]
         accounts = UpstreamAccounts(policy.backends, tenants, env)
         counters = {b.name: load_counter(b.tokenizer, base_dir) for b in policy.backends}
+        metrics_key = None
+        if policy.gateway.metrics_key_file is not None:
+            key_path = Path(policy.gateway.metrics_key_file).expanduser()
+            if base_dir is not None and not key_path.is_absolute():
+                key_path = base_dir / key_path
+            metrics_key = MetricsKeyFile(key_path)  # ConfigError (exit 2) when unreadable or too short
         audit = AuditLog(audit_url or _resolve_sqlite(policy.gateway.audit_log, base_dir))
         metrics = GatewayMetrics()
         try:
@@ -152,7 +161,7 @@ class GatewayRuntime:
             audit.close()
             raise
         return cls(policy, secret=secret_text.encode() if secret_text else None, audit=audit, hooks=built,
-                   metrics=metrics, accounts=accounts, counters=counters)
+                   metrics=metrics, accounts=accounts, counters=counters, metrics_key=metrics_key)
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def start(self) -> None:

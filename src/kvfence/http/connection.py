@@ -6,6 +6,9 @@ What it refuses before any app sees the request, each with an OpenAI-shaped JSON
 
 - 400 for bytes that are not HTTP/1.x (bad request line, bad chunked coding, ``Content-Length`` with
   ``Transfer-Encoding``, a path that is not ASCII);
+- 400 for a field that must appear once appearing twice (``Host``, ``Content-Type``), and for two
+  credentials (``Authorization``, ``x-api-key``, ``api-key``) that disagree or repeat: servers and
+  proxies pick different ones (the first, the last), so a request must not be read two ways;
 - 431 for a request head over ``max_head_bytes`` or with more than ``max_headers`` fields;
 - 413 for a body over ``max_body_bytes`` (a ``Content-Length`` over it is refused before its first byte);
 - 408 for a head not complete ``head_timeout_s`` after its first byte, or a body not complete
@@ -40,6 +43,10 @@ log = logging.getLogger("kvfence.gateway")
 # Stop reading a request body the app has not taken yet above this many bytes (a client cannot grow
 # the gateway's memory faster than the app reads; the app's own limit answers 413).
 _BODY_HIGH_WATER = 64 * 1024
+# Fields a request may carry once (RFC 9110 makes a repeated Host a 400).
+_ONCE = frozenset({b"host", b"content-type", b"proxy-authorization"})
+# Where a client may put its API key (OpenAI: Authorization; Anthropic: x-api-key; Azure: api-key).
+_CREDENTIALS = frozenset({b"authorization", b"x-api-key", b"api-key"})
 
 
 class _Refused(Exception):
@@ -76,6 +83,8 @@ class HttpConnection(asyncio.Protocol):
         self._headers: list[tuple[bytes, bytes]] = []
         self._expect_continue = False
         self._parsed_at = 0.0
+        self._once_seen: set[bytes] = set()
+        self._credential: tuple[bytes, bytes] | None = None  # the request's first credential field
 
     # -- asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -136,6 +145,8 @@ class HttpConnection(asyncio.Protocol):
         self._url = b""
         self._headers = []
         self._expect_continue = False
+        self._once_seen.clear()
+        self._credential = None
         self._in_head = True
         self._field_bytes = 0
         self._body_bytes = 0
@@ -151,6 +162,19 @@ class HttpConnection(asyncio.Protocol):
         name = name.lower()
         if name == b"expect" and value.lower() == b"100-continue":
             self._expect_continue = True
+        elif name in _CREDENTIALS:
+            first = self._credential
+            if first is None:
+                self._credential = (name, value)
+            elif first[0] == name or first[1].strip() != value.strip():
+                self._refusal = (400, f"the request carries more than one credential ({first[0].decode()} and "
+                                      f"{name.decode()}): send one", "ambiguous_credentials")
+                raise _Refused
+        elif name in _ONCE:
+            if name in self._once_seen:
+                self._refusal = (400, f"the {name.decode()} header field appears more than once", "bad_request")
+                raise _Refused
+            self._once_seen.add(name)
         headers = self._headers
         headers.append((name, value))
         # _count_field inlined: this runs for every header of every request

@@ -94,7 +94,7 @@ class TokenizerCounter:
             self._tokenizer = Tokenizer.from_file(str(file))
         except Exception as exc:  # the library raises a bare Exception on bad files
             raise ConfigError(f"cannot load tokenizer {file}: {exc}") from exc
-        self.description = f"tokenizer {file}"
+        self.description = "tokenizer"  # shown on /health: no file path
         self._template: Any = None
         self._specials: dict[str, str] = {}
         config_file = file.parent / "tokenizer_config.json"

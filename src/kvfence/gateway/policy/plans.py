@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvfence.gateway.routing.classes import RouteDecision
+from kvfence.openai_wire import decode_request_json
 from kvfence.scope import CacheScope
 
 __all__ = ["PlanCache", "UpstreamPlan", "parse_forwardable", "with_cache_salt"]
@@ -92,6 +93,7 @@ def _no_constant(name: str) -> Any:
 
 # One decoder for every request: ``json.loads(..., object_pairs_hook=...)`` would build a new one each time.
 _STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_no_constant)
+_LENIENT_DECODER = json.JSONDecoder(parse_constant=_no_constant)  # a repeated key: the last value
 
 
 def parse_forwardable(raw: bytes) -> tuple[Any, bool]:
@@ -102,7 +104,8 @@ def parse_forwardable(raw: bytes) -> tuple[Any, bool]:
     ``max_tokens`` or message ``content`` the gateway could cap one value while a backend generates
     from the other. A body with duplicates is therefore re-serialised from what the gateway parsed.
     Keys are compared decoded, so escaped spellings (``"max_tok\\u0065ns"``) count as the same key.
-    Raises ``ValueError`` for invalid JSON, as ``json.loads``, and for ``NaN`` / ``Infinity``.
+    Raises ``ValueError`` for invalid JSON, as ``json.loads``, and for ``NaN`` / ``Infinity``;
+    :class:`~kvfence.openai_wire.InvalidJSON` (a ``ValueError``) for what no server should read.
     """
     # as json.loads does (UTF-8 with or without BOM, -16, -32); a body that opens with "{" and a
     # second byte that is not NUL is UTF-8 without BOM in its rules: the common case, decided here
@@ -112,9 +115,9 @@ def parse_forwardable(raw: bytes) -> tuple[Any, bool]:
     except UnicodeDecodeError as exc:
         raise ValueError(str(exc)) from None
     try:
-        body = _STRICT_DECODER.decode(text)
+        body = decode_request_json(text, _STRICT_DECODER)  # depth, digits, lone surrogates: InvalidJSON
     except _DuplicateKey:
-        return json.loads(text, parse_constant=_no_constant), False
+        return decode_request_json(text, _LENIENT_DECODER), False
     return body, encoding == "utf-8"  # other encodings (or a BOM) are re-serialised, not passed on
 
 

@@ -256,6 +256,11 @@ class GatewaySettings(_Strict):
     hooks: list[str] = Field(default_factory=list, description="extra hooks as module:factory")
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024, description="larger requests get a 413")
     http: HttpSettings = Field(default_factory=HttpSettings)
+    metrics_key_file: str | None = Field(
+        default=None,
+        description="file holding a bearer token (one word, >= 16 characters) for GET /metrics: with it, /metrics "
+                    "answers 401 without that token and the per-tenant series with it; without it, every caller "
+                    "gets the series summed over tenants (no tenant name)")
     redis_url: str | None = Field(default=None, description="share rate-limit state between replicas")
     workers: int = Field(default=1, ge=1, le=256,
                          description="gateway processes accepting on one port (kvfence gateway --workers)")

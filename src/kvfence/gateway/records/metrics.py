@@ -1,12 +1,55 @@
-"""Prometheus metrics of the gateway, on a registry of its own (one per app instance)."""
+"""Prometheus metrics of the gateway, on a registry of its own (one per app instance).
+
+Series labelled by tenant (:data:`TENANT_LABELS`) are shown only to the holder of the metrics key
+(``gateway.metrics_key_file``); everyone else reads them summed over tenants
+(:func:`without_tenants`), as ``kvfence serve`` does for organisations.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 
-__all__ = ["GatewayMetrics"]
+__all__ = ["TENANT_LABELS", "GatewayMetrics", "without_tenants"]
+
+# Labels that name a tenant; the view without the metrics key sums them away.
+TENANT_LABELS = frozenset({"tenant"})
+
+
+def without_tenants(exposition: bytes) -> bytes:
+    """A Prometheus text exposition with every tenant label summed away (``_created``: the earliest)."""
+    families = list(text_string_to_metric_families(exposition.decode("utf-8")))
+    return generate_latest(_Families([_summed(f) for f in families]))  # type: ignore[arg-type]
+
+
+def _summed(family: Metric) -> Metric:
+    if not any(TENANT_LABELS & sample.labels.keys() for sample in family.samples):
+        return family
+    out = Metric(family.name, family.documentation + " (summed over tenants)", family.type, family.unit)
+    totals: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for sample in family.samples:
+        labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k not in TENANT_LABELS))
+        key = (sample.name, labels)
+        if sample.name.endswith("_created"):
+            totals[key] = min(totals.get(key, sample.value), sample.value)
+        else:
+            totals[key] = totals.get(key, 0.0) + sample.value
+    for (name, labels), value in totals.items():
+        out.add_sample(name, dict(labels), value)
+    return out
+
+
+class _Families(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
 
 _MS_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 

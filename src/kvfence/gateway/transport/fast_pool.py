@@ -1,9 +1,10 @@
 """The lean client's connection pool to one plain-http backend (connections: ``fast_http.py``).
 
 Idle connections are reused most recently used first and dropped once idle for
-4 s (under the 5 s idle timeout of uvicorn-based engines), so a request is rarely
-sent on a connection the backend is closing; when it is, the caller sees
-``httpx.RemoteProtocolError`` with no response and may resend (``proxy._send`` does, once).
+4 s (under the 5 s idle timeout of uvicorn-based engines), and one found closed is dropped before
+anything is written to it. A request written on a connection the backend closes at that moment
+fails with ``httpx.RemoteProtocolError``: whether the backend read it cannot be known, so it is not
+resent (``upstream.NOT_SENT_ERRORS``).
 """
 
 from __future__ import annotations

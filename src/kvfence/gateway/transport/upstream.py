@@ -11,7 +11,12 @@ Two clients with one small interface (:class:`UpstreamClient`: POST a body, stre
   gateway's overhead; the fast client does the same work in a fraction of that (README, "Overhead").
 
 Both raise httpx's exception types (``httpx.ConnectError``, ``httpx.ReadTimeout``,
-``httpx.RemoteProtocolError`` ...), so the request path treats them alike.
+``httpx.RemoteProtocolError`` ...), so the request path treats them alike. Only the
+:data:`NOT_SENT_ERRORS` prove that no byte of the request was written (no connection, or none free;
+a pooled connection found closed is dropped before anything is written to it, by both clients): any
+other failure may come after the backend read the request and began to generate, so the request
+path never sends it to that backend again and lets at most one other backend have it (no request
+amplification: one client request is never several billed generations).
 """
 
 from __future__ import annotations
@@ -25,7 +30,13 @@ import httpx
 from kvfence.errors import ConfigError
 from kvfence.gateway.policy.schema import BackendConfig
 
-__all__ = ["FORCE_HTTPX_ENV", "HttpxResponse", "HttpxUpstream", "UpstreamClient", "UpstreamResponse", "make_upstream_client"]
+__all__ = ["FORCE_HTTPX_ENV", "NOT_SENT_ERRORS", "HttpxResponse", "HttpxUpstream", "UpstreamClient", "UpstreamResponse",
+           "make_upstream_client"]
+
+# Raised before any byte of the request was written (connect failure or timeout, no free connection,
+# a header that cannot be encoded); see the module docstring.
+NOT_SENT_ERRORS: tuple[type[httpx.HTTPError], ...] = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout,
+                                                      httpx.LocalProtocolError, httpx.UnsupportedProtocol)
 
 
 class UpstreamResponse(Protocol):

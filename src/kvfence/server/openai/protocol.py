@@ -9,11 +9,11 @@ with a message instead of being ignored.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kvfence.openai_wire import InvalidJSON, decode_request_json
 from kvfence.server.api_errors import APIError
 from kvfence.server.openai.tools import tool_calling
 
@@ -406,19 +406,6 @@ def _describe(exc: ValidationError) -> APIError:
     return APIError.bad_request(f"invalid value for '{path}': {err['msg']} (got {shown})", param=field)
 
 
-# JSON may spell a UTF-16 surrogate as an escape; paired ones decode to one character, a lone one
-# leaves a string that no tokenizer (and no UTF-8 answer) can hold.
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-def _refuse_lone_surrogates(data: Any) -> None:
-    try:
-        json.dumps(data, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise APIError.bad_request("request body contains a lone UTF-16 surrogate escape (e.g. \\ud83c "
-                                   "without its pair); send valid Unicode text", code="invalid_encoding") from None
-
-
 def check_json_content_type(content_type: str | None) -> None:
     """Refuse a body declared as anything but JSON (415), as FastAPI-based servers (vLLM) do.
 
@@ -481,17 +468,12 @@ def decode_body(body: bytes) -> dict[str, Any]:
         raise APIError.bad_request(f"request body is not valid UTF-8: {exc.reason} at byte {exc.start}",
                                    code="invalid_encoding") from None
     try:
-        data = _DECODER.decode(text)
+        data = decode_request_json(text, _DECODER)  # depth, digits, lone surrogates: kvfence.openai_wire
     except _DuplicateKeyError as exc:
         raise APIError.bad_request(f"request body repeats the key {json.dumps(exc.key)[:80]} in one object; send "
                                    "each field once", code="invalid_json") from None
-    except json.JSONDecodeError as exc:
-        raise APIError.bad_request(f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-                                   code="invalid_json") from None
-    except RecursionError:
-        raise APIError.bad_request("request body is nested too deeply", code="invalid_json") from None
+    except InvalidJSON as exc:
+        raise APIError.bad_request(exc.message, code=exc.code) from None
     if not isinstance(data, dict):
         raise APIError.bad_request("request body must be a JSON object", code="invalid_json")
-    if _SURROGATE_ESCAPE.search(text) is not None:
-        _refuse_lone_surrogates(data)
     return data
