@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
-import hmac
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -26,7 +24,7 @@ from kvfence.gateway.records.metrics import without_tenants
 from kvfence.gateway.runtime import GatewayRuntime
 from kvfence.gateway.workers.metrics import merged_worker_metrics
 from kvfence.http import timing_probe
-from kvfence.server.auth.middleware import bearer_token
+from kvfence.metrics_key import matches
 
 __all__ = ["GatewayApp", "build_app"]
 
@@ -115,12 +113,11 @@ def build_app(runtime: GatewayRuntime, *, freeze_heap: bool = False,
         # series summed over tenants (a tenant's key opens neither: it must not see the others).
         per_tenant = False
         if runtime.metrics_key is not None:
-            token = bearer_token(request.scope)
-            expected = runtime.metrics_key.digest()
-            if token is None:
+            scheme, _, token = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
                 return json_error(AuthenticationFailed("/metrics needs the metrics key: send 'Authorization: "
                                                        "Bearer <key>' with the token of gateway.metrics_key_file"))
-            if expected is None or not hmac.compare_digest(hashlib.sha256(token.encode()).digest(), expected):
+            if not matches(runtime.metrics_key, token.strip()):
                 return json_error(AuthenticationFailed("incorrect metrics key (tenant API keys do not open /metrics)"))
             per_tenant = True
         runtime.quiet.drain()  # finished streams' counts, not yet booked

@@ -36,8 +36,8 @@ from kvfence.gateway.routing.classes import BackendView, RouteDecision, choose_b
 from kvfence.gateway.transport.quiet_time import QuietTime
 from kvfence.gateway.transport.upstream import UpstreamClient, make_upstream_client
 from kvfence.gateway.workers.metrics import PeerMetricsServer, WorkerInfo
+from kvfence.metrics_key import MetricsKeyFile
 from kvfence.scope import CacheScope
-from kvfence.server.auth.metrics_access import MetricsKeyFile
 
 __all__ = ["BackendState", "GatewayRuntime", "load_hooks"]
 

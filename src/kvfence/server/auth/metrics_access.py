@@ -28,14 +28,10 @@ import enum
 import hashlib
 import hmac
 import logging
-import os
-import threading
-import time
-from pathlib import Path
 
 from starlette.types import Scope
 
-from kvfence.errors import ConfigError
+from kvfence.metrics_key import MIN_METRICS_KEY_CHARS, MetricsKeyFile, read_metrics_key
 from kvfence.server.api_errors import APIError
 from kvfence.server.auth.middleware import bearer_token
 
@@ -43,80 +39,12 @@ __all__ = ["MIN_METRICS_KEY_CHARS", "MetricsAccess", "MetricsKeyFile", "MetricsV
 
 log = logging.getLogger(__name__)
 
-_REREAD_S = 1.0
-
-MIN_METRICS_KEY_CHARS = 16
-
 
 class MetricsView(enum.Enum):
     """What one ``/metrics`` caller may see."""
 
     FULL = "full"  # per-organisation labels
     AGGREGATE = "aggregate"  # summed over organisations and scopes
-
-
-def read_metrics_key(path: Path) -> bytes:
-    """The SHA-256 of the token in ``path`` (surrounding whitespace ignored); a clear error if unusable."""
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--metrics-key-file {path}: cannot read it: {exc}") from exc
-    if len(token) < MIN_METRICS_KEY_CHARS or any(c.isspace() for c in token):
-        raise ConfigError(
-            f"--metrics-key-file {path}: the key must be one word of at least {MIN_METRICS_KEY_CHARS} characters, "
-            "e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))' > FILE`"
-        )
-    return hashlib.sha256(token.encode("utf-8")).digest()
-
-
-def _file_identity(path: Path) -> tuple[int, int, int, int] | None:
-    """What changes when the file is replaced or rewritten: device, inode, size, mtime (ns)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-class MetricsKeyFile:
-    """The metrics key of ``--metrics-key-file``, read again whenever the file changes (rotation).
-
-    The first read happens at construction and raises :class:`ConfigError` (the server refuses to
-    start); later failed reads lock the endpoint instead of keeping the old key alive.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        self._identity = _file_identity(path)
-        self._digest: bytes | None = read_metrics_key(path)
-        self._read_at = time.monotonic()
-        self.num_reloads = 0
-
-    def digest(self) -> bytes | None:
-        """The current key's SHA-256, or None while the file is missing or invalid (nobody gets in)."""
-        identity = _file_identity(self.path)
-        now = time.monotonic()
-        with self._lock:
-            # A same-size rewrite within one mtime tick keeps the identity: re-read at least once a
-            # second anyway, which bounds how long an old key can outlive such a rotation.
-            if identity == self._identity and identity is not None and now - self._read_at < _REREAD_S:
-                return self._digest
-            self._identity, self._read_at = identity, now
-            previous = self._digest
-            try:
-                self._digest = read_metrics_key(self.path)
-            except ConfigError as exc:
-                self._digest = None
-                if previous is not None:
-                    log.error("the metrics key file changed and is unusable; /metrics refuses every key until "
-                              "it is fixed: %s", exc)
-                return None
-            if self._digest != previous:
-                self.num_reloads += 1
-                log.warning("metrics key file %s changed: the new key is in force, the old one is refused",
-                            self.path)
-            return self._digest
 
 
 class MetricsAccess:
