@@ -89,16 +89,14 @@ def _policy(tmp: Any, backends: list[dict[str, Any]]) -> dict[str, Any]:
 FACTS = {"advertised_context": 2048, "kv_capacity_tokens": 4096}
 
 
-@pytest.fixture(scope="module", params=["uvicorn", "lean"])
-def gw(shared: ApisBackend, onprem: ApisBackend, tmp_path_factory: pytest.TempPathFactory,
-       request: pytest.FixtureRequest) -> Iterator[Gateway]:
+@pytest.fixture(scope="module")
+def gw(shared: ApisBackend, onprem: ApisBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     tmp = tmp_path_factory.mktemp("apis-gw")
     backends = [{"name": "shared", "url": shared.url, "tier": "shared", "capacity": "policy", "priority": 0,
                  "apis": ["openai", "anthropic"], "facts": FACTS},
                 {"name": "onprem", "url": onprem.url, "tier": "on_prem", "capacity": "policy", "priority": 1,
                  "apis": ["openai", "anthropic"], "facts": FACTS}]
-    g = Gateway(_policy(tmp, backends), tmp, env={"KVFENCE_GATEWAY_SECRET": "s" * 32},
-                extra=["--server", request.param])
+    g = Gateway(_policy(tmp, backends), tmp, env={"KVFENCE_GATEWAY_SECRET": "s" * 32})
     yield g
     g.stop()
 
