@@ -1,7 +1,7 @@
 """Every server kvfence starts holds its HTTP limits against a client on a raw socket (issue 16, item 6).
 
-Each attack runs against each server: ``kvfence serve`` (its HTTP front is the same with ``--disagg``),
-``kvfence gateway``, and ``kvfence gateway --workers 2``, all real processes on 127.0.0.1 with small
+Each attack runs against each server: ``kvfence serve``, ``kvfence serve --disagg`` (slow: it spawns
+a prefill worker), ``kvfence gateway``, and ``kvfence gateway --workers 2``, all real processes on 127.0.0.1 with small
 limits so the tests are quick: an oversize head, too many header fields, a slowloris head that keeps
 trickling bytes, a slow body, an idle keep-alive connection, an oversize body (declared and chunked).
 Each is answered with its OpenAI-shaped status (431/408/413) and a closed connection, and the server
@@ -68,12 +68,14 @@ def _gateway_policy(tmp: Path) -> dict[str, object]:
     }
 
 
-@pytest.fixture(scope="module", params=["serve", "gateway", "gateway-workers"])
+@pytest.fixture(scope="module", params=["serve", pytest.param("serve-disagg", marks=pytest.mark.slow), "gateway",
+                                        "gateway-workers"])
 def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     tmp = tmp_path_factory.mktemp(f"limits-{request.param}")
     proc: Process
-    if request.param == "serve":
-        proc = KvfenceServe(tmp, "--head-timeout", str(HEAD_TIMEOUT_S), "--body-timeout", str(BODY_TIMEOUT_S),
+    if request.param.startswith("serve"):
+        disagg = ["--disagg"] if request.param == "serve-disagg" else []
+        proc = KvfenceServe(tmp, *disagg, "--head-timeout", str(HEAD_TIMEOUT_S), "--body-timeout", str(BODY_TIMEOUT_S),
                             "--idle-timeout", str(IDLE_TIMEOUT_S), "--max-head-bytes", str(MAX_HEAD_BYTES),
                             "--max-headers", str(MAX_HEADERS), "--max-body-bytes", str(MAX_BODY_BYTES))
         auth = b""
