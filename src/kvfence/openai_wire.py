@@ -35,6 +35,7 @@ __all__ = [
     "error_type_for",
     "event_data",
     "normalise_error_body",
+    "one_line",
 ]
 
 SSE_MEDIA_TYPE = "text/event-stream"
@@ -67,6 +68,12 @@ def error_body(message: str, *, type: str, code: str | int | None = None, param:
 def error_bytes(message: str, *, type: str, code: str | int | None = None, param: str | None = None) -> bytes:
     """:func:`error_body` encoded as JSON (UTF-8)."""
     return json.dumps(error_body(message, type=type, code=code, param=param), ensure_ascii=False).encode()
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """``text`` fit for one log line: line breaks escaped (a client's text cannot forge log lines), cut."""
+    flat = text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")
+    return flat if len(flat) <= limit else flat[:limit] + "..."
 
 
 def normalise_error_body(raw: bytes, status: int, backend: str) -> bytes | None:

@@ -107,6 +107,10 @@ def _serve_with_keys(tmp: Path, keys: Path) -> Process:
     pytest.fail("kvfence serve did not become ready:\n" + (tmp / "serve.log").read_text())
 
 
+def _refusals(target: Target) -> int:
+    return sum(1 for line in target.log.splitlines() if "refused" in line)
+
+
 def _post_raw(target: Target, body: bytes, headers: bytes) -> tuple[int, dict[str, object]]:
     client = RawClient(target.port, timeout=30)
     try:
@@ -121,8 +125,10 @@ def _post_raw(target: Target, body: bytes, headers: bytes) -> tuple[int, dict[st
 @pytest.mark.parametrize("name", list(BODIES))
 def test_a_body_no_parser_should_act_on_is_a_400_without_a_traceback(target: Target, name: str) -> None:
     received = len(target.backend.received()) if target.backend is not None else 0
+    logged = _refusals(target)
     status, error = _post_raw(target, BODIES[name].encode(), target.key_header)
     assert status == 400, error
+    assert _refusals(target) == logged + 1, "expected one log line for the refusal"
     assert error["type"] == "invalid_request_error" and isinstance(error["message"], str)
     assert error["code"] in ("invalid_json", "invalid_encoding", "invalid_request"), error
     assert "Traceback" not in target.log
@@ -142,9 +148,11 @@ def test_a_body_no_parser_should_act_on_is_a_400_without_a_traceback(target: Tar
 def test_two_credentials_are_a_400_on_both_servers(target: Target, headers: bytes) -> None:
     key = target.key_header.split(b"Bearer ", 1)[1].strip()
     received = len(target.backend.received()) if target.backend is not None else 0
+    logged = _refusals(target)
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}).encode()
     status, error = _post_raw(target, body, headers % {b"key": key, b"other": OTHER_KEY.encode()})
     assert status == 400, error
+    assert _refusals(target) == logged + 1, "expected one log line for the refusal"
     assert error["code"] == "ambiguous_credentials"
     assert "Traceback" not in target.log
     if target.backend is not None:

@@ -45,7 +45,7 @@ from kvfence.gateway.runtime import BackendState, GatewayRuntime
 from kvfence.gateway.transport.hang_up import CLIENT_GONE_STATUS, HangUpWatch
 from kvfence.gateway.transport.upstream import NOT_SENT_ERRORS
 from kvfence.http import timing_probe
-from kvfence.openai_wire import InvalidJSON
+from kvfence.openai_wire import InvalidJSON, one_line
 
 __all__ = ["handle_completion"]
 
@@ -190,6 +190,8 @@ def _refuse(runtime: GatewayRuntime, trace: RequestTrace, exc: GatewayError, out
     if outcome is None:
         outcome = "leak" if isinstance(exc, LeakSuspected) else (
             "upstream_error" if isinstance(exc, UpstreamUnavailable) else "rejected")
+    if exc.status_code < 500:  # a client's mistake: one line (at info), never a traceback
+        log.info("request %s refused: %d %s: %s", trace.request_id, exc.status_code, exc.code, one_line(exc.message))
     runtime.metrics.rejections.labels(exc.code).inc()
     runtime.metrics.requests.labels(trace.endpoint, trace.data_class or "-", trace.backend or "-",
                                     str(exc.status_code)).inc()

@@ -330,6 +330,8 @@ class HttpConnection(asyncio.Protocol):
                 transport.resume_reading()
 
     def _refuse(self, status: int, message: str, code: str) -> None:
+        # one line, no traceback: a client's mistake (or attack), not the server's fault
+        log.info("refused a request from %s: %d %s (%s)", _peer(self.client), status, code, message)
         self._stopped_parsing = True
         answer = error_answer(status, message, code, date=self.server.date_header())
         parsing = self._parsing
@@ -427,6 +429,10 @@ class HttpConnection(asyncio.Protocol):
             transport.abort()
         elif not transport.is_closing():
             transport.close()
+
+
+def _peer(client: tuple[str, int] | None) -> str:
+    return f"{client[0]}:{client[1]}" if client is not None else "-"
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 from kvfence.apis import messages as anthropic
 from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import RequestError
-from kvfence.openai_wire import DONE, encode_event, error_body
+from kvfence.openai_wire import DONE, encode_event, error_body, one_line
 from kvfence.scope import CacheScope, compute_scope_key
 from kvfence.server.api_errors import APIError, from_request_error
 from kvfence.server.async_engine import AsyncEngine, EngineFault, QueueFullError, RequestGroup
@@ -282,6 +282,8 @@ class OpenAIServing:
     def reject(self, exc: APIError, *, count: bool = True) -> Response:
         if count:
             self.metrics.rejections.labels(exc.reason).inc()
+        if exc.status_code < 500:  # a client's mistake: one line, never a traceback
+            log.info("refused: %d %s: %s", exc.status_code, exc.code or exc.type, one_line(exc.message))
         return exc.response()
 
     async def _handle(self, request: Request, endpoint: str) -> Response:
