@@ -48,7 +48,6 @@ def test_vllm_mode_ignores_the_models_defaults(tmp_path: Path) -> None:
     engine = SimpleNamespace(model_dir=tmp_path)
     assert _sampling_defaults(engine, ServerConfig()) == {"temperature": 0.6, "top_p": 0.9}
     assert _sampling_defaults(engine, ServerConfig(generation_config="vllm")) == {}
-    assert _sampling_defaults(SimpleNamespace(), ServerConfig()) == {}  # an engine without a model directory
 
 
 def test_a_directory_gives_its_own_defaults_also_to_the_built_in_model(tmp_path: Path) -> None:
@@ -64,6 +63,5 @@ def test_a_directory_gives_its_own_defaults_also_to_the_built_in_model(tmp_path:
     (other / "generation_config.json").write_text(json.dumps({"temperature": 0.2, "top_k": 5}))
     config = ServerConfig(generation_config=str(other))
     assert _sampling_defaults(SimpleNamespace(model_dir=model), config) == {"temperature": 0.2, "top_k": 5}
-    assert _sampling_defaults(SimpleNamespace(), config) == {"temperature": 0.2, "top_k": 5}
     with pytest.raises(ConfigError, match=r"directory holding a generation_config\.json"):
         ServerConfig(generation_config=str(tmp_path / "missing"))

@@ -12,8 +12,6 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
-from pathlib import Path
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -21,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from kvfence.engine.interface import Engine
 from kvfence.engine.sampling.generation_defaults import sampling_defaults_for
 from kvfence.server.api_errors import APIError
 from kvfence.server.async_engine import AsyncEngine
@@ -68,27 +67,23 @@ def _package_version() -> str:
         return "unknown"
 
 
-def _loaded_model(engine: Any, config: ServerConfig) -> LoadedModel:
+def _loaded_model(engine: Engine, config: ServerConfig) -> LoadedModel:
     tokenizer = engine.tokenizer
     names = config.served_model_names or (engine.model_name,)
-    vocab = getattr(tokenizer, "vocab_size", None)
     return LoadedModel(
         name=engine.model_name,
         served_names=tuple(names),
         tokenizer=tokenizer,
         capacity=engine.capacity,
-        is_random_weights=bool(getattr(engine, "is_random_weights", False)),
-        vocab_size=int(vocab) if vocab is not None else None,
+        is_random_weights=engine.is_random_weights,
+        vocab_size=tokenizer.vocab_size,
         sampling_defaults=_sampling_defaults(engine, config),
-        serves_prompt_only=bool(getattr(engine, "serves_prompt_only", False)),
+        serves_prompt_only=engine.serves_prompt_only,
     )
 
 
-def _sampling_defaults(engine: Any, config: ServerConfig) -> dict[str, float | int]:
-    model_dir = getattr(engine, "model_dir", None)
-    if config.generation_config == "auto" and model_dir is None:
-        return {}
-    defaults = sampling_defaults_for(config.generation_config, Path(model_dir or "."))
+def _sampling_defaults(engine: Engine, config: ServerConfig) -> dict[str, float | int]:
+    defaults = sampling_defaults_for(config.generation_config, engine.model_dir)
     if defaults:
         shown = ", ".join(f"{k}={v}" for k, v in defaults.items())
         where = "the model's" if config.generation_config == "auto" else f"{config.generation_config}'s"
@@ -99,7 +94,7 @@ def _sampling_defaults(engine: Any, config: ServerConfig) -> dict[str, float | i
 
 def create_app(
     config: ServerConfig,
-    engine_factory: Callable[[], Any],
+    engine_factory: Callable[[], Engine],
     *,
     secret: bytes,
     keyring: KeyRing | None,
@@ -115,8 +110,7 @@ def create_app(
         try:
             engine = engine_factory()
             model = _loaded_model(engine, config)
-            max_num_seqs = int(getattr(getattr(engine, "config", None), "max_num_seqs", 0) or 0)
-            async_engine = AsyncEngine(engine, max_pending=max_num_seqs + config.max_queue_len)
+            async_engine = AsyncEngine(engine, max_pending=engine.max_num_seqs + config.max_queue_len)
             async_engine.start()
             holder["engine"] = async_engine
             metrics.stats_source = async_engine.stats

@@ -17,26 +17,22 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TypeVar
 
+from kvfence.engine.interface import Engine, EngineStats, RequestOutput, SamplingParams
 from kvfence.errors import RequestError
 
 __all__ = ["AsyncEngine", "EngineFault", "EngineProtocol", "QueueFullError", "RequestGroup"]
 
 log = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 # How often the engine thread refreshes its stats snapshot while busy (idle: after every change).
 _STATS_INTERVAL_S = 0.05
 
 
-class EngineProtocol(Protocol):
-    """What the server needs from ``kvfence.engine.core.llm_engine.LLMEngine``."""
-
-    def add_request(self, request_id: str, prompt_token_ids: list[int], params: Any, scope_key: bytes) -> None: ...
-    def step(self) -> list[Any]: ...
-    def abort_request(self, request_id: str) -> None: ...
-    def has_unfinished_requests(self) -> bool: ...
-    def stats(self) -> Any: ...
+EngineProtocol = Engine  # the typed seam: kvfence.engine.interface
 
 
 class QueueFullError(Exception):
@@ -53,7 +49,7 @@ class RequestStream:
 
     request_id: str
     loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue[Any]
+    queue: asyncio.Queue[RequestOutput | BaseException]
     admitted: asyncio.Future[None]
     owner: str = ""  # the organisation whose slot this is (its share of the queue)
 
@@ -61,7 +57,8 @@ class RequestStream:
 class RequestGroup:
     """The requests of one HTTP call (one per prompt), with outputs on one shared queue."""
 
-    def __init__(self, engine: AsyncEngine, request_ids: list[str], queue: asyncio.Queue[Any]) -> None:
+    def __init__(self, engine: AsyncEngine, request_ids: list[str],
+                 queue: asyncio.Queue[RequestOutput | BaseException]) -> None:
         self._engine = engine
         self.request_ids = request_ids
         self._queue = queue
@@ -71,7 +68,7 @@ class RequestGroup:
     def is_finished(self) -> bool:
         return not self._unfinished
 
-    async def __aiter__(self) -> AsyncIterator[Any]:
+    async def __aiter__(self) -> AsyncIterator[RequestOutput]:
         """Yield ``RequestOutput`` objects until every request finished; raise what the engine reported."""
         while self._unfinished:
             item = await self._queue.get()
@@ -97,7 +94,7 @@ class RequestGroup:
 class _Add:
     stream: RequestStream
     prompt_token_ids: list[int]
-    params: Any
+    params: SamplingParams
     scope_key: bytes
 
 
@@ -109,7 +106,7 @@ class _Abort:
 class AsyncEngine:
     """Owns the engine thread; ``submit`` admits a request, ``abort`` releases it (and its pages)."""
 
-    def __init__(self, engine: EngineProtocol, *, max_pending: int | None = None) -> None:
+    def __init__(self, engine: Engine, *, max_pending: int | None = None) -> None:
         self.engine = engine
         self.max_pending = max_pending
         self._cond = threading.Condition()
@@ -117,7 +114,7 @@ class AsyncEngine:
         self._streams: dict[str, RequestStream] = {}  # touched only under self._cond
         self._stopping = False
         self._thread: threading.Thread | None = None
-        self._stats: Any = engine.stats()
+        self._stats: EngineStats = engine.stats()
         self._stats_at = time.monotonic()
         self.fault: BaseException | None = None  # set when the engine thread died
 
@@ -142,11 +139,11 @@ class AsyncEngine:
         with self._cond:
             return len(self._streams)
 
-    def stats(self) -> Any:
+    def stats(self) -> EngineStats:
         """The latest ``EngineStats`` snapshot taken by the engine thread."""
         return self._stats
 
-    async def submit(self, requests: list[tuple[str, list[int], Any]], scope_key: bytes, *,
+    async def submit(self, requests: list[tuple[str, list[int], SamplingParams]], scope_key: bytes, *,
                      owner: str = "", owner_limit: int | None = None) -> RequestGroup:
         """Queue ``(request_id, prompt_token_ids, params)`` items and wait until the engine admitted all.
 
@@ -158,7 +155,7 @@ class AsyncEngine:
         nothing of this call stays in the engine.
         """
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+        queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
         streams = [RequestStream(rid, loop, queue, loop.create_future(), owner) for rid, _, _ in requests]
         with self._cond:
             if self.max_pending is not None and len(self._streams) + len(requests) > self.max_pending:
@@ -259,8 +256,8 @@ class AsyncEngine:
                 self._streams.pop(stream.request_id, None)
         self._post(stream, _resolve_admission, error)
 
-    def _deliver(self, outputs: list[Any]) -> None:
-        batches: dict[int, tuple[RequestStream, list[Any]]] = {}
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
+        batches: dict[int, tuple[RequestStream, list[RequestOutput | BaseException]]] = {}
         with self._cond:
             for out in outputs:
                 stream = self._streams.get(out.request_id)
@@ -275,17 +272,14 @@ class AsyncEngine:
     def _fail_isolated(self) -> None:
         """Answer the requests the engine aborted alone after a failed forward pass (fault isolation):
         an internal error for each, while every other request keeps running."""
-        take = getattr(self.engine, "take_failed_requests", None)
-        if take is None:
-            return
-        for request_id, exc in take():
+        for request_id, exc in self.engine.take_failed_requests():
             with self._cond:
                 stream = self._streams.pop(request_id, None)
             if stream is None:
                 continue  # aborted by its client meanwhile
             fault = EngineFault(f"internal engine error: {type(exc).__name__}")
             self._post(stream, _resolve_admission, fault)
-            self._post(stream, _put_many, [fault])
+            self._post(stream, _put_many, _items(fault))
 
     def _fail_all(self, exc: BaseException) -> None:
         with self._cond:
@@ -298,7 +292,7 @@ class AsyncEngine:
             except Exception:
                 log.exception("abort of %s after a fault failed", stream.request_id)
             self._post(stream, _resolve_admission, fault)
-            self._post(stream, _put_many, [fault])
+            self._post(stream, _put_many, _items(fault))
 
     def _refresh_stats(self, *, force: bool) -> None:
         now = time.monotonic()
@@ -310,7 +304,7 @@ class AsyncEngine:
             self._stats_at = now
 
     @staticmethod
-    def _post(stream: RequestStream, fn: Callable[..., None], arg: Any) -> None:
+    def _post(stream: RequestStream, fn: Callable[[RequestStream, _T], None], arg: _T) -> None:
         # RuntimeError: the event loop is closed, nobody is waiting any more.
         with contextlib.suppress(RuntimeError):
             stream.loop.call_soon_threadsafe(fn, stream, arg)
@@ -326,6 +320,10 @@ def _resolve_admission(stream: RequestStream, error: BaseException | None) -> No
         fut.set_exception(error)
 
 
-def _put_many(stream: RequestStream, items: list[Any]) -> None:
+def _items(fault: BaseException) -> list[RequestOutput | BaseException]:
+    return [fault]
+
+
+def _put_many(stream: RequestStream, items: list[RequestOutput | BaseException]) -> None:
     for item in items:
         stream.queue.put_nowait(item)

@@ -8,6 +8,7 @@ import importlib.util
 import logging
 from typing import Any
 
+from kvfence.engine.interface import Engine
 from kvfence.errors import KvfenceError
 from kvfence.http.server import HttpServer, LifespanFailed
 from kvfence.http.server import run as run_http
@@ -39,7 +40,7 @@ def run_server(config: ServerConfig, engine_config: Any, *, log_level: str = "in
         if server is not None:
             server.request_stop_threadsafe()
 
-    def factory() -> Any:
+    def factory() -> Engine:  # mypy checks both engines against the typed seam here
         if disagg_config is not None:  # prefill in a worker process, verified KV handoff (I4)
             from kvfence.disagg.engine import DisaggregatedEngine
 

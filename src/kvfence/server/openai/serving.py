@@ -20,6 +20,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from kvfence.apis import messages as anthropic
+from kvfence.engine.interface import RequestOutput
 from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import RequestError
 from kvfence.openai_wire import DONE, encode_event, error_body, one_line
@@ -74,9 +75,9 @@ __all__ = ["OpenAIServing"]
 
 log = logging.getLogger(__name__)
 
-def _new_logprobs(out: Any) -> list[dict[int, float]]:
+def _new_logprobs(out: RequestOutput) -> list[dict[int, float]]:
     """This step's logprob entries: ``new_logprobs``, or the tail of the cumulative list."""
-    new = getattr(out, "new_logprobs", None)
+    new = out.new_logprobs
     if new is not None:
         return list(new)
     return list(out.logprobs or [])[-len(out.new_token_ids):] if out.new_token_ids else []
@@ -457,15 +458,15 @@ class OpenAIServing:
 
     # -- answers ---------------------------------------------------------------------------------
 
-    def _fold(self, lease: _Lease, out: Any) -> ChoiceState:
+    def _fold(self, lease: _Lease, out: RequestOutput) -> ChoiceState:
         choice = lease.by_request[out.request_id]
         choice.update(out)
-        scores = getattr(out, "prompt_logprobs", None)
+        scores = out.prompt_logprobs
         if scores is not None and lease.prompt_logprobs[choice.prompt_index] is None:
             lease.prompt_logprobs[choice.prompt_index] = scores
         lease.saw_output(out)
-        if out.finished and out.finish_reason == "abort" and getattr(out, "error_reason", None) == "rejected":
-            raise _AbortedByEngine(f"the prefill side rejected the request ({getattr(out, 'error', None)}); no answer is returned",
+        if out.finished and out.finish_reason == "abort" and out.error_reason == "rejected":
+            raise _AbortedByEngine(f"the prefill side rejected the request ({out.error}); no answer is returned",
                                    rejected=True)
         if out.finished and out.finish_reason == "abort":
             raise _AbortedByEngine("the engine aborted the request (isolation check or internal limit); "
