@@ -20,6 +20,7 @@ from kvfence.gateway.protection.detect.concatenated import joined_literals
 from kvfence.gateway.protection.detect.encoded import decoded_runs
 from kvfence.gateway.protection.detect.findings import Finding, resolve_overlaps
 from kvfence.gateway.protection.detect.normalise import fold
+from kvfence.gateway.protection.detect.recognizers.address_intl import extend_address
 from kvfence.gateway.protection.detect.recognizers.person import find_persons, link_mentions
 from kvfence.gateway.protection.detect.recognizers.pii import PII_RULES, PRIVATE_IP_RULES
 from kvfence.gateway.protection.detect.recognizers.secrets import SECRET_RULES
@@ -83,7 +84,11 @@ class Detector:
         found = resolve_overlaps(found)
         if not folded.changed:
             return found
-        return [replace(f, start=start, end=end) for f in found for start, end in (folded.span(f.start, f.end),)]
+        # a name is one person however it was escaped ("W\u00f3jcik" in tool arguments, "Wójcik" in a
+        # message): it stands for its plain form, so both get one placeholder
+        return [replace(f, start=start, end=end,
+                        value=plain[f.start:f.end] if f.rule.startswith("person_") and f.value is None else f.value)
+                for f in found for start, end in (folded.span(f.start, f.end),)]
 
     def _scan_folded(self, text: str) -> list[Finding]:
         # a decoded run: folded like any text, never decoded again (no nesting, bounded cost)
@@ -92,10 +97,16 @@ class Detector:
 
     def _detect(self, plain: str) -> list[Finding]:
         # one scan, every kind: pattern rules, secrets and names (recognizers/person.py)
-        found = self._pii.detect(plain) + self._secrets.raw_findings(plain)
+        found = [self._whole_address(plain, f) if f.entity == "POSTAL_ADDRESS" else f for f in self._pii.detect(plain)]
+        found += self._secrets.raw_findings(plain)
         if self._names:
             found += find_persons(plain)
         return found
+
+    @staticmethod
+    def _whole_address(text: str, finding: Finding) -> Finding:
+        start, end = extend_address(text, finding.start, finding.end)  # "Flat 2," before, "Canada" after
+        return finding if (start, end) == (finding.start, finding.end) else replace(finding, start=start, end=end)
 
     def scan_all(self, texts: Sequence[str]) -> list[list[Finding]]:
         """Each text's findings; the names among them linked across the request (one person, one

@@ -23,18 +23,23 @@ _HEADER_WORDS = re.compile(
     r"|nom|prénom|prenom|nom[ _-]complet|destinataire|titulaire|client|nombre|apellidos?|nombre[ _-]completo"
     r"|destinatario|titular|cognome|nome|nominativo|intestatario|voornaam|achternaam|naam|volledige[ _-]naam"
     r"|klant|ontvanger|contactpersoon)$")
+# headers that say "this is a name part" outright; a bare "name" or "owner" column may hold products,
+# hosts or teams, so its cells must look like a person's name (``person.py`` decides)
+_STRONG_HEADER = re.compile(r"(?i)first|last|given|family|middle|sur|full|vorname|nachname|familienname|pr[ée]nom"
+                            r"|apellido|cognome|voornaam|achternaam|customer|client|patient|employee|contact|kunde"
+                            r"|mitarbeiter|klant|recipient|sender|cardholder|holder|tenant|signatory")
 _CELL_OK = re.compile(r"^[^\W\d_][^\W\d_ .,'’-]*(?:[ .,'’-]{1,2}[^\W\d_]+){0,5}\.?$")
 _DELIMS = (",", ";", "\t", "|")
 
 
-def _header_columns(line: str) -> tuple[str, list[int]] | None:
+def _header_columns(line: str) -> tuple[str, list[int], set[int]] | None:
     for delim in _DELIMS:
         if delim not in line:
             continue
         cells = [c.strip().strip('"').strip() for c in line.split(delim)]
         cols = [k for k, cell in enumerate(cells) if _HEADER_WORDS.match(cell)]
         if cols and len(cells) >= 2:
-            return delim, cols
+            return delim, cols, {k for k in cols if _STRONG_HEADER.search(cells[k])}
     return None
 
 
@@ -66,17 +71,23 @@ def _cells(line: str, delim: str) -> list[tuple[int, int]]:
     return spans
 
 
+def _looks_like_a_person(value: str) -> bool:
+    from kvfence.gateway.protection.detect.recognizers.person import find_persons
+
+    return any(f.start == 0 and f.end >= len(value.rstrip(". ")) for f in find_persons(value, cells=False))
+
+
 def csv_name_cells(text: str) -> list[Finding]:
     """PERSON findings for the cells of name columns in every CSV table of ``text``."""
     if not any(d in text for d in _DELIMS):
         return []
     found: list[Finding] = []
     offset = 0
-    header: tuple[str, list[int], int] | None = None  # delimiter, name columns, cell count
+    header: tuple[str, list[int], set[int], int] | None = None  # delimiter, name columns, strong ones, cells
     for line in text.split("\n"):
         stripped = line.rstrip("\r")
         if header is not None:
-            delim, cols, width = header
+            delim, cols, strong, width = header
             if delim not in stripped:
                 header = None
             else:
@@ -91,12 +102,13 @@ def csv_name_cells(text: str) -> list[Finding]:
                         if k < len(spans):
                             start, end = spans[k]
                             value = stripped[start:end]
-                            if value and _CELL_OK.match(value) and len(value) <= 60:
+                            if value and _CELL_OK.match(value) and len(value) <= 60 \
+                                    and (k in strong or _looks_like_a_person(value)):
                                 found.append(Finding(offset + start, offset + end, "PERSON", Category.PII,
                                                      0.8, "person_csv_column"))
         if header is None:
             spotted = _header_columns(stripped)
             if spotted is not None:
-                header = (spotted[0], spotted[1], len(stripped.split(spotted[0])))
+                header = (spotted[0], spotted[1], spotted[2], len(stripped.split(spotted[0])))
         offset += len(line) + 1
     return found

@@ -23,7 +23,6 @@ the name as written: titles and a possessive 's stay outside.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from kvfence.gateway.protection.detect.findings import Category, Finding
 from kvfence.gateway.protection.detect.recognizers.gazetteer import Gazetteer, gazetteer
@@ -38,7 +37,10 @@ _TITLE_RE = re.compile(
     r"(?<![\w.])(?:(?i:Mr|Mrs|Ms|Mx|Miss|Dr|Prof|Sir|Dame|Herr|Frau|Hr|Mme|Mlle|Madame|Monsieur|Mademoiselle"
     r"|Sr|Sra|Srta|Señor|Señora|Señorita|Doña|Dott|Dott\.ssa|Dottssa|Sig|Sig\.ra|Signor|Signora|Dhr|Mevr"
     r"|Mw|Ing|Rev|Capt|Insp|Judge|Prof\.\s?Dr)|M|Fr|Don)\.?\s{1,2}$")
-_BRAND_TITLES = frozenset(["oetker", "pepper", "martens", "scholl", "dre", "seuss"])
+_BRAND_TITLES = frozenset("oetker pepper martens scholl dre seuss fields clean bean robot".split())  # noqa: SIM905
+# Words before a capitalised word that make it a street, not a person ("Via Roma", "Calle Mayor").
+_STREET_WORDS = frozenset("via viale piazza corso calle avenida plaza paseo rue avenue boulevard place rua "  # noqa: SIM905
+                          "street road lane straße strasse platz weg".split())
 # Words before a name that make a single known name a person: greetings, sign-offs, asking someone.
 _CUES = frozenset(c.strip() for c in """
 hi, hey, hello, hallo, hola, ciao, salut, bonjour, bonsoir, buongiorno, buenos días, moin, servus, dear,
@@ -49,7 +51,9 @@ attn, attention, signed, sincerely, assigned to, owner, reviewer, reporter, appr
 requested by, created by, signed by, witness, tenant, landlord, patient, customer, client, employee,
 applicant, candidate, colleague, manager, my name is, i am, i'm, this is, it's, ich bin, ich heiße, je suis,
 je m'appelle, me llamo, soy, mi chiamo, sono, ik ben, mijn naam is, ik heet, frag, demande à, pregunta a,
-chiedi a, vraag, @, met, mit, avec, con, per, via, from, by, and, to, for, und
+chiedi a, vraag, witness, attendees, attendee, participants, present, speaker, author, authors, owner,
+assignee, signatory, guarantor, seller, buyer, lessor, lessee, tenant, employer, contractor, zeuge, zeugin,
+teilnehmer, témoin, participants, testigo, asistentes, testimone, partecipanti, getuige, aanwezig, @, met, mit, avec, con, per, via, from, by, and, to, for, und
 """.replace("\n", " ").split(","))
 # Of these, the weak ones ("to", "and") only with a name that is no word or place.
 _WEAK_CUES = frozenset(["with", "met", "mit", "avec", "con", "per", "via", "from", "by", "and", "to", "for", "und"])
@@ -97,24 +101,38 @@ johns hopkins, carnegie mellon, van gogh museum, anne frank house, georgia tech,
 """.replace("\n", " ").split(",") if s.strip())
 
 
-@dataclass(frozen=True, slots=True)
+# Software, languages, products and firms whose names are people's names or surnames: never a
+# person on their own, nor part of one.
+_SOFTWARE = frozenset(["jenkins", "kafka", "julia", "ruby", "rust", "ada", "pascal", "haskell", "erlang", "elixir", "hugo", "jekyll", "astro", "gatsby", "django", "flask", "rails", "sinatra", "laravel", "symfony", "spring", "grails", "kotlin", "scala", "swift", "perl", "python", "java", "groovy", "fortran", "cobol", "lisp", "clojure", "dart", "ansible", "puppet", "chef", "salt", "terraform", "vagrant", "consul", "nomad", "vault", "packer", "kubernetes", "docker", "podman", "helm", "airflow", "luigi", "celery", "dask", "spark", "hadoop", "hive", "pig", "flink", "storm", "beam", "cassandra", "redis", "mongo", "mongodb", "mysql", "postgres", "mariadb", "oracle", "sqlite", "neo4j", "elastic", "kibana", "logstash", "grafana", "prometheus", "loki", "tempo", "jaeger", "zipkin", "nginx", "apache", "tomcat", "jetty", "maven", "gradle", "sbt", "bazel", "ant", "sphinx", "pandoc", "jupyter", "pandas", "numpy", "scipy", "keras", "torch", "tensorflow", "alexa", "siri", "cortana", "watson", "bard", "claude", "gemini", "llama", "mistral", "falcon", "copilot", "jarvis", "sonar", "sonarqube", "jira", "confluence", "trello", "asana", "slack", "zoom", "teams", "outlook", "excel", "word", "access", "dynamo", "aurora", "athena", "glue", "lambda", "tesla", "ford", "dell", "hp", "boeing", "siemens", "bosch", "philips", "heineken", "michelin", "chanel", "hermès", "hermes", "armani", "gucci", "prada", "ferrari", "lamborghini", "porsche", "dior", "versace", "cartier", "zara", "mango", "ikea", "lego", "nestlé", "nestle", "kellogg", "disney", "mcdonald", "mcdonalds", "wendy", "wendys", "marriott", "hilton", "hyatt", "walmart", "kroger", "costco", "boots", "tesco", "sainsbury"])
+
+
+def _not_a_person(low: str) -> bool:
+    return low in _SOFTWARE
+
+
 class _Tok:
-    start: int
-    end: int
-    text: str
-    low: str
+    """A word that can be part of a name: capitalised, all-caps, a particle, or a known name."""
 
-    @property
-    def cap(self) -> bool:
-        return (self.text[0].isupper() and not self.text.isupper()) or (len(self.text) <= 3 and self.text.istitle())
+    __slots__ = ("cap", "end", "low", "start", "text", "upper")
 
-    @property
-    def upper(self) -> bool:
-        return self.text.isupper() and len(self.text) > 1
+    def __init__(self, start: int, end: int, text: str, low: str) -> None:
+        self.start, self.end, self.text, self.low = start, end, text, low
+        self.upper = len(text) > 1 and text.isupper()
+        self.cap = text[0].isupper() and (not self.upper or (len(text) <= 3 and text.istitle()))
 
 
-def _tokens(text: str) -> list[_Tok]:
-    return [_Tok(m.start(), m.end(), m.group(), m.group().lower().replace("’", "'")) for m in _WORD.finditer(text)]
+def _tokens(text: str, g: Gazetteer) -> list[_Tok]:
+    # Other lower-case words cannot be part of a name; leaving them out keeps the gaps between the
+    # words that are (so a run never jumps over one) and skips most of a long prompt's words.
+    toks = []
+    given, surnames = g.given, g.surnames
+    for m in _WORD.finditer(text):
+        word = m.group()
+        if word[0].isupper():
+            toks.append(_Tok(m.start(), m.end(), word, word.lower().replace("’", "'")))
+        elif word in _PARTICLES or word in given or word in surnames:
+            toks.append(_Tok(m.start(), m.end(), word, word.replace("’", "'")))
+    return toks
 
 
 def _parts(low: str) -> list[str]:
@@ -154,7 +172,7 @@ class _Finder:
     def __init__(self, text: str) -> None:
         self.text = text
         self.g = gazetteer()
-        self.toks = _tokens(text)
+        self.toks = _tokens(text, self.g)
         self.found: list[Finding] = []
         self.taken: set[int] = set()  # token indexes inside an accepted name
         self._headlines: dict[int, bool] = {}
@@ -184,7 +202,8 @@ class _Finder:
             t = toks[j]
             shaped = t.upper or (len(t.text) == 1 and t.text.isupper()) if upper else (t.cap or (len(t.text) == 1 and t.text.isupper()))
             if not shaped:
-                if j > i and t.low in _PARTICLES and j + 1 < len(toks) and self.gap_ok(t, toks[j + 1]) \
+                if j > i and t.low in _PARTICLES and j + 1 < len(toks) and self.gap_ok(toks[j - 1], t) \
+                        and self.gap_ok(t, toks[j + 1]) \
                         and (toks[j + 1].cap or toks[j + 1].upper or toks[j + 1].low in _PARTICLES):
                     j += 1
                     continue
@@ -222,6 +241,7 @@ class _Finder:
     # --- a run of two or more name-shaped words ---
     def full_name(self, i: int, j: int, upper: bool) -> bool:
         toks = self.toks[i:j]
+        first_index = i
         words = [t for t in toks if len(t.text) > 1 and t.low not in _PARTICLES]
         initials = [t for t in toks if len(t.text) == 1]
         if len(words) < 1 or len(words) + len(initials) < 2:
@@ -232,9 +252,7 @@ class _Finder:
             return False
         if len(words) == 1:  # "J. Smith", "J. R. R. Tolkien": initials before a known surname
             return toks[0] is not first and g.is_surname(last.low) and not g.is_ordinary(last.low)
-        if toks[0] is not first:
-            return False
-        if not _known(g, first.low, given=True):
+        if toks[0] is not first or _not_a_person(first.low) or _not_a_person(last.low):
             return False
         headline = self.headline(first.start)
         surname_known = _known(g, last.low, given=False)
@@ -242,12 +260,32 @@ class _Finder:
         middles_ok = all(_known(g, w.low, given=False) or not g.is_ordinary(w.low) for w in words[1:-1])
         if not middles_ok:
             return False
-        if g.risky_given(first.low) or upper or headline:
+        if not _known(g, first.low, given=True):
+            first_ordinary = g.is_ordinary(first.low)
+            if first_ordinary or headline:
+                return False
+            # surname first (Chinese, Japanese, Korean, Vietnamese, Hungarian): "Tanaka Hiroshi", "Zhang Wei"
+            if g.is_surname(first.low) and _known(g, last.low, given=True) and not g.risky_given(last.low):
+                return True
+            # two known names after a person cue or a name label: "Witness: Bartosz Nowak"
+            if g.is_name(first.low) and surname_known and not surname_ordinary \
+                    and _cue_before(self.before(first_index)) not in (None, *_WEAK_CUES):
+                return True
+            # a given name the lists lack before a known surname: "Tesfaye Bekele", "Oluwadamilare Okafor"
+            return (not g.is_name(first.low) and surname_known and not surname_ordinary and first.text[1:].islower()
+                    and len(first.text) >= 3 and not self.sentence_start(first))
+        if g.risky_given(first.low) or headline:
             return surname_known and not surname_ordinary
         if surname_known:
             return True
+        if upper:
+            return False
         # an unknown surname: capitalised, no dictionary word, after a safe given name
         return not surname_ordinary and len(last.text) >= 2 and last.text[1:].islower()
+
+    def sentence_start(self, t: _Tok) -> bool:
+        before = self.text[max(0, t.start - 3):t.start].rstrip(" \t\"'“(")
+        return not before or before[-1] in ".!?\n:"
 
     def scan_runs(self) -> None:
         toks = self.toks
@@ -310,21 +348,24 @@ class _Finder:
                 return False
             self.add(i, k, "person_title", 0.85)
             return True
-        if not _known(g, t.low, given=False) or self.org_after(i + 1) or j - i >= 2:
+        if not _known(g, t.low, given=False) or self.org_after(i + 1) or j - i >= 2 or _not_a_person(t.low):
             return False
         if g.is_ordinary(t.low) and not g.is_given(t.low):
             return False
         after = self.text[t.end:t.end + 24]
         cue = _cue_before(before)
-        if cue is not None and before.rstrip().endswith("&"):
+        if cue is not None and (before.rstrip().endswith("&") or (cue in ("via", "per") and before.rstrip()[-3:-2].isupper())):
             cue = None
+        prev = _CUE_WORDS.findall(before[-16:].lower())
+        if prev and prev[-1] in _STREET_WORDS:
+            return False
         if cue is not None and (cue not in _WEAK_CUES or (g.is_given(t.low) and not (g.is_ordinary(t.low)
                                                                                or g.risky_given(t.low)))) \
                 and (not g.risky_given(t.low) or cue in ("hi", "hey", "hello", "dear", "thanks", "thank you",
                                                          "cc", "@", "liebe", "lieber", "cher", "chère")):
             self.add(i, i + 1, "person_cue", 0.7)
             return True
-        if len(t.text) >= 3 and _SAY_AFTER.match(after) and g.is_given(t.low) and not g.risky_given(t.low) \
+        if len(t.text) >= 3 and _SAY_AFTER.match(after) and not g.risky_given(t.low) and g.is_given(t.low) \
                 and not before.rstrip().endswith("&") and not self.headline(t.start):
             self.add(i, i + 1, "person_said", 0.6)
             return True
@@ -368,13 +409,13 @@ class _Finder:
             cue = _cue_before(self.before(i))
             if pair:
                 self.add(i, i + 2, "person_lowercase", 0.6)
-            elif cue is not None and cue not in _WEAK_CUES:
+            elif cue is not None and (cue not in _WEAK_CUES or len(t.text) >= 4) and not _not_a_person(t.low):
                 self.add(i, i + 1, "person_lowercase_cue", 0.6)
 
 
 _FIELD = re.compile(
     r"""(?ix)(?:^|(?<=[\s{,;"'(\[]))
-    (?:full[\s_-]?name|first[\s_-]?name|last[\s_-]?name|given[\s_-]?name|family[\s_-]?name|middle[\s_-]?name
+    (?P<key>full[\s_-]?name|first[\s_-]?name|last[\s_-]?name|given[\s_-]?name|family[\s_-]?name|middle[\s_-]?name
       |surname|name|customer(?:[\s_-]?name)?|client(?:[\s_-]?name)?|contact(?:[\s_-]?(?:person|name))?
       |patient(?:[\s_-]?name)?|employee(?:[\s_-]?name)?|recipient|sender|attn|owner|assignee|reporter
       |requester|author|signatory|tenant|landlord|holder|cardholder|account[\s_-]?holder|user[\s_-]?name
@@ -383,6 +424,12 @@ _FIELD = re.compile(
       |titular|cognome|mittente|intestatario|voornaam|achternaam|naam|ontvanger|afzender|huurder|klant)
     ["']?\s{0,3}[:=]\s{0,3}["']?
     (?P<value>[^\W\d_][^\W\d_'’.-]*(?:(?:[ .'’-]|\.\s)[^\W\d_]+){0,5}\.?)""")
+
+
+# keys that hold nothing but a name part: their value needs no gazetteer
+_STRONG_KEY = re.compile(r"(?i)first|last|given|family|middle|sur|full|vorname|nachname|familienname|pr[ée]nom"
+                         r"|apellido|cognome|voornaam|achternaam")
+_NOT_VALUES = frozenset(["null", "none", "unknown", "n/a", "na", "nil", "undefined", "true", "false", "test", "example", "sample"])
 
 
 def _field_values(text: str, f: _Finder) -> None:
@@ -399,18 +446,24 @@ def _field_values(text: str, f: _Finder) -> None:
             if (g.is_ordinary(low) or low in _ORG_AFTER) and not g.is_name(low) and low not in _PARTICLES:
                 break
             keep.append(w)
-        if not keep or not any(_known(g, w.lower(), False) for w in keep):
+        if not keep:
+            continue
+        if not any(_known(g, w.lower(), False) for w in keep) and _STRONG_KEY.search(m.group("key")) is None:
             continue
         plain = [w for w in keep if w.lower() not in _PARTICLES]
-        if all(g.is_ordinary(w.lower()) for w in plain) and not (len(plain) >= 2 and all(w[0].isupper() for w in plain)):
-            continue  # "Name: Unknown", "owner: admin"
+        strong = _STRONG_KEY.search(m.group("key")) is not None
+        if not strong and (len(plain) < 2 or not any(_known(g, w.lower(), True) for w in plain)):
+            continue  # {"name": "Florence"} is a city as often as a person; "Name: Priya Raman" is not
+        if all(g.is_ordinary(w.lower()) for w in plain) and not (len(plain) >= 2 and all(w[0].isupper() for w in plain)) \
+                and not (strong and plain and plain[0][0].isupper() and plain[0].lower() not in _NOT_VALUES):
+            continue  # "Name: Unknown", "owner: admin"; but "last_name": "Park"
         if len(keep) < len(words):
             cut = value.find(keep[-1], sum(len(w) for w in keep[:-1])) + len(keep[-1])
             end = start + cut
         f.found.append(Finding(start, end, "PERSON", Category.PII, 0.9, "person_field"))
 
 
-def find_persons(text: str) -> list[Finding]:
+def find_persons(text: str, *, cells: bool = True) -> list[Finding]:
     """PERSON findings in ``text`` (may overlap each other; the caller resolves overlaps)."""
     if not text:
         return []
@@ -421,8 +474,13 @@ def find_persons(text: str) -> list[Finding]:
     _field_values(text, f)
     from kvfence.gateway.protection.detect.recognizers.csv_names import csv_name_cells
 
-    f.found.extend(csv_name_cells(text))
+    if cells:
+        f.found.extend(csv_name_cells(text))
     return f.found
+
+
+# what a name looks like as a value (another rule's PERSON, e.g. an operator's, may hold anything)
+_NAMEISH = re.compile(r"^[^\W\d_]+(?:(?:[ '’,-]|\. ?|, )[^\W\d_]+){0,6}\.?$")
 
 
 def _name_words(value: str) -> frozenset[str]:
@@ -441,8 +499,8 @@ def link_mentions(texts: list[str], per_text: list[list[Finding]]) -> list[list[
             if f.entity == "PERSON":
                 value = f.value if f.value is not None else text[f.start:f.end]
                 words = _name_words(value)
-                if len(words) >= 2 and words not in names:
-                    names[words] = " ".join(value.replace(",", " ").split()) if "," not in value else value
+                if len(words) >= 2 and words not in names and _NAMEISH.match(value):
+                    names[words] = value
     if not names:
         return per_text
     owners: dict[str, set[frozenset[str]]] = {}
@@ -466,7 +524,7 @@ def link_mentions(texts: list[str], per_text: list[list[Finding]]) -> list[list[
         for f in found:
             if f.entity == "PERSON" and not f.continued:
                 value = f.value if f.value is not None else text[f.start:f.end]
-                name = canonical(_name_words(value))
+                name = canonical(_name_words(value)) if _NAMEISH.match(value) else None
                 if name is not None and name != value:
                     f = Finding(f.start, f.end, f.entity, f.category, f.score, f.rule, value=name)
             linked.append(f)

@@ -15,6 +15,7 @@ from kvfence.gateway.protection.detect.findings import Category
 from kvfence.gateway.protection.detect.recognizers import phone_checks as phones
 from kvfence.gateway.protection.detect.recognizers import validators as v
 from kvfence.gateway.protection.detect.recognizers.address import ADDRESS_RULES
+from kvfence.gateway.protection.detect.recognizers.address_intl import INTL_ADDRESS_RULES
 from kvfence.gateway.protection.detect.recognizers.dob import DOB_RULES
 from kvfence.gateway.protection.detect.recognizers.id_checks import de_tax_id_ok, fr_nir_ok
 from kvfence.gateway.protection.detect.recognizers.obfuscated_email import OBFUSCATED_EMAIL_RULES
@@ -217,7 +218,7 @@ PII_RULES: list[Rule] = [
          score=0.9, hints=("0x",), validate=v.eth_address_ok),
 ]
 
-PII_RULES += DOB_RULES + ADDRESS_RULES + OBFUSCATED_EMAIL_RULES
+PII_RULES += DOB_RULES + ADDRESS_RULES + INTL_ADDRESS_RULES + OBFUSCATED_EMAIL_RULES
 
 PII_ENTITIES: frozenset[str] = frozenset(rule.entity for rule in PII_RULES)
 
