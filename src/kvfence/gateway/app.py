@@ -21,6 +21,7 @@ from kvfence.gateway.apis import API_PATHS
 from kvfence.gateway.errors import AuthenticationFailed, GatewayError
 from kvfence.gateway.proxy import handle_completion
 from kvfence.gateway.records.metrics import without_tenants
+from kvfence.gateway.reload import PolicyReloader
 from kvfence.gateway.runtime import GatewayRuntime
 from kvfence.gateway.workers.metrics import merged_worker_metrics
 from kvfence.http import timing_probe
@@ -48,6 +49,7 @@ class GatewayApp:
     def __init__(self, runtime: GatewayRuntime, rest: Starlette) -> None:
         self.runtime = runtime
         self.rest = rest
+        self.reloader: PolicyReloader | None = None  # set while the lifespan runs
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -145,11 +147,17 @@ def build_app(runtime: GatewayRuntime, *, freeze_heap: bool = False,
         answer: dict[str, object] = {"status": "ok", "backends": backends}
         if runtime.worker is not None:
             answer["worker"] = {"index": runtime.worker.index, "count": runtime.worker.count, "pid": os.getpid()}
+        # the reload's error text names files and lines: it is in the log, not here
+        answer["policy"] = {"generation": runtime.generation, "last_reload_failed": runtime.last_reload_error is not None}
         return JSONResponse(answer)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await runtime.start()
+        reloader = PolicyReloader(runtime)
+        if runtime.policy_loader is not None:
+            reloader.install_signal_handler()  # SIGHUP: reload.py
+        gateway_app.reloader = reloader
         if freeze_heap:
             gc.collect()
             gc.freeze()
@@ -160,6 +168,7 @@ def build_app(runtime: GatewayRuntime, *, freeze_heap: bool = False,
         try:
             yield
         finally:
+            await reloader.aclose()
             await runtime.close()
             timing_probe.write()
 
@@ -187,4 +196,5 @@ def build_app(runtime: GatewayRuntime, *, freeze_heap: bool = False,
 
     # The Starlette app keeps the completion routes too: other methods on them still get a JSON 405.
     rest = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
-    return GatewayApp(runtime, rest)
+    gateway_app = GatewayApp(runtime, rest)
+    return gateway_app

@@ -7,6 +7,7 @@ its commands.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import importlib.util
@@ -14,7 +15,9 @@ import json
 import logging
 import os
 import re
+import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,35 +62,72 @@ _config_option = click.option("--config", "config", type=click.Path(dir_okay=Fal
 
 
 def _serve(config: Path, host: str, port: int, audit_log: str | None, log_level: str,
-           graceful_timeout: float, workers: int | None = None) -> None:
+           graceful_timeout: float, workers: int | None = None, pid_file: Path | None = None) -> None:
     from kvfence.gateway.policy.loader import load_policy
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # SIGHUP reloads the policy (reload.py); until the app takes it, it must not end the process
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     policy = load_policy(config)
     count = workers if workers is not None else policy.gateway.workers
-    if count == 1:
-        from kvfence.listen import bind_listening_socket
+    with _pid_file(pid_file):
+        if count == 1:
+            from kvfence.listen import bind_listening_socket
 
-        # Bound before the server starts: a port in use is one error line (exit code 2), from either server.
-        sock = bind_listening_socket(host, port)
-        code = _serve_process(config, policy, host, sock.getsockname()[1], audit_log, log_level,
-                              graceful_timeout, sock=sock)
-        if code:
-            raise SystemExit(code)
+            # Bound before the server starts: a port in use is one error line (exit code 2).
+            sock = bind_listening_socket(host, port)
+            code = _serve_process(config, policy, host, sock.getsockname()[1], audit_log, log_level,
+                                  graceful_timeout, sock=sock, policy_loader=lambda: load_policy(config))
+            if code:
+                raise SystemExit(code)
+            return
+        _serve_workers(count, config, policy, host, port, audit_log, log_level, graceful_timeout)
+
+
+@contextlib.contextmanager
+def _pid_file(path: Path | None) -> Iterator[None]:
+    """``--pid-file``: this process's id while it runs (what ``kvfence gateway reload`` signals)."""
+    if path is None:
+        yield
         return
-    _serve_workers(count, config, policy, host, port, audit_log, log_level, graceful_timeout)
+    try:
+        path.write_text(f"{os.getpid()}\n", encoding="ascii")
+    except OSError as exc:
+        raise ConfigError(f"--pid-file {path}: {exc.strerror or exc}") from exc
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            if path.read_text(encoding="ascii").strip() == str(os.getpid()):
+                path.unlink()
 
 
 def _serve_workers(count: int, config: Path, policy: Any, host: str, port: int, audit_log: str | None,
                    log_level: str, graceful_timeout: float) -> None:
     """The supervisor of ``count`` worker processes (``kvfence.gateway.workers.supervisor``)."""
+    from kvfence.gateway.policy.loader import load_policy
     from kvfence.gateway.workers.shared_state import shared_state_problems, split_limits
     from kvfence.gateway.workers.supervisor import Supervisor, WorkersFailed, WorkerSocket
 
-    problems = shared_state_problems(policy, count)
-    if problems:
-        raise ConfigError("\n".join(problems))
-    worker_policy = split_limits(policy, count)
+    def worker_policy_of(policy: Any) -> Any:
+        problems = shared_state_problems(policy, count)
+        if problems:
+            raise ConfigError("\n".join(problems))
+        return split_limits(policy, count)
+
+    def load_worker_policy() -> Any:
+        return worker_policy_of(load_policy(config))
+
+    # the policy a worker (re)started now runs: the newest one that validated (each running worker
+    # reloads on its own on SIGHUP)
+    current = {"policy": worker_policy_of(policy)}
+
+    def on_hangup() -> None:
+        try:
+            current["policy"] = load_worker_policy()
+        except ConfigError as exc:
+            logging.getLogger("kvfence.gateway").error("policy reload failed in the supervisor, workers it "
+                                                       "restarts keep the last valid policy: %s", exc)
     try:
         sock = WorkerSocket(host, port)
     except OSError as exc:
@@ -99,14 +139,15 @@ def _serve_workers(count: int, config: Path, policy: Any, host: str, port: int, 
 
     def main(worker: Any, listen: Any, ready: Any) -> int:
         try:
-            return _serve_process(config, worker_policy, host, sock.port, audit_log, log_level,
-                                  graceful_timeout, sock=listen, worker=worker, on_started=ready)
+            return _serve_process(config, current["policy"], host, sock.port, audit_log, log_level,
+                                  graceful_timeout, sock=listen, worker=worker, on_started=ready,
+                                  policy_loader=load_worker_policy)
         except ConfigError as exc:
             click.echo(f"kvfence gateway worker {worker.index}: {exc}", err=True)
             return exc.exit_code if isinstance(getattr(exc, "exit_code", None), int) else 2
 
     try:
-        Supervisor(count, sock, main).run()
+        Supervisor(count, sock, main, on_hangup=on_hangup).run()
     except WorkersFailed as exc:
         click.echo(f"kvfence gateway: {exc}", err=True)
         raise SystemExit(exc.exit_code) from None
@@ -114,7 +155,7 @@ def _serve_workers(count: int, config: Path, policy: Any, host: str, port: int, 
 
 def _serve_process(config: Path, policy: Any, host: str, port: int, audit_log: str | None, log_level: str,
                    graceful_timeout: float, *, sock: Any = None, worker: Any = None,
-                   on_started: Any = None) -> int:
+                   on_started: Any = None, policy_loader: Any = None) -> int:
     """Run one gateway process (the only one, or one worker on ``sock``); its exit status."""
     from kvfence.gateway.app import build_app
     from kvfence.gateway.runtime import GatewayRuntime
@@ -124,6 +165,7 @@ def _serve_process(config: Path, policy: Any, host: str, port: int, audit_log: s
 
     runtime = GatewayRuntime.create(policy, base_dir=config.parent, audit_url=audit_log)
     runtime.worker = worker
+    runtime.policy_loader = policy_loader  # SIGHUP re-reads the file through it (reload.py)
     who = "kvfence gateway" if worker is None else f"kvfence gateway worker {worker.index} (pid {os.getpid()})"
     limits = http_config(policy.gateway, graceful_timeout)
     click.echo(f"{who}: {len(policy.backends)} backend(s), {len(policy.tenants)} tenant(s), "
@@ -173,31 +215,83 @@ def _run_options(func: Any) -> Any:
                              "leak.index: redis).")(func)
     func = click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))(func)
     func = click.option("--host", default="127.0.0.1", show_default=True)(func)
+    func = click.option("--pid-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                        help="Write the gateway's process id here (for `kvfence gateway reload --pid-file`).")(func)
     return _config_option(func)
 
 
 @click.group(cls=_GatewayGroup, invoke_without_command=True)
 @_run_options
 @click.pass_context
-def gateway(ctx: click.Context, config: Path | None, host: str, port: int, workers: int | None,
-            graceful_timeout: float, audit_log: str | None, log_level: str) -> None:
+def gateway(ctx: click.Context, config: Path | None, pid_file: Path | None, host: str, port: int,
+            workers: int | None, graceful_timeout: float, audit_log: str | None, log_level: str) -> None:
     """Tenant-aware proxy: `kvfence gateway --config gateway.yaml` runs it."""
     if ctx.invoked_subcommand is not None:
         return
     if config is None:
         click.echo(ctx.get_help())
         raise click.UsageError("give --config FILE to run the gateway, or a sub-command")
-    _serve(config, host, port, audit_log, log_level, graceful_timeout, workers)
+    _serve(config, host, port, audit_log, log_level, graceful_timeout, workers, pid_file)
 
 
 @gateway.command("run")
 @_run_options
-def run(config: Path | None, host: str, port: int, workers: int | None,
+def run(config: Path | None, pid_file: Path | None, host: str, port: int, workers: int | None,
         graceful_timeout: float, audit_log: str | None, log_level: str) -> None:
     """Run the gateway (same as `kvfence gateway --config FILE`)."""
     if config is None:
         raise click.UsageError("--config FILE is required")
-    _serve(config, host, port, audit_log, log_level, graceful_timeout, workers)
+    _serve(config, host, port, audit_log, log_level, graceful_timeout, workers, pid_file)
+
+
+@gateway.command("reload")
+@click.option("--config", "config", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The policy file the gateway runs (validated here first).")
+@click.option("--pid", type=click.IntRange(1), default=None, help="The gateway's process id (the supervisor's "
+                                                                   "with --workers).")
+@click.option("--pid-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The file the gateway was started with (--pid-file).")
+def reload(config: Path, pid: int | None, pid_file: Path | None) -> None:
+    """Validate the policy file, then tell the running gateway to reload it (SIGHUP).
+
+    The gateway re-reads and validates the file itself, in every worker, and swaps the new policy in if it
+    is valid; requests in flight finish under the policy they started with. On a bad file it keeps the
+    old policy and logs the error; /health shows the policy generation and the last reload error."""
+    import signal as signals
+
+    from kvfence.gateway.policy.loader import load_policy
+    from kvfence.gateway.workers.shared_state import shared_state_problems
+
+    if (pid is None) == (pid_file is None):
+        raise click.UsageError("give one of --pid PID or --pid-file FILE")
+    if pid is None:
+        assert pid_file is not None
+        try:
+            pid = int(pid_file.read_text(encoding="ascii").strip())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"--pid-file {pid_file}: no process id in it ({exc})") from exc
+    policy = load_policy(config)  # a bad file: its FILE:LINE errors here, exit 2, nothing signalled
+    problems = shared_state_problems(policy, policy.gateway.workers)
+    if problems:
+        raise ConfigError("\n".join(problems))
+    # a pid file outlives its gateway when the server ends the process by re-raising SIGTERM; that pid may
+    # be another program's by now, which SIGHUP would stop
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if cmdline.parent.parent.is_dir() and Path("/proc/self").exists():
+        try:
+            command = cmdline.read_bytes().replace(b"\0", b" ")
+        except OSError:
+            command = None
+        if command is None or b"kvfence" not in command:
+            raise ConfigError(f"process {pid} is not a kvfence gateway: is the gateway running? "
+                              f"(a stale --pid-file?)")
+    try:
+        os.kill(pid, signals.SIGHUP)
+    except ProcessLookupError:
+        raise ConfigError(f"no process {pid}: is the gateway running?") from None
+    except PermissionError:
+        raise ConfigError(f"not allowed to signal process {pid}") from None
+    click.echo(f"{config}: valid; asked the gateway (pid {pid}) to reload it")
 
 
 @gateway.command("check")
@@ -344,3 +438,62 @@ def log_command(config: Path | None, audit_log: str | None, tenant: str | None, 
         click.echo(f"{stamp:19}  {row['status']:>6}  {row['outcome']:14} {row['tenant']:16} "
                    f"{(row['data_class'] or '-'):14} {(row['backend'] or '-'):16} {tokens:>7} "
                    f"{row['tokens_cut'] or 0:>5} {latency:>8}  {row['reason'] or ''}")
+
+
+
+@gateway.group("keys")
+def keys() -> None:
+    """Add, revoke and list the policy's tenant keys (hash only, file locked, atomic write).
+
+    The running gateway takes a change on its next reload: `kvfence gateway reload`, or SIGHUP."""
+
+
+_policy_file_option = click.option("--config", "config", required=True,
+                                   type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                                   help="The policy file (its tenants_file, when it has one, holds new tenants).")
+
+
+@keys.command("add")
+@_policy_file_option
+@click.option("--name", required=True, help="Tenant name (unique in the policy).")
+@click.option("--org", "organization", required=True, help="Organization.")
+@click.option("--workspace", default="default", show_default=True)
+@click.option("--class", "data_class", default=None, help="Default data class (default: the policy's first).")
+@click.option("--requests-per-minute", type=click.IntRange(1), default=None)
+@click.option("--tokens-per-minute", type=click.IntRange(1), default=None)
+@click.option("--max-concurrent", type=click.IntRange(1), default=None)
+def keys_add(config: Path, name: str, organization: str, workspace: str, data_class: str | None,
+             requests_per_minute: int | None, tokens_per_minute: int | None, max_concurrent: int | None) -> None:
+    """Add a tenant with a fresh key: the key is printed once (stdout), only its SHA-256 is written."""
+    from kvfence.gateway.policy.keys import add_key
+
+    limits = {k: v for k, v in (("requests_per_minute", requests_per_minute), ("tokens_per_minute", tokens_per_minute),
+                                ("max_concurrent", max_concurrent)) if v is not None}
+    added = add_key(config, name=name, organization=organization, workspace=workspace, data_class=data_class,
+                    limits=limits)
+    click.echo(f"added tenant {added.tenant} to {added.file}; the key is shown once, keep it now "
+               f"(apply: kvfence gateway reload --config {config} --pid-file ...)", err=True)
+    click.echo(added.api_key)
+
+
+@keys.command("revoke")
+@_policy_file_option
+@click.option("--name", required=True, help="The tenant whose key to revoke.")
+def keys_revoke(config: Path, name: str) -> None:
+    """Remove a tenant and its key from the policy."""
+    from kvfence.gateway.policy.keys import revoke_key
+
+    edited = revoke_key(config, name)
+    click.echo(f"revoked tenant {name} in {edited} (apply: kvfence gateway reload --config {config} "
+               f"--pid-file ...)")
+
+
+@keys.command("list")
+@_policy_file_option
+def keys_list(config: Path) -> None:
+    """List the tenants: name, organization/workspace, default class, the start of the key's hash."""
+    from kvfence.gateway.policy.keys import list_keys
+
+    for row in list_keys(config):
+        click.echo(f"{row['name']}  {row['organization']}/{row['workspace']}  class:{row['class']}  "
+                   f"sha256:{row['sha256']}…")

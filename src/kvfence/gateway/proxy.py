@@ -66,6 +66,7 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
     """Serve ``/v1/chat/completions`` (endpoint="chat"), ``/v1/completions``, and the other APIs
     (``responses``, ``messages``, ``count_tokens``, ``embeddings``: :mod:`kvfence.gateway.apis`) on the
     same path: only their adapter's answers to "where is the text, which backend, which path" differ."""
+    runtime = runtime.pinned()  # this request's policy generation, to its end, whatever a reload does
     trace = RequestTrace(request_id=_request_ids.next(), endpoint=endpoint, started=time.perf_counter())
     metrics = runtime.metrics
     lease: LimitLease | None = None

@@ -2,17 +2,25 @@
 
 Built once from a validated policy (``GatewayRuntime.create``); ``start()`` opens connection pools
 and discovers capacity, ``close()`` releases them. The request path is in ``proxy.py``.
+
+A policy reload (``reload.py``: SIGHUP, ``kvfence gateway reload``) builds a *generation*: a shallow copy
+of the runtime whose policy-derived parts (policy, tenants, accounts, backends, token counters, hooks,
+route caches) are new and whose process-lifetime parts (audit log, metrics, limiter, connection pools of
+unchanged backends, leak index) are shared. A request pins the generation current when it starts
+(``pinned()``, the first thing ``handle_completion`` does) and finishes under it; the runtime the app
+holds mirrors the newest generation for everything else (``/v1/models``, ``/health``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import importlib
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,6 +131,14 @@ class GatewayRuntime:
         self._peer_metrics: PeerMetricsServer | None = None
         # a finished stream's metrics and audit row, and collection passes, wait for a quiet moment
         self.quiet = QuietTime()
+        # policy reloads (reload.py): where the policy comes from, the generation requests pin, clients
+        # of backends a reload removed or changed (closed with the runtime), the reload count
+        self.policy_loader: Callable[[], Policy] | None = None
+        self.base_dir: Path | None = None
+        self.generation = 1
+        self.last_reload_error: str | None = None
+        self._pinned: GatewayRuntime = self
+        self._retired: list[UpstreamClient] = []
 
     @classmethod
     def create(
@@ -160,11 +176,51 @@ class GatewayRuntime:
         except Exception:
             audit.close()
             raise
-        return cls(policy, secret=secret_text.encode() if secret_text else None, audit=audit, hooks=built,
-                   metrics=metrics, accounts=accounts, counters=counters, metrics_key=metrics_key)
+        runtime = cls(policy, secret=secret_text.encode() if secret_text else None, audit=audit, hooks=built,
+                      metrics=metrics, accounts=accounts, counters=counters, metrics_key=metrics_key)
+        runtime.base_dir = base_dir
+        return runtime
+
+    # -- generations (policy reload) --------------------------------------------------------------
+    # What a reload replaces; everything else a generation shares with the runtime it came from.
+    POLICY_FIELDS = ("policy", "tenants", "accounts", "class_order", "_counters", "backends", "_views", "plans",
+                     "hooks", "generation")
+
+    def pinned(self) -> GatewayRuntime:
+        """The generation a request starting now runs under, to its end (never changed by a reload)."""
+        return self._pinned
+
+    def generation_for(self, policy: Policy, *, accounts: UpstreamAccounts, counters: Mapping[str, TokenCounter],
+                       hooks: list[RequestHook], backends: dict[str, BackendState]) -> GatewayRuntime:
+        """A new generation under ``policy`` (not yet current: :meth:`make_current`)."""
+        current = self._pinned
+        generation = copy.copy(current)
+        generation.policy = policy
+        generation.tenants = TenantRegistry(policy.tenants)
+        generation.accounts = accounts
+        generation.class_order = policy.class_names()
+        generation._counters = counters
+        generation.hooks = hooks
+        generation.backends = backends
+        generation._views = {}
+        generation.plans = PlanCache()
+        generation.generation = current.generation + 1
+        generation._pinned = generation
+        return generation
+
+    def make_current(self, generation: GatewayRuntime) -> None:
+        """Swap: requests from now on pin ``generation``; those in flight keep theirs. One event-loop step,
+        so no request sees half of it."""
+        for name in self.POLICY_FIELDS:
+            setattr(self, name, getattr(generation, name))
+        self._pinned = generation
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def start(self) -> None:
+        # from here on requests pin a generation, and the first one must not change when this object
+        # mirrors a reload
+        self._pinned = copy.copy(self)
+        self._pinned._pinned = self._pinned
         for backend in self.policy.backends:
             client = make_upstream_client(backend)
             facts = backend.facts
@@ -191,6 +247,8 @@ class GatewayRuntime:
                 await closer()
         for state in self.backends.values():
             await state.client.aclose()
+        for client in self._retired:
+            await client.aclose()
         await self.limiter.aclose()
         self.quiet.close()  # the rows still waiting for a quiet moment, before the log closes
         self.audit.close()
@@ -205,6 +263,10 @@ class GatewayRuntime:
 
     async def refresh_capacity(self) -> None:
         """Discover every backend's capacity; flag those that advertise more than they hold."""
+        await self.refresh_backends(list(self.backends.values()))
+
+    async def refresh_backends(self, states: list[BackendState]) -> None:
+        """Discover the capacity of ``states`` (a reload's new backends: before they take traffic)."""
         async def one(state: BackendState) -> None:
             probe = httpx.AsyncClient(timeout=httpx.Timeout(3.0), trust_env=False)
             try:
@@ -216,7 +278,7 @@ class GatewayRuntime:
             self._views.clear()
             self.plans.clear()  # routes depend on capacity
 
-        await asyncio.gather(*(one(s) for s in self.backends.values()))
+        await asyncio.gather(*(one(s) for s in states))
 
     def _probe_headers(self, backend: BackendConfig) -> dict[str, str]:
         # Capacity probes carry no tenant's data; use the shared credential when there is one.

@@ -15,7 +15,9 @@ its own runtime, pools and threads after the fork); restarts a worker that dies 
 back-off); stops everything and exits non-zero when a worker fails to start, or when workers die
 more than :data:`MAX_DEATHS` times within :data:`DEATH_WINDOW_S` seconds; forwards SIGTERM and
 SIGINT to the workers, whose servers then stop gracefully (a second signal cuts the grace period
-short, as with one process), and exits once they have. Workers run in their own process group (a
+short, as with one process), and exits once they have; forwards SIGHUP (policy reload) to every worker,
+which reloads on its own, after ``on_hangup`` (the CLI validates the file there, so that a worker it
+restarts later starts on the newest valid policy). Workers run in their own process group (a
 terminal's Ctrl-C reaches the supervisor only, which forwards it once) and get SIGTERM if the
 supervisor itself dies.
 
@@ -127,7 +129,7 @@ class Supervisor:
 
     def __init__(self, count: int, sock: WorkerSocket, main: WorkerMain, *, run_dir: Path | None = None,
                  max_deaths: int = MAX_DEATHS, death_window_s: float = DEATH_WINDOW_S,
-                 backoff_s: tuple[float, ...] = _BACKOFF_S) -> None:
+                 backoff_s: tuple[float, ...] = _BACKOFF_S, on_hangup: Callable[[], None] | None = None) -> None:
         if count < 1:
             raise ValueError("count must be at least 1")
         self.count = count
@@ -136,6 +138,7 @@ class Supervisor:
         self.backoff_s = backoff_s
         self.sock = sock
         self.main = main
+        self.on_hangup = on_hangup
         self._own_run_dir = run_dir is None
         self.run_dir = Path(tempfile.mkdtemp(prefix="kvfence-gateway-")) if run_dir is None else run_dir
         self.workers: dict[int, _Worker] = {}
@@ -148,7 +151,7 @@ class Supervisor:
     # -- the supervisor's loop --------------------------------------------------------------------
     def run(self) -> int:
         """Serve until a signal stops the workers; the exit status (raises WorkersFailed)."""
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         try:
             for index in range(self.count):
                 self._spawn(index)
@@ -177,6 +180,16 @@ class Supervisor:
     def _forward_signals(self) -> None:
         while self._signals:
             signum = self._signals.pop(0)
+            if signum == signal.SIGHUP:
+                if self._stopping:
+                    continue
+                log.info("supervisor: SIGHUP, %d worker(s) reload the policy", len(self.workers))
+                if self.on_hangup is not None:
+                    self.on_hangup()
+                for worker in self.workers.values():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(worker.pid, signal.SIGHUP)
+                continue
             if not self._stopping:
                 log.info("supervisor: %s, stopping %d worker(s)", signal.Signals(signum).name, len(self.workers))
             self._stopping = True
@@ -278,6 +291,7 @@ class Supervisor:
     def _worker(self, index: int, ready_fd: int, supervisor: int) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the worker's app takes it (reload)
         os.setpgid(0, 0)  # a terminal's Ctrl-C goes to the supervisor, which forwards it once
         _die_with(supervisor)
         sock = self.sock.for_worker()
