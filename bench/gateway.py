@@ -3,6 +3,8 @@
     .venv/bin/python bench/gateway.py                       # all four scenarios below
     .venv/bin/python bench/gateway.py --scenario paced:100  # one of them
     .venv/bin/python bench/gateway.py --json
+    .venv/bin/python bench/gateway.py --scenario paced:100 --endpoint chat --endpoint responses \
+        --endpoint messages --endpoint embeddings           # the other APIs next to chat, same run
 
 A default run (four scenarios) takes 3-4 minutes; ``--before-src`` adds a fifth run per scenario.
 A/B of a change, in one run: ``git archive HEAD src | tar -x -C /tmp/before`` then ``--before-src
@@ -105,6 +107,44 @@ MARKS = {}
 IDS = itertools.count()
 BASE = b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"bench","choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null}]}\n\n'
 
+def named(kind, **fields):
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields})}\n\n".encode()
+
+RESPONSE = {"id": "resp_1", "object": "response", "created_at": 1, "status": "in_progress", "model": "bench",
+            "output": [], "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
+ITEM = {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []}
+PART = {"type": "output_text", "text": "", "annotations": []}
+DONE_ITEM = {**ITEM, "status": "completed", "content": [{**PART, "text": "tok " * 16}]}
+# per path: (events before the first delta, one delta, the events after the last)
+STREAMS = {
+    "/v1/chat/completions": (b"", BASE, b"data: [DONE]\n\n"),
+    "/v1/responses": (
+        named("response.created", response=RESPONSE, sequence_number=0)
+        + named("response.output_item.added", output_index=0, item=ITEM, sequence_number=1)
+        + named("response.content_part.added", item_id="msg_1", output_index=0, content_index=0, part=PART,
+                sequence_number=2),
+        named("response.output_text.delta", item_id="msg_1", output_index=0, content_index=0, delta="tok ",
+              logprobs=[], sequence_number=3),
+        named("response.output_text.done", item_id="msg_1", output_index=0, content_index=0, text="tok " * 16,
+              logprobs=[], sequence_number=4)
+        + named("response.content_part.done", item_id="msg_1", output_index=0, content_index=0,
+                part=DONE_ITEM["content"][0], sequence_number=5)
+        + named("response.output_item.done", output_index=0, item=DONE_ITEM, sequence_number=6)
+        + named("response.completed", response={**RESPONSE, "status": "completed", "output": [DONE_ITEM]},
+                sequence_number=7)),
+    "/v1/messages": (
+        named("message_start", message={"id": "msg_1", "type": "message", "role": "assistant", "model": "bench",
+                                        "content": [], "stop_reason": None, "stop_sequence": None,
+                                        "usage": {"input_tokens": 5, "output_tokens": 0}})
+        + named("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+        named("content_block_delta", index=0, delta={"type": "text_delta", "text": "tok "}),
+        named("content_block_stop", index=0)
+        + named("message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None}, usage={"output_tokens": 16})
+        + named("message_stop")),
+}
+EMBEDDING = json.dumps({"object": "list", "model": "bench", "usage": {"prompt_tokens": 8, "total_tokens": 8},
+                        "data": [{"object": "embedding", "index": 0, "embedding": [0.25] * 256}]}).encode()
+
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
         while True:
@@ -135,20 +175,29 @@ async def app(scope, receive, send):
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": payload})
         return
-    if path != "/v1/chat/completions":
+    if path not in STREAMS and path != "/v1/embeddings":
         await send({"type": "http.response.start", "status": 404, "headers": []})
         await send({"type": "http.response.body", "body": b""})
         return
     key = next((v.decode() for k, v in scope["headers"] if k == b"x-request-id"), None) or f"b{next(IDS)}"
+    if path == "/v1/embeddings":  # one JSON answer, after one pacing interval (an embedding model's time)
+        await asyncio.sleep(PACE["interval_s"])
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"x-bench-id", key.encode())]})
+        await send({"type": "http.response.body", "body": EMBEDDING})
+        return
+    head, delta, tail = STREAMS[path]
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"text/event-stream"), (b"x-bench-id", key.encode())]})
     interval = PACE["interval_s"]
+    if head:
+        await send({"type": "http.response.body", "body": head, "more_body": True})
     for index in range(PACE["chunks"]):
         await asyncio.sleep(interval)  # 0: just yield, as fast as the loop goes
         if TIMING and index == 0:
             MARKS[key] = (arrived, time.perf_counter())
-        await send({"type": "http.response.body", "body": BASE, "more_body": True})
-    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+        await send({"type": "http.response.body", "body": delta, "more_body": True})
+    await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error", access_log=False,
             timeout_keep_alive=75)
@@ -203,6 +252,15 @@ uvloop.run(main())
 
 REQUEST_BODY = {"model": "bench", "stream": True, "max_tokens": 16,
                 "messages": [{"role": "user", "content": "Say something short about benchmarks."}]}
+# --endpoint: the path under /v1 and the body of each API's request (the same question)
+ENDPOINTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "chat": ("/chat/completions", REQUEST_BODY),
+    "responses": ("/responses", {"model": "bench", "stream": True, "max_output_tokens": 16,
+                                 "input": "Say something short about benchmarks."}),
+    "messages": ("/messages", {"model": "bench", "stream": True, "max_tokens": 16,
+                               "messages": [{"role": "user", "content": "Say something short about benchmarks."}]}),
+    "embeddings": ("/embeddings", {"model": "bench", "input": "Say something short about benchmarks."}),
+}
 
 
 def free_port() -> int:
@@ -284,25 +342,26 @@ Stream = Callable[[], Awaitable[Outcome]]
 HTTPX_STREAMS_PER_CLIENT = 10
 
 
-async def _httpx_client(base_url: str, concurrency: int, headers: dict[str, str]
+async def _httpx_client(base_url: str, concurrency: int, headers: dict[str, str], endpoint: str = "chat"
                         ) -> tuple[Callable[[int], Stream], Any]:
     limits = httpx.Limits(max_connections=HTTPX_STREAMS_PER_CLIENT, max_keepalive_connections=HTTPX_STREAMS_PER_CLIENT)
     clients = [httpx.AsyncClient(base_url=base_url, limits=limits, timeout=120, headers=headers)
                for _ in range(-(-concurrency // HTTPX_STREAMS_PER_CLIENT))]
-    payload = json.dumps(REQUEST_BODY).encode()
+    path, body = ENDPOINTS[endpoint]
+    payload = json.dumps(body).encode()
 
     async def close() -> None:
         for client in clients:
             await client.aclose()
 
-    return lambda worker: _httpx_stream(clients[worker // HTTPX_STREAMS_PER_CLIENT], payload), close
+    return lambda worker: _httpx_stream(clients[worker // HTTPX_STREAMS_PER_CLIENT], payload, path), close
 
 
-def _httpx_stream(client: httpx.AsyncClient, payload: bytes) -> Stream:
+def _httpx_stream(client: httpx.AsyncClient, payload: bytes, path: str = "/chat/completions") -> Stream:
     async def one() -> Outcome:
         started = time.perf_counter()
         first = 0.0
-        async with client.stream("POST", "/chat/completions", content=payload,
+        async with client.stream("POST", path, content=payload,
                                  headers={"content-type": "application/json"}) as response:
             async for _ in response.aiter_raw():
                 if not first:
@@ -314,17 +373,18 @@ def _httpx_stream(client: httpx.AsyncClient, payload: bytes) -> Stream:
     return one
 
 
-async def _fast_client(base_url: str, concurrency: int, headers: dict[str, str]
+async def _fast_client(base_url: str, concurrency: int, headers: dict[str, str], endpoint: str = "chat"
                        ) -> tuple[Callable[[int], Stream], Any]:
     from kvfence.gateway.transport.fast_pool import FastUpstream
 
     client = FastUpstream(base_url, read_timeout_s=120, max_connections=concurrency)
-    payload = json.dumps(REQUEST_BODY).encode()
+    path, body = ENDPOINTS[endpoint]
+    payload = json.dumps(body).encode()
     all_headers = {**headers, "content-type": "application/json", "accept": "text/event-stream"}
 
     async def one() -> Outcome:
         started = time.perf_counter()
-        response = await client.post("/chat/completions", payload, all_headers)
+        response = await client.post(path, payload, all_headers)
         first = 0.0
         async for _ in response.aiter_raw():
             if not first:
@@ -367,9 +427,9 @@ class Run:
 
 
 async def load(base_url: str, concurrency: int, total: int, headers: dict[str, str], client_kind: str,
-               pids: dict[str, int], stagger_s: float = 0.0) -> Run:
+               pids: dict[str, int], stagger_s: float = 0.0, endpoint: str = "chat") -> Run:
     make = _httpx_client if client_kind == "httpx" else _fast_client
-    stream_for, close = await make(base_url, concurrency, headers)
+    stream_for, close = await make(base_url, concurrency, headers, endpoint)
     run = Run()
     remaining = 0
     record = False
@@ -422,8 +482,8 @@ def set_pace(backend_root: str, chunks: int, interval_ms: float) -> None:
 
 
 def run_scenario(kind: str, streams: int, args: argparse.Namespace, urls: dict[str, str],
-                 pids: dict[str, int], marks: list[tuple[str, str, list[tuple[str | None, float, float]]]]
-                 ) -> dict[str, Any]:
+                 pids: dict[str, int], marks: list[tuple[str, str, list[tuple[str | None, float, float]]]],
+                 endpoint: str = "chat") -> dict[str, Any]:
     interval = 0.0 if kind == "saturating" else args.interval_ms
     stagger_s = args.chunks * interval / 1000 if kind == "staggered" else 0.0
     set_pace(urls["backend_root"], args.chunks, interval)
@@ -434,7 +494,8 @@ def run_scenario(kind: str, streams: int, args: argparse.Namespace, urls: dict[s
     runs: list[tuple[str, Run]] = []
     for path in order:
         headers = auth if path in ("gateway", "before") else {}
-        runs.append((path, asyncio.run(load(urls[path], streams, total, headers, args.client, pids, stagger_s))))
+        runs.append((path, asyncio.run(load(urls[path], streams, total, headers, args.client, pids, stagger_s,
+                                            endpoint))))
         marks.append((f"{kind}:{streams}", path, runs[-1][1].marks))
     by_path = {path: [r.summary() for p, r in runs if p == path] for path in ("direct", *middle)}
     overheads = [v for p, r in runs if p == "gateway" for v in r.overhead_ms]
@@ -446,7 +507,7 @@ def run_scenario(kind: str, streams: int, args: argparse.Namespace, urls: dict[s
                 - statistics.median(d[metric] for d in by_path["direct"]))
 
     result: dict[str, Any] = {
-        "scenario": f"{kind}:{streams}", "streams": streams, "requests_per_run": total,
+        "scenario": f"{kind}:{streams}", "endpoint": endpoint, "streams": streams, "requests_per_run": total,
         "chunks_per_answer": args.chunks, "chunk_interval_ms": interval, "client": args.client,
         "runs": [{"path": p, **r.summary()} for p, r in runs],
         "added_ttft_p50_ms": added("ttft_p50_ms"), "added_ttft_p99_ms": added("ttft_p99_ms"),
@@ -582,7 +643,8 @@ def print_scenario(result: dict[str, Any]) -> None:
             how += ", streams' starts spread over one answer"
     else:
         how = f"backend sends {result['chunks_per_answer']} chunks as fast as it can (saturates the cores)"
-    print(f"\n== {result['scenario']}: {streams} concurrent streams, closed loop, {how}; "
+    print(f"\n== {result['scenario']} /v1{ENDPOINTS[result['endpoint']][0]}: {streams} concurrent streams, "
+          f"closed loop, {how}; "
           f"{result['requests_per_run']} requests per run, load generator: {result['client']}")
     print(f"{'run':9} {'TTFT p50':>9} {'TTFT p99':>9} {'e2e p50':>9} {'e2e p99':>9} {'req/s':>7} {'err':>4}"
           "   CPU ms/request (% of one core): gateway | relay | backend | load generator | rest of machine")
@@ -666,10 +728,15 @@ def main() -> None:
     parser.add_argument("--timing", type=Path, default=None, metavar="DIR",
                         help="record per-request timestamps in the client, the gateway (KVFENCE_GATEWAY_TIMING) and "
                              "the backend, write them to DIR, and print where the gateway runs' time went")
+    parser.add_argument("--endpoint", action="append", choices=list(ENDPOINTS), default=None,
+                        help="the API each scenario's requests use (repeatable: each scenario runs once per endpoint, "
+                             "one after the other in the same run; default: chat). The backend answers each in its "
+                             "own stream format with the same number of text deltas; embeddings: one JSON answer")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.before_server is not None and args.before_src is None:
         parser.error("--before-server needs --before-src (this tree's gateway has one HTTP server)")
+    endpoints = args.endpoint or ["chat"]
     scenarios = args.scenario or ["paced:100", "paced:10", "saturating:100", "saturating:10"]
     parsed = []
     for spec in scenarios:
@@ -690,7 +757,7 @@ gateway: {{audit_log: "sqlite:///{tmp}/audit.db", capacity_refresh_s: 0, load_pr
 data_classes: [{{name: public, allowed_tiers: [shared]}}]
 backends:
   - {{name: fast, url: "http://127.0.0.1:{backend_port}/v1", tier: shared, capacity: policy,
-      {client_line}facts: {{advertised_context: 32768, kv_capacity_tokens: 32768}}}}
+      apis: [openai, anthropic], {client_line}facts: {{advertised_context: 32768, kv_capacity_tokens: 32768}}}}
 tenants:
   - {{name: bench, key_sha256: {hash_api_key(KEY)}, organization: bench, default_class: public}}
 """)
@@ -737,10 +804,11 @@ tenants:
             wait_ready(urls["before"] + "/models", {"authorization": f"Bearer {KEY}"})
             pids["before"] = before.pid
         for kind, streams in parsed:
-            result = run_scenario(kind, streams, args, urls, pids, marks)
-            results.append(result)
-            if not args.json:
-                print_scenario(result)
+            for endpoint in endpoints:
+                result = run_scenario(kind, streams, args, urls, pids, marks, endpoint)
+                results.append(result)
+                if not args.json:
+                    print_scenario(result)
     finally:
         procs = [p for p in (gateway, before, relay, backend) if p is not None]
         for proc in procs:

@@ -323,3 +323,23 @@ def test_embeddings_pseudonymised_capped_and_refused(gw: Gateway, shared: ApisBa
         with pytest.raises(openai.BadRequestError, match="may not send"):
             client.embeddings.create(model="m", input=TEXT, extra_headers={"X-Data-Class": "embed-block"})
     assert len(shared.received()) == 1
+
+
+@pytest.fixture(scope="module")
+def bare_gw(shared: ApisBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """No protection hooks: named events go out as they came (only each stream's end is looked for)."""
+    tmp = tmp_path_factory.mktemp("apis-bare-gw")
+    policy = _policy(tmp, [{"name": "shared", "url": shared.url, "tier": "on_prem", "capacity": "policy",
+                            "apis": ["openai", "anthropic"], "facts": FACTS}])
+    policy["gateway"]["load_protection"] = False
+    g = Gateway(policy, tmp, env={"KVFENCE_GATEWAY_SECRET": "s" * 32})
+    yield g
+    g.stop()
+
+
+def test_streams_without_hooks_are_relayed_whole(bare_gw: Gateway, shared: ApisBackend) -> None:
+    shared.mode("echo", 2)
+    answer = responses_answer(bare_gw, "hello there", stream=True)
+    assert answer.output_text == "hello there"
+    message = messages_answer(bare_gw, "hello there", stream=True)
+    assert _blocks(message)["text"].text == "hello there"

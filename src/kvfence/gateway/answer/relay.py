@@ -235,10 +235,16 @@ def stream_response(runtime: GatewayRuntime, ctx: RequestContext, upstream: Upst
         assert shape is not None
         decoder = SSEDecoder()
 
+        unchanged = shape.relays_unchanged and usage is None
+
         def one(event: bytes) -> list[bytes]:
             name, data = parse_event(event)
             if data is None:
                 return [event + b"\n\n"]  # comments / keep-alives pass through
+            if unchanged and name is not None:  # nothing to filter or count: only its end is looked for
+                if name in shape.END_NAMES:
+                    shape.ended = True
+                return [event + b"\n\n"]
             try:
                 return shape.event(name, data)
             except ValueError as exc:  # an event we cannot read is one we cannot filter: end the stream

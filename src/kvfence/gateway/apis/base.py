@@ -117,6 +117,10 @@ class NativeStream:
 
     ended = False  # the stream's own end marker was seen
     reported_output_tokens: int | None = None  # the backend's usage, when an event carried it
+    # Names of the events that end the stream (its ``event:`` line). With nothing to filter and
+    # nothing to count (``relays_unchanged``), a named event goes out as it came: only these are looked for.
+    END_NAMES: frozenset[str] = frozenset()
+    relays_unchanged = False
 
     def event(self, name: str | None, data: str) -> list[bytes]:
         raise NotImplementedError

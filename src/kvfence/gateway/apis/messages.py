@@ -151,8 +151,11 @@ _DELTA_FOR_KIND = {"content": "text_delta", "prose": "thinking_delta", "json": "
 
 
 class _MessagesStream(NativeStream):
+    END_NAMES = frozenset({"message_stop", "error"})
+
     def __init__(self, chains: SlotChains) -> None:
         self._chains = chains
+        self.relays_unchanged = not chains.active
         self._kinds: dict[int, str] = {}  # open block index -> its delta type
         self._texts: list[str] = []
 

@@ -140,9 +140,12 @@ class ResponsesCall(ApiCall):
 
 
 class _ResponsesStream(NativeStream):
+    END_NAMES = frozenset({*_ENDS, "error"})
+
     def __init__(self, call: ResponsesCall, chains: SlotChains) -> None:
         self._call = call
         self._chains = chains
+        self.relays_unchanged = not chains.active
         self._seq = 0
         self._texts: list[str] = []
         self._ids: dict[Any, str] = {}  # output index -> item id (for the tail delta events)
