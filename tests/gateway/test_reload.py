@@ -238,3 +238,36 @@ def test_every_worker_reloads(tmp_path: Path, backend: FakeBackend) -> None:
             assert _ask(gw, "acme").status_code == 401
     finally:
         gw.stop()
+
+
+def test_data_protection_reloads_and_keeps_its_leak_index(tmp_path: Path, backend: FakeBackend) -> None:
+    audit = f"sqlite:///{tmp_path}/audit.db"
+    secret = {"KVFENCE_GATEWAY_SECRET": "r" * 40}
+
+    def policy(pii: str, tenants: tuple[str, ...]) -> dict[str, Any]:
+        data = _policy([backend], audit, tenants, load_protection=True)
+        data["data_classes"][0]["protection"] = {"pii": pii}
+        return data
+
+    gw = Gateway(policy("pseudonymise", ("acme", "globex")), tmp_path, env=secret)
+    try:
+        def ask(tenant: str, text: str) -> httpx.Response:
+            return httpx.post(gw.url + "/chat/completions", timeout=30, headers={"Authorization": f"Bearer {KEYS[tenant]}"},
+                              json={"model": "m", "messages": [{"role": "user", "content": text}]})
+
+        acme_secret = "the quarterly merger with zebra holdings closes on friday at noon sharp"
+        assert ask("acme", acme_secret).status_code == 200  # its fingerprints are in the leak index now
+        assert ask("globex", "mail jane.doe@example.com the notes").status_code == 200  # pseudonymised
+        _write(gw.config, policy("block", ("acme", "globex", "initech")))
+        gw.proc.send_signal(signal.SIGHUP)
+        _wait_generation(gw, 2)
+        blocked = ask("globex", "mail jane.doe@example.com the notes")
+        assert blocked.status_code == 400 and blocked.json()["error"]["code"] == "request_blocked"
+        assert ask("initech", "hello").status_code == 200
+        # the backend now answers globex with acme's text from before the reload: still a leak, withheld
+        backend.control(reply=acme_secret)
+        leaked = ask("globex", "what is new?")
+        assert leaked.status_code == 502, leaked.text
+        assert "incident inc_" in leaked.text
+    finally:
+        gw.stop()
