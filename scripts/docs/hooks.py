@@ -72,6 +72,8 @@ def _default(field: Any) -> str:
         value = field.default
     if isinstance(value, enum.Enum):
         value = value.value
+    if hasattr(type(value), "model_fields"):  # a nested model: its own defaults are in its table
+        return "its defaults"
     if value in ({}, []):
         return "empty"
     return f"`{value!r}`" if not isinstance(value, str) else f"`{value}`"
