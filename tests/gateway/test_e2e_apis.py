@@ -31,7 +31,7 @@ from tests.netutil import free_port
 
 RESPONSE_EVENT = TypeAdapter(ResponseStreamEvent)
 MESSAGE_EVENT = TypeAdapter(RawMessageStreamEvent)
-KEYS = {org: f"kvf-gw-apis-{org}-key" for org in ("acme", "globex")}
+KEYS = {org: f"kvf-gw-apis-{org}-key" for org in ("acme", "globex", "limited", "limited2")}
 KEY = "ghp_R2d7Kq9LmX4vT8bN1cZ6wY3pH5sJ0gF2aE7u"
 TEXT = f"Write to maria.lopez@northwind.com, card 4111 1111 1111 1111; deploy key {KEY} please."
 EXPECTED = TEXT.replace(KEY, "<GITHUB_TOKEN_1>")  # a secret is never restored
@@ -82,7 +82,9 @@ def _policy(tmp: Any, backends: list[dict[str, Any]]) -> dict[str, Any]:
         ],
         "backends": backends,
         "tenants": [{"name": f"{org}-key", "key_sha256": hash_api_key(key), "organization": org,
-                     "default_class": "internal"} for org, key in KEYS.items()],
+                     "default_class": "internal",
+                     **({"limits": {"tokens_per_minute": 300}} if org.startswith("limited") else {})}
+                    for org, key in KEYS.items()],
     }
 
 
@@ -343,3 +345,23 @@ def test_streams_without_hooks_are_relayed_whole(bare_gw: Gateway, shared: ApisB
     assert answer.output_text == "hello there"
     message = messages_answer(bare_gw, "hello there", stream=True)
     assert _blocks(message)["text"].text == "hello there"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_token_limits_count_the_new_apis(gw: Gateway, shared: ApisBackend, stream: bool) -> None:
+    """Prompt counted at admission, max_tokens reserved, the backend's usage charged: the window fills."""
+    shared.mode("echo")
+    refused = None
+    with ant(gw, "limited2" if stream else "limited") as client:  # a window of its own each
+        for _ in range(8):
+            try:
+                if stream:
+                    with client.messages.stream(model="m", max_tokens=250, messages=[
+                            {"role": "user", "content": "hello"}]) as events:
+                        events.get_final_message()
+                else:
+                    client.messages.create(model="m", max_tokens=250, messages=[{"role": "user", "content": "hello"}])
+            except anthropic.RateLimitError as exc:
+                refused = exc
+                break
+    assert refused is not None and refused.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]

@@ -23,7 +23,12 @@ from kvfence.gateway.admission.api_counts import API_ENDPOINTS
 from kvfence.gateway.admission.caps import CapResult, count_prompt, enforce_cap
 from kvfence.gateway.admission.limits import LimitLease
 from kvfence.gateway.admission.request_shape import check_request_shape
-from kvfence.gateway.admission.usage import StreamUsage, completion_reservation, wants_usage_injection
+from kvfence.gateway.admission.usage import (
+    Reservation,
+    StreamUsage,
+    completion_reservation,
+    wants_usage_injection,
+)
 from kvfence.gateway.answer.relay import OwnedStream, json_error, stream_response, whole_response
 from kvfence.gateway.apis import ApiCall, new_call
 from kvfence.gateway.apis.messages import CountTokensCall
@@ -349,7 +354,8 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
         if token_limited and not prompt_charged:
             # counted by the same tokenizer as the cap, once (a fallback resends the same prompt); the
             # most the answer can cost is reserved until it ends (limits.py)
-            reserve = completion_reservation(body, cap, ctx.tenant.limits.tokens_per_minute)
+            reserve = (Reservation(0) if ctx.endpoint == "embeddings"  # an embedding generates nothing
+                       else completion_reservation(body, cap, ctx.tenant.limits.tokens_per_minute))
             await lease.admit_prompt(cap.total_prompt_tokens, reserve.tokens,  # may refuse: 429
                                      shrinkable=reserve.shrinkable)
             prompt_charged = True

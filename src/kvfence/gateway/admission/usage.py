@@ -35,7 +35,7 @@ def _positive_int(value: Any) -> int | None:
 
 def _named_budget(body: dict[str, Any]) -> int | None:
     """``max_completion_tokens`` (or ``max_tokens``) when the body names one, else None."""
-    for key in ("max_completion_tokens", "max_tokens"):
+    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):  # the last: Responses
         budget = _positive_int(body.get(key))
         if budget is not None:
             return budget
