@@ -165,3 +165,42 @@ def test_gemma3_multimodal_checkpoint_is_refused_by_name(tmp_path: Path) -> None
     (model_dir / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelLoadError, match="unsupported architecture Gemma3ForConditionalGeneration"):
         ModelConfig.from_dir(model_dir)
+
+
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    # Gemma 3 1B's proportions: one KV head, head_dim above hidden / heads, the default layout
+    # (sliding_window_pattern 6: layer 5 global) over 7 layers
+    "gemma3-mqa-head-dim-32-default-layout": ("gemma3", {"num_key_value_heads": 1, "head_dim": 32,
+                                                         "num_hidden_layers": 7, "layer_types": None}),
+    "gemma3-every-layer-global": ("gemma3", {"layer_types": ["full_attention"] * 3}),
+    # Phi-3-mini style: a window on every layer
+    "phi3-window-every-layer": ("phi3", {"sliding_window": 16}),
+    "qwen3-tied-mqa-bias": ("qwen3", {"tie_word_embeddings": True, "num_key_value_heads": 1, "attention_bias": True}),
+}
+
+
+@pytest.mark.parametrize("case", list(VARIANTS))
+def test_config_variants_match_transformers(case: str, tmp_path: Path) -> None:
+    arch, overrides = VARIANTS[case]
+    model_dir = build_tiny_model(tmp_path / case, arch, **overrides)
+    prompts = _prompts()
+    llm = LLM(model=str(model_dir), max_model_len=256, kv_cache_tokens=1024, page_size=8, device="cpu")
+    assert [o.token_ids for o in llm.generate(prompts, GREEDY)] == hf_greedy(model_dir, prompts, NEW_TOKENS)
+
+
+def test_phi3_older_longrope_spelling_su(tmp_path: Path) -> None:
+    """Phi-3 files written before transformers 5 say ``rope_scaling: {"type": "su", ...}``: LongRoPE."""
+    model_dir = build_tiny_model(tmp_path / "phi3", "phi3", max_position_embeddings=256,
+                                 rope_parameters={**_LONGROPE, "partial_rotary_factor": 0.5})
+    config = json.loads((model_dir / "config.json").read_text())
+    params = config.pop("rope_parameters")
+    config.update(rope_theta=params.pop("rope_theta"), partial_rotary_factor=params.pop("partial_rotary_factor"),
+                  original_max_position_embeddings=params["original_max_position_embeddings"])
+    params.pop("rope_type")
+    config["rope_scaling"] = {**params, "type": "su"}
+    (model_dir / "config.json").write_text(json.dumps(config))
+    cfg = ModelConfig.from_dir(model_dir)
+    assert cfg.rope_scaling is not None and cfg.rope_scaling["rope_type"] == "longrope" and cfg.rotary_dim == 8
+    prompts = _prompts()[:3]
+    llm = LLM(model=str(model_dir), max_model_len=256, kv_cache_tokens=1024, page_size=8, device="cpu")
+    assert [o.token_ids for o in llm.generate(prompts, GREEDY)] == hf_greedy(model_dir, prompts, NEW_TOKENS)

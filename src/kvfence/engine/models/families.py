@@ -85,7 +85,12 @@ def _qwen3(raw: dict[str, Any]) -> Fields:
 
 
 def _phi3(raw: dict[str, Any]) -> Fields:
-    return _every_layer_windowed(raw)
+    """Phi-3: a window on every layer where set; ``su`` / ``yarn`` are older names of its LongRoPE."""
+    fields = _every_layer_windowed(raw)
+    params = raw.get("rope_parameters") or raw.get("rope_scaling")
+    if isinstance(params, dict) and (params.get("rope_type") or params.get("type")) in ("su", "yarn"):
+        fields["rope_parameters"] = {**params, "rope_type": "longrope"}  # as transformers' Phi3Config reads it
+    return fields
 
 
 def _gemma3(raw: dict[str, Any]) -> Fields:
