@@ -171,10 +171,12 @@ def _has_lone_surrogate(data: Any) -> bool:
     return False
 
 
-def encode_event(payload: dict[str, Any] | str) -> bytes:
-    """One server-sent event: ``data: <compact JSON or the string>`` and a blank line."""
+def encode_event(payload: dict[str, Any] | str, *, event: str | None = None) -> bytes:
+    """One server-sent event: ``data: <compact JSON or the string>`` and a blank line, after an
+    ``event: <name>`` line when ``event`` is given (the Responses and Messages streams name each event)."""
     text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    return b"data: " + text.encode("utf-8") + b"\n\n"
+    data = b"data: " + text.encode("utf-8") + b"\n\n"
+    return data if not event else b"event: " + event.encode("utf-8") + b"\n" + data
 
 
 class SSEDecoder:

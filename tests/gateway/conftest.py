@@ -117,6 +117,21 @@ class Gateway(Process):
         self.root = f"http://127.0.0.1:{port}"
 
 
+# The metrics key of tests that read per-tenant series (without gateway.metrics_key_file, /metrics sums
+# tenants away): with_metrics_key() puts it in a policy, metrics_text() reads /metrics with it.
+METRICS_KEY = "tests-gateway-metrics-key-0123456789"
+
+
+def with_metrics_key(policy: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    (tmp / "metrics.key").write_text(METRICS_KEY + "\n")
+    policy.setdefault("gateway", {})["metrics_key_file"] = str(tmp / "metrics.key")
+    return policy
+
+
+def metrics_text(root: str) -> str:
+    return httpx.get(root + "/metrics", headers={"authorization": f"Bearer {METRICS_KEY}"}).text
+
+
 _OPEN_CLIENTS: list[openai.OpenAI] = []
 
 

@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import httptools
-import httpx
 import openai
 import pytest
 
 from kvfence.gateway.policy.tenants import hash_api_key
-from tests.gateway.conftest import FakeBackend, Gateway, openai_client
+from tests.gateway.conftest import FakeBackend, Gateway, metrics_text, openai_client, with_metrics_key
 
 WINDOW_S = 3.0  # gateway.limit_window_s: a short window so that the test can watch it slide
 KEYS = {name: f"kvf-gw-limits-{name}-key" for name in ("tpm", "neighbour", "asks", "nousage", "single")}
@@ -58,7 +57,7 @@ def gateway(request: pytest.FixtureRequest, backend: FakeBackend,
     p = policy(backend, tmp / "audit.db")
     for b in p["backends"]:
         b["http_client"] = request.param
-    gw = Gateway(p, tmp)
+    gw = Gateway(with_metrics_key(p, tmp), tmp)
     yield gw
     gw.stop()
 
@@ -74,7 +73,7 @@ def stream_chat(c: openai.OpenAI, **kw: Any) -> list[Any]:
 
 
 def metric(gw: Gateway, name: str, **labels: str) -> float:
-    text = httpx.get(gw.root + "/metrics").text
+    text = metrics_text(gw.root)
     want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     for line in text.splitlines():
         m = re.match(r"^(\w+)\{(.*)\} (\S+)$", line)
@@ -152,12 +151,11 @@ def test_hang_up_before_the_first_byte_cancels_upstream_and_frees_the_slot(
         # the tenant's only concurrency slot is free again well before the backend would have answered
         deadline = time.monotonic() + 3
         while True:
-            with httpx.Client(timeout=10) as http:
-                response = http.get(gateway.root + "/metrics")
-            if "kvfence_gateway_in_flight 0.0" in response.text or time.monotonic() > deadline:
+            text = metrics_text(gateway.root)
+            if "kvfence_gateway_in_flight 0.0" in text or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        assert "kvfence_gateway_in_flight 0.0" in response.text
+        assert "kvfence_gateway_in_flight 0.0" in text
         assert time.monotonic() - started < 4.5
         # and the backend saw its client (the gateway) go away: the upstream request was abandoned
         deadline = time.monotonic() + 3

@@ -9,12 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from kvfence.gateway.policy.tenants import hash_api_key
-from tests.gateway.conftest import FakeBackend, Gateway, openai_client
+from tests.gateway.conftest import FakeBackend, Gateway, metrics_text, openai_client, with_metrics_key
 
 KEYS = {name: f"kvf-gw-reserve-{name}-key" for name in ("big", "busy-stream", "busy-whole", "cut", "unnamed")}
 # A prompt of "hi" is 8 tokens by the approximate counter; with max_tokens=40 a request reserves 48.
@@ -45,7 +44,7 @@ def backend() -> Iterator[FakeBackend]:
 @pytest.fixture(scope="module")
 def gateway(backend: FakeBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     tmp = tmp_path_factory.mktemp("gw-reserve")
-    gw = Gateway(policy(backend, tmp / "audit.db"), tmp)
+    gw = Gateway(with_metrics_key(policy(backend, tmp / "audit.db"), tmp), tmp)
     yield gw
     gw.stop()
 
@@ -65,7 +64,7 @@ def chat(c: openai.OpenAI, *, stream: bool, **kw: Any) -> str:
 
 def metric(gw: Gateway, name: str, **labels: str) -> float:
     want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in httpx.get(gw.root + "/metrics").text.splitlines():
+    for line in metrics_text(gw.root).splitlines():
         m = re.match(r"^(\w+)\{(.*)\} (\S+)$", line)
         if m and m.group(1) == name and ",".join(sorted(m.group(2).split(","))) == want:
             return float(m.group(3))

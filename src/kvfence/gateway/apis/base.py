@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +9,7 @@ from kvfence.errors import RequestError
 from kvfence.gateway.answer.filter import FilterChain
 from kvfence.gateway.errors import GatewayError, GatewayRequestError
 from kvfence.gateway.policy.schema import BackendConfig, DataClassConfig
-from kvfence.openai_wire import error_type_for, normalise_error_body
+from kvfence.openai_wire import encode_event, error_type_for, normalise_error_body
 
 __all__ = ["API_PATHS", "ApiCall", "NativeStream", "SlotChains", "encode_named", "new_call", "parse_event"]
 
@@ -23,8 +22,7 @@ MakeChain = Callable[[], FilterChain]
 
 def encode_named(name: str | None, payload: dict[str, Any]) -> bytes:
     """One SSE event with an ``event:`` line (the Responses and Messages streams name every event)."""
-    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
-    return (b"event: " + name.encode() + b"\n" if name else b"") + b"data: " + data + b"\n\n"
+    return encode_event(payload, event=name)  # the framing of every kvfence stream: kvfence.openai_wire
 
 
 def parse_event(event: bytes) -> tuple[str | None, str | None]:

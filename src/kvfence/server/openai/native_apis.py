@@ -17,14 +17,14 @@ from starlette.responses import Response
 
 from kvfence.apis import messages as anthropic
 from kvfence.apis import responses as openai_responses
+from kvfence.openai_wire import encode_event
 from kvfence.server.openai.protocol import ChatCompletionRequest, validate_body
 
 __all__ = ["MessagesAdapter", "ResponsesAdapter", "anthropic_shaped"]
 
 
 def _named_event(name: str, payload: dict[str, Any]) -> bytes:
-    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    return f"event: {name}\ndata: {data}\n\n".encode()
+    return encode_event(payload, event=name)  # the framing of every kvfence stream: kvfence.openai_wire
 
 
 class ResponsesAdapter:
