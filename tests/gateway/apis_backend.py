@@ -5,9 +5,10 @@ carries the caller's own last user text (``echo``), the previous request's (``le
 tenant's prompt, as the incident's stale KV cache would give it) or the previous request's gateway
 canaries (``leak_canary``) in *every* field with model text: Responses ``output_text``, a reasoning
 summary and a ``function_call``'s arguments (``{"to": text}``); Messages ``thinking``, ``text`` and a
-``tool_use`` input (``{"to": text}``); chat ``content``. Streams come ``chunk`` characters at a time
-(``POST /_mode {"mode": ..., "chunk": k}``), so with ``chunk: 1`` a placeholder is cut at every
-offset. ``GET /_received`` returns what it was sent (path, body, headers).
+``tool_use`` input (``{"to": text}``); chat ``content``; with ``"only": FIELD`` (``text``,
+``reasoning``, ``arguments``; ``thinking``, ``input``) only that field carries it. Streams come
+``chunk`` characters at a time (``POST /_mode {"mode": ..., "chunk": k, "only": ...}``), so with
+``chunk: 1`` a placeholder is cut at every offset. ``GET /_received`` returns what it was sent (path, body, headers).
 """
 
 from __future__ import annotations
@@ -44,7 +45,12 @@ def _last_user(items: Any) -> str:
 
 
 def build() -> Starlette:
-    state: dict[str, Any] = {"mode": "echo", "chunk": 5, "previous": "", "previous_canaries": [], "received": []}
+    state: dict[str, Any] = {"mode": "echo", "chunk": 5, "only": None, "previous": "", "previous_canaries": [],
+                             "received": []}
+
+    def field_text(name: str, text: str) -> str:
+        """``text`` in the field ``name``, or a harmless line when the mode names another (``only``)."""
+        return text if state["only"] in (None, name) else "Nothing to add here."
 
     def answer_text(request: Request, body: dict[str, Any], own: str) -> str:
         state["received"].append({"path": request.url.path, "body": body, "headers": dict(request.headers)})
@@ -68,12 +74,13 @@ def build() -> Starlette:
     # -- OpenAI Responses ---------------------------------------------------------------------------
     async def responses(request: Request) -> Response:
         body = await request.json()
-        text = answer_text(request, body, _last_user(body.get("input")))
-        arguments = json.dumps({"to": text})
+        full = answer_text(request, body, _last_user(body.get("input")))
+        text, summary = field_text("text", full), field_text("reasoning", full)
+        arguments = json.dumps({"to": field_text("arguments", full)})
         rid = f"resp_{len(state['received'])}"
         usage = {"input_tokens": 5, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
                  "output_tokens": 7, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 12}
-        reasoning = {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": text}]}
+        reasoning = {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": summary}]}
         message = {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
                    "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
         call = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "send", "arguments": arguments,
@@ -99,12 +106,13 @@ def build() -> Starlette:
             yield ev("response.output_item.added", output_index=0, item={**reasoning, "summary": []})
             yield ev("response.reasoning_summary_part.added", item_id="rs_1", output_index=0, summary_index=0,
                      part={"type": "summary_text", "text": ""})
-            for p in pieces(text):
+            for p in pieces(summary):
                 yield ev("response.reasoning_summary_text.delta", item_id="rs_1", output_index=0, summary_index=0,
                          delta=p)
-            yield ev("response.reasoning_summary_text.done", item_id="rs_1", output_index=0, summary_index=0, text=text)
+            yield ev("response.reasoning_summary_text.done", item_id="rs_1", output_index=0, summary_index=0,
+                     text=summary)
             yield ev("response.reasoning_summary_part.done", item_id="rs_1", output_index=0, summary_index=0,
-                     part={"type": "summary_text", "text": text})
+                     part={"type": "summary_text", "text": summary})
             yield ev("response.output_item.done", output_index=0, item=reasoning)
             yield ev("response.output_item.added", output_index=1, item={**message, "status": "in_progress",
                                                                          "content": []})
@@ -132,9 +140,10 @@ def build() -> Starlette:
     # -- Anthropic Messages -------------------------------------------------------------------------
     async def messages(request: Request) -> Response:
         body = await request.json()
-        text = answer_text(request, body, _last_user(body.get("messages")))
-        content = [{"type": "thinking", "thinking": text, "signature": "sig"}, {"type": "text", "text": text},
-                   {"type": "tool_use", "id": "toolu_1", "name": "send", "input": {"to": text}}]
+        full = answer_text(request, body, _last_user(body.get("messages")))
+        thinking, text, tool = field_text("thinking", full), field_text("text", full), field_text("input", full)
+        content = [{"type": "thinking", "thinking": thinking, "signature": "sig"}, {"type": "text", "text": text},
+                   {"type": "tool_use", "id": "toolu_1", "name": "send", "input": {"to": tool}}]
         message = {"id": "msg_1", "type": "message", "role": "assistant", "model": body.get("model"),
                    "content": content, "stop_reason": "tool_use", "stop_sequence": None,
                    "usage": {"input_tokens": 5, "output_tokens": 7}}
@@ -145,10 +154,10 @@ def build() -> Starlette:
             yield named("message_start", {"type": "message_start", "message": {
                 **message, "content": [], "stop_reason": None, "usage": {"input_tokens": 5, "output_tokens": 0}}})
             yield named("ping", {"type": "ping"})
-            blocks = [({"type": "thinking", "thinking": "", "signature": ""}, "thinking_delta", "thinking", text),
+            blocks = [({"type": "thinking", "thinking": "", "signature": ""}, "thinking_delta", "thinking", thinking),
                       ({"type": "text", "text": ""}, "text_delta", "text", text),
                       ({"type": "tool_use", "id": "toolu_1", "name": "send", "input": {}}, "input_json_delta",
-                       "partial_json", json.dumps({"to": text}))]
+                       "partial_json", json.dumps({"to": tool}))]
             for index, (start, delta_type, key, whole) in enumerate(blocks):
                 yield named("content_block_start", {"type": "content_block_start", "index": index,
                                                     "content_block": start})
