@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from kvfence.engine.interface import Engine, EngineStats, RequestOutput, SamplingParams
+from kvfence.engine.interface import Engine, EngineRequest, EngineStats, RequestOutput, SamplingParams
 from kvfence.errors import RequestError
 
 __all__ = ["AsyncEngine", "EngineFault", "EngineProtocol", "QueueFullError", "RequestGroup"]
@@ -143,9 +143,9 @@ class AsyncEngine:
         """The latest ``EngineStats`` snapshot taken by the engine thread."""
         return self._stats
 
-    async def submit(self, requests: list[tuple[str, list[int], SamplingParams]], scope_key: bytes, *,
+    async def submit(self, requests: list[EngineRequest], scope_key: bytes, *,
                      owner: str = "", owner_limit: int | None = None) -> RequestGroup:
-        """Queue ``(request_id, prompt_token_ids, params)`` items and wait until the engine admitted all.
+        """Queue the engine requests of one call and wait until the engine admitted all.
 
         ``owner`` (an organisation) may hold at most ``owner_limit`` of the request slots, so one
         tenant cannot take all of them from the others; a call that alone exceeds it still runs
@@ -156,7 +156,7 @@ class AsyncEngine:
         """
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
-        streams = [RequestStream(rid, loop, queue, loop.create_future(), owner) for rid, _, _ in requests]
+        streams = [RequestStream(r.request_id, loop, queue, loop.create_future(), owner) for r in requests]
         with self._cond:
             if self.max_pending is not None and len(self._streams) + len(requests) > self.max_pending:
                 raise QueueFullError(f"the request queue is full ({len(self._streams)} requests in flight)")
@@ -168,9 +168,9 @@ class AsyncEngine:
             ids = [s.request_id for s in streams]
             if len(set(ids)) != len(ids) or any(rid in self._streams for rid in ids):
                 raise RequestError("duplicate request id")
-            for stream, (_, prompt, params) in zip(streams, requests, strict=True):
+            for stream, request in zip(streams, requests, strict=True):
                 self._streams[stream.request_id] = stream
-                self._inbox.append(_Add(stream, prompt, params, scope_key))
+                self._inbox.append(_Add(stream, request.prompt_token_ids, request.params, scope_key))
             self._cond.notify_all()
         group = RequestGroup(self, ids, queue)
         try:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from kvfence.engine.interface import EngineStats
 
 __all__ = ["TENANT_LABELS", "ServerMetrics", "scope_label"]
 
@@ -96,7 +97,7 @@ class ServerMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.stats_source: Callable[[], Any] | None = None
+        self.stats_source: Callable[[], EngineStats] | None = None
         self._scope_orgs: OrderedDict[bytes, str] = OrderedDict()
         r = self.registry
         self.requests = Counter("kvfence_requests", "Finished HTTP generation requests.",

@@ -20,7 +20,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from kvfence.apis import messages as anthropic
-from kvfence.engine.interface import RequestOutput
+from kvfence.engine.interface import EngineRequest, RequestOutput
 from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import RequestError
 from kvfence.openai_wire import DONE, encode_event, error_body, one_line
@@ -412,7 +412,7 @@ class OpenAIServing:
             r.state.keeps_output = not req.scores_prompt_only
         try:
             lease.group = await engine.submit(
-                [(r.request_id, r.prompt_token_ids, r.params) for r in requests], scope_key,
+                [EngineRequest(r.request_id, r.prompt_token_ids, r.params) for r in requests], scope_key,
                 owner=tenant.identity.organization, owner_limit=self._org_slot_limit(engine))
         except BaseException as exc:
             lease.choices = []
