@@ -37,9 +37,10 @@ __all__ = ["RESTART_ONLY", "PolicyReloader", "restart_only_changes"]
 log = logging.getLogger("kvfence.gateway")
 
 # gateway.* settings a running gateway cannot take over: its secret, its audit log, its shared state,
-# its worker layout, the hook modules it imported, its rate-limit window.
+# its worker layout, the hook modules it imported, its rate-limit window, its HTTP server's connection
+# limits (kvfence.http, set when it starts listening; max_body_bytes is one of them), its metrics key file.
 RESTART_ONLY = ("secret_env", "audit_log", "redis_url", "workers", "worker_limits", "hooks", "load_protection",
-                "limit_window_s")
+                "limit_window_s", "http", "max_body_bytes", "metrics_key_file")
 
 
 def restart_only_changes(old: Policy, new: Policy) -> list[str]:
