@@ -160,8 +160,9 @@ def test_messages_errors_are_anthropic_shaped(server: RunningServer) -> None:
         with pytest.raises(anthropic.BadRequestError, match="image"):
             client.messages.create(model=_model(server), max_tokens=4, messages=[{"role": "user", "content": [
                 {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}])
-    with _anthropic(server, key="sk-not-a-key") as client, pytest.raises(anthropic.AuthenticationError):
+    with _anthropic(server, key="sk-not-a-key") as client, pytest.raises(anthropic.AuthenticationError) as denied:
         client.messages.create(model=_model(server), max_tokens=4, messages=[{"role": "user", "content": "hi"}])
+    assert denied.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
 
 
 def test_count_tokens_matches_the_prompt_served(server: RunningServer) -> None:

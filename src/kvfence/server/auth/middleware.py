@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kvfence.scope import TenantIdentity
 from kvfence.server.api_errors import APIError
 from kvfence.server.auth.keys import ApiKey, KeyRing
+from kvfence.server.openai.native_apis import anthropic_shaped
 
 __all__ = ["LOCAL_TENANT", "AuthMiddleware", "Tenant", "bearer_token"]
 
@@ -77,7 +79,10 @@ class AuthMiddleware:
         if isinstance(tenant, APIError):
             if self.on_reject is not None:
                 self.on_reject(tenant)
-            await tenant.response()(scope, receive, send)
+            response: Response = tenant.response()
+            if scope["path"].startswith("/v1/messages"):  # Anthropic's clients read Anthropic's error shape
+                response = anthropic_shaped(response)
+            await response(scope, receive, send)
             return
         scope.setdefault("state", {})["tenant"] = tenant
         await self.app(scope, receive, send)
