@@ -126,6 +126,19 @@ def test_gemma3_windows_exactly_the_sliding_layers(tmp_path: Path) -> None:
     assert [o.token_ids for o in llm.generate(prompts, GREEDY)] != expected
 
 
+def test_gemma3_context_is_max_position_embeddings_whatever_its_rope_factor(tmp_path: Path) -> None:
+    """Gemma 3's ``max_position_embeddings`` (131072) is already the length its linear factor 8 reaches:
+    it is not multiplied again (a Llama with that factor serves 8x its positions, as vLLM derives both)."""
+    scaled = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+              "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}}
+    gemma = ModelConfig.from_dir(build_tiny_model(tmp_path / "gemma3", "gemma3", max_position_embeddings=128,
+                                                  rope_parameters=scaled))
+    assert gemma.rope_scaling is not None and gemma.max_context_len == 128
+    llama = ModelConfig.from_dir(build_tiny_model(tmp_path / "llama", "llama", max_position_embeddings=128,
+                                                  rope_parameters={**scaled["full_attention"]}))
+    assert llama.max_context_len == 1024
+
+
 def test_transformers_4_gemma3_config_spelling(tmp_path: Path) -> None:
     """Gemma 3 checkpoints on the hub spell RoPE as ``rope_theta`` + ``rope_local_base_freq`` (+
     ``rope_scaling``) and the layout as ``sliding_window_pattern``; they load as transformers reads them."""

@@ -170,6 +170,8 @@ class ModelConfig:
     partial_rotary_factor: float = 1.0
     local_rope_theta: float | None = None  # windowed layers' RoPE, where it is not the model's
     local_rope_scaling: dict[str, Any] | None = None
+    # whether max_position_embeddings is stated before the RoPE factor stretches it (Gemma 3: after)
+    context_stretched_by_rope: bool = True
 
     @classmethod
     def from_dir(cls, model_dir: Path) -> ModelConfig:
@@ -258,8 +260,9 @@ class ModelConfig:
         stretched by the RoPE ``factor`` of static ``linear`` and ``yarn`` scaling (YaRN from its
         ``original_max_position_embeddings``) and of ``dynamic`` NTK (which rescales past
         ``max_position_embeddings`` as a sequence grows). ``llama3`` and ``longrope`` checkpoints already
-        state the stretched length."""
-        return _max_context_len({"max_position_embeddings": self.max_position_embeddings}, self.rope_scaling)
+        state the stretched length, and so do Gemma 3's (vLLM: "already scaled by RoPE scaling")."""
+        scaling = self.rope_scaling if self.context_stretched_by_rope else None
+        return _max_context_len({"max_position_embeddings": self.max_position_embeddings}, scaling)
 
     @property
     def rotary_dim(self) -> int:

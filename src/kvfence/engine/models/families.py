@@ -136,6 +136,8 @@ def _gemma3(raw: dict[str, Any]) -> Fields:
         "rope_parameters": {"rope_theta": 1_000_000.0, **global_params},
         "local_rope_theta": float(local.get("rope_theta", 10_000.0)),
         "local_rope_scaling": None if local_type == "default" else {**local, "rope_type": local_type},
+        # Gemma 3's max_position_embeddings (131072) already counts its global RoPE factor (8)
+        "context_stretched_by_rope": False,
     }
 
 
