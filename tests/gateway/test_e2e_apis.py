@@ -388,3 +388,25 @@ def test_token_limits_count_the_new_apis(gw: Gateway, shared: ApisBackend, strea
                 refused = exc
                 break
     assert refused is not None and refused.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+
+
+def test_every_api_is_in_the_audit_log_and_metrics_without_prompt_text(gw: Gateway, shared: ApisBackend) -> None:
+    import sqlite3
+    import time
+
+    shared.mode("echo")
+    marker = "zebrafish-orchid-7731"
+    responses_answer(gw, f"{marker} one", stream=True)
+    messages_answer(gw, f"{marker} two", stream=False)
+    with oai(gw) as client:
+        client.embeddings.create(model="m", input=f"{marker} three")
+    audit = gw.config.parent / "audit.db"
+    endpoints: set[str] = set()
+    for _ in range(50):
+        with sqlite3.connect(audit) as db:
+            endpoints = {row[0] for row in db.execute("SELECT endpoint FROM gateway_decisions WHERE status = 200")}
+        if {"responses", "messages", "embeddings"} <= endpoints:
+            break
+        time.sleep(0.1)
+    assert {"responses", "messages", "embeddings"} <= endpoints
+    assert not any(marker.encode() in f.read_bytes() for f in audit.parent.glob("audit.db*"))

@@ -228,6 +228,7 @@ class _TranslatedStream(NativeStream):
         self._filters = AnswerFilter("chat", make_chain) if make_chain is not None else None
         self._events = api.MessageEvents(req)
         self._texts: list[str] = []
+        self._finished = False
 
     def _emit(self, pairs: list[tuple[str, dict[str, Any]]]) -> list[bytes]:
         return [encode_named(name, payload) for name, payload in pairs]
@@ -257,12 +258,23 @@ class _TranslatedStream(NativeStream):
             delta = choice.get("delta") if isinstance(choice, dict) else None
             if isinstance(delta, dict) and isinstance(delta.get("content"), str):
                 self._texts.append(delta["content"])
+            if isinstance(choice, dict) and choice.get("finish_reason") is not None:
+                self._finished = True
         if self._filters is not None and "choices" in chunk:
             self._filters.filter_chunk(chunk)
         return self._emit(self._events.feed(chunk))
 
     def flush(self) -> list[bytes]:
-        return []
+        """A chat stream that ended after its finish_reason without ``[DONE]`` (some servers send
+        none) is complete: its Messages ending is written here; one cut before it is not (``ended``)."""
+        if self.ended or not self._finished:
+            return []
+        self.ended = True
+        out = []
+        if self._filters is not None:
+            for chunk in self._filters.flush():
+                out += self._emit(self._events.feed(chunk))
+        return [*out, *self._emit(self._events.finish())]
 
     def error_event(self, error: GatewayError) -> bytes:
         return encode_named("error", api.anthropic_error(error.status_code, error.message))
