@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from kvfence.engine.models.families import ACTIVATIONS, FAMILIES
+from kvfence.engine.models.families import ACTIVATIONS, FAMILIES, UNSUPPORTED_HINTS
 from kvfence.engine.runner.dtype_names import parse_dtype
 from kvfence.errors import ConfigError, ModelLoadError
 
@@ -195,8 +195,9 @@ class ModelConfig:
         arch = next((a for a in archs if a in SUPPORTED_ARCHITECTURES), None)
         if arch is None:
             shown = ", ".join(archs) if archs else f"model_type {raw.get('model_type')!r}"
+            hints = "".join(f" ({UNSUPPORTED_HINTS[a]})" for a in archs if a in UNSUPPORTED_HINTS)
             raise ModelLoadError(
-                f"unsupported architecture {shown}; kvfence runs {', '.join(SUPPORTED_ARCHITECTURES)}"
+                f"unsupported architecture {shown}{hints}; kvfence runs {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
         family = FAMILIES[arch]
         raw = {**family.defaults, **raw}

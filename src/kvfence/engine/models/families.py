@@ -15,7 +15,7 @@ from typing import Any
 
 from kvfence.errors import ModelLoadError
 
-__all__ = ["ACTIVATIONS", "FAMILIES", "Family", "windowed_layers"]
+__all__ = ["ACTIVATIONS", "FAMILIES", "UNSUPPORTED_HINTS", "Family", "windowed_layers"]
 
 log = logging.getLogger(__name__)
 
@@ -147,8 +147,10 @@ FAMILIES: dict[str, Family] = {
         Family("LlamaForCausalLM", "kvfence.engine.models.llama:LlamaForCausalLM", _no_window),
         Family("MistralForCausalLM", "kvfence.engine.models.llama:LlamaForCausalLM", _every_layer_windowed),
         Family("Qwen2ForCausalLM", "kvfence.engine.models.llama:LlamaForCausalLM", _qwen2),
-        Family("Qwen3ForCausalLM", "kvfence.engine.models.qwen3:Qwen3ForCausalLM", _qwen3),
-        Family("Phi3ForCausalLM", "kvfence.engine.models.phi3:Phi3ForCausalLM", _phi3, partial_rotary=True),
+        Family("Qwen3ForCausalLM", "kvfence.engine.models.qwen3:Qwen3ForCausalLM", _qwen3,
+               defaults={"max_position_embeddings": 32_768}),
+        Family("Phi3ForCausalLM", "kvfence.engine.models.phi3:Phi3ForCausalLM", _phi3, partial_rotary=True,
+               defaults={"rms_norm_eps": 1e-5, "max_position_embeddings": 4096}),
         Family(
             "Gemma3ForCausalLM", "kvfence.engine.models.gemma3:Gemma3ForCausalLM", _gemma3,
             # Gemma3TextConfig's defaults, which differ from the other families'
@@ -156,6 +158,14 @@ FAMILIES: dict[str, Family] = {
                       "sliding_window": 4096, "query_pre_attn_scalar": 256},
         ),
     )
+}
+
+
+# what to run instead, for architectures close to a supported one
+UNSUPPORTED_HINTS = {
+    "Gemma3ForConditionalGeneration": "the multimodal Gemma 3 checkpoints are not supported: serve a text-only "
+                                      "Gemma3ForCausalLM export (gemma-3-1b is one)",
+    "Qwen3MoeForCausalLM": "Qwen3's mixture-of-experts models are not supported: serve a dense Qwen3ForCausalLM",
 }
 
 
