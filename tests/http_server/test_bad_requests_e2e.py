@@ -159,8 +159,11 @@ def test_two_credentials_are_a_400_on_both_servers(target: Target, headers: byte
         assert len(target.backend.received()) == received
 
 
-def test_one_credential_still_works(target: Target) -> None:
+@pytest.mark.parametrize("also_x_api_key", [False, True], ids=["bearer", "bearer and x-api-key, same key"])
+def test_one_credential_still_works(target: Target, also_x_api_key: bool) -> None:
     auth = {"authorization": target.key_header.split(b": ", 1)[1].strip().decode()}
+    if also_x_api_key:  # one key in two places is not ambiguous
+        auth["x-api-key"] = auth["authorization"].removeprefix("Bearer ")
     model = httpx.get(f"http://127.0.0.1:{target.port}/v1/models", headers=auth, timeout=30).json()["data"][0]["id"]
     response = httpx.post(f"http://127.0.0.1:{target.port}/v1/chat/completions", headers=auth, timeout=120,
                           json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})

@@ -165,8 +165,8 @@ class HttpConnection(asyncio.Protocol):
         elif name in _CREDENTIALS:
             first = self._credential
             if first is None:
-                self._credential = (name, value)
-            elif first[0] == name or first[1].strip() != value.strip():
+                self._credential = (name, _credential_token(name, value))
+            elif first[0] == name or first[1] != _credential_token(name, value):
                 self._refusal = (400, f"the request carries more than one credential ({first[0].decode()} and "
                                       f"{name.decode()}): send one", "ambiguous_credentials")
                 raise _Refused
@@ -429,6 +429,14 @@ class HttpConnection(asyncio.Protocol):
             transport.abort()
         elif not transport.is_closing():
             transport.close()
+
+
+def _credential_token(name: bytes, value: bytes) -> bytes:
+    """The key a credential field carries (``Authorization: Bearer K`` and ``x-api-key: K`` agree)."""
+    value = value.strip()
+    if name == b"authorization" and value[:7].lower() == b"bearer ":
+        return value[7:].strip()
+    return value
 
 
 def _peer(client: tuple[str, int] | None) -> str:
