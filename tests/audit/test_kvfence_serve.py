@@ -1,7 +1,7 @@
 """``kvfence audit`` against a real ``kvfence serve``: the verdicts the issue asks for.
 
 Small samples keep these in the CI budget; ``bench/audit_power.py`` measures how many samples a
-correct verdict needs (README, "Auditor").
+correct verdict needs (docs/benchmarks.md, "Auditor samples").
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Stopping the watch does not cancel its task: once the answer is complete the ser
 pending ``receive`` with ``http.disconnect`` (ASGI requires it) and the task ends on its own. A
 cancelled task keeps its ``CancelledError``, whose traceback holds the task's frames and through
 them the task: a reference cycle per request that only the cyclic collector frees, and those
-collections were pauses every stream in flight waited through (README, gateway performance).
+collections were pauses every stream in flight waited through (docs/benchmarks.md, gateway).
 
 The lean server (``kvfence.http.cycle.RequestCycle.on_disconnect``) reports the hang-up by callback from its
 connection's ``connection_lost``: no task per request there.

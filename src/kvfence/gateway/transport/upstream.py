@@ -8,7 +8,7 @@ Two clients with one small interface (:class:`UpstreamClient`: POST a body, stre
   with the httptools parser, for ``http://`` upstreams by default (``http_client: auto``). Per
   streamed completion httpx costs milliseconds of CPU (httpcore, h11 and anyio layers per chunk; its
   pool scans every connection per request, ~25 ms at 100 busy connections), which was most of the
-  gateway's overhead; the fast client does the same work in a fraction of that (README, "Overhead").
+  gateway's overhead; the fast client does the same work in a fraction of that (docs/guide/gateway.md, "Overhead").
 
 Both raise httpx's exception types (``httpx.ConnectError``, ``httpx.ReadTimeout``,
 ``httpx.RemoteProtocolError`` ...), so the request path treats them alike. Only the

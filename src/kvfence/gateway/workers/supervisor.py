@@ -1,7 +1,7 @@
 """``kvfence gateway --workers N``: N gateway processes accepting on one port, and their supervisor.
 
 Why several processes: one gateway process serves a burst of requests one after another on one
-core (README, "Where the paced p99 comes from"); N processes split a burst across the cores.
+core (bench/RESULTS.md, "What moved the paced p99"); N processes split a burst across the cores.
 
 How they share the port: on Linux each worker listens on its own socket bound with ``SO_REUSEPORT``
 to the same address, and the kernel spreads new connections over them (by a hash of the client's
