@@ -271,3 +271,15 @@ def test_data_protection_reloads_and_keeps_its_leak_index(tmp_path: Path, backen
         assert "incident inc_" in leaked.text
     finally:
         gw.stop()
+
+
+def test_settings_that_need_a_restart_are_named_and_refused() -> None:
+    from kvfence.gateway.policy.schema import Policy
+    from kvfence.gateway.reload import RESTART_ONLY, restart_only_changes
+
+    base = Policy.model_validate({"data_classes": [{"name": "public", "allowed_tiers": ["shared"]}],
+                                  "backends": [{"name": "b", "url": "http://127.0.0.1:9/v1", "tier": "shared"}]})
+    changed = base.model_copy(update={"gateway": base.gateway.model_copy(
+        update={"workers": 4, "audit_log": "sqlite:///other.db", "backend_retry_after_s": 9.0})})
+    assert restart_only_changes(base, changed) == ["gateway.audit_log", "gateway.workers"]  # the retry pause reloads
+    assert set(RESTART_ONLY) <= set(type(base.gateway).model_fields)
