@@ -410,3 +410,61 @@ def test_every_api_is_in_the_audit_log_and_metrics_without_prompt_text(gw: Gatew
         time.sleep(0.1)
     assert {"responses", "messages", "embeddings"} <= endpoints
     assert not any(marker.encode() in f.read_bytes() for f in audit.parent.glob("audit.db*"))
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["protected", "bare"])
+def anthropic_only_gw(shared: ApisBackend, tmp_path_factory: pytest.TempPathFactory,
+                      request: pytest.FixtureRequest) -> Iterator[Gateway]:
+    """The backend declared as speaking only Anthropic's API: chat requests are translated to Messages."""
+    tmp = tmp_path_factory.mktemp("apis-anthropic-gw")
+    policy = _policy(tmp, [{"name": "anthropic-only", "url": shared.url, "tier": "on_prem", "capacity": "policy",
+                            "apis": ["anthropic"], "facts": FACTS}])
+    policy["gateway"]["load_protection"] = request.param
+    g = Gateway(policy, tmp, env={"KVFENCE_GATEWAY_SECRET": "s" * 32})
+    g.protected = request.param  # type: ignore[attr-defined]
+    yield g
+    g.stop()
+
+
+@pytest.mark.parametrize(("stream", "chunk"), [(False, 5), (True, 1), (True, 4)])
+def test_chat_translated_to_messages_for_an_anthropic_only_backend(anthropic_only_gw: Gateway, shared: ApisBackend,
+                                                                   stream: bool, chunk: int) -> None:
+    shared.mode("echo", chunk)
+    protected = anthropic_only_gw.protected  # type: ignore[attr-defined]
+    expected = EXPECTED if protected else TEXT
+    with oai(anthropic_only_gw) as client:
+        messages: Any = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": TEXT}]
+        if not stream:
+            answer = client.chat.completions.create(model="m", messages=messages, max_tokens=50)
+            message = answer.choices[0].message
+            content, calls = message.content, message.tool_calls or []
+            arguments = calls[0].function.arguments if calls else ""  # type: ignore[union-attr]
+            assert answer.choices[0].finish_reason == "tool_calls"
+        else:
+            parts, arguments_parts, finish = [], [], None
+            for chunk_ in client.chat.completions.create(model="m", messages=messages, max_tokens=50, stream=True):
+                for c in chunk_.choices:
+                    parts.append(c.delta.content or "")
+                    for call in c.delta.tool_calls or []:
+                        arguments_parts.append(call.function.arguments or "" if call.function else "")
+                    finish = c.finish_reason or finish
+            content, arguments = "".join(parts), "".join(arguments_parts)
+            assert finish == "tool_calls"
+    last = shared.received()[-1]
+    assert last["path"] == "/v1/messages" and last["body"]["system"].startswith("Be brief.")
+    assert last["headers"]["anthropic-version"] == "2023-06-01"
+    if protected:
+        _left_as_placeholders(shared)
+    assert content == expected and json.loads(arguments) == {"to": expected}
+
+
+def test_chat_fields_that_do_not_translate_are_refused(anthropic_only_gw: Gateway, shared: ApisBackend) -> None:
+    shared.clear()
+    with oai(anthropic_only_gw) as client:
+        for extra in ({"logprobs": True}, {"n": 2}, {"response_format": {"type": "json_object"}}, {"seed": 3}):
+            with pytest.raises(openai.BadRequestError, match=next(iter(extra))):
+                client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], **extra)
+        with pytest.raises(openai.APIStatusError) as caught:  # completions do not translate: no backend can take it
+            client.completions.create(model="m", prompt="hi")
+        assert caught.value.status_code == 503
+    assert not shared.received()

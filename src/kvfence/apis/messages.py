@@ -13,6 +13,7 @@ matched), ``cache_control`` marks are accepted and have no effect.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import Any, Literal
 
@@ -21,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from kvfence.apis.common import arguments_object, validate
 from kvfence.errors import RequestError
 
-__all__ = ["MessageEvents", "MessagesRequest", "anthropic_error", "chat_request", "error_type_for",
-           "message_from_chat", "text_paths"]
+__all__ = ["ChatChunks", "MessageEvents", "MessagesRequest", "anthropic_error", "chat_from_message", "chat_request",
+           "error_type_for", "message_from_chat", "messages_request_from_chat", "text_paths"]
 
 
 class _Strict(BaseModel):
@@ -436,3 +437,217 @@ def anthropic_error_from_openai(status: int, body: Any) -> dict[str, Any]:
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         message = body["error"].get("message")
     return anthropic_error(status, message if isinstance(message, str) else f"HTTP {status}")
+
+
+# -- chat completions -> Messages (a chat caller, a backend that speaks only Anthropic's API) -------------
+
+DEFAULT_MAX_TOKENS = 4096  # Messages requires max_tokens; a chat request may leave it out
+# Chat fields that change the answer and have no Messages counterpart: refused, never dropped.
+_UNTRANSLATED_CHAT = ("logprobs", "top_logprobs", "logit_bias", "seed", "frequency_penalty", "presence_penalty",
+                      "audio", "modalities", "prediction", "web_search_options", "functions", "function_call",
+                      "response_format", "guided_json", "structured_outputs", "best_of", "echo")
+_CHAT_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
+                 "refusal": "content_filter", "pause_turn": "stop"}
+
+
+def _image_block(part: dict[str, Any], where: str) -> dict[str, Any]:
+    url = (part.get("image_url") or {}).get("url") if isinstance(part.get("image_url"), dict) else None
+    if not isinstance(url, str):
+        raise RequestError(f"{where}: an image_url part needs image_url.url", param="messages")
+    if url.startswith("data:") and ";base64," in url:
+        media, _, data = url[5:].partition(";base64,")
+        return {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
+    return {"type": "image", "source": {"type": "url", "url": url}}
+
+
+def _chat_content_blocks(content: Any, where: str) -> list[dict[str, Any]]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    if not isinstance(content, list):
+        raise RequestError(f"{where}.content must be a string or a list of parts", param="messages")
+    blocks = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            blocks.append({"type": "text", "text": part["text"]})
+        elif kind == "image_url":
+            blocks.append(_image_block(part, f"{where}.content[{j}]"))
+        else:
+            raise RequestError(f"{where}.content[{j}]: parts of type {kind!r} do not translate to Anthropic's "
+                               "Messages API (text and image_url do)", param="messages")
+    return blocks
+
+
+def messages_request_from_chat(chat: dict[str, Any]) -> dict[str, Any]:
+    """A chat completion request as the Messages request that asks the same thing (``docs/apis.md``
+    lists what does not translate: those fields are refused with a 400 naming them)."""
+    for name in _UNTRANSLATED_CHAT:
+        value = chat.get(name)
+        neutral = value is None or value is False or value == [] or (
+            name.endswith("_penalty") and value == 0) or (
+            name == "response_format" and isinstance(value, dict) and value.get("type") in (None, "text"))
+        if not neutral:
+            raise RequestError(f"`{name}` does not translate to Anthropic's Messages API, which this backend speaks",
+                               param=name)
+    if (chat.get("n") or 1) != 1:
+        raise RequestError("`n` > 1 does not translate to Anthropic's Messages API (one answer per request)",
+                           param="n")
+    system: list[str] = []
+    messages: list[dict[str, Any]] = []
+    for i, message in enumerate(chat.get("messages") or []):
+        where = f"messages[{i}]"
+        role = message.get("role")
+        if role in ("system", "developer"):
+            system += [b["text"] for b in _chat_content_blocks(message.get("content"), where)
+                       if b["type"] == "text"]
+            continue
+        if role == "tool":
+            content = message.get("content")
+            text = content if isinstance(content, str) else "\n".join(
+                b.get("text", "") for b in _chat_content_blocks(content, where))
+            block = {"type": "tool_result", "tool_use_id": str(message.get("tool_call_id") or ""), "content": text}
+            if messages and messages[-1]["role"] == "user" and messages[-1].get("_tool_results"):
+                messages[-1]["content"].append(block)
+            else:
+                messages.append({"role": "user", "content": [block], "_tool_results": True})
+            continue
+        if role not in ("user", "assistant"):
+            raise RequestError(f"{where}.role {role!r} does not translate to Anthropic's Messages API",
+                               param="messages")
+        blocks = _chat_content_blocks(message.get("content"), where)
+        for k, call in enumerate(message.get("tool_calls") or []):
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                raise RequestError(f"{where}.tool_calls[{k}] needs a function", param="messages")
+            blocks.append({"type": "tool_use", "id": str(call.get("id") or f"toolu_{i}_{k}"),
+                           "name": str(function.get("name") or ""),
+                           "input": arguments_object(str(function.get("arguments") or ""), f"{where}.tool_calls[{k}]")})
+        messages.append({"role": role, "content": blocks})
+    for m in messages:
+        m.pop("_tool_results", None)
+    body: dict[str, Any] = {"model": chat.get("model"), "messages": messages,
+                            "max_tokens": chat.get("max_completion_tokens") or chat.get("max_tokens")
+                            or DEFAULT_MAX_TOKENS}
+    if system:
+        body["system"] = "\n\n".join(system)
+    if chat.get("tools"):
+        tools = []
+        for t, tool in enumerate(chat["tools"]):
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if not isinstance(function, dict) or tool.get("type") != "function":
+                raise RequestError(f"tools[{t}]: only function tools translate", param="tools")
+            entry = {"name": function.get("name"), "input_schema": function.get("parameters") or {"type": "object"}}
+            if function.get("description"):
+                entry["description"] = function["description"]
+            tools.append(entry)
+        body["tools"] = tools
+    choice = chat.get("tool_choice")
+    if choice is not None:
+        named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+        body["tool_choice"] = ({"type": "tool", "name": named} if named else
+                               {"type": {"auto": "auto", "required": "any", "none": "none"}.get(str(choice), "auto")})
+    if chat.get("parallel_tool_calls") is False and body.get("tools"):
+        body.setdefault("tool_choice", {"type": "auto"})["disable_parallel_tool_use"] = True
+    stop = chat.get("stop")
+    if stop:
+        body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+    for key in ("temperature", "top_p", "top_k", "stream"):
+        if chat.get(key) is not None:
+            body[key] = chat[key]
+    if isinstance(chat.get("temperature"), int | float) and chat["temperature"] > 1:
+        raise RequestError("`temperature` above 1 does not translate to Anthropic's Messages API (0 to 1)",
+                           param="temperature")
+    if isinstance(chat.get("user"), str):
+        body["metadata"] = {"user_id": chat["user"]}
+    return body
+
+
+def _chat_usage(usage: Any) -> dict[str, Any]:
+    usage = usage if isinstance(usage, dict) else {}
+    cached = int(usage.get("cache_read_input_tokens") or 0)
+    prompt = int(usage.get("input_tokens") or 0) + cached + int(usage.get("cache_creation_input_tokens") or 0)
+    completion = int(usage.get("output_tokens") or 0)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def chat_from_message(message: dict[str, Any], model: str) -> dict[str, Any]:
+    """A whole Message as the chat completion a chat caller expects."""
+    texts, reasoning, calls = [], [], []
+    for block in message.get("content") or []:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif block.get("type") == "thinking" and isinstance(block.get("thinking"), str):
+            reasoning.append(block["thinking"])
+        elif block.get("type") == "tool_use":
+            calls.append({"id": block.get("id"), "type": "function", "function": {
+                "name": block.get("name"), "arguments": json.dumps(block.get("input") or {})}})
+    out: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
+    if reasoning:
+        out["reasoning_content"] = "".join(reasoning)
+    if calls:
+        out["tool_calls"] = calls
+    return {"id": "chatcmpl-" + str(message.get("id") or uuid.uuid4().hex), "object": "chat.completion",
+            "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": out, "logprobs": None,
+                         "finish_reason": _CHAT_REASONS.get(str(message.get("stop_reason")), "stop")}],
+            "usage": _chat_usage(message.get("usage"))}
+
+
+class ChatChunks:
+    """Anthropic stream events in, chat completion chunks out (dicts; ``[DONE]`` is the caller's)."""
+
+    def __init__(self, model: str, *, include_usage: bool = False) -> None:
+        self._base = {"id": "chatcmpl-" + uuid.uuid4().hex, "object": "chat.completion.chunk",
+                      "created": int(time.time()), "model": model}
+        self._include_usage = include_usage
+        self._calls: dict[int, int] = {}  # content block index -> tool call index
+        self._usage: dict[str, Any] = {}
+        self.finished = False
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**self._base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    def feed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        kind = event.get("type")
+        if kind == "message_start":
+            message = event.get("message") or {}
+            self._usage.update(message.get("usage") or {})
+            return [self._chunk({"role": "assistant", "content": ""})]
+        if kind == "content_block_start":
+            block = event.get("content_block") or {}
+            if block.get("type") == "tool_use":
+                at = self._calls.setdefault(int(event.get("index") or 0), len(self._calls))
+                return [self._chunk({"tool_calls": [{"index": at, "id": block.get("id"), "type": "function",
+                                                     "function": {"name": block.get("name"), "arguments": ""}}]})]
+            if block.get("type") == "text" and block.get("text"):
+                return [self._chunk({"content": block["text"]})]
+            return []
+        if kind == "content_block_delta":
+            delta = event.get("delta") or {}
+            if delta.get("type") == "text_delta":
+                return [self._chunk({"content": delta.get("text") or ""})]
+            if delta.get("type") == "thinking_delta":
+                return [self._chunk({"reasoning_content": delta.get("thinking") or ""})]
+            if delta.get("type") == "input_json_delta":
+                at = self._calls.get(int(event.get("index") or 0), 0)
+                return [self._chunk({"tool_calls": [{"index": at, "function": {
+                    "arguments": delta.get("partial_json") or ""}}]})]
+            return []
+        if kind == "message_delta":
+            self._usage.update(event.get("usage") or {})
+            reason = (event.get("delta") or {}).get("stop_reason")
+            self.finished = True
+            out = [self._chunk({}, _CHAT_REASONS.get(str(reason), "stop"))]
+            if self._include_usage:
+                out.append({**self._base, "choices": [], "usage": _chat_usage(self._usage)})
+            return out
+        return []
+
+    def output_tokens(self) -> int | None:
+        value = self._usage.get("output_tokens")
+        return value if isinstance(value, int) else None

@@ -31,6 +31,7 @@ from kvfence.gateway.admission.usage import (
 )
 from kvfence.gateway.answer.relay import OwnedStream, json_error, stream_response, whole_response
 from kvfence.gateway.apis import ApiCall, new_call
+from kvfence.gateway.apis.chat_via_messages import ChatViaMessagesCall
 from kvfence.gateway.apis.messages import CountTokensCall
 from kvfence.gateway.errors import (
     DetectorFailure,
@@ -43,6 +44,7 @@ from kvfence.gateway.errors import (
 )
 from kvfence.gateway.hooks import RequestContext
 from kvfence.gateway.policy.plans import UpstreamPlan, parse_forwardable, with_cache_salt
+from kvfence.gateway.policy.schema import ApiName
 from kvfence.gateway.records.trace import RequestTrace
 from kvfence.gateway.routing.cache_salt import apply_cache_salt, tenant_cache_salt
 from kvfence.gateway.routing.classes import requested_classes
@@ -272,7 +274,8 @@ def _parse_body(raw: bytes) -> tuple[dict[str, Any], bool]:
 
 def _prepare(runtime: GatewayRuntime, state: BackendState, ctx: RequestContext, body: dict[str, Any],
              raw: bytes | None, trace: RequestTrace,
-             call: ApiCall | None = None) -> tuple[bytes, CapResult, bool, UpstreamPlan, str, dict[str, str]]:
+             call: ApiCall | None = None
+             ) -> tuple[bytes, CapResult, bool, UpstreamPlan, str, dict[str, str], ApiCall | None]:
     """Per-backend request: the body (upstream model name, cap, maybe trimmed, salt, and for a
     token-limited tenant's stream a request for usage: True when the gateway added it) as bytes.
 
@@ -294,6 +297,8 @@ def _prepare(runtime: GatewayRuntime, state: BackendState, ctx: RequestContext, 
         salt = tenant_cache_salt(ctx.tenant, plan.salt_scope, runtime.secret or b"")
     path = "/chat/completions" if ctx.endpoint == "chat" else "/completions"
     extra_headers: dict[str, str] = {}
+    if call is None and ctx.endpoint == "chat" and ApiName.OPENAI not in backend.apis:
+        call = ChatViaMessagesCall(body)  # a backend that speaks only Anthropic's API: translated
     if call is not None:
         if call.endpoint == "embeddings":
             salt = None  # no prefix cache to split: the field would only be refused
@@ -307,13 +312,14 @@ def _prepare(runtime: GatewayRuntime, state: BackendState, ctx: RequestContext, 
         options = out.get("stream_options")
         out["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
         usage_injected = True
-    unchanged = (raw is not None and upstream_model == ctx.model and not stripped and not usage_injected
+    unchanged = (raw is not None and call is None and upstream_model == ctx.model and not stripped
+                 and not usage_injected
                  and cap.tokens_cut == 0 and out.get("messages") is body.get("messages"))
     if unchanged and raw is not None:
         content = raw if salt is None else with_cache_salt(raw, salt, has_keys=bool(body))
     else:
         content = json.dumps(out).encode()
-    return content, cap, usage_injected, plan, path, extra_headers
+    return content, cap, usage_injected, plan, path, extra_headers, call
 
 
 async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body: dict[str, Any],
@@ -324,11 +330,13 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
         ctx.annotations["refused_backends"] = dict(decision.refused)
     now = time.monotonic()
     states = [runtime.backends[b.name] for b in decision.allowed]
-    if call is not None:
-        unable = [s.config.name for s in states if not call.usable(s.config)]
-        states = [s for s in states if call.usable(s.config)]
+    if call is not None or any(ApiName.OPENAI not in s.config.apis for s in states):
+        usable = call.usable if call is not None else (lambda backend: ApiName.OPENAI in backend.apis or (
+            ctx.endpoint == "chat" and ApiName.ANTHROPIC in backend.apis))  # chat translates to Messages
+        unable = [s.config.name for s in states if not usable(s.config)]
+        states = [s for s in states if usable(s.config)]
         if not states:
-            raise UpstreamUnavailable(f"no backend allowed for class {ctx.data_class!r} can serve /v1/{call.endpoint}"
+            raise UpstreamUnavailable(f"no backend allowed for class {ctx.data_class!r} can serve /v1/{ctx.endpoint}"
                                       f" (failing closed): {', '.join(unable) or 'none allowed'} cannot "
                                       "(policy: the backend's apis and vendor facts)")
     # Backends that failed a moment ago go last, not away: if all are down, each still gets a try.
@@ -341,10 +349,11 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
     for attempt, state in enumerate(states):
         try:
             if big:
-                content, cap, usage_injected, plan, path, extra = await asyncio.to_thread(
+                content, cap, usage_injected, plan, path, extra, this_call = await asyncio.to_thread(
                     _prepare, runtime, state, ctx, body, raw, trace, call)
             else:
-                content, cap, usage_injected, plan, path, extra = _prepare(runtime, state, ctx, body, raw, trace, call)
+                content, cap, usage_injected, plan, path, extra, this_call = _prepare(
+                    runtime, state, ctx, body, raw, trace, call)
         except PromptTooLongError as exc:
             cap_error = cap_error or exc
             failures.append(f"{state.config.name}: over its cap")
@@ -404,11 +413,12 @@ async def _route_and_forward(runtime: GatewayRuntime, ctx: RequestContext, body:
         # A backend that ignored `stream` answers with one JSON body: treat it as the whole answer.
         is_sse = "text/event-stream" in upstream.headers.get("content-type", "")
         if trace.stream and upstream.status_code == 200 and is_sse:
-            usage = StreamUsage(state.counter, injected=usage_injected) if token_limited and call is None else None
-            return stream_response(runtime, ctx, upstream, trace, lease, received_at, watch, usage, call,
+            usage = (StreamUsage(state.counter, injected=usage_injected) if token_limited and this_call is None
+                     else None)
+            return stream_response(runtime, ctx, upstream, trace, lease, received_at, watch, usage, this_call,
                                    state.counter if token_limited else None)
         return await whole_response(runtime, ctx, upstream, trace, lease, state.counter if token_limited else None,
-                                    call)
+                                    this_call)
     if cap_error is not None:
         raise cap_error  # no allowed backend that is up can hold it: a 400 the caller can act on
     refused = "".join(f"; {name}: not allowed ({why})" for name, why in decision.refused.items())
