@@ -96,11 +96,11 @@ class Gemma3Model(LlamaModel):
     windowed layers' (``local_rope_theta``, ``local_rope_scaling``)."""
 
     layer_cls = Gemma3DecoderLayer
+    embedding_cls = ScaledEmbedding
+    norm_cls = GemmaRMSNorm
 
     def __init__(self, cfg: ModelConfig, max_len: int, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__(cfg, max_len, dtype, device)
-        self.embed_tokens = ScaledEmbedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype, device=device)
-        self.norm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, device=device)
         self.local_rotary = RotaryEmbedding(
             cfg.rotary_dim, max_len, cfg.local_rope_theta or cfg.rope_theta, cfg.local_rope_scaling,
             cfg.max_position_embeddings, dtype, device,

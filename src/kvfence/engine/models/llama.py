@@ -254,15 +254,17 @@ class LlamaDecoderLayer(nn.Module):
 
 class LlamaModel(nn.Module):
     layer_cls: type[nn.Module] = LlamaDecoderLayer
+    embedding_cls: type[Embedding] = Embedding
+    norm_cls: type[nn.Module] = RMSNorm
 
     def __init__(self, cfg: ModelConfig, max_len: int, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
-        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype, device=device)
+        self.embed_tokens = self.embedding_cls(cfg.vocab_size, cfg.hidden_size, dtype=dtype, device=device)
         self.rotary = RotaryEmbedding(
             cfg.rotary_dim, max_len, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings, dtype, device
         )
         self.layers = nn.ModuleList(self.layer_cls(cfg, dtype, device) for _ in range(cfg.num_hidden_layers))
-        self.norm: nn.Module = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, device=device)
+        self.norm = self.norm_cls(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, device=device)
 
 
 class LlamaForCausalLM(nn.Module):
