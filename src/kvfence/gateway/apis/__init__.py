@@ -13,7 +13,8 @@ filters, usage, the fail-closed ends). An adapter only says what differs:
   its error shape.
 
 Modules: ``base.py`` (the interface, slot chains, named SSE events), ``responses.py``,
-``messages.py``, ``embeddings.py``.
+``messages.py`` (native, or translated to chat), ``embeddings.py``, ``chat_via_messages.py`` (a chat
+request for a backend that speaks only Anthropic's API).
 """
 
 from __future__ import annotations
