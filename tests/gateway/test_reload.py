@@ -283,3 +283,52 @@ def test_settings_that_need_a_restart_are_named_and_refused() -> None:
         update={"workers": 4, "audit_log": "sqlite:///other.db", "backend_retry_after_s": 9.0})})
     assert restart_only_changes(base, changed) == ["gateway.audit_log", "gateway.workers"]  # the retry pause reloads
     assert set(RESTART_ONLY) <= set(type(base.gateway).model_fields)
+
+
+def test_a_reload_that_needs_a_missing_extra_says_which(tmp_path: Path) -> None:
+    """In-process: the reloader of a runtime whose new policy names a NER model while Presidio cannot be
+    imported fails in one line naming the ner extra, and keeps the old policy."""
+    import asyncio
+    import builtins
+
+    from kvfence.gateway.policy.loader import load_policy
+    from kvfence.gateway.reload import PolicyReloader
+    from kvfence.gateway.runtime import GatewayRuntime
+
+    audit = f"sqlite:///{tmp_path}/audit.db"
+    backend = {"name": "b", "url": "http://127.0.0.1:9/v1", "tier": "shared", "capacity": "policy",
+               "facts": {"advertised_context": 8192, "kv_capacity_tokens": 8192}}
+    data = {"gateway": {"audit_log": audit, "capacity_refresh_s": 0},
+            "data_classes": [{"name": "public", "allowed_tiers": ["shared"]}], "backends": [backend],
+            "tenants": [_tenant("acme")]}
+    path = tmp_path / "gateway.yaml"
+    _write(path, data)
+    (tmp_path / "ner").mkdir()
+    runtime = GatewayRuntime.create(load_policy(path), base_dir=tmp_path, env={"KVFENCE_GATEWAY_SECRET": "s" * 32})
+    runtime.policy_loader = lambda: load_policy(path)
+    real_import = builtins.__import__
+
+    def no_presidio(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.startswith("presidio_analyzer"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real_import(name, *args, **kwargs)
+
+    async def scenario() -> tuple[bool, str | None]:
+        await runtime.start()
+        try:
+            reloader = PolicyReloader(runtime)
+            data["gateway"]["protection"] = {"ner_model": str(tmp_path / "ner")}
+            _write(path, data)
+            builtins.__import__ = no_presidio
+            try:
+                return await reloader.reload(), runtime.last_reload_error
+            finally:
+                builtins.__import__ = real_import
+        finally:
+            await runtime.close()
+
+    ok, error = asyncio.run(scenario())
+    assert ok is False
+    assert error == ("the new policy needs the ner extra: pip install 'kvfence[ner]' "
+                     "(missing module: presidio_analyzer)")
+    assert runtime.generation == 1

@@ -145,6 +145,14 @@ def _serve_workers(count: int, config: Path, policy: Any, host: str, port: int, 
         except ConfigError as exc:
             click.echo(f"kvfence gateway worker {worker.index}: {exc}", err=True)
             return exc.exit_code if isinstance(getattr(exc, "exit_code", None), int) else 2
+        except ModuleNotFoundError as exc:  # as kvfence.cli.main says it for one process
+            from kvfence.extras import missing_extra
+
+            missing = missing_extra(exc, "`kvfence gateway`")
+            if missing is None:
+                raise
+            click.echo(f"kvfence gateway worker {worker.index}: {missing}", err=True)
+            return missing.exit_code
 
     try:
         Supervisor(count, sock, main, on_hangup=on_hangup).run()

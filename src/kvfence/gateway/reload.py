@@ -24,6 +24,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 
 from kvfence.errors import ConfigError, KvfenceError
+from kvfence.extras import missing_extra
 from kvfence.gateway.admission.capacity import CapacityInfo
 from kvfence.gateway.admission.tokens import TokenCounter, load_counter
 from kvfence.gateway.policy.accounts import UpstreamAccounts
@@ -95,6 +96,14 @@ class PolicyReloader:
                     raise ConfigError(f"{', '.join(changed)} changed: these settings need a restart "
                                       f"(the running policy is unchanged)")
                 generation = await _build_generation(runtime, policy)
+            except ModuleNotFoundError as exc:  # e.g. a NER model named without the ner extra installed
+                missing = missing_extra(exc, "the new policy")
+                if missing is None:
+                    return self._internal_fault(exc)
+                runtime.last_reload_error = str(missing)
+                self._outcomes.labels("failed").inc()
+                log.error("policy reload failed, keeping policy generation %d: %s", runtime.generation, missing)
+                return False
             except KvfenceError as exc:
                 runtime.last_reload_error = _one_line(str(exc))
                 self._outcomes.labels("failed").inc()
@@ -102,11 +111,7 @@ class PolicyReloader:
                           runtime.last_reload_error)
                 return False
             except Exception as exc:  # an internal fault: logged with its traceback, the old policy stays
-                runtime.last_reload_error = f"internal error: {type(exc).__name__}: {exc}"
-                self._outcomes.labels("failed").inc()
-                log.exception("policy reload failed (internal error), keeping policy generation %d",
-                              runtime.generation)
-                return False
+                return self._internal_fault(exc)
             retired = [state for name, state in runtime.backends.items() if generation.backends.get(name) is not state]
             runtime.make_current(generation)
             # requests in flight may still use a retired backend's pool: it is closed with the runtime
@@ -117,6 +122,13 @@ class PolicyReloader:
             log.warning("policy reloaded: generation %d, %d backend(s), %d tenant(s), %d hook(s)",
                         runtime.generation, len(policy.backends), len(policy.tenants), len(generation.hooks))
             return True
+
+    def _internal_fault(self, exc: BaseException) -> bool:
+        self.runtime.last_reload_error = f"internal error: {type(exc).__name__}: {exc}"
+        self._outcomes.labels("failed").inc()
+        log.error("policy reload failed (internal error), keeping policy generation %d", self.runtime.generation,
+                  exc_info=exc)
+        return False
 
     async def aclose(self) -> None:
         self.remove_signal_handler()
