@@ -99,6 +99,22 @@ def test_a_tenants_file_gets_the_new_tenants(tmp_path: Path) -> None:
     assert [t.name for t in load_policy(policy).tenants] == ["globex-bob", "carol"]
 
 
+def test_comments_around_an_indentless_list_stay_where_they_are(tmp_path: Path) -> None:
+    data = yaml.safe_load(DEMO.read_text())
+    policy = tmp_path / "gateway.yaml"
+    # PyYAML writes `tenants:` as an indentless list (`- name:` at the key's column)
+    policy.write_text("# head\n" + yaml.safe_dump(data, sort_keys=False) + "# the end\n")
+    before = policy.read_text()
+    assert _keys("add", "--config", str(policy), "--name", "carol", "--org", "initech").returncode == 0
+    lines = policy.read_text().splitlines()
+    assert lines[-1] == "# the end" and any(line == "- name: carol" for line in lines)
+    assert _keys("revoke", "--config", str(policy), "--name", "carol").returncode == 0
+    assert policy.read_text() == before
+    assert _keys("revoke", "--config", str(policy), "--name", "globex-bob").returncode == 0
+    assert policy.read_text().endswith("    max_concurrent: 8\n# the end\n")
+    assert [t.name for t in load_policy(policy).tenants] == ["acme-alice"]
+
+
 def test_an_empty_tenant_list_and_the_file_mode(tmp_path: Path) -> None:
     data = yaml.safe_load(DEMO.read_text())
     data["tenants"] = []

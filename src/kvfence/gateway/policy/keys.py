@@ -147,13 +147,19 @@ def _items(tenants: _TenantList) -> list[tuple[str | None, int, int]]:
     out = []
     for index, item in enumerate(node.value):
         stop = starts[index + 1] if index + 1 < len(starts) else min(end, len(lines))
-        while stop > starts[index] + 1 and not lines[stop - 1].strip():
-            stop -= 1  # blank lines between items stay where they are
+        dash = len(lines[starts[index]]) - len(lines[starts[index]].lstrip())
+        while stop > starts[index] + 1 and _outside_item(lines[stop - 1], dash):
+            stop -= 1  # blank lines, and comments no deeper than the dash, belong to what follows
         name = None
         if isinstance(item, yaml.MappingNode):
             name = next((v.value for k, v in item.value if getattr(k, "value", None) == "name"), None)
         out.append((name, starts[index], stop))
     return out
+
+
+def _outside_item(line: str, dash: int) -> bool:
+    stripped = line.strip()
+    return not stripped or (stripped.startswith("#") and len(line) - len(line.lstrip()) <= dash)
 
 
 def _with_item(tenants: _TenantList, entry: dict[str, Any]) -> str:
