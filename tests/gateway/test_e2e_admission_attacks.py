@@ -88,7 +88,11 @@ def expected_salt(org: str, workspace: str, name: str) -> str:
 def test_no_client_salt_reaches_the_backend(gateway: Gateway, shared: FakeBackend,
                                             client_salt: dict[str, Any]) -> None:
     shared.clear()
-    assert post(gateway, "eng", client_salt).status_code == 200
+    answer = post(gateway, "eng", client_salt)
+    if answer.status_code == 400:  # refused by the request allowlist (api/): nothing was forwarded
+        assert shared.received() == []
+        return
+    assert answer.status_code == 200 and "cache_salt" in client_salt  # the one known name: replaced
     sent = shared.received()[-1]["body"]
     assert "guessable" not in str(sent)
     assert sent["cache_salt"] == expected_salt("acme", "eng", "eng")

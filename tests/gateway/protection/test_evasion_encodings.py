@@ -305,5 +305,6 @@ def test_the_boundary_scan_of_many_short_messages_is_one_pass() -> None:
         return DETECTOR.scan(text)
 
     body = {"model": "m", "messages": [{"role": "user", "content": f"note {i} ok"} for i in range(2000)]}
-    assert split_findings(scan, text_slots("chat", body)) == {}
+    prompt = [slot for slot in text_slots("chat", body) if slot.rewritable]  # as the hook joins them
+    assert split_findings(scan, prompt) == {}
     assert len(calls) == 1 and calls[0] == sum(len(f"note {i} ok") for i in range(2000))

@@ -43,8 +43,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+NonTextKind = Literal["image", "audio", "video", "file"]
+NON_TEXT_KINDS: tuple[NonTextKind, ...] = ("image", "audio", "video", "file")
+
+
 class ClassProtection(_Strict):
-    """Actions of one data class: per category, overridden per entity type."""
+    """Actions of one data class: per category, overridden per entity type; and per kind of non-text
+    content part (bytes no detector reads: ``pass`` or ``block``; unset, a class named ``public``
+    passes them and every other class blocks them)."""
 
     pii: Action = Action.PSEUDONYMISE
     secrets: Action = Action.PSEUDONYMISE
@@ -58,7 +64,12 @@ class ClassProtection(_Strict):
         """The actions that apply to an embeddings request of this class."""
         if self.embeddings is None:
             return self
-        return ClassProtection(pii=self.embeddings, secrets=self.embeddings)
+        return ClassProtection(pii=self.embeddings, secrets=self.embeddings, non_text=self.non_text)
+    non_text: dict[NonTextKind, Literal["pass", "block"]] = Field(default_factory=dict)
+
+    def non_text_passes(self, kind: str, class_name: str) -> bool:
+        action = self.non_text.get(kind)  # type: ignore[call-overload]
+        return class_name == "public" if action is None else action == "pass"
 
     def action_for(self, entity: str, category: Category) -> Action:
         if entity in self.entities:

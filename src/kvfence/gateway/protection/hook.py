@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kvfence.errors import ConfigError
-from kvfence.gateway.errors import DetectorFailure, LeakSuspected, RequestBlocked
+from kvfence.gateway.errors import DetectorFailure, GatewayRequestError, LeakSuspected, RequestBlocked
 from kvfence.gateway.hooks import RequestContext, new_incident_id
 from kvfence.gateway.policy.schema import Policy
 from kvfence.gateway.protection.config import (
@@ -36,7 +36,7 @@ from kvfence.gateway.protection.detect.topics import TOPICS, detect_topics
 from kvfence.gateway.protection.filter import ProtectionFilter, RequestState
 from kvfence.gateway.protection.leak.index import InMemoryIndex
 from kvfence.gateway.protection.leak.scan import LeakEvidence, LeakMonitor
-from kvfence.gateway.protection.messages import set_texts, text_slots
+from kvfence.gateway.protection.messages import OpaquePart, TextSlot, request_plan, set_texts
 from kvfence.gateway.protection.metrics import ProtectionMetrics
 from kvfence.gateway.protection.policy_checks import protection_policy_problems
 from kvfence.gateway.protection.pseudonymise.placeholders import Pseudonymiser
@@ -62,6 +62,16 @@ def tenant_unit_of(organization: str, workspace: str, key_name: str, unit: str) 
 def tenant_unit(ctx: RequestContext, unit: str) -> str:
     tenant = ctx.tenant
     return tenant_unit_of(tenant.organization, tenant.workspace, tenant.name, unit)
+
+
+def _path_name(path: tuple[str | int, ...]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else p) for i, p in enumerate(path))
+
+
+def slot_name(slot: TextSlot) -> str:
+    """Where a slot is, for an error message (``messages[2].tool_calls[0].function.name``); a JSON
+    object's key is named as such, never quoted (it is the value that was found)."""
+    return _path_name(slot.path[:-1]) + " (a key)" if slot.is_key else _path_name(slot.path)
 
 
 class ProtectionHook:
@@ -106,7 +116,8 @@ class ProtectionHook:
 
     async def on_request(self, ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
-        slots = text_slots(ctx.endpoint, body)
+        plan = request_plan(ctx.endpoint, body)
+        slots = plan.slots
         texts = [slot.text for slot in slots]
         try:
             per_text = await self._detector.scan_texts(texts)
@@ -114,7 +125,11 @@ class ProtectionHook:
             self.metrics.detector_failures.inc()
             raise
         try:
-            per_text = merge_split(per_text, split_findings(self._detector.scan, slots))
+            # Values split across the texts a prompt is made of; scan-only slots (names, keys, URLs)
+            # are not prompt text laid end to end, and are scanned whole on their own.
+            joined = [i for i, slot in enumerate(slots) if slot.rewritable]
+            pieces = split_findings(self._detector.scan, [slots[i] for i in joined])
+            per_text = merge_split(per_text, {joined[k]: found for k, found in pieces.items()})
         except Exception as exc:  # the boundary windows are small: scanned inline, but still fail closed
             self.metrics.detector_failures.inc()
             log.exception("data-protection detector failed; request refused")
@@ -132,8 +147,14 @@ class ProtectionHook:
         actions = self._class_protection.get(ctx.data_class, ClassProtection())
         if ctx.endpoint == "embeddings":
             actions = actions.for_embeddings()
+        self._check_opaque(ctx, plan.opaque, actions)
         blocked = sorted({f.entity for f in findings
                           if actions.action_for(f.entity, f.category) is Action.BLOCK})
+        # A value in a scan-only field (a name, an id, a URL, a JSON key) cannot become a placeholder
+        # without breaking what refers to it: what the class would pseudonymise there is refused.
+        fixed = sorted({(slot_name(slot), f.entity) for slot, found in zip(slots, per_text, strict=True)
+                        if not slot.rewritable for f in found
+                        if actions.action_for(f.entity, f.category) is Action.PSEUDONYMISE})
         counts = Counter((f.entity, actions.action_for(f.entity, f.category).value) for f in findings)
         for (entity, action), count in counts.items():
             self.metrics.findings.labels(entity, action).inc(count)
@@ -146,6 +167,12 @@ class ProtectionHook:
             raise RequestBlocked(
                 f"the request contains {', '.join(blocked)}, which data class {ctx.data_class!r} may not send "
                 "to a backend (policy action: block); remove it or ask for a class that allows it")
+        if fixed:
+            self.metrics.blocked.inc()
+            where = ", ".join(f"{entity} in `{name}`" for name, entity in fixed)
+            raise RequestBlocked(
+                f"the request has {where}: a field that is passed unchanged (a name, id, URL, pattern or "
+                "JSON key) and so cannot be pseudonymised; remove the value from it")
         pseudonymiser = Pseudonymiser(texts)
         rewritten = [
             pseudonymiser.apply(text, [f for f in found
@@ -172,6 +199,21 @@ class ProtectionHook:
         ctx.annotations["protection"]["scan_ms"] = round((time.perf_counter() - started) * 1000, 3)
         self.metrics.scan_seconds.observe(time.perf_counter() - started)
         return body
+
+    def _check_opaque(self, ctx: RequestContext, parts: list[OpaquePart], actions: ClassProtection) -> None:
+        """Refuse what no detector can read, unless the (final) data class lets that kind pass."""
+        for part in parts:
+            where = _path_name(part.path)
+            if part.kind == "token_ids":
+                raise GatewayRequestError(f"data protection is on for this gateway, and `{where}` is given as "
+                                          "token ids, which cannot be scanned: send the prompt as text",
+                                          param=where)
+            if not actions.non_text_passes(part.kind, ctx.data_class):
+                self.metrics.blocked.inc()
+                raise RequestBlocked(
+                    f"`{where}` is {part.kind} content, which no detector reads; data class {ctx.data_class!r} "
+                    f"does not send it to a backend (set data_classes[{ctx.data_class}].protection.non_text."
+                    f"{part.kind}: pass to allow it)")
 
     def _inject_canary(self, ctx: RequestContext, body: dict[str, Any], unit: str) -> dict[str, Any]:
         book = self._monitor.canaries if self._monitor is not None else None

@@ -1,125 +1,36 @@
-"""Where the text of a request lives, so every piece of it is scanned and can be rewritten.
+"""Which texts of a request the protection hook scans and may rewrite.
 
-Responses, Messages and embeddings requests: their adapters in :mod:`kvfence.apis` say where
-(``text_paths``), and the shared fields below (``tools``, schemas, ``metadata``) are scanned alike.
+Chat and completions: the endpoint's allowlist request model (:mod:`kvfence.gateway.api`) says, field
+by field: scanned, passed as named structure, opaque (an image, audio, a file, token ids: the data
+class's ``non_text`` action decides) or refused. Scanned strings that other parts of the request
+refer to (tool and function names, ``tool_call_id``, the keys and structural values of a JSON schema,
+media URLs, regexes and grammars) are *scan-only*: a finding there can raise the class or block, but
+is never replaced by a placeholder.
 
-Chat: each message's ``content`` (a string, or a list of parts whose ``text`` parts count), its
-``name`` (chat templates render it into the prompt), an assistant message's ``refusal`` and
-``reasoning_content`` / ``reasoning`` (templates that render earlier reasoning), the ``arguments`` of
-assistant tool calls, the free-text ``input`` of custom tool calls and the legacy ``function_call``'s
-``arguments``; completions: ``prompt`` (a string or a list of strings) and ``suffix``
-(text the model writes before, sent upstream like the prompt). System, user, assistant, tool and
-function messages are all scanned alike. Both endpoints: every string value inside the structures the
-backend turns into prompt text or decoding constraints (``tools`` / ``functions`` descriptions and
-schemas, ``response_format`` JSON schemas, vLLM's ``guided_json`` / ``guided_choice`` /
-``structured_outputs``), except the structural keys of a schema (``type``, ``$ref``, ``name`` ...).
+Responses, Messages and embeddings requests: their adapters in :mod:`kvfence.apis` say where the text
+lives (``text_paths``; their allowlist models are checked by ``gateway/apis``), and the shared fields
+(``tools``, schemas, ``metadata`` ...) are walked as the request model walks free-form JSON: every
+string and key scanned, structural values and keys scan-only.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from kvfence.gateway.api.request_model import OpaquePart, ScanPlan, TextSlot, registered, scan_json, scan_plan
 from kvfence.gateway.errors import GatewayRequestError
 
-__all__ = ["TextSlot", "set_texts", "text_slots"]
+__all__ = ["OpaquePart", "ScanPlan", "TextSlot", "request_plan", "set_texts", "text_slots"]
 
-Path = tuple[str | int, ...]
-
-
-@dataclass(frozen=True)
-class TextSlot:
-    """One string of the request body and the path to it."""
-
-    path: Path
-    text: str
-    role: str | None = None
-
-
-# Besides `content`: what an earlier assistant turn may carry back into the prompt.
-_ASSISTANT_TEXTS = ("refusal", "reasoning_content", "reasoning")
-
-
-def _chat_slots(body: dict[str, Any]) -> list[TextSlot]:
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        raise GatewayRequestError("`messages` must be a list of message objects", param="messages")
-    slots: list[TextSlot] = []
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise GatewayRequestError(f"messages[{i}] must be an object", param="messages")
-        role = message.get("role") if isinstance(message.get("role"), str) else None
-        if isinstance(message.get("name"), str):
-            slots.append(TextSlot(("messages", i, "name"), message["name"], role))
-        content = message.get("content")
-        if isinstance(content, str):
-            slots.append(TextSlot(("messages", i, "content"), content, role))
-        elif isinstance(content, list):
-            for j, part in enumerate(content):
-                if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    slots.append(TextSlot(("messages", i, "content", j, "text"), part["text"], role))
-        for key in _ASSISTANT_TEXTS:
-            if isinstance(message.get(key), str):
-                slots.append(TextSlot(("messages", i, key), message[key], role))
-        for k, call in enumerate(message.get("tool_calls") or []):
-            if not isinstance(call, dict):
-                continue
-            for kind, field in (("function", "arguments"), ("custom", "input")):
-                part = call.get(kind)
-                if isinstance(part, dict) and isinstance(part.get(field), str):
-                    slots.append(TextSlot(("messages", i, "tool_calls", k, kind, field), part[field], role))
-        # The deprecated single-call form (OpenAI `functions` API) still reaches every backend.
-        legacy = message.get("function_call")
-        if isinstance(legacy, dict) and isinstance(legacy.get("arguments"), str):
-            slots.append(TextSlot(("messages", i, "function_call", "arguments"), legacy["arguments"], role))
-    return slots
-
-
-def _completion_slots(body: dict[str, Any]) -> list[TextSlot]:
-    prompt = body.get("prompt")
-    suffix = body.get("suffix")
-    # The suffix is sent upstream with the prompt, so it is scanned (and rewritten) like it.
-    tail = [TextSlot(("suffix",), suffix)] if isinstance(suffix, str) else []
-    if isinstance(prompt, str):
-        return [TextSlot(("prompt",), prompt), *tail]
-    if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
-        return [*(TextSlot(("prompt", j), p) for j, p in enumerate(prompt)), *tail]
-    if prompt is None:
-        return tail
-    # Token ids cannot be read by a text detector; forwarding them unscanned would not fail closed.
-    raise GatewayRequestError("data protection is on for this gateway, and a `prompt` given as token ids "
-                              "cannot be scanned: send the prompt as text", param="prompt")
-
-
-# Request fields whose strings reach the model as prompt text (tool and schema descriptions, enum
-# values, examples) or constrain what it writes.
+# Request fields of the other APIs whose strings reach the model as prompt text or constrain it.
 _SCHEMA_FIELDS = ("tools", "functions", "response_format", "guided_json", "guided_choice", "structured_outputs",
-                  # text the model is given besides the messages (predicted output, vLLM's RAG
-                  # `documents`), and what a hosted API stores with the request (`user`, `metadata`)
-                  "prediction", "documents", "user", "metadata")
-# Keys whose string values are structure, not content: changing them would break the schema.
-_STRUCTURAL_KEYS = frozenset({"type", "$ref", "$schema", "$id", "name", "format", "strict", "pattern",
-                              "additionalProperties", "required", "tool_choice"})
-_MAX_DEPTH = 32
+                  "prediction", "documents", "user", "metadata", "tool_choice")
+_API_SCHEMA_FIELDS = {"responses": ("text",)}
 
 
-def _json_slots(value: Any, path: Path, depth: int = 0) -> list[TextSlot]:
-    if depth > _MAX_DEPTH:
-        return []
-    if isinstance(value, str):
-        return [TextSlot(path, value)] if value else []
-    if isinstance(value, dict):
-        # a property *named* "name" is content; a "name" string is structure
-        return [slot for key, item in value.items() if not (isinstance(item, str) and key in _STRUCTURAL_KEYS)
-                for slot in _json_slots(item, (*path, key), depth + 1)]
-    if isinstance(value, list):
-        return [slot for i, item in enumerate(value) for slot in _json_slots(item, (*path, i), depth + 1)]
-    return []
-
-
-def _api_slots(endpoint: str, body: dict[str, Any]) -> list[TextSlot] | None:
+def _api_plan(endpoint: str, body: dict[str, Any]) -> ScanPlan | None:
     """The other APIs' texts, where their adapters say they live (:mod:`kvfence.apis`)."""
     from kvfence.apis import embeddings, messages, responses
     from kvfence.errors import RequestError
@@ -129,33 +40,46 @@ def _api_slots(endpoint: str, body: dict[str, Any]) -> list[TextSlot] | None:
     if paths is None:
         return None
     try:
-        return [TextSlot(path, text, role) for path, text, role in paths(body)]
+        plan = ScanPlan([TextSlot(path, text, role) for path, text, role in paths(body)])
     except RequestError as exc:
         raise GatewayRequestError(exc.message, param=exc.param) from None
+    for key in (*_SCHEMA_FIELDS, *_API_SCHEMA_FIELDS.get(endpoint, ())):
+        if key in body:
+            scan_json(body[key], (key,), plan)
+    return plan
 
 
-# Besides _SCHEMA_FIELDS: the Responses API's JSON schema lives in ``text.format``.
-_API_SCHEMA_FIELDS = {"responses": ("text",)}
+def request_plan(endpoint: str, body: dict[str, Any]) -> ScanPlan:
+    """The text slots and opaque parts of ``body`` (a 400 for a body its model refuses; an endpoint
+    nothing describes is refused: fail closed)."""
+    import kvfence.gateway.api  # noqa: F401  (registers the chat and completions models)
+
+    if registered(endpoint) is not None:
+        return scan_plan(endpoint, body)
+    plan = _api_plan(endpoint, body)
+    if plan is None:
+        raise GatewayRequestError(f"/{endpoint}: the gateway does not know where this endpoint's text is; "
+                                  "refused (fail closed)")
+    return plan
 
 
 def text_slots(endpoint: str, body: dict[str, Any]) -> list[TextSlot]:
     """Every scannable string of a request body, in document order."""
-    slots = _api_slots(endpoint, body)
-    if slots is None:
-        slots = _chat_slots(body) if endpoint == "chat" else _completion_slots(body)
-    for key in (*_SCHEMA_FIELDS, *_API_SCHEMA_FIELDS.get(endpoint, ())):
-        if key in body:
-            slots += _json_slots(body[key], (key,))
-    return slots
+    return request_plan(endpoint, body).slots
 
 
 def set_texts(body: dict[str, Any], slots: Sequence[TextSlot], texts: Sequence[str]) -> dict[str, Any]:
-    """A copy of ``body`` with each slot's string replaced; the input body is left untouched."""
+    """A copy of ``body`` with each slot's string replaced; the input body is left untouched.
+
+    A scan-only slot (a key, a name, a URL) must come back unchanged: the hook refuses the request
+    before it would have to rewrite one."""
     changed = [(slot, text) for slot, text in zip(slots, texts, strict=True) if text != slot.text]
     if not changed:
         return body
     result = copy.deepcopy(body)
     for slot, text in changed:
+        if not slot.rewritable:
+            raise ValueError(f"slot {slot.path} is scan-only and cannot be rewritten")
         node: Any = result
         for key in slot.path[:-1]:
             node = node[key]
