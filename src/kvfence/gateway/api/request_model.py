@@ -213,24 +213,33 @@ def _check_markers(model: type[RequestModel], seen: set[type[RequestModel]]) -> 
 
 # -- admission (every request, protection on or off) ----------------------------------------------
 
-def _where(loc: Sequence[str | int]) -> str:
+def _where(loc: Sequence[str | int], body: Any = None) -> str:
+    """A field path as a client writes it (``messages[0].content[1].image_url``). With ``body``, the
+    parts of a pydantic error location that name no key of the body (union members, tags) are left out."""
     out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part.startswith(("function-", "json-", "list[", "str", "int", "float", "bool", "dict[", "tagged-",
-                              "literal[", "is-instance", "union[", "none", "lax-", "nullable", "chain")):
-            continue  # pydantic's name for a union member, not a field of the request
-        else:
-            out += f".{part}" if out else part
+    node = body
+    for at, part in enumerate(loc):
+        if body is not None:
+            if isinstance(node, dict) and isinstance(part, str) and node.get("type") == part:
+                # a tagged union's member is named by its tag: a key only if the rest leads on from it
+                after = loc[at + 1] if at + 1 < len(loc) else None
+                inner = node.get(part)
+                if not (isinstance(inner, dict) and after in inner):
+                    continue
+            in_list = isinstance(part, int) and isinstance(node, list) and 0 <= part < len(node)
+            in_object = isinstance(part, str) and isinstance(node, dict) and part in node
+            if not (in_list or in_object):
+                continue
+            node = node[part]
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
     return out
 
 
-def _refuse_invalid(exc: ValidationError, endpoint: str) -> GatewayRequestError:
+def _refuse_invalid(exc: ValidationError, endpoint: str, body: dict[str, Any]) -> GatewayRequestError:
     errors = exc.errors(include_url=False, include_context=False, include_input=False)
     rank = {"extra_forbidden": 0, "union_tag_invalid": 1}
     first = min(errors, key=lambda e: (rank.get(e["type"], 2), -len(e["loc"])))
-    where = _where(first["loc"]) or "the request body"
+    where = _where(first["loc"], body) or "the request body"
     if first["type"] == "extra_forbidden":
         message = (f"`{where}` is not a field this gateway accepts on /{endpoint} (unknown fields are refused, "
                    "not forwarded: see docs/request-model.md)")
@@ -245,7 +254,7 @@ def _validate(model: type[RequestModel], body: dict[str, Any], endpoint: str) ->
     try:
         return model.model_validate(body)
     except ValidationError as exc:
-        raise _refuse_invalid(exc, endpoint) from None
+        raise _refuse_invalid(exc, endpoint, body) from None
     except (RecursionError, ValueError) as exc:  # nesting deeper than the validator can follow
         raise GatewayRequestError(f"the request body cannot be validated: {type(exc).__name__}") from None
 
@@ -263,7 +272,7 @@ def admit(endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
     _apply_policy(instance, (), dropped)
     if not dropped:
         return body
-    log.debug("dropped request fields %s", [_where([str(p) if isinstance(p, str) else p for p in d]) for d in dropped])
+    log.debug("dropped request fields %s", [_where(d) for d in dropped])
     import copy
 
     out = copy.deepcopy(body)
@@ -280,7 +289,7 @@ def _apply_policy(instance: RequestModel, path: Path, dropped: list[Path]) -> No
     for name in instance.model_fields_set:
         key, marker = markers[name]
         if isinstance(marker, Refused):
-            where = _where([*(p for p in path), key])
+            where = _where((*path, key))
             raise GatewayRequestError(f"`{where}` is refused by this gateway: {marker.reason}", param=where)
         if isinstance(marker, Dropped):
             dropped.append((*path, key))
@@ -366,7 +375,7 @@ def scan_json(value: Any, path: Path, plan: ScanPlan, role: str | None = None) -
 
 def _walk_json(value: Any, path: Path, role: str | None, rewrite: bool, plan: ScanPlan, depth: int) -> None:
     if depth > _MAX_DEPTH:
-        raise GatewayRequestError(f"`{_where([str(p) if isinstance(p, str) else p for p in path])}` is nested "
+        raise GatewayRequestError(f"`{_where(path)}` is nested "
                                   f"deeper than {_MAX_DEPTH} levels")
     if isinstance(value, str):
         if value:

@@ -119,11 +119,19 @@ class ProtectionHook:
         plan = request_plan(ctx.endpoint, body)
         slots = plan.slots
         texts = [slot.text for slot in slots]
+        # An identifier (a tool name, a JSON key, an id) joins words with "_", which the rules read
+        # as part of a word ("ssn_536-22-8741"): such slots are scanned once more with spaces there
+        # (same length, so the spans hold).
+        spaced = [i for i, slot in enumerate(slots) if not slot.rewritable and "_" in slot.text]
         try:
-            per_text = await self._detector.scan_texts(texts)
+            per_text = await self._detector.scan_texts(texts + [texts[i].replace("_", " ") for i in spaced])
         except DetectorFailure:
             self.metrics.detector_failures.inc()
             raise
+        for i, extra in zip(spaced, per_text[len(texts):], strict=True):
+            per_text[i] = per_text[i] + [f for f in extra
+                                         if not any(f.start < g.end and g.start < f.end for g in per_text[i])]
+        del per_text[len(texts):]
         try:
             # Values split across the texts a prompt is made of; scan-only slots (names, keys, URLs)
             # are not prompt text laid end to end, and are scanned whole on their own.
