@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kvfence.gateway.protection.leak.fingerprint import Fingerprinter, words
 from kvfence.gateway.protection.leak.index import InMemoryIndex, RedisIndex
-from kvfence.gateway.protection.leak.scan import MODEL_OWNER, CanaryBook, LeakMonitor
+from kvfence.gateway.protection.leak.scan import RECEIVED, CanaryBook, LeakMonitor, received_by
 
 KEY = b"test-key-0123456789abcdef"
 
@@ -81,7 +81,7 @@ def test_window_expiry_forgets_old_prompts() -> None:
     m.record_prompt("other", ["something else entirely different here today"])
     assert stream(m, "globex", ["hi"], SECRET_PROMPT) is None
     owners = index.owners(list(Fingerprinter(KEY, 4).of_text(SECRET_PROMPT)))
-    assert all(o <= {MODEL_OWNER} for o in owners)  # acme's entries are gone
+    assert all("acme" not in o and received_by("acme") not in o for o in owners)  # acme's entries are gone
 
 
 def test_foreign_canary_is_caught_even_split_across_chunks() -> None:
@@ -138,23 +138,26 @@ def test_redis_index_expires(redis_url: str) -> None:
     index.close()
 
 
-def test_boilerplate_the_model_wrote_before_is_no_evidence() -> None:
+def test_a_phrase_is_common_only_once_several_organizations_have_it() -> None:
     phrase = "please let me know if you have any further questions or concerns about this"
     fresh = monitor()
     fresh.record_prompt("acme", [f"Draft a reply to the supplier. End with: {phrase}"])
-    assert stream(fresh, "globex", ["x"], f"Hello. {phrase}.") is not None  # nobody else ever wrote it
+    assert stream(fresh, "globex", ["x"], f"Hello. {phrase}.") is not None  # nobody else ever had it
     m = monitor()
-    # The model wrote the sentence in a finished answer to initech (not copied from initech's prompt) ...
+    # The model wrote the sentence in one finished answer to initech: one organization's answer is no
+    # evidence that it is common language (a model restates its asker's data) ...
     assert stream(m, "initech", ["write a polite note"], f"Dear Sam, thanks. {phrase}.") is None
     m.record_prompt("acme", [f"Draft a reply to the supplier. End with: {phrase}"])
-    # ... so it is model language when it shows up in globex's answer, though only acme sent it.
-    assert stream(m, "globex", ["x"], f"Hello. {phrase}.") is None
-    # Text an asker copied from its own prompt does not become model language.
+    assert stream(m, "globex", ["x"], f"Hello. {phrase}.", chunk=999) is not None
+    # ... answers to three organizations besides the asker are (acme sent it; initech and globex were
+    # answered with it, globex's answer withheld but received: whole answers are recorded whole).
+    assert stream(m, "hooli", ["write a polite note"], f"Dear Kim. {phrase}.") is None  # hooli: acme, initech, globex
+    assert stream(m, "umbrella", ["x"], f"Hi. {phrase}.") is None
+    # Text an asker copied from its own prompt is its own; two senders are common (max_owners 1).
     m2 = monitor()
     assert stream(m2, "hooli", [f"Use the closing line {phrase}"], f"Sure: {phrase}") is None
     m2.record_prompt("acme", [f"End with: {phrase}"])
-    evidence = stream(m2, "globex", ["x"], f"Hello. {phrase}.")
-    assert evidence is None  # hooli and acme both sent it: two owners, common
+    assert stream(m2, "globex", ["x"], f"Hello. {phrase}.") is None
 
 
 @settings(max_examples=60, deadline=None)
@@ -185,12 +188,63 @@ def test_a_tenants_own_old_prompt_handed_back_does_not_whitelist_it() -> None:
     assert evidence is not None and evidence.owners == ("acme",)
 
 
-def test_only_text_nobody_sent_is_recorded_as_the_models_own() -> None:
+def test_every_answer_is_recorded_as_received_by_its_tenant_never_as_anyones_language() -> None:
     m = monitor()
     m.record_prompt("acme", [SECRET_PROMPT])
     model_words = "the weather in the harbour town stays mild and bright for most of the spring season"
     assert stream(m, "acme", ["tell me something"], f"{SECRET_PROMPT} {model_words}") is None
     recorded = m.index.owners(sorted(m.fingerprint([model_words])))
-    assert recorded and all(owners == frozenset({MODEL_OWNER}) for owners in recorded)
-    acme_grams = sorted(m.fingerprint([SECRET_PROMPT]))
-    assert all(MODEL_OWNER not in owners for owners in m.index.owners(acme_grams))
+    assert recorded and all(owners == frozenset({received_by("acme")}) for owners in recorded)
+    assert all(o.startswith(RECEIVED) or o == "acme" for owners in m.index.owners(sorted(m.fingerprint([SECRET_PROMPT])))
+               for o in owners)
+
+
+def test_history_the_model_wrote_for_a_tenant_is_that_tenants_when_it_sends_it_back() -> None:
+    """Issue 16, 1: acme's multi-turn chat resends the model's earlier answer, which restated acme's
+    confidential material in the model's own words; that text is acme's, and reaching globex it is a leak."""
+    m = monitor()
+    question = "Summarise our plan: Halvorsen buys Tideline for 412 million euros in March."
+    restated = ("In short, the shipping group intends to take over its logistics rival for roughly four hundred "
+                "and twelve million, with completion expected early in spring and the vote kept quiet.")
+    assert stream(m, "acme", [question], restated) is None  # the model's words, written for acme
+    history = [question, restated, "Now draft the press release."]
+    assert stream(m, "acme", history, "Here is a draft press release for the announcement.") is None
+    evidence = stream(m, "globex", ["what's new?"], f"Sure. {restated}")
+    assert evidence is not None and evidence.owners == ("acme",)
+
+
+def test_poisoning_with_a_common_phrase_withholds_at_most_common_orgs_minus_one_answers() -> None:
+    """Issue 16, 2: a tenant that sends a phrase the model writes for everyone first (a refusal
+    paragraph) does not make everybody's answers withheld."""
+    refusal = ("I'm sorry, but I can't help with that request. If you have another question, "
+               "I'd be happy to help with something else.")
+    m = monitor()
+    m.record_prompt("mallory", [f"Repeat after me: {refusal}"])
+    # Whole answers: a withheld one is recorded whole. (Streamed, only what was read before the stop
+    # is: the campaign takes a few more withheld answers to wear out; bench/leak_poisoning.py measures both.)
+    withheld = [stream(m, f"victim{i}", [f"question {i} about taxes"], refusal, chunk=999) is not None
+                for i in range(20)]
+    assert sum(withheld) <= m.common_orgs - 1 and not any(withheld[m.common_orgs - 1:])
+    # and a real leak of a distinctive span at the same time is still caught
+    m.record_prompt("acme", [SECRET_PROMPT])
+    assert stream(m, "victim3", ["hi"], f"{refusal} {SECRET_PROMPT}") is not None
+
+
+def test_lookalike_letters_do_not_hide_a_leak() -> None:
+    m = monitor()
+    m.record_prompt("acme", [SECRET_PROMPT])
+    lookalike = SECRET_PROMPT.replace("a", "\u0430").replace("o", "\u043e").replace("e", "\u0435")  # Cyrillic
+    evidence = stream(m, "globex", ["hi"], f"Here: {lookalike}")
+    assert evidence is not None and evidence.owners == ("acme",)
+
+
+@pytest.mark.parametrize("disguise", [str.lower, str.upper, lambda c: " ".join(c), lambda c: c.replace("-", " - "),
+                                      lambda c: c.replace("-", "_"), lambda c: "\u200b".join(c),
+                                      lambda c: c.replace("A", "\u0410").replace("C", "\u0421")])
+def test_a_canary_is_caught_whatever_its_case_or_separators(disguise: object) -> None:
+    m = monitor()
+    assert callable(disguise)
+    derived = m.canaries.derived("initech") if m.canaries else ""
+    for canary, owner in (("ACME-CANARY-7731", "acme"), (derived, "initech")):
+        evidence = stream(m, "globex", ["hi"], f"the marker is {disguise(canary)} ok", chunk=3)
+        assert evidence is not None and evidence.detector == "canary" and evidence.owners == (owner,), canary

@@ -87,6 +87,9 @@ class LeakConfig(_Strict):
     window_s: float = Field(default=900.0, gt=0, description="how long a prompt's fingerprints are kept")
     max_owners: int = Field(default=1, ge=1,
                             description="an n-gram in more tenants' prompts than this is common: no evidence")
+    common_orgs: int = Field(default=3, ge=2,
+                             description="an n-gram that this many organizations besides the asker sent or were "
+                                         "answered with is common language: no evidence (leak/scan.py)")
     tenant_unit: Literal["organization", "workspace", "key"] = "organization"
     index: Literal["memory", "redis"] = "memory"
     redis_url: str | None = None

@@ -14,6 +14,8 @@ from kvfence.gateway.protection.config import ClassProtection, ProtectionConfig
 from kvfence.gateway.protection.detect.recognizers.pii import PII_ENTITIES, PII_RULES
 from kvfence.gateway.protection.detect.recognizers.secrets import SECRET_ENTITIES, SECRET_RULES
 from kvfence.gateway.protection.detect.topics import TOPICS
+from kvfence.gateway.protection.leak.fingerprint import leak_fold
+from kvfence.gateway.protection.leak.scan import compact
 
 if TYPE_CHECKING:
     from kvfence.gateway.policy.schema import Policy
@@ -77,12 +79,14 @@ def protection_policy_problems(policy: Policy) -> list[tuple[Loc, str]]:
     for i, tenant in enumerate(policy.tenants):
         unit = tenant_unit_of(tenant.organization, tenant.workspace, tenant.name, unit_kind)
         for j, canary in enumerate(tenant.canaries):
-            if len(canary.strip()) < MIN_CANARY_CHARS:
+            # matched case- and separator-insensitively (leak/scan.py): counted and compared so
+            matched_as = compact(leak_fold(canary))
+            if len(matched_as) < MIN_CANARY_CHARS:
                 out.append((("tenants", i, "canaries", j),
-                            f"a canary needs at least {MIN_CANARY_CHARS} characters (got {canary!r}): every "
+                            f"a canary needs at least {MIN_CANARY_CHARS} letters or digits (got {canary!r}): every "
                             "answer to another tenant that contains it would be withheld as a leak"))
                 continue
-            other = owner_of.setdefault(canary, unit)
+            other = owner_of.setdefault(matched_as, unit)
             if other != unit:
                 out.append((("tenants", i, "canaries", j),
                             f"canary {canary!r} is also configured for {other!r}: a canary must belong to one "

@@ -12,20 +12,29 @@ import hmac
 import re
 from collections.abc import Iterable
 
-from kvfence.gateway.protection.detect.normalise import fold
+from kvfence.gateway.protection.detect.normalise import LOOKALIKES, fold
 
-__all__ = ["Fingerprinter", "words"]
+__all__ = ["Fingerprinter", "leak_fold", "words"]
 
 _WORD = re.compile(r"\w+")
+_LOOKALIKE_TABLE = str.maketrans(LOOKALIKES)
+
+
+def leak_fold(text: str) -> str:
+    """``text`` as the leak index sees it, prompt or answer alike: folded (``normalise.py``: no
+    zero-width characters, full-width letters made plain) and every Cyrillic or Greek letter that
+    looks Latin made Latin, whatever its neighbours. Per character, so an answer folds the same
+    whatever its chunking; real Cyrillic or Greek prose folds the same on both sides too."""
+    if text.isascii():
+        return text
+    return fold(text).text.translate(_LOOKALIKE_TABLE)
 
 
 def words(text: str) -> list[str]:
-    """Lowercase word tokens of ``text``; punctuation, whitespace and markup are separators. The text
-    is folded first (``normalise.py``), so a zero-width character or a full-width letter inside a word
+    """Lowercase word tokens of ``text`` after :func:`leak_fold`; punctuation, whitespace and markup
+    are separators, so a zero-width character, a full-width or a look-alike letter inside a word
     does not make another word of it, in a prompt or in an answer."""
-    if not text.isascii():
-        text = fold(text).text
-    return _WORD.findall(text.lower())
+    return _WORD.findall(leak_fold(text).lower())
 
 
 class Fingerprinter:

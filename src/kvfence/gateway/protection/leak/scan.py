@@ -1,13 +1,27 @@
 """Cross-tenant leak detection in answers: foreign n-gram runs and canary strings.
 
 An answer to tenant B is scanned word by word as it is produced. Each n-gram's fingerprint is
-looked up in the index of recent prompts; it is *evidence* when the tenants that sent it are
-others than B (at most ``max_owners`` of them: a phrase many tenants send is common language, not
-a leak) and it is not part of B's own request. A run of ``min_run`` consecutive evidence n-grams
-(``n + min_run - 1`` words in a row, all copied from someone else's recent prompt) is a suspected
-leak. A canary string of another tenant anywhere in the answer is one outright. N-grams the model
-wrote in earlier finished answers (to anyone, and not copied from that asker's own prompt) are
-model language, not evidence: that keeps boilerplate out of the alarms.
+looked up in the index of recent traffic; it is *evidence* when
+
+- some tenant other than B *sent* it (any role: a system prompt, a user turn, an earlier assistant
+  turn the client resends as history -- what tenant A sends is A's, whoever wrote it first), at most
+  ``max_owners`` of them, and B did not send it; and
+- it is not *common language*: fewer than ``common_orgs`` (default 3) organizations other than B
+  sent it or were answered with it within the window.
+
+A run of ``min_run`` consecutive evidence n-grams (``n + min_run - 1`` words in a row) is a suspected
+leak. A canary string of another tenant anywhere in the answer is one outright (matched on the
+answer's skeleton: case, separators, look-alike letters do not hide it).
+
+Why this rule. Provenance is per tenant: a phrase stops being anyone's only by evidence across several
+unrelated organizations, never by one answer (the model writing it once for anyone, or the owner
+itself, proves nothing: a model restates its asker's data). Each answer's n-grams are recorded as
+*received* by its tenant when it ends, withheld or not, so a phrase the model writes for everyone
+becomes common after answers to ``common_orgs`` organizations; a tenant that sends such a phrase
+first (poisoning) can cause at most ``common_orgs - 1`` withheld answers per phrase per window, not a
+denial of service, and cannot whitelist another tenant's text without ``common_orgs`` organizations of
+its own. The cost: the same leak repeated to ``common_orgs`` further organizations is caught
+``common_orgs - 1`` times, then passes (each time an incident is logged first).
 """
 
 from __future__ import annotations
@@ -18,16 +32,20 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from kvfence.gateway.protection.detect.normalise import fold
-from kvfence.gateway.protection.leak.fingerprint import Fingerprinter
+from kvfence.gateway.protection.leak.fingerprint import Fingerprinter, leak_fold
 from kvfence.gateway.protection.leak.index import FingerprintIndex
 
-__all__ = ["MODEL_OWNER", "AnswerScanner", "CanaryBook", "LeakEvidence", "LeakMonitor"]
+__all__ = ["RECEIVED", "AnswerScanner", "CanaryBook", "LeakEvidence", "LeakMonitor", "compact", "received_by"]
 
 CANARY_PREFIX = "kvfc-"
-# Index owner of n-grams the model itself wrote in finished answers (not copied from the asker's own
-# prompt): boilerplate a model produces is common language, not evidence of a leak.
-MODEL_OWNER = "*model*"
+# Index entries of answers (``RECEIVED + tenant``), beside the tenants' own sent text. The separator
+# is a control character no tenant name in a policy holds.
+RECEIVED = "\x1freceived\x1f"
+
+
+def received_by(tenant: str) -> str:
+    """The index owner name under which the n-grams of answers to ``tenant`` are recorded."""
+    return RECEIVED + tenant
 _WORD_CHAR = re.compile(r"\w")
 _WORD = re.compile(r"\w+")
 
@@ -61,13 +79,17 @@ class CanaryBook:
                     self._owner[canary] = tenant
         for tenant in derive_for:
             self._owner.setdefault(self._derive(tenant), tenant)
-        self._derived_pattern = re.compile(re.escape(CANARY_PREFIX) + r"[0-9a-f]{20}")
+        self._derived_compact = re.compile(compact(CANARY_PREFIX) + r"[0-9a-f]{20}")
         self._compile()
 
     def _compile(self) -> None:
-        literals = sorted(self._owner, key=len, reverse=True)
+        # Matched on the compact form (case folded, look-alikes made Latin, every separator gone), so
+        # "KVFC-…", "kvfc - …" or "k v f c …" is the canary still.
+        self._compact_owner = {compact(leak_fold(c)): owner for c, owner in self._owner.items()
+                              if compact(leak_fold(c))}
+        literals = sorted(self._compact_owner, key=len, reverse=True)
         self._pattern = re.compile("|".join(re.escape(c) for c in literals)) if literals else None
-        self.longest = max([len(c) for c in self._owner] + [len(CANARY_PREFIX) + 20])
+        self.longest = max([len(c) for c in self._compact_owner] + [len(compact(CANARY_PREFIX)) + 20])
 
     def derived(self, tenant: str) -> str:
         """The tenant's own canary: unguessable without the gateway secret, stable across replicas."""
@@ -85,12 +107,24 @@ class CanaryBook:
 
     def foreign_in(self, text: str, tenant: str) -> list[str]:
         """Owners (or ``"unknown"``) of canaries in ``text`` that are not ``tenant``'s own."""
+        return self.foreign_in_compact(compact(leak_fold(text)), tenant)
+
+    def foreign_in_compact(self, text: str, tenant: str) -> list[str]:
+        """:meth:`foreign_in` on text already in the compact form (:func:`compact`)."""
         owners: list[str] = []
         if self._pattern is not None:
-            owners += [self._owner[m.group(0)] for m in self._pattern.finditer(text)]
-        for match in self._derived_pattern.finditer(text):
-            owners.append(self._owner.get(match.group(0), "unknown"))
+            owners += [self._compact_owner[m.group(0)] for m in self._pattern.finditer(text)]
+        for match in self._derived_compact.finditer(text):
+            owners.append(self._compact_owner.get(match.group(0), "unknown"))
         return [owner for owner in owners if owner != tenant]
+
+
+_SEPARATORS = re.compile(r"[\W_]+")
+
+
+def compact(text: str) -> str:
+    """Lower case, no separators: the form canaries are matched in (text already leak-folded)."""
+    return _SEPARATORS.sub("", text.lower())
 
 
 class AnswerScanner:
@@ -105,20 +139,20 @@ class AnswerScanner:
         self._tail = ""
         self._run: list[tuple[int, frozenset[str]]] = []
         self._words = 0
-        self._generated: set[int] = set()
+        self._answer_grams: set[int] = set()
+        self._recorded = False
         self.evidence: LeakEvidence | None = None
 
     def feed(self, delta: str) -> LeakEvidence | None:
         if self.evidence is not None or not delta:
             return self.evidence
-        if not delta.isascii():
-            # as the prompts were fingerprinted (fingerprint.words): a zero-width character, soft
-            # hyphen or full-width letter inside a copied word must not make it another word
-            delta = fold(delta).text
+        # as the prompts were fingerprinted (fingerprint.words): a zero-width character, soft hyphen,
+        # full-width or look-alike letter inside a copied word must not make it another word
+        delta = leak_fold(delta)
         canaries = self._monitor.canaries
         if canaries is not None:
-            window = self._tail + delta
-            owners = canaries.foreign_in(window, self._tenant)
+            window = self._tail + compact(delta)
+            owners = canaries.foreign_in_compact(window, self._tenant)
             if owners:
                 return self._caught(LeakEvidence("canary", tuple(sorted(set(owners))), (), 0, self._words))
             self._tail = window[-(canaries.longest - 1):]
@@ -135,8 +169,8 @@ class AnswerScanner:
             return self.evidence
         rest, self._partial = self._partial, ""
         evidence = self._consume(_WORD.findall(rest.lower()))
-        if evidence is None and self._generated:
-            self._monitor.index.add(MODEL_OWNER, self._generated)
+        if evidence is None:
+            self._record_received()
         return evidence
 
     def _consume(self, new_words: list[str]) -> LeakEvidence | None:
@@ -153,18 +187,15 @@ class AnswerScanner:
                 ends.append(self._words)
         if not grams:
             return None
+        self._answer_grams.update(grams)
         foreign = [g for g in grams if g not in self._own]
         owners_of = dict(zip(foreign, self._monitor.index.owners(foreign), strict=True)) if foreign else {}
-        # Only n-grams nobody sent count as the model's own writing. One that some tenant's prompt
-        # holds (the asker's earlier request included: an engine can hand a tenant its own old KV)
-        # must stay evidence, or one answer would whitelist that tenant's text for everybody.
-        self._generated.update(g for g, owners in owners_of.items() if not owners - {MODEL_OWNER})
         monitor = self._monitor
         for gram, end in zip(grams, ends, strict=True):
-            owners = owners_of.get(gram, frozenset())
-            if (owners and self._tenant not in owners and MODEL_OWNER not in owners
-                    and len(owners) <= monitor.max_owners):
-                self._run.append((gram, owners))
+            owners = owners_of.get(gram)
+            senders = self._evidence(owners) if owners else None
+            if senders is not None:
+                self._run.append((gram, senders))
                 if len(self._run) >= monitor.min_run:
                     run_owners = sorted(set().union(*(o for _, o in self._run)))
                     return self._caught(LeakEvidence(
@@ -174,20 +205,41 @@ class AnswerScanner:
                 self._run.clear()
         return None
 
+    def _evidence(self, owners: frozenset[str]) -> frozenset[str] | None:
+        """The other tenants an n-gram is evidence of a leak from (see the module docstring), or None."""
+        senders = frozenset(o for o in owners if not o.startswith(RECEIVED))
+        if not senders or self._tenant in senders or len(senders) > self._monitor.max_owners:
+            return None
+        seen_by = set(senders)
+        seen_by.update(o[len(RECEIVED):] for o in owners if o.startswith(RECEIVED))
+        seen_by.discard(self._tenant)
+        if len(seen_by) >= self._monitor.common_orgs:
+            return None  # common language: several unrelated organizations have it
+        return senders
+
     def _caught(self, evidence: LeakEvidence) -> LeakEvidence:
         self.evidence = evidence
+        self._record_received()  # a withheld answer still counts towards a phrase being common
         return evidence
+
+    def _record_received(self) -> None:
+        if self._answer_grams and not self._recorded:
+            self._recorded = True
+            self._monitor.index.add(received_by(self._tenant), self._answer_grams)
 
 
 class LeakMonitor:
     """Process-wide leak detection state: the index, the fingerprinter, canaries, thresholds."""
 
     def __init__(self, index: FingerprintIndex, fingerprinter: Fingerprinter, *, min_run: int = 4,
-                 max_owners: int = 1, canaries: CanaryBook | None = None) -> None:
+                 max_owners: int = 1, common_orgs: int = 3, canaries: CanaryBook | None = None) -> None:
+        if common_orgs < 2:
+            raise ValueError("common_orgs must be at least 2: one organization's word is no evidence of common language")
         self.index = index
         self.fingerprinter = fingerprinter
         self.min_run = min_run
         self.max_owners = max_owners
+        self.common_orgs = common_orgs
         self.canaries = canaries
 
     def record_prompt(self, tenant: str, texts: Iterable[str]) -> frozenset[int]:
