@@ -19,6 +19,19 @@
 - ``json``: the content is a JSON document, ``{"to": message, "body": "Hello " + message}`` (as a
   backend under ``response_format: json_object`` writes it).
 
+Issue 16's leak channels (each leaks the *previous* request's last user message, ``previous``):
+
+- ``leak_history``: the last *assistant* message of the previous request (text the model wrote earlier
+  that a tenant resent as its conversation history);
+- ``fixed``: the text given with ``{"mode": "fixed", "text": ...}``, whoever asks (a phrase the
+  model writes for everyone, e.g. a refusal);
+- ``leak_top_logprobs``: a harmless content whose ``top_logprobs`` alternatives (rank 1) spell ``previous``;
+- ``leak_tool_name``: a tool call whose ``function.name`` is ``previous``;
+- ``leak_message_name``: a harmless content, ``message.name`` is ``previous``;
+- ``leak_unknown_field``: a harmless content, ``message.x_debug`` and a top-level ``x_trace`` are ``previous``;
+- ``leak_lookalike``: ``previous`` with Cyrillic look-alike letters for a, e, o, c, p;
+- ``leak_canary_disguised``: the previous canaries in lower case with spaces between the characters.
+
 Answers stream in 5-character chunks when asked to. With ``logprobs: true`` the answer comes as
 3-character "tokens" with chat ``logprobs`` (two tokens per streamed chunk), so a placeholder is split
 across tokens and chunks. ``GET /_received`` returns what it was sent.
@@ -41,7 +54,13 @@ from starlette.routing import Route
 
 def build() -> Starlette:
     state: dict[str, Any] = {"mode": "benign", "previous": "", "previous_canaries": [],
-                             "received": []}
+                             "previous_assistant": "", "text": "", "received": []}
+
+    def last_assistant(body: dict[str, Any]) -> str:
+        for message in reversed(body.get("messages") or []):
+            if message.get("role") == "assistant" and isinstance(message.get("content"), str):
+                return str(message["content"])
+        return ""
 
     def last_user(body: dict[str, Any]) -> str:
         for message in reversed(body.get("messages") or []):
@@ -61,11 +80,22 @@ def build() -> Starlette:
             text = "  ".join(w[:2] + "\u200b" + w[2:] for w in state["previous"].upper().split())
         elif state["mode"] == "echo":
             text = own
+        elif state["mode"] == "leak_history":
+            text = state["previous_assistant"]
+        elif state["mode"] == "fixed":
+            text = state["text"]
+        elif state["mode"] == "leak_lookalike":
+            text = state["previous"].translate(str.maketrans("aeocp", "\u0430\u0435\u043e\u0441\u0440"))
+        elif state["mode"] == "leak_canary_disguised":
+            text = "The marker: " + " ".join(" ".join(c.lower()) for c in state["previous_canaries"]) + "."
+        elif state["mode"] in ("leak_top_logprobs", "leak_message_name", "leak_unknown_field"):
+            text = "All good here, nothing to report."
         elif state["mode"] == "json":
             text = json.dumps({"to": own, "body": f"Hello {own}"})
         else:
             text = f"Thanks for your message. You wrote: {' '.join(own.split()[:5])}. Here is a short answer."
         previous, state["previous"] = state["previous"], own
+        state["previous_assistant"] = last_assistant(body)
         state["previous_canaries"] = re.findall(r"kvfc-[0-9a-f]{20}", json.dumps(body.get("messages")))
         base = {"id": f"chatcmpl-{len(state['received'])}", "created": int(time.time()), "model": body.get("model")}
         if state["mode"] == "tools":
@@ -74,14 +104,38 @@ def build() -> Starlette:
             return tool_calls(body, base, own, custom=[own, f"Hello {own}"])
         if state["mode"] == "leak_custom":
             return tool_calls(body, base, own, custom=[previous])
+        if state["mode"] == "leak_tool_name":
+            return JSONResponse({**base, "object": "chat.completion", "choices": [
+                {"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": None,
+                 "tool_calls": [{"id": "call_1", "type": "function",
+                                 "function": {"name": previous, "arguments": "{}"}}]}}]})
+        if state["mode"] in ("leak_message_name", "leak_unknown_field") and not body.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            extra: dict[str, Any] = {}
+            if state["mode"] == "leak_message_name":
+                message["name"] = previous
+            else:
+                message["x_debug"] = previous
+                extra["x_trace"] = {"prompt": previous}
+            return JSONResponse({**base, **extra, "object": "chat.completion", "choices": [
+                {"index": 0, "message": message, "finish_reason": "stop"}]})
+        if state["mode"] == "leak_top_logprobs":
+            body = {**body, "logprobs": True}
+            text = "x" * (len(previous) // 3 + 1) * 3
         with_logprobs = body.get("logprobs") is True
         tokens = [text[i:i + 3] for i in range(0, len(text), 3)]
 
+        alternatives = [previous[i:i + 3] for i in range(0, len(previous), 3)] \
+            if state["mode"] == "leak_top_logprobs" else None
+        position = iter(range(10**9))
+
         def entry(token: str) -> dict[str, Any]:
             raw = list(token.encode())
+            at = next(position)
+            second = token[:1] if alternatives is None else (alternatives[at] if at < len(alternatives) else "")
             return {"token": token, "logprob": -0.25, "bytes": raw,
                     "top_logprobs": [{"token": token, "logprob": -0.25, "bytes": raw},
-                                     {"token": token[:1], "logprob": -3.0, "bytes": list(token[:1].encode())}]}
+                                     {"token": second, "logprob": -3.0, "bytes": list(second.encode())}]}
 
         if not body.get("stream"):
             choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
@@ -154,7 +208,9 @@ def build() -> Starlette:
         return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "test"}]})
 
     async def set_mode(request: Request) -> Response:
-        state["mode"] = (await request.json())["mode"]
+        asked = await request.json()
+        state["mode"] = asked["mode"]
+        state["text"] = asked.get("text", state["text"])
         return JSONResponse({"mode": state["mode"]})
 
     async def received(request: Request) -> Response:

@@ -25,7 +25,49 @@ from kvfence.gateway.hooks import ResponseFilter
 
 __all__ = ["AnswerFilter", "FilterChain"]
 
-CHAT_FIELDS = ("content", "refusal", "reasoning_content", "reasoning")
+CHAT_FIELDS = ("content", "refusal", "reasoning_content", "reasoning", "name")
+
+# What a client can read of a chat answer, field by field; anything else an upstream adds is dropped
+# before the answer leaves (an unknown field is one no filter reads). Text fields are filtered slots.
+ANSWER_KEYS = frozenset({"id", "object", "created", "model", "choices", "usage", "system_fingerprint",
+                         "service_tier", "prompt_logprobs", "error"})
+CHOICE_KEYS = frozenset({"index", "message", "delta", "text", "finish_reason", "logprobs", "stop_reason",
+                         "matched_stop"})
+MESSAGE_KEYS = frozenset({"role", *CHAT_FIELDS, "audio", "tool_calls", "function_call", "annotations"})
+TOOL_CALL_KEYS = frozenset({"index", "id", "type", "function", "custom"})
+CALL_KEYS = frozenset({"name", "arguments", "input"})
+AUDIO_KEYS = frozenset({"id", "data", "expires_at", "transcript", "format"})
+
+
+def _only(holder: dict[str, Any], keys: frozenset[str]) -> None:
+    for key in [k for k in holder if k not in keys]:
+        del holder[key]
+
+
+def drop_unknown_fields(answer: dict[str, Any]) -> None:
+    """Remove, in place, every field of a (whole or streamed) answer that no filter reads."""
+    _only(answer, ANSWER_KEYS)
+    for choice in answer.get("choices") or []:
+        if not isinstance(choice, dict):
+            continue
+        _only(choice, CHOICE_KEYS)
+        if isinstance(choice.get("stop_reason"), str):
+            del choice["stop_reason"]  # a stop string as it went upstream (pseudonymised): not the client's text
+        for key in ("message", "delta"):
+            holder = choice.get(key)
+            if not isinstance(holder, dict):
+                continue
+            _only(holder, MESSAGE_KEYS)
+            if isinstance(holder.get("audio"), dict):
+                _only(holder["audio"], AUDIO_KEYS)
+            for call in holder.get("tool_calls") or []:
+                if isinstance(call, dict):
+                    _only(call, TOOL_CALL_KEYS)
+                    for part in ("function", "custom"):
+                        if isinstance(call.get(part), dict):
+                            _only(call[part], CALL_KEYS)
+            if isinstance(holder.get("function_call"), dict):
+                _only(holder["function_call"], CALL_KEYS)
 
 
 class FilterChain:
@@ -75,6 +117,10 @@ class FilterChain:
 # arguments.
 Slot = tuple[int, str]
 FUNCTION_CALL = "function_call"
+FUNCTION_CALL_NAME = "function_call.name"
+# A tool call's name: (slot kind -> the object holding it, its key)
+_CALL_PARTS = {"tool": ("function", "arguments"), "custom": ("custom", "input"),
+               "toolname": ("function", "name"), "customname": ("custom", "name")}
 AUDIO = "audio"
 CONTENT_SLOTS = ("content", "text")
 
@@ -82,6 +128,32 @@ CONTENT_SLOTS = ("content", "text")
 def is_json_string_slot(slot: str) -> bool:
     """Whether the slot's text is a JSON string's (tool-call or function-call arguments)."""
     return slot.startswith("tool:") or slot == FUNCTION_CALL
+
+
+def _alternatives(logprobs: Any, *, chat: bool) -> list[str]:
+    """The text of each rank of ``top_logprobs`` alternatives in one logprobs object (rank r: the r-th
+    alternative of every position, joined)."""
+    ranks: list[list[str]] = []
+
+    def add(rank: int, token: Any) -> None:
+        if isinstance(token, str):
+            while len(ranks) <= rank:
+                ranks.append([])
+            ranks[rank].append(token)
+
+    if not isinstance(logprobs, dict):
+        return []
+    if chat:
+        for key in ("content", "refusal"):
+            for entry in logprobs.get(key) or []:
+                tops = entry.get("top_logprobs") if isinstance(entry, dict) else None
+                for rank, alt in enumerate(tops if isinstance(tops, list) else []):
+                    add(rank, alt.get("token") if isinstance(alt, dict) else None)
+    else:
+        for tops in logprobs.get("top_logprobs") or []:
+            for rank, token in enumerate(tops if isinstance(tops, dict) else []):
+                add(rank, token)
+    return ["".join(tokens) for tokens in ranks]
 
 
 class AnswerFilter:
@@ -102,12 +174,31 @@ class AnswerFilter:
         self._last_chunk: dict[str, Any] | None = None
         self._logprobs: dict[int, LogprobsFilter] = {}  # per choice: its per-token fields (logprobs)
         self._logprobs_done: set[int] = set()
+        self._alt_chains: dict[Slot, FilterChain] = {}  # per choice and rank: top_logprobs alternatives
+
+    def _scan_alternatives(self, logprobs: Any, index: int, *, final: bool) -> None:
+        """The ``top_logprobs`` alternatives are answer text a client reads too: the r-th alternative
+        of each position, in order, is one more text of the choice, fed through its own chain (what
+        the chain's filters say is not used: alternatives about a placeholder are emptied by the token
+        restorer; a leak found in them stops the answer like one in the content)."""
+        for rank, text in enumerate(_alternatives(logprobs, chat=self._endpoint == "chat")):
+            if text:
+                key = (index, f"top:{rank}")
+                chain = self._alt_chains.get(key)
+                if chain is None:
+                    chain = self._alt_chains[key] = self._make_chain()
+                chain.feed(text)
+        if final:
+            for key in [k for k in self._alt_chains if k[0] == index]:
+                self._alt_chains.pop(key).finish()
 
     def _filter_logprobs(self, choice: dict[str, Any], index: int, *, final: bool) -> None:
         """Restore placeholders in the choice's ``logprobs`` tokens too (see :mod:`.answer_logprobs`)."""
         if index in self._logprobs_done:
             return
         logprobs = choice.get("logprobs")
+        if logprobs is not None or final:
+            self._scan_alternatives(logprobs, index, final=final)
         lp_filter = self._logprobs.get(index)
         if logprobs is None and (lp_filter is None or not final):
             return
@@ -154,11 +245,17 @@ class AnswerFilter:
                 continue
             index = call.get("index", position) if stream else position
             function, custom = call.get("function"), call.get("custom")
+            if isinstance(function, dict) and isinstance(function.get("name"), str):
+                out.append((function, "name", f"toolname:{index}"))
             if isinstance(function, dict) and isinstance(function.get("arguments"), str):
                 out.append((function, "arguments", f"tool:{index}"))
+            if isinstance(custom, dict) and isinstance(custom.get("name"), str):
+                out.append((custom, "name", f"customname:{index}"))
             if isinstance(custom, dict) and isinstance(custom.get("input"), str):
                 out.append((custom, "input", f"custom:{index}"))
         legacy = holder.get(FUNCTION_CALL)
+        if isinstance(legacy, dict) and isinstance(legacy.get("name"), str):
+            out.append((legacy, "name", FUNCTION_CALL_NAME))
         if isinstance(legacy, dict) and isinstance(legacy.get("arguments"), str):
             out.append((legacy, "arguments", FUNCTION_CALL))
         return out
@@ -170,20 +267,21 @@ class AnswerFilter:
             choice["text"] = (choice.get("text") or "") + tail
             return
         delta = choice.setdefault("delta", {})
-        if slot == FUNCTION_CALL:
+        if slot in (FUNCTION_CALL, FUNCTION_CALL_NAME):
             legacy = delta.setdefault(FUNCTION_CALL, {})
-            legacy["arguments"] = (legacy.get("arguments") or "") + tail
+            key = "arguments" if slot == FUNCTION_CALL else "name"
+            legacy[key] = (legacy.get(key) or "") + tail
             return
         if slot == AUDIO:
             audio = delta.setdefault(AUDIO, {})
             audio["transcript"] = (audio.get("transcript") or "") + tail
             return
         kind, _, position = slot.partition(":")
-        if kind not in ("tool", "custom"):
+        if kind not in _CALL_PARTS:
             delta[slot] = (delta.get(slot) or "") + tail
             return
         index = int(position)
-        holder, field = ("function", "arguments") if kind == "tool" else ("custom", "input")
+        holder, field = _CALL_PARTS[kind]
         calls = delta.setdefault("tool_calls", [])
         for call in calls:
             if isinstance(call, dict) and call.get("index") == index:
@@ -197,6 +295,7 @@ class AnswerFilter:
         """Filter one streamed chunk in place; finishes a choice's chains on its ``finish_reason``."""
         self._last_chunk = chunk
         chat = self._endpoint == "chat"
+        drop_unknown_fields(chunk)
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, dict):
                 continue
@@ -242,6 +341,7 @@ class AnswerFilter:
     # -- whole answers ----------------------------------------------------------------------------
     def filter_completion(self, body: dict[str, Any]) -> dict[str, Any]:
         """Filter a non-streamed answer in place."""
+        drop_unknown_fields(body)
         for choice in body.get("choices") or []:
             if not isinstance(choice, dict):
                 continue

@@ -24,7 +24,9 @@ from kvfence.gateway.protection.detect.recognizers.address_intl import extend_ad
 from kvfence.gateway.protection.detect.recognizers.person import find_persons, link_mentions
 from kvfence.gateway.protection.detect.recognizers.pii import PII_RULES, PRIVATE_IP_RULES
 from kvfence.gateway.protection.detect.recognizers.secrets import SECRET_RULES
-from kvfence.gateway.protection.detect.scanner import RuleSet
+from kvfence.gateway.protection.detect.reformatted import KINDS as REFORMATTED
+from kvfence.gateway.protection.detect.reformatted import reformatted_runs
+from kvfence.gateway.protection.detect.scanner import CONTEXT_WINDOW, RuleSet
 
 __all__ = ["Detector", "PiiEngine", "build_detector"]
 
@@ -66,21 +68,26 @@ class Detector:
         odd dashes, look-alike letters of other scripts and escapes such as ``\\u0040`` or ``%40``
         made plain), so those disguises do not hide a value; each span is mapped back to the caller's
         characters. A base64 or hex run that decodes to text (``encoded.py``), and string literals
-        joined by ``+`` and the like (``concatenated.py``), are scanned decoded / joined too, and a
+        joined by ``+`` and the like (``concatenated.py``), and values reformatted out of every pattern's
+        reach (spaced out, dotted, in words, in lower case: ``reformatted.py``) are scanned decoded / joined too, and a
         finding there covers the whole run or expression (its ``value`` is what was decoded)."""
         if not text:
             return []
         folded = fold(text, lookalikes=True, escapes=True)
         plain = folded.text
         found = self._detect(plain)
-        for run in decoded_runs(plain) + joined_literals(plain):
+        for run in decoded_runs(plain) + joined_literals(plain) + reformatted_runs(plain):
             # a value inside one literal of a concatenation is found in the text itself
             # the placeholder stands for the decoded value: restored, the answer gets the e-mail
             # itself (never quotes or operators that could break the JSON a tool call carries)
+            # a reformatted value is read after the words before it: a rule may need its context word
+            context = plain[max(0, run.start - CONTEXT_WINDOW):run.start] if run.encoding in REFORMATTED else ""
+            skip = len(context)
             found.extend(replace(f, start=run.start, end=run.end, rule=f"{f.rule}:{run.encoding}",
-                                 value=run.decoded[f.start:f.end])
-                         for f in self._scan_folded(run.decoded)
-                         if not run.joints or any(f.start < joint < f.end for joint in run.joints))
+                                 value=run.decoded[f.start - skip:f.end - skip])
+                         for f in self._scan_folded(context + run.decoded)
+                         if f.end > skip and f.start >= skip
+                         and (not run.joints or any(f.start - skip < joint < f.end - skip for joint in run.joints)))
         found = resolve_overlaps(found)
         if not folded.changed:
             return found

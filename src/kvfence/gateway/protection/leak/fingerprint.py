@@ -16,7 +16,8 @@ from kvfence.gateway.protection.detect.normalise import LOOKALIKES, fold
 
 __all__ = ["Fingerprinter", "leak_fold", "words"]
 
-_WORD = re.compile(r"\w+")
+# Letters and digits; "_" separates words too ("halvorsen_maritime_will" is three, in a tool name as in prose).
+_WORD = re.compile(r"[^\W_]+")
 _LOOKALIKE_TABLE = str.maketrans(LOOKALIKES)
 
 

@@ -46,8 +46,8 @@ RECEIVED = "\x1freceived\x1f"
 def received_by(tenant: str) -> str:
     """The index owner name under which the n-grams of answers to ``tenant`` are recorded."""
     return RECEIVED + tenant
-_WORD_CHAR = re.compile(r"\w")
-_WORD = re.compile(r"\w+")
+_WORD_CHAR = re.compile(r"[^\W_]")
+_WORD = re.compile(r"[^\W_]+")  # as fingerprint.words
 
 
 @dataclass(frozen=True)
