@@ -1,0 +1,185 @@
+"""Leak-index poisoning and conversation-history leaks: today's rule against the previous one, same run.
+
+Simulates a multi-tenant gateway's leak index (``LeakMonitor`` on an in-process index, or Redis with
+``--redis-url``) under three workloads, each run for both rules on the same seeded traffic:
+
+- **poisoning campaign**: ``--poisoners`` tenants send ``--phrases`` common model phrases (refusals,
+  sign-offs) in their prompts first, each phrase sent by one of them; then every tenant asks ``--rounds`` times and the model answers
+  each with one of those phrases plus ordinary words. Every withheld answer is a false one.
+- **real leaks during the campaign**: ``--leaks`` times, a distinctive 16-word span of another
+  tenant's recent prompt is put into an answer (the incident's stale-KV leak). Caught or not.
+- **history leaks** (issue 16, 1): the model restates a tenant's confidential prompt in new words;
+  the tenant resends that as conversation history; the restatement then appears in another
+  tenant's answer. Caught or not.
+
+The previous rule (``--rules previous``) is the one before issue 16: an n-gram the model wrote in any
+finished answer, not sent by anyone yet, became "model language" for everyone; our rule
+(``current``) needs ``common_orgs`` organizations. Answers are scanned whole (non-streamed) or in
+5-character chunks (``--stream``). Prints per rule: false withheld answers, leaks caught, history
+leaks caught, and the scan time per answer (min / median over ``--repeat`` runs, alternating rules).
+
+    python bench/leak_poisoning.py                       # defaults: 40 tenants, 5 poisoners
+    python bench/leak_poisoning.py --stream --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from collections.abc import Iterable
+
+from kvfence.gateway.protection.leak.fingerprint import Fingerprinter
+from kvfence.gateway.protection.leak.index import FingerprintIndex, InMemoryIndex, RedisIndex
+from kvfence.gateway.protection.leak.scan import RECEIVED, AnswerScanner, LeakMonitor
+
+KEY = b"bench-leak-poisoning-key-0123456789"
+MODEL_OWNER = "*model*"  # the previous rule's owner of "model language"
+
+COMMON = [
+    "I'm sorry, but I can't help with that request. If you have another question, I'd be happy to help.",
+    "Please let me know if you have any further questions or concerns about this.",
+    "As an AI language model, I do not have access to real-time information or personal data.",
+    "Thank you for reaching out. I hope this helps, and feel free to ask if anything is unclear.",
+    "Here is a summary of the main points, followed by a few suggestions for next steps.",
+    "It is important to consult a qualified professional before making any decisions based on this.",
+    "I understand your frustration, and I will do my best to resolve this issue as quickly as possible.",
+    "Below you will find a step by step guide that walks you through the whole process.",
+    "If you need anything else, just let me know and I will get back to you shortly.",
+    "Unfortunately I am unable to provide that information, but I can suggest some alternatives.",
+    "Great question! There are several factors to consider when making this kind of choice.",
+    "To get started, make sure you have the latest version installed and an active account.",
+]
+VOCAB = [f"w{i}" for i in range(6000)]
+
+
+class PreviousScanner(AnswerScanner):
+    """The rule before issue 16: text the model wrote once (sent by nobody yet) is everyone's language."""
+
+    def _evidence(self, owners: frozenset[str]) -> frozenset[str] | None:
+        senders = frozenset(o for o in owners if not o.startswith(RECEIVED) and o != MODEL_OWNER)
+        if not senders or self._tenant in senders or MODEL_OWNER in owners or len(senders) > self._monitor.max_owners:
+            return None
+        return senders
+
+    def _record_received(self) -> None:
+        if self._recorded or self.evidence is not None:
+            return
+        self._recorded = True
+        grams = sorted(self._answer_grams - self._own)
+        owners = self._monitor.index.owners(grams)
+        nobody_sent = [g for g, o in zip(grams, owners, strict=True) if not (o - {MODEL_OWNER})]
+        if nobody_sent:
+            self._monitor.index.add(MODEL_OWNER, nobody_sent)
+
+
+class Monitor(LeakMonitor):
+    def __init__(self, index: FingerprintIndex, previous: bool) -> None:
+        super().__init__(index, Fingerprinter(KEY, 4), min_run=4, max_owners=1, common_orgs=3)
+        self.previous = previous
+
+    def scanner(self, tenant: str, own: frozenset[int]) -> AnswerScanner:
+        return PreviousScanner(self, tenant, own) if self.previous else AnswerScanner(self, tenant, own)
+
+
+def words(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(VOCAB) for _ in range(n))
+
+
+def answer(m: Monitor, tenant: str, prompt: Iterable[str], text: str, chunk: int | None) -> bool:
+    """True when the answer was withheld."""
+    scanner = m.scanner(tenant, m.record_prompt(tenant, prompt))
+    step = chunk or len(text) or 1
+    for i in range(0, len(text), step):
+        if scanner.feed(text[i:i + step]) is not None:
+            return True
+    return scanner.finish() is not None
+
+
+def run(previous: bool, args: argparse.Namespace, seed: int) -> dict[str, float]:
+    rng = random.Random(seed)
+    index: FingerprintIndex = (RedisIndex(args.redis_url, window_s=900, prefix=f"bench-lp:{seed}:{previous}:{time.time()}:")
+                               if args.redis_url else InMemoryIndex(900))
+    m = Monitor(index, previous)
+    tenants = [f"org{i}" for i in range(args.tenants)]
+    poisoners, honest = tenants[:args.poisoners], tenants[args.poisoners:]
+    phrases = COMMON[:args.phrases]
+    chunk = 5 if args.stream else None
+    for i, phrase in enumerate(phrases):  # each phrase sent by one poisoner: no second sender makes it common
+        m.record_prompt(poisoners[i % len(poisoners)], [f"Repeat this exactly: {phrase}"])
+    secrets = {t: words(rng, 60) for t in honest}
+    false_withheld = answers = 0
+    caught = leaks = 0
+    hist_caught = hist = 0
+    scan_s = 0.0
+    leak_at = set(rng.sample(range(args.rounds * len(honest)), args.leaks))
+    step = 0
+    for _ in range(args.rounds):
+        for t in honest:
+            prompt = [secrets[t], f"question {step}: {words(rng, 8)}"]
+            if step in leak_at:  # the model answers over another tenant's stale prompt
+                owner = rng.choice([o for o in honest if o != t])
+                start = rng.randrange(0, 60 - 16)
+                span = " ".join(secrets[owner].split()[start:start + 16])
+                leaks += 1
+                caught += answer(m, t, prompt, f"{rng.choice(phrases)} {span}", chunk)
+            else:
+                started = time.perf_counter()
+                withheld = answer(m, t, prompt, f"{words(rng, 6)} {rng.choice(phrases)} {words(rng, 6)}", chunk)
+                scan_s += time.perf_counter() - started
+                answers += 1
+                false_withheld += withheld
+            step += 1
+    for i in range(args.history):
+        owner, receiver = rng.sample(honest, 2)
+        question = f"Summarise our confidential plan {i}: {words(rng, 30)}"
+        restated = words(rng, 24)  # the model's own words about the owner's plan
+        answer(m, owner, [question], restated, chunk)
+        answer(m, owner, [question, restated, "Now draft the press release."], words(rng, 12), chunk)
+        hist += 1
+        hist_caught += answer(m, receiver, ["any news?"], f"Sure. {restated}", chunk)
+    index.close()
+    return {"false_withheld": false_withheld, "answers": answers, "caught": caught, "leaks": leaks,
+            "hist_caught": hist_caught, "hist": hist, "us_per_answer": scan_s / max(answers, 1) * 1e6}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tenants", type=int, default=40)
+    parser.add_argument("--poisoners", type=int, default=5)
+    parser.add_argument("--phrases", type=int, default=len(COMMON))
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--leaks", type=int, default=40)
+    parser.add_argument("--history", type=int, default=40)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--stream", action="store_true", help="scan answers in 5-character chunks")
+    parser.add_argument("--redis-url", default=None)
+    args = parser.parse_args()
+    results: dict[str, list[dict[str, float]]] = {"previous": [], "current": []}
+    for r in range(args.repeat):
+        order = ("previous", "current") if r % 2 == 0 else ("current", "previous")
+        for rule in order:  # alternate: same seed, same traffic for both rules
+            results[rule].append(run(rule == "previous", args, seed=r))
+    print(f"leak_poisoning: {args.tenants} tenants, {args.poisoners} poisoners x {args.phrases} phrases, "
+          f"{args.rounds} rounds, {'streamed (5-char chunks)' if args.stream else 'whole answers'}, "
+          f"{'redis' if args.redis_url else 'in-process'} index, {args.repeat} runs")
+    print(f"{'rule':<9} {'false withheld':>22} {'leaks caught':>14} {'history leaks caught':>21} {'scan us/answer min/med':>24}")
+    for rule, runs in results.items():
+        fw = statistics.median(x["false_withheld"] for x in runs)
+        n = runs[0]["answers"]
+        caught = statistics.median(x["caught"] for x in runs)
+        hist = statistics.median(x["hist_caught"] for x in runs)
+        us = [x["us_per_answer"] for x in runs]
+        withheld = f"{fw:g}/{n:g} ({fw / n:.1%})"
+        leaks = f"{caught:g}/{runs[0]['leaks']:g}"
+        history = f"{hist:g}/{runs[0]['hist']:g}"
+        timing = f"{min(us):.0f} / {statistics.median(us):.0f}"
+        print(f"{rule:<9} {withheld:>22} {leaks:>14} {history:>21} {timing:>24}")
+    cur = statistics.median(x["us_per_answer"] for x in results["current"])
+    prev = statistics.median(x["us_per_answer"] for x in results["previous"])
+    print(f"scan time ratio current/previous (median): {cur / prev:.2f}")
+
+
+if __name__ == "__main__":
+    main()
