@@ -30,10 +30,10 @@ from kvfence.gateway.admission.usage import (
     wants_usage_injection,
 )
 from kvfence.gateway.answer.relay import OwnedStream, json_error, stream_response, whole_response
-from kvfence.gateway.api import admit
 from kvfence.gateway.apis import ApiCall, new_call
 from kvfence.gateway.apis.chat_via_messages import ChatViaMessagesCall
 from kvfence.gateway.apis.messages import CountTokensCall
+from kvfence.gateway.apis.request_model import admit
 from kvfence.gateway.errors import (
     DetectorFailure,
     GatewayError,
@@ -98,7 +98,7 @@ async def handle_completion(runtime: GatewayRuntime, request: Request, endpoint:
             call.check(body)  # the API's allowlist model: a 400 naming the field
         else:
             check_request_shape(body, endpoint)
-            admitted = admit(endpoint, body)  # the allowlist (api/request_model.py): unknown fields are a 400
+            admitted = admit(endpoint, body)  # the allowlist (apis/request_model.py): unknown fields are a 400
             if admitted is not body:
                 body, forwardable = admitted, False
         model = body.get("model")

@@ -14,11 +14,14 @@ filters, usage, the fail-closed ends). An adapter only says what differs:
 
 Modules: ``base.py`` (the interface, slot chains, named SSE events), ``responses.py``,
 ``messages.py`` (native, or translated to chat), ``embeddings.py``, ``chat_via_messages.py`` (a chat
-request for a backend that speaks only Anthropic's API).
+request for a backend that speaks only Anthropic's API); ``request_model.py`` (the allowlist framework:
+a handling marker on every field, ``admit`` and ``scan_plan``) and ``openai_chat.py`` (its models of
+chat and completions, registered on import).
 """
 
 from __future__ import annotations
 
+from kvfence.gateway.apis import openai_chat as openai_chat  # registers the chat and completions models
 from kvfence.gateway.apis.base import API_PATHS, ApiCall, new_call
 
 __all__ = ["API_PATHS", "ApiCall", "new_call"]

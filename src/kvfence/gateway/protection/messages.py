@@ -1,6 +1,6 @@
 """Which texts of a request the protection hook scans and may rewrite.
 
-Chat and completions: the endpoint's allowlist request model (:mod:`kvfence.gateway.api`) says, field
+Chat and completions: the endpoint's allowlist request model (:mod:`kvfence.gateway.apis.request_model`) says, field
 by field: scanned, passed as named structure, opaque (an image, audio, a file, token ids: the data
 class's ``non_text`` action decides) or refused. Scanned strings that other parts of the request
 refer to (tool and function names, ``tool_call_id``, the keys and structural values of a JSON schema,
@@ -19,7 +19,14 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from kvfence.gateway.api.request_model import OpaquePart, ScanPlan, TextSlot, registered, scan_json, scan_plan
+from kvfence.gateway.apis.request_model import (
+    OpaquePart,
+    ScanPlan,
+    TextSlot,
+    registered,
+    scan_json,
+    scan_plan,
+)
 from kvfence.gateway.errors import GatewayRequestError
 
 __all__ = ["OpaquePart", "ScanPlan", "TextSlot", "request_plan", "set_texts", "text_slots"]
@@ -52,7 +59,7 @@ def _api_plan(endpoint: str, body: dict[str, Any]) -> ScanPlan | None:
 def request_plan(endpoint: str, body: dict[str, Any]) -> ScanPlan:
     """The text slots and opaque parts of ``body`` (a 400 for a body its model refuses; an endpoint
     nothing describes is refused: fail closed)."""
-    import kvfence.gateway.api  # noqa: F401  (registers the chat and completions models)
+    import kvfence.gateway.apis.openai_chat  # noqa: F401  (registers the chat and completions models)
 
     if registered(endpoint) is not None:
         return scan_plan(endpoint, body)

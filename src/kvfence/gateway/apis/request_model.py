@@ -27,7 +27,7 @@ validates and applies ``Refused`` / ``Dropped``; :func:`scan_plan` (called by th
 the body as the hooks see it) lists the text slots and opaque parts.
 
 Adding an endpoint: write its pydantic models with a marker on every field (see
-:mod:`kvfence.gateway.api.openai_chat` for chat and completions), then
+:mod:`kvfence.gateway.apis.openai_chat` for chat and completions), then
 ``register("responses", ResponsesRequest)``; the request path and the protection hook pick it up.
 An endpoint without a registered model is refused by the hook (fail closed).
 """

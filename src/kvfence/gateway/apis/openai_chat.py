@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, JsonValue, StringConstraints
 
-from kvfence.gateway.api.request_model import (
+from kvfence.gateway.apis.request_model import (
     Nested,
     Opaque,
     Refused,
