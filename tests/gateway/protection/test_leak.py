@@ -248,3 +248,23 @@ def test_a_canary_is_caught_whatever_its_case_or_separators(disguise: object) ->
     for canary, owner in (("ACME-CANARY-7731", "acme"), (derived, "initech")):
         evidence = stream(m, "globex", ["hi"], f"the marker is {disguise(canary)} ok", chunk=3)
         assert evidence is not None and evidence.detector == "canary" and evidence.owners == (owner,), canary
+
+
+@pytest.mark.redis
+def test_provenance_and_common_language_hold_on_the_redis_index(redis_url: str) -> None:
+    prefix = f"kvfence-test:{random.random()}:"
+    replica1 = monitor(RedisIndex(redis_url, window_s=60, prefix=prefix))
+    replica2 = monitor(RedisIndex(redis_url, window_s=60, prefix=prefix))
+    restated = ("In short, the shipping group intends to take over its logistics rival for roughly four hundred "
+                "and twelve million, with completion expected early in spring.")
+    assert stream(replica1, "acme", [SECRET_PROMPT], restated) is None
+    assert stream(replica1, "acme", [SECRET_PROMPT, restated, "Now the press release."], "Here it is.") is None
+    evidence = stream(replica2, "globex", ["news?"], restated)  # another replica, the same index
+    assert evidence is not None and evidence.owners == ("acme",)
+    refusal = "I am sorry, but I cannot help with that request. Please ask me something else instead."
+    replica1.record_prompt("mallory", [refusal])
+    withheld = [stream(replica2 if i % 2 else replica1, f"v{i}", ["q"], refusal, chunk=999) is not None
+                for i in range(8)]
+    assert sum(withheld) <= 2 and not any(withheld[2:])
+    replica1.index.close()
+    replica2.index.close()
