@@ -34,6 +34,7 @@ An endpoint without a registered model is refused by the hook (fail closed).
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import types
@@ -273,8 +274,6 @@ def admit(endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
     if not dropped:
         return body
     log.debug("dropped request fields %s", [_where(d) for d in dropped])
-    import copy
-
     out = copy.deepcopy(body)
     for path in sorted(dropped, key=len, reverse=True):
         node: Any = out
