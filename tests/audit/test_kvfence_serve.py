@@ -17,11 +17,10 @@ from tests.audit.kvfence_server import KvfenceServer, kvfence_serve
 # A short context keeps the admission probes cheap on a 2-core machine; ~190 letters are 400 tokens
 # of the built-in byte-level tokenizer, long enough for a prefix hit to show in TTFT.
 _SERVE_ARGS = ("--max-model-len", "512", "--kv-cache-tokens", "16384", "--device", "cpu", "--num-threads", "1")
-# Thirty samples per procedure keep the test short (twelve, then twenty, each missed the global
-# scope's sharing once on a busy machine, load average 4); alpha 1e-3 instead of the default 1e-4
-# keeps it powerful at that size (a false "shares" verdict across orgs has odds 1e-3). The sample-size study
-# (bench/audit_power.py) runs the defaults.
-_SHARING = ["--samples", "30", "--prompt-tokens", "400", "--alpha", "1e-3", "--seed", "11"]
+# The levels stop as soon as they are decided (sequential looks); a pass needs enough samples to
+# show that cross-org sharing would have been seen (about 75-115 per procedure here), a finding far
+# fewer. alpha 1e-3 instead of the default 1e-4 (a false "shares" verdict across orgs has odds 1e-3).
+_SHARING = ["--samples", "200", "--prompt-tokens", "400", "--alpha", "1e-3", "--seed", "11"]
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +29,7 @@ def org_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KvfenceServ
         yield server
 
 
+@pytest.mark.slow
 def test_org_scope_shares_within_the_org_and_not_across(run_audit: AuditRun, org_server: KvfenceServer) -> None:
     result, data = run_audit("cache-sharing", org_server.url, *_SHARING, keys=org_server.key_args)
     assert result.exit_code == 0, result.output
@@ -47,7 +47,9 @@ def test_admission_passes_against_kvfence_serve(run_audit: AuditRun, org_server:
     assert m["max_context"] == 512 and m["kv_capacity"] == 16384
     assert m["exact_sizes"]  # the built-in byte-level tokenizer: every size is hit exactly
     outcomes = {(a["probe"], a["stream"]): a["outcome"] for a in m["answers"]}
-    assert outcomes[("at context", False)] == "ok" and outcomes[("just above context", True)] == "rejected"
+    assert outcomes[("at context", False)] == "ok"
+    # The prompt fits, max_tokens reaches past the context: refusing and clamping are both honest.
+    assert outcomes[("just above context", True)] in {"rejected", "clamped (answered, generation stopped at the context)"}
     assert all(a["status"] == 400 for a in m["answers"] if a["expect"] == "reject")
 
 

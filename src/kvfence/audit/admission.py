@@ -1,10 +1,16 @@
 """``kvfence audit admission``: are prompts that cannot fit rejected with a clear 4xx (I3 from outside)?
 
-Prompts are sized against the endpoint's advertised context (``/v1/models`` or ``--max-context``)
-and, when known, its KV capacity: just below, at, just above and well above the limit, each sent
-plain and streaming. A prompt that cannot fit must get a 4xx with a message; a 200 (truncation, a
-placeholder, someone else's KV) is a finding. Every answer is also scanned for canaries of the
-earlier requests, the incident's symptom.
+Prompts are sized against the endpoint's advertised context (discovered, see ``discovery``, or
+``--max-context``) and, when known, its KV capacity: below, at, and above the limit, each sent
+plain and streaming. Three cases are kept apart, because only two are defects:
+
+* a prompt that does not fit (the prompt alone is over the context or the KV pool) must get a
+  4xx; a 200 (truncation, a placeholder, someone else's KV) is a finding;
+* a prompt that fits, with ``max_tokens`` reaching past the context, may be refused or answered
+  with generation stopped at the context ("clamped"): either is an honest engine, and what was
+  observed is a note, never a finding;
+* an answer that carries another request's text is always a finding (critical), whatever the
+  probe: that is the incident's symptom, so every answer is scanned for earlier canaries.
 """
 
 from __future__ import annotations
@@ -18,9 +24,9 @@ from kvfence.audit.client import EndpointClient, Reply
 from kvfence.audit.discovery import kv_capacity
 from kvfence.audit.errors import AuditCannotRun
 from kvfence.audit.preamble import prepare_check
-from kvfence.audit.prompts import TokenModel, make_canary, random_units, spaced
-from kvfence.audit.scan import SecretIndex
-from kvfence.audit.verdict import CheckResult, Evidence, Verdict
+from kvfence.audit.prompts import LETTERS, TokenModel, make_canary, random_units, spaced
+from kvfence.audit.scan import SecretIndex, shortest_run
+from kvfence.audit.verdict import CheckResult, Evidence, Severity, Verdict
 from kvfence.errors import ConfigError
 
 __all__ = ["FIT_TOLERANCE", "AdmissionConfig", "Probe", "plan_probes", "run_admission"]
@@ -52,8 +58,9 @@ class Probe:
     name: str
     prompt_tokens: int
     max_tokens: int
-    expect_admit: bool | None  # None: either answer is acceptable (size not exact)
+    expect_admit: bool | None  # None: either answer is acceptable (size not exact, or a clamp is allowed)
     why: str
+    clamp_ok: bool = False  # the prompt fits; only max_tokens reaches past the context: refuse or clamp
 
 
 def plan_probes(
@@ -83,8 +90,9 @@ def plan_probes(
               f"prompt + max_tokens = {below + max_tokens} <= context {max_context}"),
         Probe("at context", fit, max_tokens, True if exact else None,
               f"prompt + max_tokens = context {max_context} exactly" + ("" if exact else " (size approximate)")),
-        Probe("just above context", fit + (1 if exact else slack(fit)), max_tokens, near,
-              f"prompt + max_tokens exceeds context {max_context}"),
+        # The prompt itself fits here: an engine may refuse, or answer and stop at the context.
+        Probe("just above context", fit + (1 if exact else slack(fit)), max_tokens, None,
+              f"prompt + max_tokens exceeds context {max_context} (the prompt alone fits)", clamp_ok=True),
         Probe("prompt alone over context", max_context + max(margin, slack(max_context)), 1, near,
               f"the prompt alone exceeds context {max_context}"),
         Probe("far above context", max_context + max(64, max_context // 4), max_tokens, False,
@@ -111,18 +119,21 @@ async def run_admission(client: EndpointClient, config: AdmissionConfig) -> Chec
         check="admission", verdict=Verdict.PASS, summary="", endpoint=target.base_url, model=setup.model,
         parameters={"max_tokens": config.max_tokens, "seed": config.seed, **setup.parameters()},
     )
-    index = SecretIndex()
+    # Answers are scanned for runs of earlier prompts' random letters as short as the planned
+    # volume allows at a false-alarm rate of DEFAULT_FALSE_ALARM (see scan.shortest_run).
+    index = SecretIndex(ngram=shortest_run(len(LETTERS), 16 * max_context, 64 * (config.max_tokens + 256)),
+                        vocab_size=len(LETTERS))
     prober = target.tenant_b or target.tenant_a
     # Earlier requests whose text must never show up in anyone else's answer.
     for tenant in filter(None, (target.tenant_a, target.tenant_b)):
         for i in range(2):
             request_id = f"{tenant.label} seed {i + 1}"
-            prompt, canary = _prompt(rng, token_model, max(8, max_context // 4))
+            prompt, canary, body = _prompt(rng, token_model, max(8, max_context // 4))
             reply = await client.generate(tenant, prompt, max_tokens=config.max_tokens, transient_retries=2)
             client.raise_for_auth(reply, tenant)
             if not reply.ok:
                 raise AuditCannotRun(f"a {max_context // 4}-token request failed ({reply.status}): {reply.error}")
-            index.add(request_id, prompt, [canary])
+            index.add(request_id, body, [canary])
     exact = token_model.exact
     probes = plan_probes(max_context, capacity.tokens if capacity else None, config.max_tokens, exact,
                          calibrated=setup.calibrated)
@@ -135,31 +146,24 @@ async def run_admission(client: EndpointClient, config: AdmissionConfig) -> Chec
         for stream in (False, True):
             request_id = f"{probe.name} ({'stream' if stream else 'plain'})"
             # A prompt that must not fit is rounded up, one that must fit rounded down.
-            prompt, canary = _prompt(rng, token_model, probe.prompt_tokens, over=probe.expect_admit is False)
+            prompt, canary, body = _prompt(rng, token_model, probe.prompt_tokens, over=probe.expect_admit is False)
             reply = await client.generate(prober, prompt, max_tokens=probe.max_tokens, stream=stream)
             client.raise_for_auth(reply, prober)
-            index.add(request_id, prompt, [canary])
+            index.add(request_id, body, [canary])
             row = _judge(probe, reply, token_model, prompt, stream, result, max_context)
             for hit in index.scan(reply.scannable_text, exclude=[request_id]):
                 row["leak"] = True
-                result.evidence.append(Evidence(
-                    title=f"answer to '{request_id}' carries text of an earlier request",
-                    detail=f"{hit.kind} {hit.matched!r} from request '{hit.source_request}'",
-                    data={"status": reply.status, "answer_excerpt": reply.text[:300]},
-                ))
+                row["outcome"] = "finding: answer carries another request's text"
+                result.evidence.append(_stale_state(request_id, hit.kind, hit.matched, hit.source_request, reply))
             rows.append(row)
             # The incident's exact order: right after an over-length request, an ordinary request.
             if probe.expect_admit is False:
                 follow_id = f"follow-up after {request_id}"
-                follow_prompt, follow_canary = _prompt(rng, token_model, max(8, max_context // 8))
+                follow_prompt, follow_canary, follow_body = _prompt(rng, token_model, max(8, max_context // 8))
                 follow = await client.generate(prober, follow_prompt, max_tokens=config.max_tokens)
-                index.add(follow_id, follow_prompt, [follow_canary])
+                index.add(follow_id, follow_body, [follow_canary])
                 for hit in index.scan(follow.scannable_text, exclude=[follow_id]):
-                    result.evidence.append(Evidence(
-                        title=f"answer to '{follow_id}' carries text of an earlier request",
-                        detail=f"{hit.kind} {hit.matched!r} from request '{hit.source_request}'",
-                        data={"status": follow.status, "answer_excerpt": follow.text[:300]},
-                    ))
+                    result.evidence.append(_stale_state(follow_id, hit.kind, hit.matched, hit.source_request, follow))
     if capacity is not None and capacity.tokens < max_context:
         result.notes.append(
             f"the advertised context ({max_context}) is larger than the KV capacity ({capacity.tokens} tokens, "
@@ -172,6 +176,8 @@ async def run_admission(client: EndpointClient, config: AdmissionConfig) -> Chec
         "kv_capacity_source": capacity.source if capacity else "not exposed",
         "exact_sizes": exact,
         "probes": [asdict(p) for p in probes],
+        "leak_run_words": index.ngram,
+        "leak_false_alarm_bound": index.false_alarm_bound(),
         "answers": rows,
     }
     findings = len(result.evidence)
@@ -186,16 +192,32 @@ async def run_admission(client: EndpointClient, config: AdmissionConfig) -> Chec
     return result
 
 
-def _prompt(rng: random.Random, token_model: TokenModel, tokens: int, *, over: bool = False) -> tuple[str, str]:
-    """A canary-led prompt of ``tokens`` tokens, or the next size up/down the tokenizer allows."""
+def _stale_state(request_id: str, kind: str, matched: str, source: str, reply: Reply) -> Evidence:
+    return Evidence(
+        title=f"answer to '{request_id}' carries text of an earlier request",
+        detail=f"{kind} {matched!r} from request '{source}' (HTTP {reply.status})",
+        data={"status": reply.status, "answer_excerpt": reply.text[:300]},
+        severity=Severity.CRITICAL,
+        impact="The answer was computed over another request's prompt: one customer can receive another "
+               "customer's data, exactly as in the incident.",
+    )
+
+
+def _prompt(rng: random.Random, token_model: TokenModel, tokens: int, *,
+            over: bool = False) -> tuple[str, str, str]:
+    """A canary-led prompt of ``tokens`` tokens (or the next size up/down the tokenizer allows),
+    its canary, and its random body (the part whose word runs are indexed)."""
     canary = make_canary(rng)
     head = spaced(canary)
     units = token_model.units_over(tokens - 1) if over else token_model.units_for(tokens)
-    letters = max(1, units - len(head))
-    return " ".join([*head, *random_units(rng, letters)]), canary
+    body = " ".join(random_units(rng, max(1, units - len(head))))
+    return " ".join(head) + " " + body, canary, body
 
 
-_NEAR_PROBES = ("just above context", "prompt alone over context")
+_NEAR_PROBES = ("prompt alone over context",)
+_NOT_REJECTED_IMPACT = ("A prompt too long for the model was answered as a success, so callers get an answer "
+                        "over a cut or substituted prompt; in the incident such answers carried other "
+                        "customers' data.")
 
 
 def _judge(probe: Probe, reply: Reply, token_model: TokenModel, prompt: str, stream: bool,
@@ -232,6 +254,7 @@ def _judge(probe: Probe, reply: Reply, token_model: TokenModel, prompt: str, str
                            else "")),
                 data={"status": reply.status, "prompt_tokens_reported": reply.prompt_tokens,
                       "answer_excerpt": reply.text[:300]},
+                severity=Severity.HIGH, impact=_NOT_REJECTED_IMPACT,
             ))
         elif 400 <= reply.status < 500:
             if not reply.error or reply.error == "no message":
@@ -251,6 +274,7 @@ def _judge(probe: Probe, reply: Reply, token_model: TokenModel, prompt: str, str
                 detail=(f"{probe.why}, yet the endpoint answered 200 with no readable answer "
                         f"({reply.error or 'no text, no finish reason'}): a client sees success"),
                 data={"status": reply.status, "body_excerpt": reply.body[:300]},
+                severity=Severity.HIGH, impact=_NOT_REJECTED_IMPACT,
             ))
         else:
             row["outcome"] = "finding: no clear 4xx"
@@ -258,7 +282,12 @@ def _judge(probe: Probe, reply: Reply, token_model: TokenModel, prompt: str, str
                 title=f"{label}: no clear 4xx",
                 detail=f"{probe.why}; got status {reply.status} {reply.error or reply.transport_error or ''}".strip(),
                 data={"status": reply.status},
+                severity=Severity.MEDIUM,
+                impact="Over-length prompts fail with a server error instead of a clear refusal, so clients "
+                       "cannot tell a too-long prompt from an outage (and retries repeat the load).",
             ))
+    elif probe.clamp_ok:
+        _judge_clamp(probe, reply, label, sent_tokens, result, max_context, row)
     else:
         if reply.ok:
             if reply.prompt_tokens is not None and reply.prompt_tokens < 0.9 * sent_tokens - 2:
@@ -267,6 +296,9 @@ def _judge(probe: Probe, reply: Reply, token_model: TokenModel, prompt: str, str
                     title=f"{label}: prompt silently shortened",
                     detail=f"sent ~{sent_tokens} tokens, the endpoint reports {reply.prompt_tokens}",
                     data={"prompt_tokens_reported": reply.prompt_tokens},
+                    severity=Severity.HIGH,
+                    impact="The model answered without reading the whole prompt, and said nothing: answers "
+                           "can be wrong in ways the caller cannot see.",
                 ))
         elif probe.expect_admit:
             row["outcome"] = "rejected a prompt that fits"
@@ -274,3 +306,44 @@ def _judge(probe: Probe, reply: Reply, token_model: TokenModel, prompt: str, str
         else:
             row["outcome"] = "rejected (size approximate)"
     return row
+
+
+def _judge_clamp(probe: Probe, reply: Reply, label: str, sent_tokens: int, result: CheckResult,
+                 max_context: int, row: dict[str, Any]) -> None:
+    """A prompt that fits with ``max_tokens`` past the context: refusing and clamping are both honest.
+
+    Either way the outcome is a note saying what was observed. A silently shortened prompt is
+    still a finding (the prompt fit, so nothing had to be cut); text of another request is judged
+    by the scan, like every answer.
+    """
+    if reply.ok:
+        reported = reply.prompt_tokens
+        if reported is not None and reported < 0.9 * sent_tokens - 2:
+            row["outcome"] = "finding: prompt truncated"
+            result.evidence.append(Evidence(
+                title=f"{label}: prompt silently shortened",
+                detail=f"the prompt fits, yet the endpoint reports {reported} of ~{sent_tokens} prompt tokens",
+                data={"prompt_tokens_reported": reported}, severity=Severity.HIGH,
+                impact="The model answered without reading the whole prompt, and said nothing: answers can be "
+                       "wrong in ways the caller cannot see.",
+            ))
+            return
+        used = (reported or sent_tokens) + (reply.completion_tokens or 0)
+        clamped = reply.completion_tokens is not None and used <= max_context
+        row["outcome"] = "clamped (answered, generation stopped at the context)" if clamped else "answered"
+        observed = (f"{reply.completion_tokens} completion tokens" if reply.completion_tokens is not None
+                    else "no completion token count") + f", finish_reason={reply.finish_reason}"
+        if clamped or reply.completion_tokens is None:
+            result.notes.append(f"{label}: {probe.why}; the endpoint answered 200 ({observed}), i.e. it "
+                                "clamps generation at the context instead of refusing: allowed, not a defect")
+        else:
+            result.notes.append(f"{label}: {probe.why}; the endpoint answered 200 and generated past the "
+                                f"advertised context ({observed}, {used} tokens in all): its real context may "
+                                "be larger than it advertises")
+    elif 400 <= reply.status < 500:
+        row["outcome"] = "rejected"
+        result.notes.append(f"{label}: {probe.why}; rejected with {reply.status} ({reply.error}): allowed")
+    else:
+        row["outcome"] = f"status {reply.status}"
+        result.notes.append(f"{label}: {probe.why}; got status {reply.status} "
+                            f"{reply.error or reply.transport_error or ''}".rstrip())

@@ -70,7 +70,17 @@ def _target_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def _sharing_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--samples", type=int, default=250, show_default=True,
-                     help="TTFT samples per procedure (hit and miss) and per level."),
+                     help="Most TTFT samples per procedure (hit and miss) and per level; a level stops "
+                          "earlier as soon as its verdict is decided."),
+        click.option("--beta", type=float, default=0.01, show_default=True,
+                     help="Accepted chance of missing a shared cache at a level (the power check's error rate)."),
+        click.option("--time-budget", "time_budget_s", type=float,
+                     help="Seconds the cache-sharing audit may take; levels still undecided then are "
+                          "inconclusive, never a pass."),
+        click.option("--fixed-samples", is_flag=True,
+                     help="Take all --samples at every level before deciding (the classic fixed-sample test)."),
+        click.option("--progress/--no-progress", default=True, show_default=True,
+                     help="Show a progress bar with an estimate of the time left on stderr."),
         click.option("--prompt-tokens", type=int,
                      help="Prompt length in tokens (default: half the advertised context, at most 5000)."),
         click.option("--prefix-fraction", type=float, default=0.95, show_default=True,
@@ -102,6 +112,8 @@ def _sharing_config(opts: dict[str, Any]) -> CacheSharingConfig:
         samples=opts["samples"], prompt_tokens=opts["prompt_tokens"], prefix_fraction=opts["prefix_fraction"],
         victim_requests=opts["victim_requests"], alpha=opts["alpha"],
         allow_sharing=AllowedSharing(opts["allow_sharing"]), seed=opts["seed"], pause_s=opts["pause_s"],
+        beta=opts["beta"], time_budget_s=opts["time_budget_s"], fixed_samples=opts["fixed_samples"],
+        progress=opts["progress"],
     )
 
 

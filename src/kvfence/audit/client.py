@@ -88,6 +88,13 @@ class EndpointClient:
         except httpx.HTTPError:
             return None
 
+    async def post(self, path: str, payload: dict[str, Any], tenant: Tenant | None = None) -> httpx.Response | None:
+        """POST JSON to a discovery route (Ollama's ``/api/show``); ``None`` when it cannot be reached."""
+        try:
+            return await self._http.post(path, json=payload, headers=tenant.headers if tenant else {})
+        except httpx.HTTPError:
+            return None
+
     async def models(self) -> list[dict[str, Any]]:
         """The ``/v1/models`` entries, as the endpoint returns them."""
         try:

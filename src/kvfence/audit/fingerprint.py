@@ -15,6 +15,7 @@ from kvfence.audit.advisories import Fingerprint, MatchState, Severity, match_ad
 from kvfence.audit.client import EndpointClient
 from kvfence.audit.errors import AuditCannotRun, EndpointRejected
 from kvfence.audit.verdict import CheckResult, Evidence, Verdict
+from kvfence.audit.verdict import Severity as FindingSeverity
 
 __all__ = ["GATEWAYS", "collect_fingerprint", "identify", "run_engine"]
 
@@ -171,6 +172,9 @@ async def run_engine(client: EndpointClient) -> CheckResult:
             title=f"{m.advisory.id} ({m.advisory.severity.value}, {m.state.value}): {m.advisory.title}",
             detail=f"{m.reason}. {m.advisory.remediation} Source: {', '.join(m.advisory.sources)}",
             data={"advisory": m.advisory.id, "state": m.state.value},
+            severity=FindingSeverity.HIGH if m.advisory.severity is Severity.HIGH else FindingSeverity.MEDIUM,
+            impact=("The engine version has a published isolation defect: "
+                    + m.advisory.description.split(". ")[0].rstrip(".") + "."),
         ))
     name = f"{fingerprint.engine} {fingerprint.version or '(version unknown)'}" if fingerprint.engine else None
     # An endpoint that says itself that freed KV pages keep their bytes (kvfence --unsafe-no-scrub,
@@ -182,6 +186,9 @@ async def run_engine(client: EndpointClient) -> CheckResult:
             detail="/v1/capacity says scrub=false: freed KV pages keep the previous request's KV, so one "
                    "bookkeeping fault hands a tenant another tenant's prompt. Restart without the unsafe switch.",
             data={"source": "/v1/capacity", "scrub": False},
+            severity=FindingSeverity.HIGH,
+            impact="If the engine's page bookkeeping ever slips, a tenant's answer is computed over another "
+                   "tenant's prompt: the incident's precondition is in place.",
         ))
     if affected or no_scrub:
         result.verdict = Verdict.FINDING

@@ -1,6 +1,10 @@
 """``kvfence audit leak``: does tenant A's text ever reach tenant B's answers?
 
-Tenant A sends long prompts carrying unique canaries, some completed and some dropped mid-stream.
+Tenant A sends long prompts carrying unique canaries at both ends and, between them, random words
+of a vocabulary nobody else uses (``prompts.SYLLABLES``), so that even a short run of them in B's
+answer is improbable by chance: the shortest run that counts is chosen for a false-alarm rate of
+``scan.DEFAULT_FALSE_ALARM``, and the bound for what was actually scanned is reported. Some of A's
+requests complete and some are dropped mid-stream.
 Tenant B then sends the requests that broke real engines: over-length prompts, streams it abandons
 after the first chunk, and bursts concurrent with A's traffic, then ordinary follow-ups. Every
 answer B receives, error bodies included, is scanned for A's canaries and prompt n-grams.
@@ -16,11 +20,12 @@ from typing import Any
 
 from kvfence.audit.admission import FIT_TOLERANCE
 from kvfence.audit.client import EndpointClient, Reply
+from kvfence.audit.discovery import calibrate
 from kvfence.audit.errors import AuditCannotRun
 from kvfence.audit.preamble import prepare_check
-from kvfence.audit.prompts import TokenModel, make_canary, random_units, spaced
-from kvfence.audit.scan import SecretIndex
-from kvfence.audit.verdict import CheckResult, Evidence, Verdict
+from kvfence.audit.prompts import SYLLABLES, distinctive_units, make_canary, random_units, spaced
+from kvfence.audit.scan import DEFAULT_FALSE_ALARM, SecretIndex, shortest_run
+from kvfence.audit.verdict import CheckResult, Evidence, Severity, Verdict
 from kvfence.errors import ConfigError
 
 __all__ = ["LeakConfig", "run_leak"]
@@ -68,13 +73,21 @@ async def run_leak(client: EndpointClient, config: LeakConfig) -> CheckResult:
     )
     if max_context is not None and long_tokens + config.max_tokens > max_context:
         raise ConfigError(f"--prompt-tokens {long_tokens} + --max-tokens does not fit the context {max_context}")
-    index = SecretIndex()
+    # A syllable costs up to 4 tokens (one per byte with its space, on a byte-level tokenizer); the
+    # calibration probes stay within a quarter of the context however many that is.
+    victim_model, _, _ = await calibrate(client, tenant_a, rng, max_context, distinctive_units, 4)
+    victim_units = victim_model.units_for(long_tokens)
+    victims = 2 * config.victim_requests + config.concurrency
+    attackers = 4 + 2 * max(2, config.concurrency // 2) + config.concurrency + max(2, config.concurrency // 2)
+    index = SecretIndex(ngram=shortest_run(len(SYLLABLES), victims * victim_units,
+                                           attackers * (config.max_tokens + 256)),
+                        vocab_size=len(SYLLABLES))
     victim_log: list[_Exchange] = []
 
     async def victim(request_id: str, *, abort: bool) -> None:
-        prompt = _canary_prompt(rng, token_model, long_tokens)
-        index.add(request_id, prompt[0], [prompt[1]])
-        reply = await client.generate(tenant_a, prompt[0], max_tokens=config.max_tokens, stream=abort,
+        prompt, canary, body = _canary_prompt(rng, victim_units)
+        index.add(request_id, body, [canary])
+        reply = await client.generate(tenant_a, prompt, max_tokens=config.max_tokens, stream=abort,
                                       abort_after_chunks=1 if abort else None)
         client.raise_for_auth(reply, tenant_a)
         victim_log.append(_Exchange("victim", request_id, reply))
@@ -134,17 +147,29 @@ async def run_leak(client: EndpointClient, config: LeakConfig) -> CheckResult:
         key = "answered_200" if status == 200 else "rejected_4xx" if 400 <= status < 500 else "other"
         counts[key] += 1
         for hit in index.scan(exchange.reply.scannable_text):
+            what = "canary" if hit.kind == "canary" else f"run of {index.ngram}+ of A's prompt words"
             result.evidence.append(Evidence(
                 title=f"tenant B's {exchange.phase} request {exchange.request_id} received tenant A's text",
-                detail=f"{hit.kind} {hit.matched!r} from A's request {hit.source_request}",
+                detail=f"{what} {hit.matched!r} from A's request {hit.source_request} (HTTP {status})",
                 data={"status": status, "answer_excerpt": exchange.reply.scannable_text[:400]},
+                severity=Severity.CRITICAL,
+                impact="Another customer's prompt text came back in this customer's answer: a cross-tenant "
+                       "data leak, the incident's symptom.",
             ))
     ordinary = [e for e in b_log if e.phase in ("after-abort", "follow-up")]
     if ordinary and not any(e.reply.ok for e in ordinary):
         first = ordinary[0].reply
         raise AuditCannotRun(f"tenant B's ordinary requests all failed ({first.status}): "
                              f"{first.error or first.transport_error}")
+    bound = index.false_alarm_bound()
+    result.notes.append(
+        f"B's answers were scanned for A's canaries and for any run of {index.ngram} or more consecutive words of "
+        f"A's prompts (drawn at random from {len(SYLLABLES)} syllables); the chance that such a run turned up "
+        f"by chance in what was scanned is at most {bound:.1e} (target {DEFAULT_FALSE_ALARM:.0e})")
     result.measurements = {
+        "leak_run_words": index.ngram,
+        "leak_false_alarm_bound": bound,
+        "victim_vocabulary": len(SYLLABLES),
         "victim_requests_sent": len(victim_log),
         "victim_canaries": len(index),
         "attacker_requests": phases,
@@ -166,9 +191,10 @@ async def run_leak(client: EndpointClient, config: LeakConfig) -> CheckResult:
     return result
 
 
-def _canary_prompt(rng: random.Random, token_model: TokenModel, tokens: int) -> tuple[str, str]:
+def _canary_prompt(rng: random.Random, units: int) -> tuple[str, str, str]:
+    """A prompt of about ``units`` syllables; returns it, its canary, and its body of random syllables."""
     canary = make_canary(rng)
-    head = spaced(canary)
+    head = " ".join(spaced(canary))
     # The canary opens and closes the prompt, so a leak of either end carries it.
-    body = random_units(rng, max(1, token_model.units_for(tokens) - 2 * len(head)))
-    return " ".join([*head, *body, *head]), canary
+    body = " ".join(distinctive_units(rng, max(1, units - len(canary) // 2)))
+    return f"{head} {body} {head}", canary, body

@@ -13,16 +13,28 @@ import random
 import string
 from dataclasses import dataclass
 
-__all__ = ["CANARY_ALPHABET", "TokenModel", "make_canary", "random_units", "spaced"]
+__all__ = ["CANARY_ALPHABET", "LETTERS", "SYLLABLES", "TokenModel", "distinctive_units", "make_canary",
+           "random_units", "spaced"]
 
-_LETTERS = string.ascii_letters
+LETTERS = string.ascii_letters
+# The leak check's victim words: consonant-vowel-consonant syllables, 19 * 5 * 19 = 1,805 of them,
+# a vocabulary 35x the letters', so a run of a few of them in an answer is already improbable by
+# chance (scan.false_alarm_bound). No single letters: the other tenant's prompts are letters, so
+# nothing it sends or is likely to get back is drawn from this vocabulary.
+_CONSONANTS = "bcdfghjklmnpqrstvwxz"[:19]
+SYLLABLES = tuple(c + v + d for c in _CONSONANTS for v in "aeiou" for d in _CONSONANTS)
 # No 0/O or 1/I/L, so a canary survives being read back by a human or re-typed by a model.
 CANARY_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
 
 
 def random_units(rng: random.Random, count: int) -> list[str]:
     """``count`` random letters; join them with spaces to get a prompt."""
-    return [rng.choice(_LETTERS) for _ in range(count)]
+    return [rng.choice(LETTERS) for _ in range(count)]
+
+
+def distinctive_units(rng: random.Random, count: int) -> list[str]:
+    """``count`` random syllables of :data:`SYLLABLES` (the leak check's victim prompts)."""
+    return [rng.choice(SYLLABLES) for _ in range(count)]
 
 
 def make_canary(rng: random.Random, length: int = 14) -> str:

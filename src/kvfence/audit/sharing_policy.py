@@ -43,11 +43,14 @@ class AllowedSharing(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class LevelOutcome:
-    """What was measured at one level; ``shares`` is None when the level was not measured."""
+    """What one level showed: ``shares`` True (detected), False (shown not to share, with the power
+    to see it: ``sequential``), None (not measured, or undecided at the samples / time given)."""
 
     level: Level
     shares: bool | None
     p_value: float | None = None
+    measured: bool = True
+    stopped: str = ""
 
 
 def decide(outcomes: list[LevelOutcome], allowed: AllowedSharing) -> tuple[Verdict, str]:
@@ -55,7 +58,7 @@ def decide(outcomes: list[LevelOutcome], allowed: AllowedSharing) -> tuple[Verdi
 
     Without a detectable hit at the same-key level the audit has no power: "inconclusive", never a
     pass. Sharing at a level ``allowed`` forbids is a finding; a forbidden level that was not
-    measured makes a pass impossible.
+    measured, or not shown to be unshared with the power to see sharing, makes a pass impossible.
     """
     by_level = {o.level: o for o in outcomes}
     same_key = by_level.get(Level.SAME_KEY)
@@ -75,8 +78,21 @@ def decide(outcomes: list[LevelOutcome], allowed: AllowedSharing) -> tuple[Verdi
         )
     missing = [lvl for lvl in Level if allowed.forbids(lvl) and (lvl not in by_level or by_level[lvl].shares is None)]
     if missing:
-        return Verdict.INCONCLUSIVE, (
-            f"no forbidden sharing detected, but level(s) {', '.join(m.value for m in missing)} were not "
-            "measured (give --same-org-key / --key-b)"
-        )
+        undecided = [m for m in missing if m in by_level and by_level[m].measured and by_level[m].p_value is not None]
+        unmeasured = [m for m in missing if m not in undecided]
+        parts = []
+        if undecided:
+            why = {by_level[m].stopped for m in undecided}
+            parts.append(f"at level(s) {', '.join(m.value for m in undecided)} the samples taken "
+                         f"({' / '.join(sorted(why)) or 'sample limit'} reached) cannot show that sharing would "
+                         "have been detected, so no sharing is not shown either (more --samples or "
+                         "--time-budget, or longer --prompt-tokens)")
+        out_of_time = [m for m in unmeasured if m in by_level and by_level[m].stopped == "time budget"]
+        if out_of_time:
+            parts.append(f"level(s) {', '.join(m.value for m in out_of_time)} were not measured: the time budget "
+                         "ran out (a larger --time-budget)")
+        if len(out_of_time) < len(unmeasured):
+            parts.append(f"level(s) {', '.join(m.value for m in unmeasured if m not in out_of_time)} were not "
+                         "measured (give --same-org-key / --key-b)")
+        return Verdict.INCONCLUSIVE, "no forbidden sharing detected, but " + "; ".join(parts)
     return Verdict.PASS, f"sharing detected only within the allowed scope '{allowed.value}' (at: {names})"

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CheckResult", "Evidence", "Verdict", "combined_exit_code", "load_results"]
+__all__ = ["CheckResult", "Evidence", "Severity", "Verdict", "combined_exit_code", "load_results"]
 
 
 class Verdict(enum.StrEnum):
@@ -34,13 +34,32 @@ class Verdict(enum.StrEnum):
         return 2
 
 
+class Severity(enum.StrEnum):
+    """How bad a finding is, for a reader who is not a specialist.
+
+    ``critical``: another tenant's data came back (the incident); ``high``: a defect that lets it
+    happen or be measured (cross-tenant cache, a prompt silently cut); ``medium``: a side channel or
+    a known advisory that needs a specific setup; ``low``: hygiene.
+    """
+
+    CRITICAL = "critical"
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+
 @dataclass(slots=True)
 class Evidence:
-    """One observation that supports a finding: what was sent, what came back, why it matters."""
+    """One observation that supports a finding: what was sent, what came back, why it matters.
+
+    ``impact`` is one sentence for a non-expert: what an attacker or a victim would experience.
+    """
 
     title: str
     detail: str
     data: dict[str, Any] = field(default_factory=dict)
+    severity: Severity = Severity.HIGH
+    impact: str = ""
 
 
 @dataclass(slots=True)
@@ -66,7 +85,8 @@ class CheckResult:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CheckResult:
-        evidence = [Evidence(**item) for item in data.get("evidence", [])]
+        evidence = [Evidence(**{**item, "severity": Severity(item.get("severity", "high"))})
+                    for item in data.get("evidence", [])]
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "evidence"}
         fields["verdict"] = Verdict(fields["verdict"])
         return cls(**fields, evidence=evidence)
@@ -80,7 +100,7 @@ class CheckResult:
 
 
 # The order in which checks appear in reports and in `kvfence audit all`.
-CHECK_ORDER = ("engine", "admission", "leak", "cache-sharing")
+CHECK_ORDER = ("engine", "admission", "leak", "cache-sharing", "eviction")
 
 
 def load_results(out_dir: Path) -> list[CheckResult]:
