@@ -195,6 +195,7 @@ def build_provider(config: ProviderConfig) -> Starlette:
         if style in ("openai", "vllm", "kvfence"):
             entry["max_model_len"] = config.context
         elif style == "llamacpp":
+            entry["owned_by"] = "llamacpp"
             entry["meta"] = {"n_ctx": config.context, "n_ctx_train": 131072, "n_vocab": 32000}
         elif style == "ollama":
             entry["owned_by"] = "library"

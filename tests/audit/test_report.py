@@ -59,3 +59,25 @@ def test_questionnaire_without_results_leaves_every_answer_open() -> None:
     measured = render_questionnaire([_sharing_result()])
     assert "cross-org: no sharing detected" in measured
     assert "no cache sharing between the two organisations" in measured
+
+
+def test_report_labels_severity_explains_statistics_and_never_paints_a_clamp_red(tmp_path: Path) -> None:
+    from kvfence.audit.verdict import Severity
+
+    admission = CheckResult(
+        check="admission", verdict=Verdict.FINDING, summary="1 finding", endpoint="http://127.0.0.1:1",
+        evidence=[Evidence("answer to 'follow-up' carries text of an earlier request", "canary KVFCANARYX",
+                           severity=Severity.CRITICAL, impact="one customer can receive another's data")],
+        notes=["just above context (plain): the endpoint answered 200, i.e. it clamps generation at the context"])
+    admission.save(tmp_path)
+    paths = write_report(load_results(tmp_path), tmp_path)
+    html = paths["html"].read_text()
+    assert '<span class="sev sev-critical"' in html and "one customer can receive another" in html
+    assert '<span class="sev note">note</span> just above context' in html
+    for term in ("KS D", "ECDF", "p-value", "beta"):
+        assert f"<dt><b>{term}</b></dt>" in html
+    md = paths["markdown"].read_text()
+    assert "**[CRITICAL] answer to 'follow-up'" in md and "*Impact:*" in md
+    assert "## How to read this report" in md and "Notes (observations, not defects)" in md
+    reloaded = load_results(tmp_path)[0]
+    assert reloaded.evidence[0].severity is Severity.CRITICAL

@@ -72,7 +72,8 @@ def hostile_backend(config: SimConfig, *, fail_every: int = 0) -> Iterator[str]:
 
 
 VULNERABLE = SimConfig(sharing="global", over_length="leak", max_model_len=2048, base_s=0.02)
-FAST = ["--seed", "7", "--samples", "14", "--prompt-tokens", "600"]
+# Sequential looks: the levels stop as soon as the sharing is seen, long before --samples.
+FAST = ["--seed", "7", "--samples", "60", "--prompt-tokens", "600"]
 
 
 @pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/", "/v1/chat/completions", "/v1/models/"])

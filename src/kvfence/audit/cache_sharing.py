@@ -140,7 +140,8 @@ async def run_cache_sharing(client: EndpointClient, config: CacheSharingConfig) 
     probers = _probers(target)
     outcomes: list[LevelOutcome] = []
     levels: dict[str, Any] = {}
-    reference: float | None = None
+    reference: list[float] | None = None  # the same-key level's hit TTFTs: what a shared-cache hit looks like
+    reference_distance: float | None = None
     for level, prober in probers.items():
         if prober is None:
             outcomes.append(LevelOutcome(level, None))
@@ -155,10 +156,10 @@ async def run_cache_sharing(client: EndpointClient, config: CacheSharingConfig) 
             levels[level.value] = {"measured": False, "reason": "skipped: the time budget ran out"}
             continue
         measured = await _measure_level(client, target.tenant_a, prober, units, token_model, config, rng,
-                                        plan, reference, level, clock)
+                                        plan, reference, reference_distance, level, clock)
         comparison, decision = measured.comparison, measured.decision
         if level is Level.SAME_KEY and decision is LevelDecision.SHARES:
-            reference = plan.reference_effect(comparison)
+            reference, reference_distance = measured.hit_s, comparison.ks_statistic
         shares = {LevelDecision.SHARES: True, LevelDecision.NOT_SHARED: False}.get(decision)
         outcomes.append(LevelOutcome(level, shares, comparison.p_value, stopped=measured.stopped))
         levels[level.value] = {
@@ -169,8 +170,7 @@ async def run_cache_sharing(client: EndpointClient, config: CacheSharingConfig) 
             "stopped": measured.stopped,
             "samples_per_procedure": min(comparison.n_hit, comparison.n_miss),
             "seconds": round(measured.seconds, 2),
-            "reference_effect": reference if level is not Level.SAME_KEY else None,
-            "dkw_margins": round(plan.margins(comparison), 4),
+            "p_value_unlike_same_key_hits": measured.unlike_p,
             "stats": comparison.to_json(),
             "hit_ttft_ms": [round(t * 1000, 4) for t in measured.hit_s],
             "miss_ttft_ms": [round(t * 1000, 4) for t in measured.miss_s],
@@ -255,6 +255,7 @@ class _Measured:
     decision: LevelDecision
     stopped: str  # why the level stopped: decided, sample limit, time budget
     seconds: float
+    unlike_p: float | None  # p-value of "this level's hits are slower than same-key hits"
 
 
 async def _measure_level(
@@ -266,7 +267,8 @@ async def _measure_level(
     config: CacheSharingConfig,
     rng: random.Random,
     plan: SequentialPlan,
-    reference: float | None,
+    reference: list[float] | None,
+    reference_distance: float | None,
     level: Level,
     clock: _Clock,
 ) -> _Measured:
@@ -280,6 +282,7 @@ async def _measure_level(
     stopped = "sample limit"
     comparison: TimingComparison | None = None
     decision = LevelDecision.UNDECIDED
+    unlike_p: float | None = None
     planned = 0
     for look in plan.looks:
         # Both procedures, shuffled, until each has `look` samples (failed trials are re-planned).
@@ -297,7 +300,9 @@ async def _measure_level(
                     break
         if len(hit_s) >= 2 and len(miss_s) >= 2:
             comparison = compare_timings(hit_s, miss_s)
-            decision = plan.decide(comparison, reference)
+            unlike = compare_timings(reference, hit_s) if reference is not None else None
+            unlike_p = unlike.p_value if unlike is not None else None
+            decision = plan.decide(comparison, unlike, reference_distance)
             if level is Level.SAME_KEY and decision is LevelDecision.SHARES and not plan.reference_settled(comparison) \
                     and look != plan.looks[-1] and not clock.out_of_time():
                 continue  # hits are detected; more samples tighten what a hit looks like for the other levels
@@ -310,7 +315,8 @@ async def _measure_level(
     clock.done()
     if comparison is None:
         raise AuditCannotRun(f"too few successful timing samples; last failure: {failures[-1] if failures else '?'}")
-    return _Measured(hit_s, miss_s, len(failures), comparison, decision, stopped, time.monotonic() - started)
+    return _Measured(hit_s, miss_s, len(failures), comparison, decision, stopped, time.monotonic() - started,
+                     unlike_p)
 
 
 async def _trial(client: EndpointClient, victim: Tenant, prober: Tenant, units: int, prefix_units: int, kind: str,

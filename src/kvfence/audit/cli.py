@@ -18,6 +18,7 @@ from kvfence.audit.admission import AdmissionConfig, run_admission
 from kvfence.audit.cache_sharing import CacheSharingConfig, run_cache_sharing
 from kvfence.audit.client import EndpointClient
 from kvfence.audit.errors import AuditCannotRun
+from kvfence.audit.eviction import EvictionConfig, run_eviction
 from kvfence.audit.fingerprint import run_engine
 from kvfence.audit.leak import LeakConfig, run_leak
 from kvfence.audit.questionnaire import render_questionnaire
@@ -203,6 +204,19 @@ def leak_command(victim_requests: int, concurrency: int, max_tokens: int, prompt
     _execute(opts, [("leak", lambda c: run_leak(c, config))])
 
 
+@audit.command("eviction")
+@_target_options
+@click.option("--trials", type=int, default=16, show_default=True, help="Trials per condition (quiet, pressure, cold).")
+@click.option("--alpha", type=float, default=1e-3, show_default=True, help="Significance level of a finding.")
+@click.option("--max-requests", type=int, default=64, show_default=True,
+              help="Most requests tenant B may send per trial to fill the KV pool.")
+def eviction_command(trials: int, alpha: float, max_requests: int, **opts: Any) -> None:
+    """Does tenant B's traffic evict tenant A's cached prompt (a shared-LRU side channel)?"""
+    config = EvictionConfig(trials=trials, alpha=alpha, max_requests=max_requests, seed=opts["seed"])
+    _guard(config.validate)
+    _execute(opts, [("eviction", lambda c: run_eviction(c, config))])
+
+
 @audit.command("engine")
 @_target_options
 def engine_command(**opts: Any) -> None:
@@ -215,8 +229,10 @@ def engine_command(**opts: Any) -> None:
 @_sharing_options
 @click.option("--skip", multiple=True, type=click.Choice(["engine", "admission", "leak", "cache-sharing"]),
               help="Check to leave out (repeatable).")
-def all_command(skip: tuple[str, ...], **opts: Any) -> None:
-    """Run engine, admission, leak and cache-sharing, in that order, into one report."""
+@click.option("--with-eviction", is_flag=True,
+              help="Also run the eviction check (it fills the KV pool with tenant B's traffic, per trial).")
+def all_command(skip: tuple[str, ...], with_eviction: bool, **opts: Any) -> None:
+    """Run engine, admission, leak and cache-sharing (and eviction), in that order, into one report."""
     sharing = _sharing_config(opts)
     admission = AdmissionConfig(seed=opts["seed"])
     leak = LeakConfig(seed=opts["seed"])
@@ -228,6 +244,9 @@ def all_command(skip: tuple[str, ...], **opts: Any) -> None:
         ("leak", lambda c: run_leak(c, leak)),
         ("cache-sharing", lambda c: run_cache_sharing(c, sharing)),
     ]
+    if with_eviction:
+        eviction = EvictionConfig(seed=opts["seed"])
+        checks.append(("eviction", lambda c: run_eviction(c, eviction)))
     _execute(opts, [(name, check) for name, check in checks if name not in skip])
 
 

@@ -37,6 +37,7 @@ class Reply:
     total_s: float = 0.0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, where reported
     finish_reason: str | None = None
     aborted_by_client: bool = False
     transport_error: str | None = None
@@ -345,6 +346,9 @@ def _absorb(reply: Reply, data: Any) -> None:
             reply.prompt_tokens = usage["prompt_tokens"]
         if isinstance(usage.get("completion_tokens"), int):
             reply.completion_tokens = usage["completion_tokens"]
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            reply.cached_tokens = details["cached_tokens"]
 
 
 _HTML_TITLE = re.compile(r"<(?:title|h1)[^>]*>(.*?)</(?:title|h1)>", re.IGNORECASE | re.DOTALL)

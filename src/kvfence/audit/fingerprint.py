@@ -129,6 +129,8 @@ def _engine_in(text: str) -> str | None:
     for word in _ENGINE_WORDS:
         if word in lowered:
             return "tgi" if word == "text-generation" else word
+    if "llamacpp" in lowered:  # llama-server's /v1/models owned_by
+        return "llama.cpp"
     return None
 
 

@@ -38,7 +38,9 @@ def _cache_scope(results: dict[str, CheckResult]) -> str | None:
     for name, data in levels.items():
         if data.get("measured"):
             p = data["stats"]["p_value"]
-            parts.append(f"{name}: {'shares a cache' if data['shares_cache'] else 'no sharing detected'} (p={p:.3g})")
+            state = {True: "shares a cache", False: "no sharing detected"}.get(data["shares_cache"],
+                                                                                 "undecided (too few samples)")
+            parts.append(f"{name}: {state} (p={p:.3g})")
         else:
             parts.append(f"{name}: not measured")
     return claim + f"Measured {r.verdict.value}: {r.summary}. Per level: " + "; ".join(parts) + "."
@@ -51,6 +53,8 @@ def _gateway(results: dict[str, CheckResult]) -> str | None:
     cross = r.measurements.get("levels", {}).get("cross-org", {})
     if not cross.get("measured"):
         return "cross-organisation sharing was not measured (no --key-b)."
+    if cross.get("shares_cache") is None:
+        return "cross-organisation sharing was measured but not decided (too few samples or time)."
     if cross.get("shares_cache"):
         return ("two different organisations' keys shared a prompt cache: either the provider shares caches "
                 "globally or a gateway in front of it merges customers into one account.")

@@ -20,7 +20,30 @@ import jinja2
 from kvfence.audit.verdict import CheckResult, combined_exit_code
 from kvfence.extras import missing_extra
 
-__all__ = ["Table", "result_tables", "write_report"]
+__all__ = ["GLOSSARY", "SEVERITY_MEANING", "Table", "result_tables", "write_report"]
+
+# Each statistics term the report uses, explained once for a reader who is not a statistician.
+GLOSSARY: tuple[tuple[str, str], ...] = (
+    ("TTFT", "time to first token: how long the endpoint took to start answering; a cached prompt starts sooner."),
+    ("ECDF", "empirical cumulative distribution: for each time t, the share of requests that answered within t. "
+             "The plots draw one curve for 'hit' probes and one for 'miss' probes."),
+    ("KS D", "the Kolmogorov-Smirnov distance: the largest vertical gap between the hit and miss ECDF curves, "
+             "from 0 (the same timings) to 1 (every hit faster than every miss)."),
+    ("p-value", "the chance of a gap at least this large if the cache were NOT shared; a tiny p-value (below "
+                "alpha) means the timings differ because of a shared cache, not by luck."),
+    ("alpha", "the accepted chance of a false alarm: calling a cache shared when it is not."),
+    ("beta", "the accepted chance of missing a shared cache; a level is only called 'not shared' when its "
+             "hit probes are measurably slower than real cache hits (same key) at this error rate, else it is "
+             "inconclusive."),
+    ("false-alarm bound", "for the leak check: the most the chance can be that a run of another tenant's random "
+                          "prompt words appeared in an answer by coincidence."),
+)
+SEVERITY_MEANING = {
+    "critical": "another tenant's data came back",
+    "high": "a defect that lets data leak or be inferred",
+    "medium": "a side channel or a defect that needs a specific setup",
+    "low": "hygiene",
+}
 
 
 class Table:
@@ -58,7 +81,7 @@ def write_report(results: list[CheckResult], out_dir: Path, exit_code: int | Non
     raw = {r.check: json.dumps(_trim(r.to_json()), indent=2, default=str) for r in results}
     html = env.get_template("report.html.j2").render(
         results=results, tables=tables, images=images, raw=raw, generated_at=generated_at,
-        exit_code=exit_code, version=_version(),
+        exit_code=exit_code, version=_version(), glossary=GLOSSARY, severity_meaning=SEVERITY_MEANING,
     )
     paths["html"].write_text(html, encoding="utf-8")
     return paths
@@ -91,15 +114,18 @@ def _tables(result: CheckResult) -> list[Table]:
         rows = []
         for name, data in m.get("levels", {}).items():
             if not data.get("measured"):
-                rows.append([name, "not measured", data.get("reason", ""), "", "", "", "", ""])
+                rows.append([name, "not measured", data.get("reason", ""), "", "", "", "", "", ""])
                 continue
             s = data["stats"]
-            rows.append([name, "yes" if data["shares_cache"] else "no", f"{s['p_value']:.3g}",
+            shares = {True: "yes", False: "no"}.get(data["shares_cache"], "undecided")
+            samples = data.get("samples_per_procedure", s.get("n_hit"))
+            stopped = f"{samples} ({data['stopped']}, {data.get('seconds', 0):.0f} s)" if data.get("stopped") else samples
+            rows.append([name, shares, f"{s['p_value']:.3g}",
                          f"{s['ks_statistic']:.3f}", f"{s['median_hit_ms']:.2f}", f"{s['median_miss_ms']:.2f}",
-                         f"{s['median_diff_ms']:.2f}", f"{s['prob_hit_faster']:.3f}"])
+                         f"{s['median_diff_ms']:.2f}", f"{s['prob_hit_faster']:.3f}", stopped])
         return [Table("Sharing levels", ["level", "shares cache", "p-value (KS, one-sided)", "KS D",
                                           "median hit ms", "median miss ms", "median diff ms",
-                                          "P(hit faster)"], rows)]
+                                          "P(hit faster)", "samples per procedure"], rows)]
     if result.check == "admission":
         rows = [[a["probe"], "stream" if a["stream"] else "plain", a["prompt_tokens_sent"], a["max_tokens"],
                  a["expect"], a["status"], a["prompt_tokens_reported"], a["outcome"], (a["error"] or "")[:120]]
@@ -113,6 +139,15 @@ def _tables(result: CheckResult) -> list[Table]:
         rows = [[phase, c["sent"], c["answered_200"], c["rejected_4xx"], c["other"]]
                 for phase, c in m.get("attacker_requests", {}).items()]
         return [Table("Tenant B's requests", ["phase", "sent", "200", "4xx", "other"], rows)]
+    if result.check == "eviction":
+        rows = []
+        for name, c in m.get("conditions", {}).items():
+            fractions = [f for f in c.get("cached_fraction", []) if f is not None]
+            ttft = c.get("ttft_ms", [])
+            rows.append([name, c.get("probes"), f"{sorted(fractions)[len(fractions) // 2]:.0%}" if fractions else "",
+                         f"{sorted(ttft)[len(ttft) // 2]:.2f}" if ttft else ""])
+        return [Table(f"Tenant A's probes (signal: {m.get('signal', '?')})",
+                      ["condition", "probes", "median cached share", "median TTFT ms"], rows)]
     if result.check == "engine":
         tables = [Table("Fingerprint", ["engine", "version", "features"],
                         [[m.get("engine") or "unknown", m.get("version") or "unknown",
@@ -137,10 +172,14 @@ def _markdown(results: list[CheckResult], plots: dict[str, dict[str, str]], tabl
     for r in results:
         lines += ["", f"## {r.check}: {r.verdict.value}", "", r.summary, ""]
         if r.evidence:
-            lines += ["### Evidence", ""] + [f"{i}. **{e.title}**: {e.detail}" for i, e in enumerate(r.evidence, 1)]
+            lines += ["### Findings", ""]
+            for i, e in enumerate(r.evidence, 1):
+                lines.append(f"{i}. **[{e.severity.value.upper()}] {e.title}**: {e.detail}")
+                if e.impact:
+                    lines.append(f"   *Impact:* {e.impact}")
             lines.append("")
         if r.notes:
-            lines += ["### Notes", ""] + [f"- {n}" for n in r.notes] + [""]
+            lines += ["### Notes (observations, not defects)", ""] + [f"- {n}" for n in r.notes] + [""]
         for table in tables[r.check]:
             lines += [f"### {table.title}", "", "| " + " | ".join(table.header) + " |",
                       "|" + "---|" * len(table.header)]
@@ -150,6 +189,11 @@ def _markdown(results: list[CheckResult], plots: dict[str, dict[str, str]], tabl
             lines += [f"![{title}]({name})", ""]
         if r.parameters:
             lines += ["### Parameters", ""] + [f"- `{k}`: {'unknown' if v is None else v}" for k, v in r.parameters.items()]
+    lines += ["", "## How to read this report", "",
+              "Severity: " + "; ".join(f"**{k}**: {v}" for k, v in SEVERITY_MEANING.items()) + ". "
+              "Notes are observations that are allowed (for example a server that stops generation at its "
+              "context instead of refusing); they never change the exit code.", ""]
+    lines += [f"- **{term}**: {meaning}" for term, meaning in GLOSSARY]
     return "\n".join(lines) + "\n"
 
 

@@ -7,23 +7,24 @@ After each look one of three things is true:
   ``alpha / looks`` (Bonferroni over the looks, so stopping early does not raise the false
   "shares" rate above ``alpha``);
 * **not shared**: the test has shown it *would* have seen sharing. The same-key level, where a hit
-  is certain, measures what a shared cache does to TTFT: its KS distance D, whose true value is at
-  least ``D_ref`` with confidence (the Dvoretzky–Kiefer–Wolfowitz bound, below). If this level
-  shared a cache its true distance would be at least ``D_ref`` as well, and its observed distance
-  would be within the DKW margins of it; an observed distance below ``D_ref`` minus both margins
-  rules sharing out, wrong with probability at most ``beta`` (over every look);
+  is certain, shows what a hit through a shared cache looks like. If this level shared the cache
+  the same way, its hit probes would be as fast as the same-key hits; a one-sided KS test that
+  finds them slower at ``beta / looks`` rules sharing out, wrong with probability at most ``beta``
+  (the chance of calling a level unshared although it shares like the same key does). As a guard
+  against drift (a server that slows down between levels would make shared hits look slower than
+  the earlier same-key ones), the level's own hits, interleaved with its own misses, must also be
+  less than half as far from them (KS distance) as the same-key hits were from theirs;
 * **undecided**: neither yet. At the last look, or when the time budget runs out, the level is
   *inconclusive*, never a pass: too few samples cannot show that sharing would have been seen.
 
-DKW (Massart's constant): an empirical CDF of ``n`` samples is within
-``sqrt(ln(1/delta) / (2 n))`` of the true CDF on one side, everywhere, with probability
-``1 - delta``.
+The same-key level itself keeps measuring after its hits are detected until ``reference_settled``
+(at least 34 samples per procedure), so that the picture of a hit the other levels are compared
+with is not drawn from a handful of samples.
 """
 
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,9 +33,10 @@ from kvfence.errors import ConfigError
 if TYPE_CHECKING:
     from kvfence.audit.stats import TimingComparison
 
-__all__ = ["LevelDecision", "SequentialPlan", "dkw_margin", "look_sizes"]
+__all__ = ["LevelDecision", "SequentialPlan", "look_sizes"]
 
 _FIRST_LOOK = 10
+_MIN_REFERENCE = 34
 _GROWTH = 1.5
 
 
@@ -57,11 +59,6 @@ def look_sizes(max_samples: int, first: int = _FIRST_LOOK, growth: float = _GROW
     return tuple(sizes)
 
 
-def dkw_margin(n: int, delta: float) -> float:
-    """One-sided DKW margin of an empirical CDF of ``n`` samples at confidence ``1 - delta``."""
-    return math.sqrt(math.log(1.0 / delta) / (2.0 * n))
-
-
 @dataclass(frozen=True, slots=True)
 class SequentialPlan:
     """The looks of a level and the per-look error rates; ``fixed`` makes one look at ``max_samples``."""
@@ -81,30 +78,27 @@ class SequentialPlan:
         return self.alpha / len(self.looks)
 
     @property
-    def delta(self) -> float:
-        # Two empirical CDFs per look, each allowed to miss its margin with probability delta.
-        return self.beta / (2 * len(self.looks))
+    def beta_per_look(self) -> float:
+        return self.beta / len(self.looks)
 
-    def margins(self, comparison: TimingComparison) -> float:
-        return dkw_margin(comparison.n_hit, self.delta) + dkw_margin(comparison.n_miss, self.delta)
+    def decide(self, comparison: TimingComparison, unlike_reference: TimingComparison | None = None,
+               reference_distance: float | None = None) -> LevelDecision:
+        """The state of a level after a look.
 
-    def reference_effect(self, same_key: TimingComparison) -> float:
-        """A lower confidence bound on the KS distance a shared cache causes (from the same-key level)."""
-        return max(0.0, same_key.ks_statistic - self.margins(same_key))
-
-    def decide(self, comparison: TimingComparison, reference: float | None) -> LevelDecision:
-        """The state of a level after a look; ``reference`` is None for the same-key level itself."""
+        ``comparison``: this level's hits against its misses. ``unlike_reference``: the same-key
+        level's hits against this level's hits (None for the same-key level itself); significant
+        means this level's hits are slower than hits through a shared cache. ``reference_distance``:
+        the same-key level's hit-vs-miss KS distance (the drift guard).
+        """
         if comparison.detects_cache(self.alpha_per_look):
             return LevelDecision.SHARES
-        if reference is not None and comparison.ks_statistic + self.margins(comparison) < reference:
+        if (unlike_reference is not None and reference_distance is not None
+                and unlike_reference.detects_cache(self.beta_per_look)
+                and comparison.ks_statistic < 0.5 * reference_distance):
             return LevelDecision.NOT_SHARED
         return LevelDecision.UNDECIDED
 
     def reference_settled(self, same_key: TimingComparison) -> bool:
-        """Whether the same-key level may stop: hits detected, and its bound at least half its distance.
-
-        Stopping at the first significant look would leave a loose bound, and every other level
-        would need many more samples to fall under it.
-        """
+        """Whether the same-key level may stop: hits detected, on at least 34 samples per procedure."""
         return (self.decide(same_key, None) is LevelDecision.SHARES
-                and self.reference_effect(same_key) >= 0.5 * same_key.ks_statistic)
+                and min(same_key.n_hit, same_key.n_miss) >= min(_MIN_REFERENCE, self.looks[-1]))
