@@ -28,7 +28,7 @@ def test_eviction_against_the_simulated_provider(eviction: str, code: int, run_a
 def test_eviction_without_cached_tokens_falls_back_to_ttft(run_audit: AuditRun) -> None:
     config = ProviderConfig(eviction="shared", report_cached_tokens=False, **_SIM)  # type: ignore[arg-type]
     with run_provider(config) as url:
-        result, data = run_audit("eviction", url, "--seed", "3", "--trials", "12")
+        result, data = run_audit("eviction", url, "--seed", "3", "--trials", "16")
     assert result.exit_code == 1, result.output
     assert check_result(data, "eviction")["measurements"]["signal"].startswith("time to first token")
 

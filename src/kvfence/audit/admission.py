@@ -145,8 +145,8 @@ async def run_admission(client: EndpointClient, config: AdmissionConfig) -> Chec
     for probe in probes:
         for stream in (False, True):
             request_id = f"{probe.name} ({'stream' if stream else 'plain'})"
-            # A prompt that must not fit is rounded up, one that must fit rounded down.
-            prompt, canary, body = _prompt(rng, token_model, probe.prompt_tokens, over=probe.expect_admit is False)
+            # A prompt that must not fit (or must reach past the context) is rounded up, one that must fit down.
+            prompt, canary, body = _prompt(rng, token_model, probe.prompt_tokens, over=probe.expect_admit is False or probe.clamp_ok)
             reply = await client.generate(prober, prompt, max_tokens=probe.max_tokens, stream=stream)
             client.raise_for_auth(reply, prober)
             index.add(request_id, body, [canary])

@@ -81,7 +81,9 @@ async def run_eviction(client: EndpointClient, config: EvictionConfig) -> CheckR
     if capacity is None:
         raise AuditCannotRun("the endpoint does not expose its KV capacity, so the traffic that would fill it "
                              "is unknown; pass --kv-capacity N")
-    victim_tokens = max(16, min(max_context // 4, capacity.tokens // 8, 1024))
+    # Long enough for its prefill to show in TTFT, short enough to fit one scope's share of a partitioned
+    # cache (kvfence: the budget split between the active scopes, here A and B).
+    victim_tokens = max(16, min(max_context // 2, capacity.tokens // 4, 2048))
     pressure_tokens = max(16, int(max_context * 0.8) - 8)
     count = math.ceil(1.5 * capacity.tokens / pressure_tokens)
     if count > config.max_requests:
