@@ -23,17 +23,15 @@ import math
 from dataclasses import dataclass
 from statistics import median
 
-from scipy import stats as scipy_stats
-
 from kvfence.audit.client import EndpointClient, Reply
 from kvfence.audit.discovery import kv_capacity
 from kvfence.audit.errors import AuditCannotRun
 from kvfence.audit.preamble import prepare_check
 from kvfence.audit.prompts import random_units
-from kvfence.audit.stats import compare_timings
 from kvfence.audit.target import Tenant
 from kvfence.audit.verdict import CheckResult, Evidence, Severity, Verdict
 from kvfence.errors import ConfigError
+from kvfence.extras import missing_extra
 
 __all__ = ["EvictionConfig", "run_eviction"]
 
@@ -70,6 +68,13 @@ class _Probe:
 async def run_eviction(client: EndpointClient, config: EvictionConfig) -> CheckResult:
     """Prime, B's quiet or heavy traffic, probe; compare A's cache hits and TTFT across conditions."""
     config.validate()
+    try:  # the tests are SciPy's: the audit extra, checked before a single request is sent
+        import scipy.stats  # noqa: F401
+    except ModuleNotFoundError as exc:
+        missing = missing_extra(exc, "the eviction check")
+        if missing is None:
+            raise
+        raise AuditCannotRun(str(missing)) from exc
     target = client.target
     if target.tenant_b is None:
         raise AuditCannotRun("the eviction check needs two tenants: pass --key-b with a key of another organisation")
@@ -157,7 +162,9 @@ def _decide_cached(result: CheckResult, by: dict[str, list[_Probe]], config: Evi
         result.summary = ("could not determine: even without B's traffic, A's repeated prompt found less than "
                           f"half of it cached (median {quiet_median:.0%}); no prefix cache to observe")
         return
-    test = scipy_stats.mannwhitneyu(quiet, pressure, alternative="greater")
+    from scipy.stats import mannwhitneyu
+
+    test = mannwhitneyu(quiet, pressure, alternative="greater")
     p_value = float(test.pvalue)
     result.measurements["p_value"] = p_value
     lost = sum(1 for f in pressure if f < 0.5 * quiet_median)
@@ -183,6 +190,8 @@ def _decide_cached(result: CheckResult, by: dict[str, list[_Probe]], config: Evi
 
 
 def _decide_ttft(result: CheckResult, by: dict[str, list[_Probe]], config: EvictionConfig) -> None:
+    from kvfence.audit.stats import compare_timings
+
     result.measurements["signal"] = "time to first token (KS test)"
     samples = {c: [p.ttft_s for p in ps if p.ttft_s is not None] for c, ps in by.items()}
     if min(len(v) for v in samples.values()) < 2:
