@@ -18,8 +18,8 @@ from tests.audit.kvfence_server import KvfenceServer, kvfence_serve
 # of the built-in byte-level tokenizer, long enough for a prefix hit to show in TTFT.
 _SERVE_ARGS = ("--max-model-len", "512", "--kv-cache-tokens", "16384", "--device", "cpu", "--num-threads", "1")
 # The levels stop as soon as they are decided (sequential looks); a pass needs enough samples to
-# show that cross-org sharing would have been seen (about 75-115 per procedure here), a finding far
-# fewer. alpha 1e-3 instead of the default 1e-4 (a false "shares" verdict across orgs has odds 1e-3).
+# show that cross-org sharing would have been seen (the cross-org hits measurably slower than the
+# same-key ones), a finding usually fewer; --samples only caps a level. alpha 1e-3 instead of the default 1e-4 (a false "shares" verdict across orgs has odds 1e-3).
 _SHARING = ["--samples", "200", "--prompt-tokens", "400", "--alpha", "1e-3", "--seed", "11"]
 
 
