@@ -332,3 +332,24 @@ def test_a_reload_that_needs_a_missing_extra_says_which(tmp_path: Path) -> None:
     assert error == ("the new policy needs the ner extra: pip install 'kvfence[ner]' "
                      "(missing module: presidio_analyzer)")
     assert runtime.generation == 1
+
+
+def test_protection_turned_off_and_on_again_by_reloads() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from kvfence.gateway.policy.schema import Policy
+    from kvfence.gateway.protection import build_protection_hook, reload_protection_hooks
+
+    def policy(enabled: bool) -> Policy:
+        return Policy.model_validate({
+            "gateway": {"protection": {"enabled": enabled, "leak": {"enabled": False}}},
+            "data_classes": [{"name": "public", "allowed_tiers": ["shared"]}],
+            "backends": [{"name": "b", "url": "http://127.0.0.1:9/v1", "tier": "shared"}]})
+
+    registry = CollectorRegistry()
+    hook = build_protection_hook(policy(True), incidents=None, registry=registry)
+    assert hook is not None
+    off = reload_protection_hooks(policy(False), [hook], incidents=None, registry=registry)
+    assert off == []
+    (on,) = reload_protection_hooks(policy(True), off, incidents=None, registry=registry)
+    assert on.metrics is hook.metrics  # the same series, not a second registration

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from kvfence.errors import ConfigError
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
 __all__ = ["build_hooks", "build_protection_hook", "reload_protection_hooks"]
 
 log = logging.getLogger("kvfence.gateway.protection")
+
+# The protection metrics registered on each gateway registry (a registry takes a series name once).
+_METRICS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def _secret_key(policy: Policy, needs_shared: bool) -> bytes:
@@ -110,7 +114,14 @@ def build_protection_hook(policy: Policy, *, incidents: Any, registry: Any = Non
         detector = build_detector(ner_model=config.ner_model, cache_dir=config.spacy_cache_dir,
                                   disabled=config.disabled_rules, timeout_s=config.detector_timeout_s,
                                   score_threshold=config.score_threshold, private_ips=config.private_ips)
-    metrics = kept.metrics if kept is not None else ProtectionMetrics(registry)
+    if kept is not None:
+        metrics = kept.metrics
+    elif registry is not None and registry in _METRICS:  # protection turned off by a reload, then on again
+        metrics = _METRICS[registry]
+    else:
+        metrics = ProtectionMetrics(registry)
+        if registry is not None:
+            _METRICS[registry] = metrics
     hook = ProtectionHook(policy, config, detector, monitor=monitor, incidents=incidents, metrics=metrics)
     hook.reload_state = _Reloadable(config, key, monitor, detector, metrics)  # type: ignore[attr-defined]
     return hook
