@@ -3,7 +3,8 @@ and a leaking backend puts A's material into B's answer. Worker 1 must withhold 
 
 - ``prompt``: the answer is generated over A's prompt. The workers share the fingerprint index in Redis
   (one worker's memory would not know the other's prompts).
-- ``canary``: the answer carries the built-in canary worker 0 injected into A's request. Worker 1 never
+- ``canary``: the answer carries the built-in canary worker 0 injected into A's request (``canary_disguised``:
+  in lower case, a space between its characters). Worker 1 never
   injected it, yet names A as its owner: every worker derives every tenant's canary from the shared
   gateway secret at start-up."""
 
@@ -29,6 +30,8 @@ SECRET_PROMPT = ("Board memo: Vandermolen Shipping will close its Rotterdam term
 ATTACKS = {
     "prompt": (SECRET_PROMPT, "leak", "Gdansk", {}),
     "canary": ("Hello there.", "leak_canary", "kvfc-", {"canaries": True}),
+    # issue 16, 5: the same canary in lower case with a space between its characters
+    "canary_disguised": ("Hello there.", "leak_canary_disguised", "k v f c", {"canaries": True}),
 }
 
 
@@ -63,7 +66,7 @@ def test_a_leak_across_two_workers_is_withheld(leaky: LeakyBackend, redis_url: s
             leaky.mode("benign")
             acme = openai.OpenAI(base_url=gw.url, api_key=KEYS["acme"], max_retries=0, http_client=first)
             acme.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}])
-            if attack == "canary":
+            if attack.startswith("canary"):
                 assert "kvfc-" in json.dumps(leaky.received()[-1]["messages"])  # worker 0 injected it
             leaky.mode(leak_mode)  # the next answer, whoever asks, carries acme's material
             globex = openai.OpenAI(base_url=gw.url, api_key=KEYS["globex"], max_retries=0, http_client=second)
