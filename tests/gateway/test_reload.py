@@ -353,3 +353,42 @@ def test_protection_turned_off_and_on_again_by_reloads() -> None:
     assert off == []
     (on,) = reload_protection_hooks(policy(True), off, incidents=None, registry=registry)
     assert on.metrics is hook.metrics  # the same series, not a second registration
+
+
+def test_a_retired_backends_pool_is_closed_after_its_read_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    import kvfence.gateway.reload as reload_module
+    from kvfence.gateway.policy.loader import load_policy
+    from kvfence.gateway.reload import PolicyReloader
+    from kvfence.gateway.runtime import GatewayRuntime
+
+    monkeypatch.setattr(reload_module, "RETIRE_GRACE_S", 0.0)
+
+    def policy(name: str) -> dict[str, Any]:
+        return {"gateway": {"audit_log": f"sqlite:///{tmp_path}/audit.db", "capacity_refresh_s": 0,
+                            "load_protection": False},
+                "data_classes": [{"name": "public", "allowed_tiers": ["shared"]}],
+                "backends": [{"name": name, "url": "http://127.0.0.1:9/v1", "tier": "shared", "capacity": "policy",
+                              "read_timeout_s": 0.2, "facts": {"advertised_context": 8192, "kv_capacity_tokens": 8192}}],
+                "tenants": [_tenant("acme")]}
+
+    path = tmp_path / "gateway.yaml"
+    _write(path, policy("old"))
+    runtime = GatewayRuntime.create(load_policy(path), base_dir=tmp_path, env={})
+    runtime.policy_loader = lambda: load_policy(path)
+
+    async def scenario() -> tuple[int, int]:
+        await runtime.start()
+        try:
+            reloader = PolicyReloader(runtime)
+            _write(path, policy("new"))
+            assert await reloader.reload()
+            just_after = len(runtime._retired)
+            await asyncio.sleep(0.6)
+            return just_after, len(runtime._retired)
+        finally:
+            await runtime.close()
+
+    just_after, later = asyncio.run(scenario())
+    assert (just_after, later) == (1, 0)

@@ -44,6 +44,11 @@ RESTART_ONLY = ("secret_env", "audit_log", "redis_url", "workers", "worker_limit
                 "limit_window_s", "http", "max_body_bytes", "metrics_key_file")
 
 
+# after a backend leaves the policy (or changes), how long past its read timeout its pool stays open for the
+# requests still using it
+RETIRE_GRACE_S = 30.0
+
+
 def restart_only_changes(old: Policy, new: Policy) -> list[str]:
     """The ``gateway.*`` settings that differ between ``old`` and ``new`` and need a restart."""
     return [f"gateway.{name}" for name in RESTART_ONLY
@@ -114,14 +119,29 @@ class PolicyReloader:
                 return self._internal_fault(exc)
             retired = [state for name, state in runtime.backends.items() if generation.backends.get(name) is not state]
             runtime.make_current(generation)
-            # requests in flight may still use a retired backend's pool: it is closed with the runtime
-            runtime._retired.extend(state.client for state in retired)
+            # requests in flight may still use a retired backend's pool: it is closed once the longest of
+            # them would have timed out (or with the runtime, whichever comes first)
+            for state in retired:
+                runtime._retired.append(state.client)
+                self._close_later(state.client, state.config.read_timeout_s + RETIRE_GRACE_S)
             runtime.last_reload_error = None
             self._outcomes.labels("ok").inc()
             self._generation.set(runtime.generation)
             log.warning("policy reloaded: generation %d, %d backend(s), %d tenant(s), %d hook(s)",
                         runtime.generation, len(policy.backends), len(policy.tenants), len(generation.hooks))
             return True
+
+    def _close_later(self, client: Any, delay_s: float) -> None:
+        async def close() -> bool:
+            await asyncio.sleep(delay_s)
+            if client in self.runtime._retired:
+                self.runtime._retired.remove(client)
+                await client.aclose()
+            return True
+
+        task = asyncio.get_running_loop().create_task(close())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _internal_fault(self, exc: BaseException) -> bool:
         self.runtime.last_reload_error = f"internal error: {type(exc).__name__}: {exc}"
