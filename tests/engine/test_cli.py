@@ -70,7 +70,7 @@ def test_dtype_auto_is_float32_on_cpu_and_the_checkpoints_on_gpu(tmp_path: Path,
 
 
 def test_generate_accepts_vllm_dtype_spellings(default_model_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="kvfence.engine.core.llm_engine")
+    caplog.set_level(logging.INFO, logger="kvfence.engine.core.engine_core")
     for dtype in ("auto", "FLOAT"):
         caplog.clear()
         main(["generate", "--model", str(default_model_dir), "--prompt", "Hello", "--max-tokens", "2", "--dtype", dtype,
@@ -88,7 +88,7 @@ def test_python_api_takes_the_same_dtype_spellings() -> None:
 @pytest.mark.parametrize(("spelling", "name"), [("bf16", "bfloat16"), ("half", "float16"), ("auto", "float32")])
 def test_generate_takes_a_kv_cache_dtype(default_model_dir: Path, caplog: pytest.LogCaptureFixture,
                                          capsys: pytest.CaptureFixture[str], spelling: str, name: str) -> None:
-    caplog.set_level(logging.INFO, logger="kvfence.engine.core.llm_engine")
+    caplog.set_level(logging.INFO, logger="kvfence.engine.core.engine_core")
     main(["generate", "--model", str(default_model_dir), "--prompt", "Hello", "--max-tokens", "3",
           "--kv-cache-dtype", spelling, "--max-model-len", "auto", "--kv-cache-tokens", "1024", "--device", "cpu"])
     assert f"kv_cache_dtype={name}" in caplog.text and "dtype=float32" in caplog.text

@@ -126,8 +126,10 @@ def test_client_salts_and_headers_cannot_name_another_scope(scoped: RunningServe
     both = {"Authorization": f"Bearer {scoped.keys['bob']}", "x-api-key": scoped.keys["alice"]}
     r = httpx.post(scoped.base_url + "/v1/completions", json={"prompt": victim, "max_tokens": 1}, headers=both,
                    timeout=60)
-    assert r.status_code == 200
-    assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # Authorization decides: bob
+    # two credentials that disagree are refused outright: neither key's scope is used, nothing is scheduled
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "ambiguous_credentials"
+    assert _cached(scoped, "bob", victim) == 0  # and bob's own request still sees nothing of alice's
 
 
 # ---- keys changing under a running server ---------------------------------------------------------

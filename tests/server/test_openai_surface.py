@@ -309,11 +309,11 @@ def test_a_failure_mid_stream_ends_with_an_error_event(server: RunningServer, mo
 
 
 def test_key_headers_and_version(server: RunningServer) -> None:
-    """x-api-key / api-key work like a Bearer key; a malformed Authorization is not rescued by them."""
+    """x-api-key / api-key work like a Bearer key; sent next to an Authorization header, neither is chosen."""
     body = {"messages": HI, "max_tokens": 1}
     key = server.keys["alice"]
     for headers, status in (({"x-api-key": key}, 200), ({"api-key": key}, 200), ({"x-api-key": "kvf-wrong"}, 401),
-                            ({"Authorization": "Basic abc", "x-api-key": key}, 401)):
+                            ({"Authorization": "Basic abc", "x-api-key": key}, 400)):  # two credentials: refused
         r = httpx.post(server.base_url + "/v1/chat/completions", json=body, headers=headers, timeout=60)
         assert r.status_code == status, (headers, r.text)
     version = httpx.get(server.base_url + "/version").json()  # public, like vLLM's
