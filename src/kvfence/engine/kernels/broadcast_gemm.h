@@ -26,11 +26,23 @@
 
 #include <algorithm>
 
+#include "simd.h"
+
 #ifndef KV_UNROLL
 #define KV_UNROLL _Pragma("GCC unroll 16")
 #endif
 
 namespace kvfence_gemm {
+
+// One weight broadcast to eight lanes (float32 weights: one vbroadcastss from memory).
+template <class W>
+inline __m256 broadcast_weight(const typename W::T* p) {
+    if constexpr (W::kind == 0) {
+        return _mm256_broadcast_ss(p);
+    } else {
+        return _mm256_set1_ps(W::at(p, 0));
+    }
+}
 
 constexpr long kBlockCols = 64;  // batch rows per packed block of x^T: [in][64] floats stay in L2
 constexpr long kPanelRows = 12;  // weight rows per register tile
@@ -60,8 +72,8 @@ inline void pack_transposed(const float* x, long batch, long ldx, long in, float
 
 // y[m, r] (+ bias[r]) for NR weight rows and MV * 8 batch columns of one packed block; meanwhile
 // prefetches `ahead_lines` cache lines from `ahead` (null: none), spread over the loop over `in`.
-template <int NR, int MV>
-inline void tile(const float* xt, long ld, const float* w, long in, const float* bias, float* y, long ldy,
+template <int NR, int MV, class W = WeightF32>
+inline void tile(const float* xt, long ld, const typename W::T* w, long in, const float* bias, float* y, long ldy,
                  long cols, const float* ahead = nullptr, long ahead_lines = 0) {
     __m256 acc[NR][MV];
     KV_UNROLL for (int r = 0; r < NR; ++r)
@@ -73,7 +85,7 @@ inline void tile(const float* xt, long ld, const float* w, long in, const float*
         __m256 xv[MV];
         KV_UNROLL for (int v = 0; v < MV; ++v) xv[v] = _mm256_loadu_ps(xt + k * ld + 8 * v);
         KV_UNROLL for (int r = 0; r < NR; ++r) {
-            const __m256 wb = _mm256_broadcast_ss(w + r * in + k);
+            const __m256 wb = broadcast_weight<W>(w + r * in + k);
             KV_UNROLL for (int v = 0; v < MV; ++v) acc[r][v] = _mm256_fmadd_ps(wb, xv[v], acc[r][v]);
         }
     }
@@ -87,7 +99,8 @@ inline void tile(const float* xt, long ld, const float* w, long in, const float*
 
 // Weight rows [row_begin, row_end) of y for every batch row, from the packed x^T. The last panel
 // prefetches weight rows [then_begin, then_end) (the caller's next range; none when empty).
-inline void rows_broadcast(const float* xt, long batch, long in, const float* w, const float* bias, float* y,
+template <class W = WeightF32>
+inline void rows_broadcast(const float* xt, long batch, long in, const typename W::T* w, const float* bias, float* y,
                            long ldy, long row_begin, long row_end, long then_begin = 0, long then_end = 0) {
     for (long m0 = 0; m0 < batch; m0 += kBlockCols) {
         const long width = std::min(kBlockCols, batch - m0);
@@ -96,29 +109,30 @@ inline void rows_broadcast(const float* xt, long batch, long in, const float* w,
         float* yb = y + m0 * ldy;
         long o = row_begin;
         for (; o + kPanelRows <= row_end; o += kPanelRows) {
-            const float* wo = w + o * in;
+            const typename W::T* wo = w + o * in;
             const float* bo = bias != nullptr ? bias + o : nullptr;
             // The first pass over this panel fetches the next one's rows (each later pass over the
             // same panel finds it in L1/L2).
             const bool last = o + 2 * kPanelRows > row_end;
             const long ahead_rows = std::min(kPanelRows, last ? then_end - then_begin : row_end - o - kPanelRows);
-            const float* ahead = last ? w + then_begin * in : wo + kPanelRows * in;
+            const long ahead_bytes = ahead_rows * in * static_cast<long>(sizeof(typename W::T));
+            const auto* ahead = reinterpret_cast<const float*>(last ? w + then_begin * in : wo + kPanelRows * in);
             long m = 0;
             for (; m + 16 <= ld; m += 16) {
                 const long cols = std::min(16L, width - m);
-                const long half_lines = m == 0 ? ahead_rows * in / 32 : 0;  // half of the next panel each
-                tile<6, 2>(xb + m, ld, wo, in, bo, yb + m * ldy + o, ldy, cols, ahead, half_lines);
-                tile<6, 2>(xb + m, ld, wo + 6 * in, in, bo != nullptr ? bo + 6 : nullptr, yb + m * ldy + o + 6, ldy,
-                           cols, ahead + 16 * half_lines, m == 0 ? (ahead_rows * in + 15) / 16 - half_lines : 0);
+                const long half_lines = m == 0 ? ahead_bytes / 128 : 0;  // half of the next panel each
+                tile<6, 2, W>(xb + m, ld, wo, in, bo, yb + m * ldy + o, ldy, cols, ahead, half_lines);
+                tile<6, 2, W>(xb + m, ld, wo + 6 * in, in, bo != nullptr ? bo + 6 : nullptr, yb + m * ldy + o + 6, ldy,
+                           cols, ahead + 16 * half_lines, m == 0 ? (ahead_bytes + 63) / 64 - half_lines : 0);
             }
             for (; m < ld; m += 8) {
-                const long lines = m == 0 ? (ahead_rows * in + 15) / 16 : 0;
-                tile<12, 1>(xb + m, ld, wo, in, bo, yb + m * ldy + o, ldy, std::min(8L, width - m), ahead, lines);
+                const long lines = m == 0 ? (ahead_bytes + 63) / 64 : 0;
+                tile<12, 1, W>(xb + m, ld, wo, in, bo, yb + m * ldy + o, ldy, std::min(8L, width - m), ahead, lines);
             }
         }
         for (; o < row_end; ++o) {  // fewer than a panel of rows left
             for (long m = 0; m < ld; m += 8)
-                tile<1, 1>(xb + m, ld, w + o * in, in, bias != nullptr ? bias + o : nullptr, yb + m * ldy + o, ldy,
+                tile<1, 1, W>(xb + m, ld, w + o * in, in, bias != nullptr ? bias + o : nullptr, yb + m * ldy + o, ldy,
                            std::min(8L, width - m));
         }
     }

@@ -44,8 +44,8 @@ constexpr long kBatchChunk = 4;  // batch rows that share one pass over a block 
 
 // R weight rows x B batch rows: R*B accumulators stay in registers; each weight vector is loaded
 // once and used B times.
-template <int R, int B>
-inline void block(const float* w, long in, const float* x, long ldx, float* y, long ldy, const float* bias) {
+template <class W, int R, int B>
+inline void block(const typename W::T* w, long in, const float* x, long ldx, float* y, long ldy, const float* bias) {
     __m256 acc[R][B];
     KV_UNROLL for (int r = 0; r < R; ++r)
         KV_UNROLL for (int b = 0; b < B; ++b) acc[r][b] = _mm256_setzero_ps();
@@ -54,75 +54,77 @@ inline void block(const float* w, long in, const float* x, long ldx, float* y, l
         __m256 xv[B];
         KV_UNROLL for (int b = 0; b < B; ++b) xv[b] = _mm256_loadu_ps(x + b * ldx + i);
         KV_UNROLL for (int r = 0; r < R; ++r) {
-            const __m256 wv = _mm256_loadu_ps(w + r * in + i);
+            const __m256 wv = W::load8(w + r * in + i);
             KV_UNROLL for (int b = 0; b < B; ++b) acc[r][b] = _mm256_fmadd_ps(wv, xv[b], acc[r][b]);
         }
     }
     KV_UNROLL for (int r = 0; r < R; ++r) {
         KV_UNROLL for (int b = 0; b < B; ++b) {
             float s = horizontal_sum(acc[r][b]);
-            for (long j = i; j < in; ++j) s += w[r * in + j] * x[b * ldx + j];
+            for (long j = i; j < in; ++j) s += W::at(w, r * in + j) * x[b * ldx + j];
             y[b * ldy + r] = bias != nullptr ? s + bias[r] : s;
         }
     }
 }
 
-template <int R>
-inline void rows_block(const float* w, long in, const float* x, long ldx, long batch, float* y, long ldy,
+template <class W, int R>
+inline void rows_block(const typename W::T* w, long in, const float* x, long ldx, long batch, float* y, long ldy,
                        const float* bias) {
     // The block's weight rows (R * in floats) stay in L1 across the batch chunks, so memory reads
     // each weight once however large the batch.
     long b = 0;
-    for (; b + kBatchChunk <= batch; b += kBatchChunk) block<R, 4>(w, in, x + b * ldx, ldx, y + b * ldy, ldy, bias);
+    for (; b + kBatchChunk <= batch; b += kBatchChunk) block<W, R, 4>(w, in, x + b * ldx, ldx, y + b * ldy, ldy, bias);
     switch (batch - b) {
-        case 3: block<R, 3>(w, in, x + b * ldx, ldx, y + b * ldy, ldy, bias); break;
-        case 2: block<R, 2>(w, in, x + b * ldx, ldx, y + b * ldy, ldy, bias); break;
-        case 1: block<R, 1>(w, in, x + b * ldx, ldx, y + b * ldy, ldy, bias); break;
+        case 3: block<W, R, 3>(w, in, x + b * ldx, ldx, y + b * ldy, ldy, bias); break;
+        case 2: block<W, R, 2>(w, in, x + b * ldx, ldx, y + b * ldy, ldy, bias); break;
+        case 1: block<W, R, 1>(w, in, x + b * ldx, ldx, y + b * ldy, ldy, bias); break;
         default: break;
     }
 }
 
-template <int R>
-void rows_by(const float* x, long ldx, long batch, const float* w, long in, const float* bias, float* y, long ldy,
+template <class W, int R>
+void rows_by(const float* x, long ldx, long batch, const typename W::T* w, long in, const float* bias, float* y, long ldy,
              long row_begin, long row_end) {
     long o = row_begin;
     for (; o + R <= row_end; o += R)
-        rows_block<R>(w + o * in, in, x, ldx, batch, y + o, ldy, bias != nullptr ? bias + o : nullptr);
+        rows_block<W, R>(w + o * in, in, x, ldx, batch, y + o, ldy, bias != nullptr ? bias + o : nullptr);
     for (; o < row_end; ++o)
-        rows_block<1>(w + o * in, in, x, ldx, batch, y + o, ldy, bias != nullptr ? bias + o : nullptr);
+        rows_block<W, 1>(w + o * in, in, x, ldx, batch, y + o, ldy, bias != nullptr ? bias + o : nullptr);
 }
 
 // One batch row: one weight row at a time, read as a single sequential stream (which the hardware
 // prefetcher follows best: measured 10-25 % faster than 4 interleaved rows), with 4 independent
 // accumulators so the FMA latency does not bound it.
-void rows_single(const float* x, const float* w, long in, const float* bias, float* y, long row_begin, long row_end) {
+template <class W>
+void rows_single(const float* x, const typename W::T* w, long in, const float* bias, float* y, long row_begin, long row_end) {
     for (long o = row_begin; o < row_end; ++o) {
-        const float* wr = w + o * in;
+        const typename W::T* wr = w + o * in;
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
         long i = 0;
         for (; i + 32 <= in; i += 32) {
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i), _mm256_loadu_ps(x + i), a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+            a0 = _mm256_fmadd_ps(W::load8(wr + i), _mm256_loadu_ps(x + i), a0);
+            a1 = _mm256_fmadd_ps(W::load8(wr + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+            a2 = _mm256_fmadd_ps(W::load8(wr + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+            a3 = _mm256_fmadd_ps(W::load8(wr + i + 24), _mm256_loadu_ps(x + i + 24), a3);
         }
-        for (; i + 8 <= in; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i), _mm256_loadu_ps(x + i), a0);
+        for (; i + 8 <= in; i += 8) a0 = _mm256_fmadd_ps(W::load8(wr + i), _mm256_loadu_ps(x + i), a0);
         float s = horizontal_sum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-        for (; i < in; ++i) s += wr[i] * x[i];
+        for (; i < in; ++i) s += W::at(wr, i) * x[i];
         y[o] = bias != nullptr ? s + bias[o] : s;
     }
 }
 
 // Rows [row_begin, row_end) of y for every batch row. Blocks of 4 weight rows for two batch rows,
 // of 2 beyond: R * min(batch, 4) accumulators plus the inputs must fit the 16 AVX registers.
-void rows(const float* x, long ldx, long batch, const float* w, long in, const float* bias, float* y, long ldy,
+template <class W>
+void rows(const float* x, long ldx, long batch, const typename W::T* w, long in, const float* bias, float* y, long ldy,
           long row_begin, long row_end) {
     if (batch == 1) {
-        rows_single(x, w, in, bias, y, row_begin, row_end);
+        rows_single<W>(x, w, in, bias, y, row_begin, row_end);
     } else if (batch == 2) {
-        rows_by<4>(x, ldx, batch, w, in, bias, y, ldy, row_begin, row_end);
+        rows_by<W, 4>(x, ldx, batch, w, in, bias, y, ldy, row_begin, row_end);
     } else {
-        rows_by<2>(x, ldx, batch, w, in, bias, y, ldy, row_begin, row_end);
+        rows_by<W, 2>(x, ldx, batch, w, in, bias, y, ldy, row_begin, row_end);
     }
 }
 
@@ -226,9 +228,12 @@ void account_shared(long batch, double weights, Clock::duration total, Clock::du
 // broadcast_rows rows run broadcast_gemm.h's register-tiled form over a transposed copy of x
 // (packed once, by the caller), smaller batches the dot-product form above; but batches in
 // packed_gemm.h's range (2-7 rows) run its tile over the packed panels when they are given.
-void linear_f32(const float* x, long batch, long ldx, const float* w, long out, long in,
+template <class W>
+void linear_w(const float* x, long batch, long ldx, const typename W::T* w, long out, long in,
                         const float* bias, float* y, long min_parallel_weights, long threads, long broadcast_rows,
                         const float* packed) {
+    // the panels are float32 copies of float32 weights (packed_weights.py); other weights run without
+    if constexpr (W::kind != 0) packed = nullptr;
     const bool panels = packed != nullptr && batch >= kvfence_packed::kMinRows && batch <= kvfence_packed::kMaxRows;
     const bool tiled = !panels && batch >= broadcast_rows;
     const float* xt = nullptr;
@@ -242,9 +247,9 @@ void linear_f32(const float* x, long batch, long ldx, const float* w, long out, 
         if (panels) {
             kvfence_packed::rows_packed(x, batch, ldx, packed, in, bias, y, out, begin, end, then_begin, then_end);
         } else if (tiled) {
-            kvfence_gemm::rows_broadcast(xt, batch, in, w, bias, y, out, begin, end, then_begin, then_end);
+            kvfence_gemm::rows_broadcast<W>(xt, batch, in, w, bias, y, out, begin, end, then_begin, then_end);
         } else {
-            rows(x, ldx, batch, w, in, bias, y, out, begin, end);
+            rows<W>(x, ldx, batch, w, in, bias, y, out, begin, end);
         }
     };
 #ifdef _OPENMP
@@ -256,7 +261,7 @@ void linear_f32(const float* x, long batch, long ldx, const float* w, long out, 
         return;
     }
     if (shareable) {
-        // ~64 KiB of fp32 weights per chunk, in whole register tiles (4 rows, 12 when tiled, or
+        // ~16384 weights per chunk (64 KiB of fp32), in whole register tiles (4 rows, 12 when tiled, or
         // whole 16-row panels when packed)
         const long unit = panels ? kvfence_packed::kPackWidth : tiled ? kvfence_gemm::kPanelRows : 4;
         const long chunk_rows = ((16384 + in - 1) / in + unit - 1) / unit * unit;
@@ -288,6 +293,30 @@ void linear_f32(const float* x, long batch, long ldx, const float* w, long out, 
     (void)threads;
 #endif
     run_rows(0, out);
+}
+
+void linear_f32(const float* x, long batch, long ldx, const float* w, long out, long in, const float* bias, float* y,
+                long min_parallel_weights, long threads, long broadcast_rows, const float* packed) {
+    linear_w<WeightF32>(x, batch, ldx, w, out, in, bias, y, min_parallel_weights, threads, broadcast_rows, packed);
+}
+
+// linear_f32 over weights stored as `kind` (0 float32, 1 bfloat16, 2 float16), widened on load.
+void linear_typed(const float* x, long batch, long ldx, const void* w, long kind, long out, long in,
+                  const float* bias, float* y, long min_parallel_weights, long threads, long broadcast_rows,
+                  const float* packed) {
+    switch (kind) {
+        case WeightBF16::kind:
+            linear_w<WeightBF16>(x, batch, ldx, static_cast<const std::uint16_t*>(w), out, in, bias, y,
+                                 min_parallel_weights, threads, broadcast_rows, nullptr);
+            break;
+        case WeightF16::kind:
+            linear_w<WeightF16>(x, batch, ldx, static_cast<const std::uint16_t*>(w), out, in, bias, y,
+                                min_parallel_weights, threads, broadcast_rows, nullptr);
+            break;
+        default:
+            linear_f32(x, batch, ldx, static_cast<const float*>(w), out, in, bias, y, min_parallel_weights, threads,
+                       broadcast_rows, packed);
+    }
 }
 
 // out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight   (x rows with stride ldx; out contiguous)
@@ -442,11 +471,12 @@ void argmax_f32(const float* x, long rows, long ld, long cols, long* out) {
 // for bit those of the separate calls), with scratch buffers kept per thread across calls.
 
 struct KvLinear {
-    const float* weight;  // [out, in] row-major
+    const void* weight;   // [out, in] row-major, stored as `kind` (see linear_typed)
     const float* bias;    // [out] or null
     const float* packed;  // weight as packed_gemm.h's panels, or null
     long out;
     long in;
+    long kind;
 };
 
 // Mirrored by kvfence/engine/kernels/fused_layer.py (ctypes.Structure, same field order).
@@ -468,8 +498,8 @@ float* scratch(std::vector<float>& buffer, long floats) {
 
 void run_linear(const KvDecoderLayer& layer, const KvLinear& lin, const float* x, long rows, long ldx, float* y,
                 long threads) {
-    linear_f32(x, rows, ldx, lin.weight, lin.out, lin.in, lin.bias, y, layer.min_parallel_weights, threads,
-               layer.broadcast_rows, lin.packed);
+    linear_typed(x, rows, ldx, lin.weight, lin.kind, lin.out, lin.in, lin.bias, y, layer.min_parallel_weights,
+                 threads, layer.broadcast_rows, lin.packed);
 }
 
 }  // namespace
@@ -482,6 +512,14 @@ void kvfence_linear_f32(const float* x, long batch, long ldx, const float* w, lo
                         const float* bias, float* y, long min_parallel_weights, long threads, long broadcast_rows,
                         const float* packed) {
     linear_f32(x, batch, ldx, w, out, in, bias, y, min_parallel_weights, threads, broadcast_rows, packed);
+}
+
+// kvfence_linear_f32 over weights stored as `kind` (0 float32, 1 bfloat16, 2 float16): each weight
+// widened to float32 as it is loaded, every sum accumulated in float32.
+void kvfence_linear_typed(const float* x, long batch, long ldx, const void* w, long kind, long out, long in,
+                          const float* bias, float* y, long min_parallel_weights, long threads, long broadcast_rows,
+                          const float* packed) {
+    linear_typed(x, batch, ldx, w, kind, out, in, bias, y, min_parallel_weights, threads, broadcast_rows, packed);
 }
 
 // The three elementwise kernels below share rows over `threads` threads for large batches (over_rows).

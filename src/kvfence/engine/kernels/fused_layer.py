@@ -20,7 +20,7 @@ import ctypes
 
 import torch
 
-from kvfence.engine.kernels.library import cpu_kernels
+from kvfence.engine.kernels.library import HALF_WEIGHT_KINDS, cpu_kernels
 from kvfence.engine.kernels.ops import MIN_PARALLEL_WEIGHTS, TILED_MIN_ROWS, kernel_runs_products
 from kvfence.engine.kernels.packed_weights import PackedWeight, packed_weights_enabled
 
@@ -34,6 +34,7 @@ class _Linear(ctypes.Structure):
         ("packed", ctypes.c_void_p),
         ("out", ctypes.c_long),
         ("in_", ctypes.c_long),
+        ("kind", ctypes.c_long),  # how the weight is stored: 0 float32, else HALF_WEIGHT_KINDS
     ]
 
 
@@ -56,9 +57,9 @@ class _Layer(ctypes.Structure):
     ]
 
 
-def _usable(t: torch.Tensor | None, shape: tuple[int, ...]) -> bool:
+def _usable(t: torch.Tensor | None, shape: tuple[int, ...], *, half_ok: bool = False) -> bool:
     return t is None or (
-        t.dtype == torch.float32 and t.is_cpu and t.is_contiguous() and tuple(t.shape) == shape and not t.requires_grad
+        (t.dtype == torch.float32 or (half_ok and t.dtype in HALF_WEIGHT_KINDS)) and t.is_cpu and t.is_contiguous() and tuple(t.shape) == shape and not t.requires_grad
     )
 
 
@@ -102,7 +103,8 @@ class DecoderLayerKernel:
         head_dim: int,
     ) -> DecoderLayerKernel | None:
         """The argument block for these weights (``(weight, bias)`` pairs), or ``None`` when the
-        kernels are off here or a tensor is not a contiguous CPU float32 one of the expected shape."""
+        kernels are off here or a tensor is not a contiguous CPU one of the expected shape, float32
+        (the four weights may be bfloat16 or float16: :mod:`.half_weights`)."""
         lib = cpu_kernels()
         if lib is None or head_dim % 2 or min(num_heads, num_kv_heads, head_dim) <= 0:
             return None
@@ -119,9 +121,12 @@ class DecoderLayerKernel:
             return None
         linears = []
         for (weight, bias), shape in expected:
-            if not _usable(weight, shape) or not _usable(bias, (shape[0],)):
+            if not _usable(weight, shape, half_ok=True) or not _usable(bias, (shape[0],)):
                 return None
-        packed = [PackedWeight(weight) if packed_weights_enabled() else None for (weight, _), _ in expected]
+        packed = [
+            PackedWeight(weight) if packed_weights_enabled() and weight.dtype == torch.float32 else None
+            for (weight, _), _ in expected
+        ]
         for ((weight, bias), shape), panels in zip(expected, packed, strict=True):
             linears.append(
                 _Linear(
@@ -130,6 +135,7 @@ class DecoderLayerKernel:
                     None if panels is None else panels.panels.data_ptr(),
                     shape[0],
                     shape[1],
+                    HALF_WEIGHT_KINDS.get(weight.dtype, 0),
                 )
             )
         layer = _Layer(

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from kvfence.engine.kernels.build import KernelBuildError, build_and_load, find_compiler
 from kvfence.engine.kernels.packed_weights import pack_weight
 
-__all__ = ["KernelStatus", "cpu_kernels", "kernel_status", "reset_kernels"]
+__all__ = ["HALF_WEIGHT_KINDS", "KernelStatus", "cpu_kernels", "kernel_status", "reset_kernels"]
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,10 @@ _SOURCE = Path(__file__).with_name("decode_f32.cpp")
 _OFF_VALUES = {"0", "false", "off", "no"}
 
 _c_float_p = ctypes.c_void_p
+
+HALF_WEIGHT_KINDS = {torch.bfloat16: 1, torch.float16: 2}
+"""Half-precision weight dtypes the products read directly (``kind`` in ``decode_f32.cpp``'s
+``linear_typed``): each weight widened to float32 as it is loaded, every sum in float32."""
 _SIGNATURES: dict[str, list[type]] = {
     # x, rows, ldx, w, out, in, bias, y, min_parallel_weights, threads, broadcast_rows, packed
     "kvfence_linear_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, _c_float_p, ctypes.c_long, ctypes.c_long,
@@ -43,6 +47,11 @@ _SIGNATURES: dict[str, list[type]] = {
     # x, tokens, token_stride, heads, head_dim, cos, sin, table_stride, threads
     "kvfence_rope_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long, _c_float_p,
                          _c_float_p, ctypes.c_long, ctypes.c_long],
+    # x, rows, ldx, w, weight kind (0 f32, 1 bf16, 2 f16), out, in, bias, y, min_parallel_weights, threads,
+    # broadcast_rows, packed
+    "kvfence_linear_typed": [_c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
+                             ctypes.c_long, _c_float_p, _c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long,
+                             _c_float_p],
     # x, rows, ld, cols, out (int64)
     "kvfence_argmax_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_void_p],
     # layer, x, rows, ldx, cos, sin, table_stride, qkv, threads
@@ -106,7 +115,7 @@ def _load() -> tuple[KernelStatus, ctypes.CDLL | None]:
     capability = torch.backends.cpu.get_cpu_capability()
     if not capability.startswith(("AVX2", "AVX512")):
         return KernelStatus(False, f"need AVX2 and FMA, torch reports CPU capability {capability}"), None
-    flags = ["-O3", "-std=c++17", "-mavx2", "-mfma", "-ffp-contract=off"]
+    flags = ["-O3", "-std=c++17", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off"]
     threads_note = ""
     compiler = find_compiler()
     if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
@@ -160,6 +169,16 @@ def _self_check(lib: ctypes.CDLL) -> str | None:
                 if not torch.allclose(y.double(), want_y, rtol=1e-5, atol=1e-4):
                     form = "dot" if broadcast_rows > rows else "tiled" if packed is None else "tiled, packed"
                     return f"linear ({form}) {(rows, in_features)} x {(out_features, in_features)} on {threads} threads"
+            for dtype, kind in HALF_WEIGHT_KINDS.items():  # half weights, widened exactly, summed in float32
+                half = w.to(dtype)
+                want_half = F.linear(x.double(), half.double(), b.double())
+                for broadcast_rows in (1, rows + 1):
+                    y.fill_(float("nan"))
+                    lib.kvfence_linear_typed(x.data_ptr(), rows, x.stride(0), half.data_ptr(), kind, out_features,
+                                             in_features, b.data_ptr(), y.data_ptr(), 0, threads, broadcast_rows, None)
+                    if not torch.allclose(y.double(), want_half, rtol=1e-5, atol=1e-4):
+                        form = "dot" if broadcast_rows > rows else "tiled"
+                        return f"linear ({form}, {dtype} weights) {(rows, in_features)} x {(out_features, in_features)}"
         norm = torch.empty(rows, in_features)
         lib.kvfence_rms_norm_f32(
             x.data_ptr(), rows, x.stride(0), in_features, w[0].data_ptr(), 1e-6, norm.data_ptr(), 1

@@ -23,7 +23,7 @@ from typing import cast
 import torch
 import torch.nn.functional as F
 
-from kvfence.engine.kernels.library import cpu_kernels
+from kvfence.engine.kernels.library import HALF_WEIGHT_KINDS, cpu_kernels
 
 __all__ = [
     "CALIBRATION_ROWS",
@@ -181,7 +181,13 @@ def linear(
     """``F.linear(x, weight, bias)``; for CPU fp32 batches of up to :data:`MAX_KERNEL_ROWS` rows, the kernel.
 
     ``packed``: ``weight``'s panel-major copy (:func:`.packed_weights.pack_weight`), which the tiled
-    form reads instead of ``weight`` (same results, bit for bit; faster from memory)."""
+    form reads instead of ``weight`` (same results, bit for bit; faster from memory).
+
+    A bfloat16 or float16 ``weight`` under a float32 ``x`` (the CPU's half-precision weights, see
+    :mod:`.half_weights`) is read as stored and widened to float32 as it is loaded, every sum in
+    float32; batches the kernel does not take run torch over a float32 copy of the weight."""
+    if weight.dtype in HALF_WEIGHT_KINDS and x.dtype == torch.float32:
+        return _linear_half_weight(x, weight, bias)
     lib = cpu_kernels()
     if (
         lib is None
@@ -204,6 +210,34 @@ def linear(
         x.data_ptr(), rows, x.stride(0), weight.data_ptr(), out_features, weight.shape[1],
         None if bias is None else bias.data_ptr(), y.data_ptr(), MIN_PARALLEL_WEIGHTS, torch.get_num_threads(),
         TILED_MIN_ROWS, _panels_pointer(packed, weight),
+    )
+    return y
+
+
+def _linear_half_weight(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    lib = cpu_kernels()
+    if (
+        lib is None
+        or x.dim() != 2
+        or weight.dim() != 2
+        or not 0 < x.shape[0] <= MAX_KERNEL_ROWS
+        or x.shape[1] != weight.shape[1]
+        or weight.numel() == 0
+        or not weight.is_contiguous()
+        or not weight.is_cpu
+        or not (_fp32_cpu(x) if bias is None else _fp32_cpu(x, bias))
+        or (torch.is_grad_enabled() and weight.requires_grad)
+        or (bias is not None and (bias.shape != (weight.shape[0],) or not bias.is_contiguous()))
+    ):
+        return F.linear(x, weight.to(x.dtype), None if bias is None else bias.to(x.dtype))
+    if x.stride(1) != 1 or x.stride(0) < x.shape[1]:
+        x = x.contiguous()
+    rows, out_features = x.shape[0], weight.shape[0]
+    y = torch.empty(rows, out_features, dtype=torch.float32)
+    lib.kvfence_linear_typed(
+        x.data_ptr(), rows, x.stride(0), weight.data_ptr(), HALF_WEIGHT_KINDS[weight.dtype], out_features,
+        weight.shape[1], None if bias is None else bias.data_ptr(), y.data_ptr(), MIN_PARALLEL_WEIGHTS,
+        torch.get_num_threads(), TILED_MIN_ROWS, None,
     )
     return y
 

@@ -45,3 +45,43 @@ static inline __m256 exp_clamped(__m256 x) {
     const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
 }
+
+// ---- weight storage types: the products read weights as W::T and widen each to float32 on load,
+// so every sum is accumulated in float32 whatever the weights are stored in ---------------------
+
+#include <cstdint>
+#include <cstring>
+
+// float32 weights (the reference).
+struct WeightF32 {
+    using T = float;
+    static constexpr long kind = 0;
+    static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+    static inline float at(const float* p, long i) { return p[i]; }
+};
+
+// bfloat16 weights: the upper half of a float32, so widening is a 16-bit shift (exact).
+struct WeightBF16 {
+    using T = std::uint16_t;
+    static constexpr long kind = 1;
+    static inline __m256 load8(const std::uint16_t* p) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    static inline float at(const std::uint16_t* p, long i) {
+        const std::uint32_t bits = static_cast<std::uint32_t>(p[i]) << 16;
+        float f;
+        std::memcpy(&f, &bits, sizeof f);
+        return f;
+    }
+};
+
+// IEEE float16 weights, widened by F16C's vcvtph2ps (exact).
+struct WeightF16 {
+    using T = std::uint16_t;
+    static constexpr long kind = 2;
+    static inline __m256 load8(const std::uint16_t* p) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    }
+    static inline float at(const std::uint16_t* p, long i) { return _cvtsh_ss(p[i]); }
+};

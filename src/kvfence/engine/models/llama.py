@@ -19,6 +19,7 @@ from torch import nn
 
 from kvfence.engine.config import ModelConfig
 from kvfence.engine.kernels import DecoderLayerKernel, linear, rms_norm, silu_mul
+from kvfence.engine.kernels.half_weights import compute_and_weight_dtypes
 from kvfence.engine.kernels.huge_pages import place_on_huge_pages
 from kvfence.engine.kernels.ops import kernel_runs_products
 from kvfence.engine.kernels.packed_weights import (
@@ -80,9 +81,11 @@ class Embedding(nn.Module):
     def __init__(self, num_embeddings: int, dim: int, *, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
         self.weight = empty_parameter(num_embeddings, dim, dtype=dtype, device=device)
+        self.compute_dtype = dtype
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(ids, self.weight)
+        # half-precision weights under a float32 model (kernels.half_weights): rows widened on lookup
+        return F.embedding(ids, self.weight).to(self.compute_dtype)
 
 
 class RMSNorm(nn.Module):
@@ -275,14 +278,25 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, cfg: ModelConfig, max_len: int, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
         self.config = cfg
-        self.model = self.model_cls(cfg, max_len, dtype, device)
+        compute_dtype, weight_dtype = compute_and_weight_dtypes(dtype, device)
+        self.model = self.model_cls(cfg, max_len, compute_dtype, device)
         self.lm_head: FusedLinear | None = None
         if not cfg.tie_word_embeddings:
-            self.lm_head = FusedLinear(cfg.hidden_size, {"": cfg.vocab_size}, bias=False, dtype=dtype, device=device)
+            self.lm_head = FusedLinear(cfg.hidden_size, {"": cfg.vocab_size}, bias=False, dtype=compute_dtype, device=device)
+        if weight_dtype != compute_dtype:
+            self._store_weights_as(weight_dtype)
         if device.type == "cpu":
             # every step streams all the weights: one buffer on 2 MiB pages (see kernels.huge_pages)
             place_on_huge_pages(self)
         self._lm_head_packed: PackedWeight | None = None
+
+    def _store_weights_as(self, dtype: torch.dtype) -> None:
+        """Store the matrix weights (products and the plain token embedding) as ``dtype``, before
+        anything is loaded or touched: the float32 buffers they replace were never written."""
+        for module in self.modules():
+            if isinstance(module, FusedLinear) or type(module) is Embedding:
+                weight = module.weight
+                module.weight = empty_parameter(*weight.shape, dtype=dtype, device=weight.device)
 
     def forward(
         self,
