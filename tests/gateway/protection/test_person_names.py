@@ -29,7 +29,7 @@ POSITIVES = [
     ("person_full_name", "Ludwig van Beethoven and Ana María de la Cruz", ["Ludwig van Beethoven", "Ana María de la Cruz"]),
     ("person_full_name", "Jean-Luc Moreau-Petit approved it", ["Jean-Luc Moreau-Petit"]),
     ("person_full_name", "initials first: J. R. Hartley wrote back", ["J. R. Hartley"]),
-    ("person_full_name", "SHIP TO: PRIYA RAMAN", ["PRIYA RAMAN"]),
+    ("person_full_name", "printed on the label: PRIYA RAMAN", ["PRIYA RAMAN"]),
     ("person_title", "Dr. Oyelaran will see you; Frau Brandstätter also.", ["Oyelaran", "Brandstätter"]),
     ("person_title", "Beste Sanne, dhr. van den Broek belt je terug.", ["Sanne", "van den Broek"]),
     ("person_title", "Mme Lefebvre et Sr. Fernández", ["Lefebvre", "Fernández"]),
@@ -40,6 +40,11 @@ POSITIVES = [
     ("person_field", '{"assignee": "Bartholomew Quigley-Ashdown", "id": 7}', ["Bartholomew Quigley-Ashdown"]),
     ("person_lowercase_cue", "hey darius can u check? thanks sarah", ["darius", "sarah"]),
     ("person_lowercase", "talked to priya raman earlier", ["priya raman"]),
+    # names no list holds, introduced by a greeting, a sign-off, a label or their own e-mail address
+    ("person_introduced", "Hi Tesfaye,\nthe report is late.", ["Tesfaye"]),
+    ("person_introduced", "Best regards,\nOluwadamilare Okafor\nHead of Ops", ["Oluwadamilare Okafor"]),
+    ("person_introduced", "From: Ifeoma Nwosu <ifeoma@example.org>", ["Ifeoma Nwosu"]),
+    ("person_introduced", "SHIP TO:\nTESFAYE BEKELE\n12 Main St", ["TESFAYE BEKELE"]),
 ]
 
 
@@ -67,6 +72,9 @@ NEGATIVES = [
     "We sold 12 Apples, Boston said",
     "Name: Unknown\nStatus: Open",
     "Dear Team, thanks All, hello World",
+    "Thanks,\nAcme Support",
+    "Liebe Kolleginnen und Kollegen, Hola Equipo",
+    "Attn: Accounts Payable\nShip to: ACME GMBH",
 ]
 
 

@@ -74,9 +74,11 @@ _EIRCODE = r"(?:[AC-FHKNPRTV-Y]\d{2}|D6W)[ \t]?[0-9AC-FHKNPRTV-Y]{4}"
 _IE_TAIL = (rf"(?:{_SEP}{_TOWN}){{0,2}}(?:{_SEP}(?:Co\.|County){_S}{_CAPW})?(?:{_SEP}{_EIRCODE}\b|"
             rf"{_SEP}Dublin[ \t]\d{{1,2}}\b(?:{_SEP}{_EIRCODE}\b)?)")
 
-# every form has a postcode or a house number of two digits or more (or a Canadian "3G 1"): the
-# rules run only around those, not over every capitalised word of a long prompt
-_NUMBERS = Anchor(re.compile(r"\d{2,}|\d[A-Z]\d"), before=160, after=200)
+# every form ends in a postcode of its country's shape (or a PO box number before one): the rules run
+# only in windows before and after those, not over every number and capitalised word of a prompt
+_NUMBERS = Anchor(re.compile(r"(?<!\w)(?:\d{4,5}|\d{2}-\d{3}|\d{3} \d{2}|\d{4}-\d{3}|\d{4} ?[A-Z]{2})(?![\w-])"
+                             r"|\b[A-Z]\d[A-Z] ?\d[A-Z]\d\b|\b(?:[AC-FHKNPRTV-Y]\d{2}|D6W) ?[0-9AC-FHKNPRTV-Y]{4}\b"
+                             r"|\bDublin \d"), before=200, after=60)
 
 INTL_ADDRESS_RULES: list[Rule] = [
     Rule("address_eu_prefix_street", "POSTAL_ADDRESS", _PII,

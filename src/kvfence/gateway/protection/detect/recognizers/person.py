@@ -37,6 +37,17 @@ _TITLE_RE = re.compile(
     r"(?<![\w.])(?:(?i:Mr|Mrs|Ms|Mx|Miss|Dr|Prof|Sir|Dame|Herr|Frau|Hr|Mme|Mlle|Madame|Monsieur|Mademoiselle"
     r"|Sr|Sra|Srta|Señor|Señora|Señorita|Doña|Dott|Dott\.ssa|Dottssa|Sig|Sig\.ra|Signor|Signora|Dhr|Mevr"
     r"|Mw|Ing|Rev|Capt|Insp|Judge|Prof\.\s?Dr)|M|Fr|Don)\.?\s{1,2}$")
+_TITLE_LAST = frozenset(w.split(".")[-1] for w in _TITLES) | {"m", "fr", "don", "ssa", "ra", "dr"}
+
+
+def _after_title(before: str) -> bool:
+    tail = before[-14:].rstrip()
+    if not tail or len(before) - len(before.rstrip()) > 2:
+        return False
+    last = tail.rsplit(None, 1)[-1].rstrip(".").rsplit(".", 1)[-1].lower()
+    return last in _TITLE_LAST and _TITLE_RE.search(before) is not None
+
+
 _BRAND_TITLES = frozenset("oetker pepper martens scholl dre seuss fields clean bean robot".split())  # noqa: SIM905
 # Words before a capitalised word that make it a street, not a person ("Via Roma", "Calle Mayor").
 _STREET_WORDS = frozenset("via viale piazza corso calle avenida plaza paseo rue avenue boulevard place rua "  # noqa: SIM905
@@ -57,20 +68,52 @@ teilnehmer, témoin, participants, testigo, asistentes, testimone, partecipanti,
 """.replace("\n", " ").split(","))
 # Of these, the weak ones ("to", "and") only with a name that is no word or place.
 _WEAK_CUES = frozenset(["with", "met", "mit", "avec", "con", "per", "via", "from", "by", "and", "to", "for", "und"])
-_CUE_WORDS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?|@")
+_CUE_WORDS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?|@|(?<=c)/(?=o)")
+
+
+# Greetings and sign-offs: after these a capitalised word the lists lack is a name too ("Hi Tesfaye,",
+# "Best regards,\nOluwadamilare Okafor"), unless it is a word for a group ("Hi Team", "Liebe Kollegen").
+_STRONG_CUES = frozenset(c.strip() for c in """
+hi, hey, hello, hallo, hola, ciao, salut, bonjour, bonsoir, buongiorno, moin, servus, dear, dearest, liebe,
+lieber, sehr geehrte, sehr geehrter, cher, chère, estimado, estimada, querido, querida, caro, cara, gentile,
+beste, geachte, thanks, thank you, cheers, regards, best, best regards, kind regards, warm regards,
+sincerely, yours, grüße, gruß, viele grüße, beste grüße, freundliche grüße, mit freundlichen grüßen,
+cordialement, bien à vous, amitiés, saludos, un saludo, atentamente, saluti, cordiali saluti, distinti saluti,
+groeten, met vriendelijke groet, hartelijke groet, groetjes, signed, witness, attendees,
+ship to, deliver to, bill to, sold to, attn, attention, recipient, c/o, co, empfänger, destinataire,
+destinatario, ontvanger, z. hd, zhd
+""".replace("\n", " ").split(","))
+_SIGN_OFFS = frozenset(c for c in _STRONG_CUES if c not in
+                       ("hi", "hey", "hello", "hallo", "hola", "ciao", "salut", "bonjour", "bonsoir", "buongiorno",
+                        "moin", "servus", "dear", "dearest", "liebe", "lieber", "sehr geehrte", "sehr geehrter",
+                        "cher", "chère", "estimado", "estimada", "querido", "querida", "caro", "cara", "gentile",
+                        "beste", "geachte", "witness", "attendees"))
+_MAIL_AFTER = re.compile(r"[ \t]{0,2}[<(\[][ \t]?(?:mailto:)?[\w.+'-]{1,64}@[\w-]+\.[\w.-]+")
+_GROUP_WORDS = frozenset(["team", "all", "everyone", "everybody", "folks", "guys", "there", "world", "customer", "customers", "colleagues", "equipo", "squadra", "ploeg", "kollegen", "kolleginnen", "kunden", "kundinnen", "freunde", "damen", "herren", "mitglieder", "leute", "alle", "zusammen", "équipe", "equipe", "tous", "todos", "todas", "tutti", "amici", "amigos", "compañeros", "colleghi", "collègues", "collega's", "allemaal", "iedereen", "support", "sales", "admin", "admins", "user", "users", "sir", "madam"])
+
+
+_CUE_LAST = frozenset(p.split()[-1] for p in _CUES | _STRONG_CUES)
 
 
 def _cue_before(before: str) -> str | None:
-    """The cue phrase (one to three words) that ends just before a name, if any."""
-    tail = before.rstrip(" ,:\t")
-    if not tail or len(before) - len(tail) > 3 or "\n" in before[len(tail):]:
+    """The cue phrase (one to three words) that ends just before a name, if any; a sign-off may end
+    the line before ("Best regards,\n")."""
+    tail = before.rstrip(" ,:\t\r\n")
+    if not tail:
         return None
+    gap = before[len(tail):]
+    newline = "\n" in gap
+    if (len(gap) > 3 and not newline) or gap.count("\n") > 1:
+        return None
+    last = tail[-12:].rsplit(None, 1)[-1].lower()
+    if last != "@" and last.replace("’", "'") not in _CUE_LAST:
+        return None  # the common case, decided without a regex
     words = _CUE_WORDS.findall(tail[-30:].lower().replace("’", "'"))
     if not words or not tail.lower().endswith(words[-1]):
         return None
     for n in (3, 2, 1):
         phrase = " ".join(words[-n:])
-        if len(words) >= n and phrase in _CUES:
+        if len(words) >= n and phrase in (_SIGN_OFFS if newline else _CUES | _STRONG_CUES):
             return phrase
     return None
 
@@ -122,8 +165,9 @@ class _Tok:
 
 
 def _tokens(text: str, g: Gazetteer) -> list[_Tok]:
-    # Other lower-case words cannot be part of a name; leaving them out keeps the gaps between the
-    # words that are (so a run never jumps over one) and skips most of a long prompt's words.
+    """The words that can be part of a name: capitalised or all-caps words, particles, known names.
+    Other lower-case words are left out; the gaps between kept words then hold them, so a run never
+    jumps over one (and most words of a long prompt cost one set lookup)."""
     toks = []
     given, surnames = g.given, g.surnames
     for m in _WORD.finditer(text):
@@ -283,6 +327,26 @@ class _Finder:
         # an unknown surname: capitalised, no dictionary word, after a safe given name
         return not surname_ordinary and len(last.text) >= 2 and last.text[1:].islower()
 
+    def introduced(self, i: int, j: int) -> bool:
+        """A run after a greeting or sign-off, or right before its own e-mail address, is a name even
+        when the lists lack it: "Hi Tesfaye,", "Regards,\nOluwadamilare Okafor", "Ifeoma Nwosu <i.n@x.org>"."""
+        toks = self.toks[i:j][:4]
+        g = self.g
+        words = [t for t in toks if t.low not in _PARTICLES]
+        if not words or any(len(t.text) < 2 or _not_a_person(t.low) or t.low in _GROUP_WORDS or g.month_or_day(t.low)
+                            or (g.is_ordinary(t.low) and not g.is_name(t.low)) or t.low in _ORG_AFTER for t in words):
+            return False
+        end = toks[-1].end
+        after = self.text[end:end + 80]
+        by_mail = _MAIL_AFTER.match(after) is not None
+        cue = _cue_before(self.before(i))
+        if not by_mail and (cue not in _STRONG_CUES or self.org_after(i + len(toks))):
+            return False
+        if not by_mail and len(words) == 1 and after[:1] not in ("", ",", "!", "\n", ".", ":", ";", " ", ")"):
+            return False
+        self.add(i, i + len(toks), "person_introduced", 0.75)
+        return True
+
     def sentence_start(self, t: _Tok) -> bool:
         before = self.text[max(0, t.start - 3):t.start].rstrip(" \t\"'“(")
         return not before or before[-1] in ".!?\n:"
@@ -294,7 +358,7 @@ class _Finder:
             t = toks[i]
             if i in self.taken or not (t.cap or t.upper or (len(t.text) == 1 and t.text.isupper())) \
                     or t.low in _CUES or t.low in _TITLES:
-                if t.low in _PARTICLES and i not in self.taken and _TITLE_RE.search(self.before(i)):
+                if t.low in _PARTICLES and i not in self.taken and _after_title(self.before(i)):
                     self.title_particle(i)  # "dhr. van den Broek"
                 i += 1
                 continue
@@ -306,6 +370,9 @@ class _Finder:
             # shrink from the right until the run is a name (a sentence may go on capitalised)
             if j - i >= 2 and (self.org_after(j) or self.not_people(i, j)):
                 i = j  # "Morgan Stanley", "Victoria Station": none of its words is a name here
+                continue
+            if self.introduced(i, j):
+                i = j
                 continue
             k = j
             while k - i >= 2:
@@ -339,7 +406,7 @@ class _Finder:
             return False
         before = self.before(i)
         j = self.run(i, upper=upper)
-        if _TITLE_RE.search(before):
+        if _after_title(before):
             k = max(j, i + 1)
             while k > i + 1 and ((g.is_ordinary(self.toks[k - 1].low) and not g.is_name(self.toks[k - 1].low))
                                  or self.org_after(k)):
