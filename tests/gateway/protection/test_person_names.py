@@ -45,6 +45,9 @@ POSITIVES = [
     ("person_introduced", "Best regards,\nOluwadamilare Okafor\nHead of Ops", ["Oluwadamilare Okafor"]),
     ("person_introduced", "From: Ifeoma Nwosu <ifeoma@example.org>", ["Ifeoma Nwosu"]),
     ("person_introduced", "SHIP TO:\nTESFAYE BEKELE\n12 Main St", ["TESFAYE BEKELE"]),
+    ("person_speaker", "Priya: on it\n[10:32] Tomasz: ok, merging", ["Priya", "Tomasz"]),
+    ("person_speaker", "Rafael, can you check the invoice?", ["Rafael"]),
+    ("person_listed", "Attendees: Hannah Lindqvist, Rafael and Oskar", ["Hannah Lindqvist", "Rafael", "Oskar"]),
 ]
 
 
@@ -75,6 +78,8 @@ NEGATIVES = [
     "Thanks,\nAcme Support",
     "Liebe Kolleginnen und Kollegen, Hola Equipo",
     "Attn: Accounts Payable\nShip to: ACME GMBH",
+    "Paris, France and Lincoln, Nebraska",
+    "Morgan, Stanley and Chase are three towns on the map.",
 ]
 
 

@@ -197,6 +197,9 @@ def _known(g: Gazetteer, low: str, given: bool) -> bool:
     return False
 
 
+_LINE_START = re.compile(r"(?:^|\n)[ \t]*(?:\[[^\]\n]{1,24}\][ \t]*|\d{1,2}:\d{2}(?::\d{2})?[ \t]+|[-*•>][ \t]*)?$")
+_SPEAKER_AFTER = re.compile(r"^(?::(?:[ \t]|$)|,[ \t][a-zà-ÿ])")  # "Priya: ok", "Priya, can you"
+_LIST_GAP = re.compile(r"^(?:,[ \t]?| (?:and|und|et|y|e|en|&|or|oder|ou|o|of) |, (?:and|und|et|y|e|en) |/ ?)$")
 _SENTENCE_END = re.compile(r"[.!?;]\s")
 
 
@@ -420,6 +423,11 @@ class _Finder:
         if g.is_ordinary(t.low) and not g.is_given(t.low):
             return False
         after = self.text[t.end:t.end + 24]
+        if j == i + 1 and g.is_given(t.low) and not g.risky_given(t.low) and not g.is_ordinary(t.low) \
+                and _LINE_START.search(before) and _SPEAKER_AFTER.match(after):
+            # a chat speaker ("Priya: on it", "[10:32] Priya: ok") or a vocative ("Priya, can you ...")
+            self.add(i, i + 1, "person_speaker", 0.65)
+            return True
         cue = _cue_before(before)
         if cue is not None and (before.rstrip().endswith("&") or (cue in ("via", "per") and before.rstrip()[-3:-2].isupper())):
             cue = None
@@ -438,6 +446,22 @@ class _Finder:
             return True
         return False
 
+    # --- "Hannah, Rafael and Mei": a known given name listed right after a name ---
+    def continue_lists(self) -> None:
+        g = self.g
+        ends = {f.end: f for f in self.found}
+        for i, t in enumerate(self.toks):
+            if i in self.taken or i == 0 or not t.cap or len(t.text) < 2:
+                continue
+            prev = self.toks[i - 1]
+            if (i - 1) not in self.taken or prev.end not in ends or not _LIST_GAP.match(self.text[prev.end:t.start]):
+                continue
+            if g.is_given(t.low) and not g.risky_given(t.low) and not g.is_ordinary(t.low) and not _not_a_person(t.low) \
+                    and not self.org_after(i + 1) and not (i + 1 < len(self.toks) and self.toks[i + 1].cap
+                                                           and self.gap_ok(t, self.toks[i + 1])):
+                self.add(i, i + 1, "person_listed", 0.6)
+                ends[t.end] = self.found[-1]
+
     # --- "Raman, Priya" ---
     def surname_comma_given(self) -> None:
         toks = self.toks
@@ -451,7 +475,8 @@ class _Finder:
             lead = self.text[max(0, a.start - 2):a.start]
             if not (a.start == 0 or lead.endswith(("\n", '"', "'", ",", ";", "\t", "|", ": ")) or lead.endswith(", ")):
                 continue
-            if not (_known(g, a.low, False) and g.is_given(b.low)) or g.is_ordinary(b.low) or g.is_ordinary(a.low):
+            if not (_known(g, a.low, False) and g.is_given(b.low)) or g.is_ordinary(b.low) or g.is_ordinary(a.low) \
+                    or g.risky_given(b.low) or g.risky_given(a.low):
                 continue
             end = i + 2
             if end < len(toks) and toks[end].cap and self.gap_ok(b, toks[end]) and g.is_given(toks[end].low):
@@ -537,6 +562,7 @@ def find_persons(text: str, *, cells: bool = True) -> list[Finding]:
     f = _Finder(text)
     f.surname_comma_given()
     f.scan_runs()
+    f.continue_lists()
     f.lowercase()
     _field_values(text, f)
     from kvfence.gateway.protection.detect.recognizers.csv_names import csv_name_cells
