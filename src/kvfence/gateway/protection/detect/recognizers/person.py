@@ -22,6 +22,8 @@ the name as written: titles and a possessive 's stay outside.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 
 from kvfence.gateway.protection.detect.findings import Category, Finding
@@ -623,12 +625,15 @@ def link_mentions(texts: list[str], per_text: list[list[Finding]]) -> list[list[
             linked.append(f)
         if pattern is not None:
             spans = sorted((f.start, f.end) for f in found)
+            starts = [s for s, _ in spans]
+            ends = list(itertools.accumulate((e for _, e in spans), max))  # ends[k]: furthest end of spans[:k+1]
             for m in pattern.finditer(text):
                 word = m.group()
                 if not (word.isupper() or all(p[:1].isupper() and p[1:].islower() for p in re.split(r"[-'’]", word))):
                     continue
-                if any(s < m.end() and m.start() < e for s, e in spans):
-                    continue
+                k = bisect.bisect_left(starts, m.end())  # spans[:k] start before the mention ends
+                if k and ends[k - 1] > m.start():
+                    continue  # inside (or across) a finding already made
                 name = canonical(frozenset([word.lower()]))
                 linked.append(Finding(m.start(), m.end(), "PERSON", Category.PII, 0.6, "person_mention",
                                       value=name))
