@@ -136,7 +136,8 @@ def test_any_text_gives_spans_inside_it(text: str) -> None:
 def test_a_request_full_of_names_scans_in_linear_time(piece: str) -> None:
     # the mentions of names found elsewhere in a request are matched against the findings by
     # bisection: 20k mentions among 20k findings once took 25 s
-    text = "name,first_name\n" + piece * (120_000 // len(piece))
+    text = "name,first_name\n" + piece * (180_000 // len(piece))
     started = time.perf_counter()
     DETECTOR.scan_all([text])
-    assert time.perf_counter() - started < 5.0, piece
+    # ~45k tokens: about a second here (the quadratic form took 25 s); loose for a loaded machine
+    assert time.perf_counter() - started < 12.0, piece
