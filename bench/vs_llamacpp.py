@@ -1,0 +1,309 @@
+"""kvfence against llama.cpp on the same SmolLM-135M-shaped random weights, fp32 and bf16, in one run.
+
+For each thread count and weight dtype (float32, bfloat16), alternated kvfence / llama.cpp, repeated:
+  * the memory-bandwidth roofline of the dtype (a ``sum()`` over 1 GiB at that thread count, divided
+    by the bytes of weights one token reads: 4 or 2 per parameter);
+  * batch-1 decode tok/s (and its fraction of the roofline), prefill pp128 / pp512 tok/s,
+    batched decode B=8 / B=32 tok/s (prompts of 32 tokens);
+  * peak RSS of a process serving 32 sequences over an 8,192-token pool (one child process each).
+KV cache: float32 weights with a float32 pool on both sides; bfloat16 weights with a 2-byte pool on
+both sides (kvfence bfloat16, llama.cpp f16: the same bytes).
+
+With ``--llama-cpp`` llama.cpp is built from the llama-cpp-python sdist (``pip download``, cmake, in
+``$KVFENCE_HOME/bench/llama.cpp``; minutes on a small machine, once) and the model written as GGUF
+(f32 and bf16) with the sdist's own ``gguf-py``; where that cannot be done the llama.cpp columns are
+skipped with the reason. Without it only kvfence and the roofline run.
+
+    python bench/vs_llamacpp.py [--llama-cpp] [--threads 1,2] [--dtypes float32,bfloat16] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kvfence.engine.config import kvfence_home
+from kvfence.engine.llm import LLM
+from kvfence.engine.sampling.sampling_params import SamplingParams
+from throughput import build_model, measure_bandwidth
+
+SDIST = "llama-cpp-python"
+PROMPT_LEN, DECODE_TOKENS, POOL_TOKENS = 32, 48, 8192
+LLAMA_KV = {"float32": "f32", "bfloat16": "f16"}
+GGUF_TYPE = {"float32": "f32", "bfloat16": "bf16"}
+
+
+# ---- kvfence ---------------------------------------------------------------------------------------
+
+
+def kvfence_llm(model_dir: Path, dtype: str) -> LLM:
+    return LLM(model=str(model_dir), dtype=dtype, device="cpu", kv_cache_tokens=POOL_TOKENS,  # type: ignore[arg-type]
+               max_num_batched_tokens=2048, max_prefill_chunk=512)
+
+
+def kvfence_decode(llm: LLM, batch: int, tokens: int = DECODE_TOKENS) -> float:
+    """Generated tok/s of ``batch`` sequences decoding together (their prefill not timed)."""
+    engine = llm.engine
+    params = SamplingParams(max_tokens=tokens + 1, temperature=0, ignore_eos=True)
+    for i in range(batch):
+        prompt = [(7 * i + j) % 200 + 10 for j in range(PROMPT_LEN)]
+        engine.add_request(f"d{i}", prompt, params, b"b" * 32)
+    while any(len(o.token_ids) == 0 for o in engine.step()):  # every prefill done
+        pass
+    start, generated = time.perf_counter(), 0
+    while engine.has_unfinished_requests():
+        generated += len(engine.step())
+    return generated / (time.perf_counter() - start)
+
+
+def kvfence_prefill(llm: LLM, length: int) -> float:
+    """Prompt tok/s of one ``length``-token prefill (one step: chunk and batch limits above it)."""
+    engine = llm.engine
+    prompt = [j % 200 + 10 for j in range(length)]
+    engine.add_request("p", prompt, SamplingParams(max_tokens=1, temperature=0, ignore_eos=True), os.urandom(32))
+    start = time.perf_counter()
+    while engine.has_unfinished_requests():
+        engine.step()
+    return length / (time.perf_counter() - start)
+
+
+# ---- llama.cpp -------------------------------------------------------------------------------------
+
+
+def build_llama_cpp(root: Path) -> tuple[Path | None, str]:
+    """The llama.cpp source tree with llama-bench and llama-batched-bench built under ``root``, or
+    None and why."""
+    root.mkdir(parents=True, exist_ok=True)
+    trees = sorted(root.glob("llama_cpp_python-*/vendor/llama.cpp"))
+    if not trees:
+        done = subprocess.run([sys.executable, "-m", "pip", "download", SDIST, "--no-deps", "--no-binary", ":all:",
+                               "-d", str(root)], capture_output=True, text=True, check=False)
+        sdists = sorted(root.glob("llama_cpp_python-*.tar.gz"))
+        if not sdists:
+            return None, f"pip download {SDIST} failed: {done.stderr.strip()[-300:]}"
+        subprocess.run(["tar", "xzf", str(sdists[-1]), "-C", str(root)], check=True)
+        trees = sorted(root.glob("llama_cpp_python-*/vendor/llama.cpp"))
+        if not trees:
+            return None, f"{sdists[-1].name} has no vendor/llama.cpp"
+    tree = trees[-1]
+    if not all((tree / "build" / "bin" / b).is_file() for b in ("llama-bench", "llama-batched-bench")):
+        configure = ["cmake", "-S", str(tree), "-B", str(tree / "build"), "-DCMAKE_BUILD_TYPE=Release",
+                     "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF",
+                     "-DLLAMA_OPENSSL=OFF"]
+        build = ["cmake", "--build", str(tree / "build"), "-j", str(os.cpu_count() or 2), "--target", "llama-bench",
+                 "llama-batched-bench"]
+        for cmd in (configure, build):
+            try:
+                done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            except OSError as exc:
+                return None, f"{cmd[0]}: {exc}"
+            if done.returncode != 0:
+                return None, f"{' '.join(cmd[:3])} failed: {(done.stderr or done.stdout).strip()[-300:]}"
+    return tree, "built"
+
+
+def write_gguf(tree: Path, model_dir: Path, dtype: str) -> Path:
+    """The checkpoint as a llama-architecture GGUF in ``dtype`` (tensors named and q/k permuted as
+    convert_hf_to_gguf.py does; a placeholder SPM vocabulary: llama-bench never tokenizes)."""
+    out = model_dir / f"model-{GGUF_TYPE[dtype]}.gguf"
+    if out.is_file():
+        return out
+    sys.path.insert(0, str(tree / "gguf-py"))
+    import gguf
+    from safetensors.torch import load_file
+
+    cfg = json.loads((model_dir / "config.json").read_text())
+    state = load_file(str(next(model_dir.glob("*.safetensors"))))
+    heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    writer = gguf.GGUFWriter(str(out), "llama")
+    writer.add_context_length(cfg["max_position_embeddings"])
+    writer.add_embedding_length(cfg["hidden_size"])
+    writer.add_block_count(cfg["num_hidden_layers"])
+    writer.add_feed_forward_length(cfg["intermediate_size"])
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_dimension_count(cfg["hidden_size"] // heads)
+    writer.add_rope_freq_base(float(cfg.get("rope_theta", 10000.0)))
+    writer.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if dtype == "bfloat16" else gguf.LlamaFileType.ALL_F32)
+    vocab = cfg["vocab_size"]
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list([f"<t{i}>".encode() for i in range(vocab)])
+    writer.add_token_scores([0.0] * vocab)
+    writer.add_token_types([gguf.TokenType.NORMAL] * vocab)
+    writer.add_bos_token_id(cfg.get("bos_token_id") or 0)
+    writer.add_eos_token_id(cfg.get("eos_token_id") or 0)
+    names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+    for name, tensor in state.items():
+        t = tensor.float()
+        if name == "model.embed_tokens.weight":
+            target = "token_embd.weight"
+        elif name == "model.norm.weight":
+            target = "output_norm.weight"
+        elif name == "lm_head.weight":
+            target = "output.weight"
+        else:
+            m = re.fullmatch(r"model\.layers\.(\d+)\.(.+)\.weight", name)
+            if m is None:
+                continue
+            target = f"blk.{m.group(1)}.{names[m.group(2)]}.weight"
+            if m.group(2) in ("self_attn.q_proj", "self_attn.k_proj"):  # rotate-half -> interleaved RoPE rows
+                n = heads if m.group(2) == "self_attn.q_proj" else kv_heads
+                t = t.reshape(n, 2, t.shape[0] // n // 2, *t.shape[1:]).swapaxes(1, 2).reshape(t.shape)
+        if t.dim() == 2 and dtype == "bfloat16":
+            writer.add_tensor(target, t.bfloat16().view(torch.int16).numpy(), raw_dtype=gguf.GGMLQuantizationType.BF16)
+        else:
+            writer.add_tensor(target, t.numpy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
+
+
+def llama_bench(tree: Path, gguf_path: Path, dtype: str, threads: int) -> dict[str, float]:
+    kv = LLAMA_KV[dtype]
+    cmd = [str(tree / "build" / "bin" / "llama-bench"), "-m", str(gguf_path), "-t", str(threads), "-p", "128,512",
+           "-n", str(DECODE_TOKENS), "-r", "1", "-ctk", kv, "-ctv", kv, "-o", "json"]
+    rows = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    got = {}
+    for row in rows:
+        key = f"pp{row['n_prompt']}" if row["n_prompt"] else "decode_b1"
+        got[key] = float(row["avg_ts"])
+    return got
+
+
+def llama_batched(tree: Path, gguf_path: Path, dtype: str, threads: int, batch: int) -> float:
+    kv = LLAMA_KV[dtype]
+    cmd = [str(tree / "build" / "bin" / "llama-batched-bench"), "-m", str(gguf_path), "-t", str(threads),
+           "-c", str(POOL_TOKENS), "-b", "2048", "-ub", "512", "-npp", str(PROMPT_LEN), "-ntg", str(DECODE_TOKENS),
+           "-npl", str(batch), "-ctk", kv, "-ctv", kv]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():  # |    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s | ...
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 8 and cells[0] == str(PROMPT_LEN) and cells[2] == str(batch):
+            return float(cells[7])
+    raise RuntimeError(f"no S_TG figure in llama-batched-bench's output:\n{out[-800:]}")
+
+
+# ---- peak RSS (one child process each) -------------------------------------------------------------
+
+_WRAP = "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); " \
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+
+
+def peak_rss_mb(cmd: list[str]) -> float:
+    done = subprocess.run([sys.executable, "-c", _WRAP, *cmd], capture_output=True, text=True, check=True)
+    return int(done.stdout.split()[-1]) / 1024
+
+
+def _rss_child(model_dir: Path, dtype: str, threads: int) -> None:
+    torch.set_num_threads(threads)
+    kvfence_decode(kvfence_llm(model_dir, dtype), 32, tokens=8)
+
+
+# ---- the run -------------------------------------------------------------------------------------
+
+
+def _fmt(values: list[float]) -> str:
+    return f"{min(values):7.1f} {statistics.median(values):7.1f}" if values else "      -       -"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--llama-cpp", action="store_true", help="build llama.cpp (once) and run it alternated with kvfence")
+    ap.add_argument("--llama-cpp-dir", type=Path, default=kvfence_home() / "bench" / "llama.cpp",
+                    help="where the sdist is downloaded and built (default: $KVFENCE_HOME/bench/llama.cpp)")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-rss", action="store_true", help="skip the peak-RSS child processes")
+    ap.add_argument("--rss-child", nargs=3, metavar=("MODEL", "DTYPE", "THREADS"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.rss_child:
+        _rss_child(Path(args.rss_child[0]), args.rss_child[1], int(args.rss_child[2]))
+        return 0
+    started = time.perf_counter()
+    model_dir = build_model(kvfence_home() / "bench" / "models")
+    params = _param_count(model_dir)
+    tree, why = build_llama_cpp(args.llama_cpp_dir) if args.llama_cpp else (None, "not asked (--llama-cpp)")
+    print(f"llama.cpp: {why if tree is None else tree}")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {params / 1e6:.1f}M parameters")
+    workloads = ("decode_b1", "pp128", "pp512", "decode_b8", "decode_b32")
+    for threads in (int(t) for t in args.threads.split(",")):
+        torch.set_num_threads(threads)
+        for dtype in args.dtypes.split(","):
+            llm = kvfence_llm(model_dir, dtype)
+            gguf_path = write_gguf(tree, model_dir, dtype) if tree is not None else None
+            ours: dict[str, list[float]] = {w: [] for w in workloads}
+            theirs: dict[str, list[float]] = {w: [] for w in workloads}
+            roof: list[float] = []
+            for _ in range(args.repeats):
+                roof.append(measure_bandwidth(repeats=3) / (params * (4 if dtype == "float32" else 2)))
+                ours["decode_b1"].append(kvfence_decode(llm, 1))
+                if gguf_path is not None and tree is not None:
+                    for k, v in llama_bench(tree, gguf_path, dtype, threads).items():
+                        theirs[k].append(v)
+                ours["pp128"].append(kvfence_prefill(llm, 128))
+                ours["pp512"].append(kvfence_prefill(llm, 512))
+                for b in (8, 32):
+                    ours[f"decode_b{b}"].append(kvfence_decode(llm, b))
+                    if gguf_path is not None and tree is not None:
+                        theirs[f"decode_b{b}"].append(llama_batched(tree, gguf_path, dtype, threads, b))
+            print(f"\n{dtype} weights, {threads} thread(s); roofline {statistics.median(roof):.1f} tok/s "
+                  f"(min {min(roof):.1f}); tok/s as min / median of {args.repeats}")
+            print(f"  {'':11} {'kvfence':>15} {'llama.cpp':>15}   ratio(median)")
+            for w in workloads:
+                ratio = statistics.median(ours[w]) / statistics.median(theirs[w]) if theirs[w] else None
+                extra = f"   {ratio:.2f}x" if ratio else ""
+                if w == "decode_b1":
+                    extra += f"   kvfence {statistics.median(ours[w]) / statistics.median(roof):.0%} of roofline"
+                    if theirs[w]:
+                        extra += f", llama.cpp {statistics.median(theirs[w]) / statistics.median(roof):.0%}"
+                print(f"  {w:11} {_fmt(ours[w])} {_fmt(theirs[w])}{extra}")
+            if not args.no_rss:
+                rss_ours = peak_rss_mb([sys.executable, __file__, "--rss-child", str(model_dir), dtype, str(threads)])
+                line = f"  peak RSS, B=32 over {POOL_TOKENS} tokens: kvfence {rss_ours:.0f} MB"
+                if gguf_path is not None and tree is not None:
+                    kv = LLAMA_KV[dtype]
+                    rss_theirs = peak_rss_mb([str(tree / "build" / "bin" / "llama-batched-bench"), "-m", str(gguf_path),
+                                              "-t", str(threads), "-c", str(POOL_TOKENS), "-npp", str(PROMPT_LEN),
+                                              "-ntg", "8", "-npl", "32", "-ctk", kv, "-ctv", kv])
+                    line += f", llama.cpp {rss_theirs:.0f} MB ({rss_ours / rss_theirs:.2f}x)"
+                print(line)
+            del llm
+    print(f"\n(run took {time.perf_counter() - started:.0f} s)")
+    return 0
+
+
+def _param_count(model_dir: Path) -> int:
+    """Parameters one token reads (a tied embedding once, as the LM head)."""
+    from safetensors import safe_open
+
+    total = 0
+    for path in model_dir.glob("*.safetensors"):
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118
+                n = 1
+                for d in f.get_slice(name).get_shape():
+                    n *= d
+                total += n
+    return total
+
+
+if __name__ == "__main__":
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    sys.exit(main())
