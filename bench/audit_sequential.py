@@ -29,6 +29,7 @@ from tests.audit.simprovider import ProviderConfig, run_provider
 from kvfence.cli import cli
 
 _KEYS = ["--key", "key-a", "--same-org-key", "key-a2", "--key-b", "key-b"]
+_SHARING = ["--prompt-tokens", "600", "--no-progress", "--seed"]
 
 
 def audit(check: str, url: str, *args: str) -> tuple[int, dict[str, Any], float]:
@@ -41,7 +42,7 @@ def audit(check: str, url: str, *args: str) -> tuple[int, dict[str, Any], float]
     return result.exit_code, data, took
 
 
-def rates(seeds: int) -> list[str]:
+def rates(seeds: int, checks: set[str] | None = None) -> list[str]:
     lines = ["| check | target | runs | exit 1 (finding) | exit 0 | exit 2 |", "|---|---|---|---|---|---|"]
     cases = [
         ("admission", "honest, clamps at the context", ProviderConfig(context=2048), ["--seed"]),
@@ -54,8 +55,19 @@ def rates(seeds: int) -> list[str]:
          ["--prompt-tokens", "600", "--seed"]),
         ("leak", "leaking 4 words", ProviderConfig(context=2048, mode="leaking", leak_words=4),
          ["--prompt-tokens", "600", "--seed"]),
+        ("cache-sharing", "org scope (allowed)", ProviderConfig(cache_scope="org"), _SHARING),
+        ("cache-sharing", "key scope (allowed)", ProviderConfig(cache_scope="key"), _SHARING),
+        ("cache-sharing", "global scope", ProviderConfig(cache_scope="global"), _SHARING),
+        ("cache-sharing", "no cache (power check fails)", ProviderConfig(cache_scope="none"), _SHARING),
+        ("eviction", "scoped cache budget", ProviderConfig(context=512, kv_capacity=2048, cache_tokens=2048,
+                                                           discovery="kvfence"), ["--trials", "8", "--seed"]),
+        ("eviction", "one LRU for every scope", ProviderConfig(context=512, kv_capacity=2048, cache_tokens=2048,
+                                                               discovery="kvfence", eviction="shared"),
+         ["--trials", "8", "--seed"]),
     ]
     for check, name, config, args in cases:
+        if checks and check not in checks:
+            continue
         codes = []
         runs = []
         for seed in range(seeds):
@@ -99,9 +111,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--only", choices=["rates", "sharing"])
+    parser.add_argument("--checks", help="comma-separated checks of the rates table (default: all)")
     args = parser.parse_args()
     if args.only != "sharing":
-        print("\n".join(rates(args.seeds)))
+        print("\n".join(rates(args.seeds, set(args.checks.split(",")) if args.checks else None)))
     if args.only != "rates":
         print("\n".join(sharing(args.seeds)))
 

@@ -28,7 +28,8 @@ def test_each_level_stops_once_decided(scope: str, code: int, run_audit: AuditRu
     assert "at most ~" in result.stderr  # the progress bar's estimate
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+# Seeds 4 and 8 gave the old audit a PASS (exit 0) on this globally sharing target.
+@pytest.mark.parametrize("seed", [4, 8])
 def test_a_sharing_target_never_passes_at_ten_samples(seed: int, run_audit: AuditRun) -> None:
     """At 10 samples an old version passed a globally sharing target: now a finding or inconclusive."""
     with run_provider(ProviderConfig(cache_scope="global", jitter_s=0.004)) as url:
