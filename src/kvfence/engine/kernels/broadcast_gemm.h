@@ -25,6 +25,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "simd.h"
 
@@ -97,11 +98,37 @@ inline void tile(const float* xt, long ld, const typename W::T* w, long in, cons
     }
 }
 
+template <class W>
+inline void rows_broadcast(const float* xt, long batch, long in, const typename W::T* w, const float* bias, float* y,
+                           long ldy, long row_begin, long row_end, long then_begin = 0, long then_end = 0);
+
+// rows_broadcast over half-precision weights: each group of kWidenRows rows is widened once into a
+// float32 scratch (L2-sized) and the float32 tile runs over it, so a weight is widened once, not once
+// per 16 batch rows with a scalar conversion per broadcast (which made B=32 slower than float32's).
+// The sums are the same FMAs in the same order: bit for bit the float32 tile's on the same values.
+constexpr long kWidenRows = 4 * kPanelRows;
+
+template <class W>
+inline void rows_broadcast_widened(const float* xt, long batch, long in, const typename W::T* w, const float* bias,
+                                   float* y, long ldy, long row_begin, long row_end) {
+    static thread_local std::vector<float> wide;
+    if (wide.size() < static_cast<size_t>(kWidenRows * in)) wide.resize(static_cast<size_t>(kWidenRows * in));
+    for (long o = row_begin; o < row_end; o += kWidenRows) {
+        const long n = std::min(kWidenRows, row_end - o);
+        widen<W>(w + o * in, n * in, wide.data());
+        rows_broadcast<WeightF32>(xt, batch, in, wide.data(), bias != nullptr ? bias + o : nullptr, y + o, ldy, 0, n);
+    }
+}
+
 // Weight rows [row_begin, row_end) of y for every batch row, from the packed x^T. The last panel
 // prefetches weight rows [then_begin, then_end) (the caller's next range; none when empty).
-template <class W = WeightF32>
+template <class W>
 inline void rows_broadcast(const float* xt, long batch, long in, const typename W::T* w, const float* bias, float* y,
-                           long ldy, long row_begin, long row_end, long then_begin = 0, long then_end = 0) {
+                           long ldy, long row_begin, long row_end, long then_begin, long then_end) {
+    if constexpr (W::kind != 0) {
+        rows_broadcast_widened<W>(xt, batch, in, w, bias, y, ldy, row_begin, row_end);
+        return;
+    }
     for (long m0 = 0; m0 < batch; m0 += kBlockCols) {
         const long width = std::min(kBlockCols, batch - m0);
         const long ld = round8(width);

@@ -85,3 +85,11 @@ struct WeightF16 {
     }
     static inline float at(const std::uint16_t* p, long i) { return _cvtsh_ss(p[i]); }
 };
+
+// dst[i] = float(src[i]) for i < n.
+template <class W>
+inline void widen(const typename W::T* src, long n, float* dst) {
+    long i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, W::load8(src + i));
+    for (; i < n; ++i) dst[i] = W::at(src, i);
+}
