@@ -76,3 +76,21 @@ def test_global_scope_shares_across_orgs(run_audit: AuditRun, tmp_path: Path) ->
     assert levels["same-key"]["shares_cache"] and levels["cross-org"]["shares_cache"]
     assert not levels["same-org"]["measured"]
     assert "cross-org" in sharing["summary"]
+
+
+def test_all_exits_0_against_kvfence_serve(run_audit: AuditRun, org_server: KvfenceServer) -> None:
+    """Every check, one command: the honest default configuration passes (the boundary is no finding)."""
+    result, data = run_audit("all", org_server.url, "--prompt-tokens", "400", "--seed", "1", "--no-progress",
+                             keys=org_server.key_args)
+    assert result.exit_code == 0, result.output
+    assert {c["check"]: c["verdict"] for c in data["checks"]} == {
+        "engine": "pass", "admission": "pass", "leak": "pass", "cache-sharing": "pass"}
+
+
+@pytest.mark.slow
+def test_all_exits_1_against_kvfence_serve_without_scrubbing(run_audit: AuditRun, tmp_path: Path) -> None:
+    with kvfence_serve(tmp_path / "serve", *_SERVE_ARGS, "--unsafe-no-scrub", cache_scope="org") as server:
+        result, data = run_audit("all", server.url, "--prompt-tokens", "400", "--seed", "1", "--no-progress",
+                                 "--skip", "cache-sharing", keys=server.key_args)
+    assert result.exit_code == 1, result.output
+    assert check_result(data, "engine")["verdict"] == "finding"
