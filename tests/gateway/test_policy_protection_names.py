@@ -66,7 +66,7 @@ def test_good_names_pass() -> None:
     ("{raise_class: {SSN: public}}", "{}", "[]", "[]", 3, ["raise_class.SSN", "unknown entity type"]),
     ("{raise_on_topics: {finance: public}}", "{}", "[]", "[]", 3, ["raise_on_topics.finance", "unknown topic"]),
     ("{disabled_rules: [ipv7]}", "{}", "[]", "[]", 3, ["gateway.protection.disabled_rules[0]", "'ipv7'", "ipv6"]),
-    ("{}", "{}", '["a"]', "[]", 17, ["tenants[0].canaries[0]", "at least 8 characters"]),
+    ("{}", "{}", '["a"]', "[]", 17, ["tenants[0].canaries[0]", "at least 8 letters or digits"]),
     ("{}", "{}", '["SHARED-CANARY-1"]', '["SHARED-CANARY-1"]', 22,
      ["tenants[1].canaries[0]", "also configured for 'acme'"]),
 ])
