@@ -6,8 +6,9 @@ For each thread count and weight dtype (float32, bfloat16), alternated kvfence /
   * batch-1 decode tok/s (and its fraction of the roofline), prefill pp128 / pp512 tok/s,
     batched decode B=8 / B=32 tok/s (prompts of 32 tokens);
   * peak RSS of a process serving 32 sequences over an 8,192-token pool (one child process each).
-KV cache: float32 weights with a float32 pool on both sides; bfloat16 weights with a 2-byte pool on
-both sides (kvfence bfloat16, llama.cpp f16: the same bytes).
+KV cache: kvfence's pool is the model's dtype (float32, or bfloat16 for bfloat16 weights); llama.cpp's
+is its default f16 in both (llama-bench takes no f32 cache), so at float32 kvfence streams and holds
+twice llama.cpp's KV bytes.
 
 With ``--llama-cpp`` llama.cpp is built from the llama-cpp-python sdist (``pip download``, cmake, in
 ``$KVFENCE_HOME/bench/llama.cpp``; minutes on a small machine, once) and the model written as GGUF
@@ -40,7 +41,7 @@ from throughput import build_model, measure_bandwidth
 
 SDIST = "llama-cpp-python"
 PROMPT_LEN, DECODE_TOKENS, POOL_TOKENS = 32, 48, 8192
-LLAMA_KV = {"float32": "f32", "bfloat16": "f16"}
+LLAMA_KV = {"float32": "f16", "bfloat16": "f16"}  # llama-bench takes no f32 KV cache: its default f16 for both
 GGUF_TYPE = {"float32": "f32", "bfloat16": "bf16"}
 
 

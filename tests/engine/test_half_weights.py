@@ -48,10 +48,11 @@ def test_half_weight_products_sum_in_float32(dtype: torch.dtype, rows: int, thre
 
 @needs_kernels
 def test_half_weights_match_float32_weights_bit_for_bit() -> None:
-    # the same values stored in 2 or 4 bytes: the same FMAs in the same order
+    # the same values stored in 2 or 4 bytes: the same FMAs in the same order (from 2 rows; one row
+    # sums 64 weights per step over eight accumulators, float32 32 over four)
     gen = torch.Generator().manual_seed(1)
     weight = torch.randn(700, 192, generator=gen).to(torch.bfloat16)
-    for rows in (1, 2, 5, 40):
+    for rows in (2, 5, 40):
         x = torch.randn(rows, 192, generator=gen)
         assert torch.equal(linear(x, weight), linear(x, weight.float())), rows
 
