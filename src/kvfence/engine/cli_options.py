@@ -68,7 +68,8 @@ _OPTIONS = [
     click.option("--page-size", type=int, default=16, show_default=True, help="Tokens per KV page."),
     click.option("--dtype", type=click.Choice(list(DTYPE_ALIASES), case_sensitive=False), default="float32",
                  show_default=True,
-                 help="Weight and KV-cache dtype (vLLM's spellings too: half, bf16, float ...). 'auto': the "
+                 help="Weight and KV-cache dtype (vLLM's spellings too: half, bf16, float ...). On the CPU "
+                      "bfloat16/float16 store the weights in 2 bytes and compute in float32. 'auto': the "
                       "checkpoint's bfloat16/float16 on a GPU, float32 on the CPU."),
     click.option("--kv-cache-dtype", type=click.Choice(list(DTYPE_ALIASES), case_sensitive=False),
                  default="auto", show_default=True,
