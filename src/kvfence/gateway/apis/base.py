@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +12,7 @@ from kvfence.gateway.errors import GatewayError, GatewayRequestError
 from kvfence.gateway.policy.schema import BackendConfig, DataClassConfig
 from kvfence.openai_wire import encode_event, error_type_for, normalise_error_body
 
-__all__ = ["API_PATHS", "ApiCall", "NativeStream", "SlotChains", "encode_named", "new_call", "parse_event"]
+__all__ = ["API_PATHS", "ApiCall", "NativeStream", "SlotChains", "encode_named", "event_object", "new_call", "parse_event"]
 
 # Gateway path -> endpoint name (the ``RequestContext.endpoint`` of the hooks, the metrics label).
 API_PATHS = {"/v1/responses": "responses", "/v1/messages": "messages", "/v1/messages/count_tokens": "count_tokens",
@@ -23,6 +24,17 @@ MakeChain = Callable[[], FilterChain]
 def encode_named(name: str | None, payload: dict[str, Any]) -> bytes:
     """One SSE event with an ``event:`` line (the Responses and Messages streams name every event)."""
     return encode_event(payload, event=name)  # the framing of every kvfence stream: kvfence.openai_wire
+
+
+def event_object(data: str) -> dict[str, Any]:
+    """A backend's stream event as a JSON object; anything else is a broken stream (``ValueError``)."""
+    try:
+        event = json.loads(data)
+    except ValueError:
+        raise ValueError("the backend sent a stream event that is not JSON") from None
+    if not isinstance(event, dict):
+        raise ValueError("the backend sent a stream event that is not a JSON object")
+    return event
 
 
 def parse_event(event: bytes) -> tuple[str | None, str | None]:

@@ -8,13 +8,12 @@ arguments), so restoring and leak detection are chat's own.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from kvfence.apis import messages as api
 from kvfence.errors import RequestError
 from kvfence.gateway.answer.filter import AnswerFilter
-from kvfence.gateway.apis.base import ApiCall, MakeChain, NativeStream, request_error
+from kvfence.gateway.apis.base import ApiCall, MakeChain, NativeStream, event_object, request_error
 from kvfence.gateway.apis.messages import ANTHROPIC_VERSION
 from kvfence.gateway.errors import GatewayError
 from kvfence.gateway.policy.schema import BackendConfig
@@ -62,12 +61,7 @@ class _ChatStream(NativeStream):
         return encode_event(chunk)
 
     def event(self, name: str | None, data: str) -> list[bytes]:
-        try:
-            event = json.loads(data)
-        except ValueError:
-            raise ValueError("the backend sent a stream event that is not JSON") from None
-        if not isinstance(event, dict):
-            raise ValueError("the backend sent a stream event that is not a JSON object")
+        event = event_object(data)
         kind = event.get("type") or name
         if kind == "error":
             self.ended = True

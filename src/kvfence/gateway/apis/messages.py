@@ -26,6 +26,7 @@ from kvfence.gateway.apis.base import (
     NativeStream,
     SlotChains,
     encode_named,
+    event_object,
     request_error,
     strings_filtered,
 )
@@ -171,12 +172,7 @@ class _MessagesStream(NativeStream):
                                                      "delta": {"type": delta_type, key: tail}})]
 
     def event(self, name: str | None, data: str) -> list[bytes]:
-        try:
-            event = json.loads(data)
-        except ValueError:
-            raise ValueError("the backend sent a stream event that is not JSON") from None
-        if not isinstance(event, dict):
-            raise ValueError("the backend sent a stream event that is not a JSON object")
+        event = event_object(data)
         kind = event.get("type") or name
         name = name or str(kind)
         if kind in ("message_stop", "error"):

@@ -12,7 +12,6 @@ whole. The request fields a Response echoes (``instructions``, ``tools``, ``text
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from kvfence.apis import responses as api
@@ -23,6 +22,7 @@ from kvfence.gateway.apis.base import (
     NativeStream,
     SlotChains,
     encode_named,
+    event_object,
     request_error,
 )
 from kvfence.gateway.errors import GatewayError, GatewayRequestError
@@ -198,12 +198,7 @@ class _ResponsesStream(NativeStream):
         return event
 
     def event(self, name: str | None, data: str) -> list[bytes]:
-        try:
-            event = json.loads(data)
-        except ValueError:
-            raise ValueError("the backend sent a stream event that is not JSON") from None
-        if not isinstance(event, dict):
-            raise ValueError("the backend sent a stream event that is not a JSON object")
+        event = event_object(data)
         kind = event.get("type") or name
         if kind == "error":
             self.ended = True
