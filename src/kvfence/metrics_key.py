@@ -13,9 +13,11 @@ import threading
 import time
 from pathlib import Path
 
+from prometheus_client.metrics_core import Metric
+
 from kvfence.errors import ConfigError
 
-__all__ = ["MIN_METRICS_KEY_CHARS", "MetricsKeyFile", "matches", "read_metrics_key"]
+__all__ = ["MIN_METRICS_KEY_CHARS", "MetricsKeyFile", "matches", "read_metrics_key", "summed_away"]
 
 log = logging.getLogger("kvfence.server.auth.metrics_access")
 
@@ -94,3 +96,22 @@ def matches(key_file: MetricsKeyFile, token: str | None) -> bool:
     if token is None or expected is None:
         return False
     return hmac.compare_digest(hashlib.sha256(token.encode("utf-8")).digest(), expected)
+
+
+def summed_away(family: Metric, labels: frozenset[str], over: str) -> Metric:
+    """``family`` as seen without the metrics key: the ``labels`` that name tenants summed away (a
+    ``_created`` sample keeps the earliest, it is not a count); a family without them is returned as is."""
+    if not any(labels & sample.labels.keys() for sample in family.samples):
+        return family
+    out = Metric(family.name, f"{family.documentation} (summed over {over})", family.type, family.unit)
+    totals: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for sample in family.samples:
+        kept = tuple(sorted((k, v) for k, v in sample.labels.items() if k not in labels))
+        key = (sample.name, kept)
+        if sample.name.endswith("_created"):
+            totals[key] = min(totals.get(key, sample.value), sample.value)
+        else:
+            totals[key] = totals.get(key, 0.0) + sample.value
+    for (name, kept), value in totals.items():
+        out.add_sample(name, dict(kept), value)
+    return out

@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from kvfence.engine.interface import EngineStats
+from kvfence.metrics_key import summed_away
 
 __all__ = ["TENANT_LABELS", "ServerMetrics", "scope_label"]
 
@@ -63,24 +64,6 @@ class _EngineCollector(Collector):
         yield hits
 
 
-def _aggregated(family: Metric) -> Metric:
-    """``family`` with its tenant labels summed away (``_created`` samples: the earliest, not a sum)."""
-    if not any(TENANT_LABELS & sample.labels.keys() for sample in family.samples):
-        return family
-    out = Metric(family.name, family.documentation + " (summed over organizations)", family.type, family.unit)
-    totals: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-    for sample in family.samples:
-        labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k not in TENANT_LABELS))
-        key = (sample.name, labels)
-        if sample.name.endswith("_created"):
-            totals[key] = min(totals.get(key, sample.value), sample.value)
-        else:
-            totals[key] = totals.get(key, 0.0) + sample.value
-    for (name, labels), value in totals.items():
-        out.add_sample(name, dict(labels), value)
-    return out
-
-
 class _AggregateView(Collector):
     """The server's registry as seen without the metrics key: no tenant label anywhere."""
 
@@ -89,7 +72,7 @@ class _AggregateView(Collector):
 
     def collect(self) -> Iterator[Metric]:
         for family in self._registry.collect():
-            yield _aggregated(family)
+            yield summed_away(family, TENANT_LABELS, "organizations")
 
 
 class ServerMetrics:

@@ -15,6 +15,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from kvfence.metrics_key import summed_away
+
 __all__ = ["TENANT_LABELS", "GatewayMetrics", "without_tenants"]
 
 # Labels that name a tenant; the view without the metrics key sums them away.
@@ -24,24 +26,7 @@ TENANT_LABELS = frozenset({"tenant"})
 def without_tenants(exposition: bytes) -> bytes:
     """A Prometheus text exposition with every tenant label summed away (``_created``: the earliest)."""
     families = list(text_string_to_metric_families(exposition.decode("utf-8")))
-    return generate_latest(_Families([_summed(f) for f in families]))  # type: ignore[arg-type]
-
-
-def _summed(family: Metric) -> Metric:
-    if not any(TENANT_LABELS & sample.labels.keys() for sample in family.samples):
-        return family
-    out = Metric(family.name, family.documentation + " (summed over tenants)", family.type, family.unit)
-    totals: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-    for sample in family.samples:
-        labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k not in TENANT_LABELS))
-        key = (sample.name, labels)
-        if sample.name.endswith("_created"):
-            totals[key] = min(totals.get(key, sample.value), sample.value)
-        else:
-            totals[key] = totals.get(key, 0.0) + sample.value
-    for (name, labels), value in totals.items():
-        out.add_sample(name, dict(labels), value)
-    return out
+    return generate_latest(_Families([summed_away(f, TENANT_LABELS, "tenants") for f in families]))  # type: ignore[arg-type]
 
 
 class _Families(Collector):
