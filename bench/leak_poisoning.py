@@ -12,14 +12,23 @@ Simulates a multi-tenant gateway's leak index (``LeakMonitor`` on an in-process 
   the tenant resends that as conversation history; the restatement then appears in another
   tenant's answer. Caught or not.
 
-The previous rule (``--rules previous``) is the one before issue 16: an n-gram the model wrote in any
-finished answer, not sent by anyone yet, became "model language" for everyone; our rule
-(``current``) needs ``common_orgs`` organizations. Answers are scanned whole (non-streamed) or in
-5-character chunks (``--stream``). Prints per rule: false withheld answers, leaks caught, history
-leaks caught, and the scan time per answer (min / median over ``--repeat`` runs, alternating rules).
+- **repeated leaks** (issue 16, 2): ``--repeated`` times, a distinctive span of one tenant's prompt
+  reaches ``--repeat-orgs`` further organizations one after the other (the same stale pages read
+  again). Each one caught counts.
 
-    python bench/leak_poisoning.py                       # defaults: 40 tenants, 5 poisoners
-    python bench/leak_poisoning.py --stream --repeat 5
+Three rules run on the same seeded traffic, alternating: ``previous`` is the one before issue 16 (an
+n-gram the model wrote in any finished answer, not sent by anyone yet, became "model language" for
+everyone); ``k3`` is the first issue-16 rule (common once ``common_orgs`` organizations sent it or
+were answered with it, withheld answers included: the same leak passed at the third further
+organization); ``current`` counts only delivered answers, and in them only n-grams that were not
+evidence (leak/scan.py). With ``--warm N`` the model has already written each phrase in delivered
+answers to N organizations before the poisoners send it (a gateway that has been up a while; the
+default 0 is a cold index, the poisoner's best case). Answers are scanned whole (non-streamed) or in
+5-character chunks (``--stream``). Prints per rule: false withheld answers, leaks caught, history
+leaks caught, repeated leaks caught, and the scan time per answer (min / median over ``--repeat`` runs).
+
+    python bench/leak_poisoning.py                       # defaults: 40 tenants, 5 poisoners, cold
+    python bench/leak_poisoning.py --stream --warm 3 --repeat 5
 """
 
 from __future__ import annotations
@@ -28,11 +37,18 @@ import argparse
 import random
 import statistics
 import time
+from collections import deque
 from collections.abc import Iterable
 
 from kvfence.gateway.protection.leak.fingerprint import Fingerprinter
 from kvfence.gateway.protection.leak.index import FingerprintIndex, InMemoryIndex, RedisIndex
-from kvfence.gateway.protection.leak.scan import RECEIVED, AnswerScanner, LeakMonitor
+from kvfence.gateway.protection.leak.scan import (
+    RECEIVED,
+    AnswerScanner,
+    LeakEvidence,
+    LeakMonitor,
+    received_by,
+)
 
 KEY = b"bench-leak-poisoning-key-0123456789"
 MODEL_OWNER = "*model*"  # the previous rule's owner of "model language"
@@ -74,13 +90,44 @@ class PreviousScanner(AnswerScanner):
             self._monitor.index.add(MODEL_OWNER, nobody_sent)
 
 
+class K3Scanner(AnswerScanner):
+    """The first issue-16 rule: the n-grams of every answer read so far recorded as received, withheld
+    or not, evidence included (a stream only up to where it was stopped)."""
+
+    def __init__(self, monitor: LeakMonitor, tenant: str, own: frozenset[int]) -> None:
+        super().__init__(monitor, tenant, own)
+        self._read: set[int] = set()
+
+    def _consume(self, new_words: list[str]) -> LeakEvidence | None:
+        recent = deque(self._recent, maxlen=self._monitor.fingerprinter.n)
+        for word in new_words:
+            recent.append(word)
+            if len(recent) == recent.maxlen:
+                self._read.add(self._monitor.fingerprinter.of_words(tuple(recent)))
+        return super()._consume(new_words)
+
+    def _caught(self, evidence: LeakEvidence) -> LeakEvidence:
+        self.evidence = evidence
+        self._record()
+        return evidence
+
+    def _record_received(self) -> None:
+        self._record()
+
+    def _record(self) -> None:
+        if self._read and not self._recorded:
+            self._recorded = True
+            self._monitor.index.add(received_by(self._tenant), self._read)
+
+
 class Monitor(LeakMonitor):
-    def __init__(self, index: FingerprintIndex, previous: bool) -> None:
+    def __init__(self, index: FingerprintIndex, rule: str) -> None:
         super().__init__(index, Fingerprinter(KEY, 4), min_run=4, max_owners=1, common_orgs=3)
-        self.previous = previous
+        self.rule = rule
 
     def scanner(self, tenant: str, own: frozenset[int]) -> AnswerScanner:
-        return PreviousScanner(self, tenant, own) if self.previous else AnswerScanner(self, tenant, own)
+        kind = {"previous": PreviousScanner, "k3": K3Scanner, "current": AnswerScanner}[self.rule]
+        return kind(self, tenant, own)
 
 
 def words(rng: random.Random, n: int) -> str:
@@ -97,29 +144,38 @@ def answer(m: Monitor, tenant: str, prompt: Iterable[str], text: str, chunk: int
     return scanner.finish() is not None
 
 
-def run(previous: bool, args: argparse.Namespace, seed: int) -> dict[str, float]:
+RULES = ("previous", "k3", "current")
+
+
+def run(rule: str, args: argparse.Namespace, seed: int) -> dict[str, float]:
     rng = random.Random(seed)
-    index: FingerprintIndex = (RedisIndex(args.redis_url, window_s=900, prefix=f"bench-lp:{seed}:{previous}:{time.time()}:")
+    index: FingerprintIndex = (RedisIndex(args.redis_url, window_s=900, prefix=f"bench-lp:{seed}:{rule}:{time.time()}:")
                                if args.redis_url else InMemoryIndex(900))
-    m = Monitor(index, previous)
+    m = Monitor(index, rule)
     tenants = [f"org{i}" for i in range(args.tenants)]
     poisoners, honest = tenants[:args.poisoners], tenants[args.poisoners:]
     phrases = COMMON[:args.phrases]
     chunk = 5 if args.stream else None
+    for phrase in phrases:  # a warm gateway: the model wrote its phrases before anyone sent them
+        for j in range(args.warm):
+            answer(m, f"early{j}", [f"question {j}: {words(rng, 8)}"], f"{words(rng, 6)} {phrase} {words(rng, 6)}",
+                   chunk)
     for i, phrase in enumerate(phrases):  # each phrase sent by one poisoner: no second sender makes it common
         m.record_prompt(poisoners[i % len(poisoners)], [f"Repeat this exactly: {phrase}"])
     secrets = {t: words(rng, 60) for t in honest}
     false_withheld = answers = 0
     caught = leaks = 0
     hist_caught = hist = 0
+    rep_caught = rep = 0
     scan_s = 0.0
-    leak_at = set(rng.sample(range(args.rounds * len(honest)), args.leaks))
+    leak_at = set(rng.sample(range(1, args.rounds * len(honest)), args.leaks))
     step = 0
+    sent: list[str] = []  # who has sent its prompt: a stale page can only hold what was sent
     for _ in range(args.rounds):
         for t in honest:
             prompt = [secrets[t], f"question {step}: {words(rng, 8)}"]
             if step in leak_at:  # the model answers over another tenant's stale prompt
-                owner = rng.choice([o for o in honest if o != t])
+                owner = rng.choice([o for o in sent if o != t] or [o for o in honest if o != t])
                 start = rng.randrange(0, 60 - 16)
                 span = " ".join(secrets[owner].split()[start:start + 16])
                 leaks += 1
@@ -130,6 +186,8 @@ def run(previous: bool, args: argparse.Namespace, seed: int) -> dict[str, float]
                 scan_s += time.perf_counter() - started
                 answers += 1
                 false_withheld += withheld
+            if t not in sent:
+                sent.append(t)
             step += 1
     for i in range(args.history):
         owner, receiver = rng.sample(honest, 2)
@@ -139,9 +197,17 @@ def run(previous: bool, args: argparse.Namespace, seed: int) -> dict[str, float]
         answer(m, owner, [question, restated, "Now draft the press release."], words(rng, 12), chunk)
         hist += 1
         hist_caught += answer(m, receiver, ["any news?"], f"Sure. {restated}", chunk)
+    for i in range(args.repeated):  # the same stale pages read again: one span, several receivers in turn
+        owner, *receivers = rng.sample(honest, args.repeat_orgs + 1)
+        start = rng.randrange(0, 60 - 16)
+        span = " ".join(secrets[owner].split()[start:start + 16])
+        for receiver in receivers:
+            rep += 1
+            rep_caught += answer(m, receiver, [f"hello {i}"], f"Here is what I found: {span}", chunk)
     index.close()
     return {"false_withheld": false_withheld, "answers": answers, "caught": caught, "leaks": leaks,
-            "hist_caught": hist_caught, "hist": hist, "us_per_answer": scan_s / max(answers, 1) * 1e6}
+            "hist_caught": hist_caught, "hist": hist, "rep_caught": rep_caught, "rep": rep,
+            "us_per_answer": scan_s / max(answers, 1) * 1e6}
 
 
 def main() -> None:
@@ -152,33 +218,40 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--leaks", type=int, default=40)
     parser.add_argument("--history", type=int, default=40)
+    parser.add_argument("--repeated", type=int, default=10, help="spans each leaked to --repeat-orgs organizations")
+    parser.add_argument("--repeat-orgs", type=int, default=10)
+    parser.add_argument("--warm", type=int, default=0,
+                        help="organizations the model wrote each phrase for before the poisoners sent it")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--stream", action="store_true", help="scan answers in 5-character chunks")
     parser.add_argument("--redis-url", default=None)
     args = parser.parse_args()
-    results: dict[str, list[dict[str, float]]] = {"previous": [], "current": []}
+    results: dict[str, list[dict[str, float]]] = {rule: [] for rule in RULES}
     for r in range(args.repeat):
-        order = ("previous", "current") if r % 2 == 0 else ("current", "previous")
-        for rule in order:  # alternate: same seed, same traffic for both rules
-            results[rule].append(run(rule == "previous", args, seed=r))
+        for rule in RULES[r % len(RULES):] + RULES[:r % len(RULES)]:  # rotate: same seed, same traffic for all
+            results[rule].append(run(rule, args, seed=r))
     print(f"leak_poisoning: {args.tenants} tenants, {args.poisoners} poisoners x {args.phrases} phrases, "
-          f"{args.rounds} rounds, {'streamed (5-char chunks)' if args.stream else 'whole answers'}, "
+          f"{args.rounds} rounds, warm {args.warm}, {'streamed (5-char chunks)' if args.stream else 'whole answers'}, "
           f"{'redis' if args.redis_url else 'in-process'} index, {args.repeat} runs")
-    print(f"{'rule':<9} {'false withheld':>22} {'leaks caught':>14} {'history leaks caught':>21} {'scan us/answer min/med':>24}")
+    print(f"{'rule':<9} {'false withheld':>18} {'leaks caught':>13} {'history caught':>15} "
+          f"{'repeated caught':>16} {'scan us/answer min/med':>23}")
     for rule, runs in results.items():
         fw = statistics.median(x["false_withheld"] for x in runs)
         n = runs[0]["answers"]
         caught = statistics.median(x["caught"] for x in runs)
         hist = statistics.median(x["hist_caught"] for x in runs)
+        rep = statistics.median(x["rep_caught"] for x in runs)
         us = [x["us_per_answer"] for x in runs]
         withheld = f"{fw:g}/{n:g} ({fw / n:.1%})"
         leaks = f"{caught:g}/{runs[0]['leaks']:g}"
         history = f"{hist:g}/{runs[0]['hist']:g}"
+        repeated = f"{rep:g}/{runs[0]['rep']:g}"
         timing = f"{min(us):.0f} / {statistics.median(us):.0f}"
-        print(f"{rule:<9} {withheld:>22} {leaks:>14} {history:>21} {timing:>24}")
+        print(f"{rule:<9} {withheld:>18} {leaks:>13} {history:>15} {repeated:>16} {timing:>23}")
     cur = statistics.median(x["us_per_answer"] for x in results["current"])
-    prev = statistics.median(x["us_per_answer"] for x in results["previous"])
-    print(f"scan time ratio current/previous (median): {cur / prev:.2f}")
+    for other in ("previous", "k3"):
+        ref = statistics.median(x["us_per_answer"] for x in results[other])
+        print(f"scan time ratio current/{other} (median): {cur / ref:.2f}")
 
 
 if __name__ == "__main__":

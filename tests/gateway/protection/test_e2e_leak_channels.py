@@ -2,8 +2,7 @@
 
 - conversation history: text the model wrote for acme, which acme then sends back as history, is
   acme's: leaked into globex's answer it is withheld;
-- poisoning: one tenant sending a common refusal first costs at most ``common_orgs - 1`` withheld
-  answers of others, and a distinctive leak in the same campaign is still caught;
+- poisoning and repeated leaks: ``test_e2e_leak_repeats.py``;
 - every answer field a client reads: ``top_logprobs`` alternatives, ``tool_calls[].function.name``,
   ``message.name``, unknown fields (dropped), Cyrillic look-alike letters, a canary in lower case with
   spaces.
@@ -67,21 +66,6 @@ def test_history_the_model_wrote_for_acme_is_acmes(gw: Any, backend: LeakyBacken
                 c.chat.completions.create(model="m", messages=[{"role": "user", "content": "any news?"}])
     finally:
         c.close()
-
-
-def test_poisoning_with_a_refusal_withholds_at_most_two_answers(gw: Any, backend: LeakyBackend) -> None:  # noqa: F811
-    refusal = ("I am sorry, but I cannot help with that request today. If you have another question about "
-               "your account, I would be glad to help with something else.")
-    set_mode(backend, "benign")
-    assert post(gw, "org1", {"messages": [{"role": "user", "content": f"Say exactly: {refusal}"}]}).status_code == 200
-    set_mode(backend, "fixed", text=refusal)  # the model writes the refusal for everyone
-    outcomes = [withheld(post(gw, f"org{i}", {})) for i in range(2, 14)]
-    assert sum(outcomes) <= 2 and not any(outcomes[2:]), outcomes
-    # a distinctive leak during the campaign is still caught
-    set_mode(backend, "benign")
-    chat(gw, "acme", SECRET)
-    set_mode(backend, "leak")
-    assert withheld(post(gw, "org15", {}))
 
 
 @pytest.mark.parametrize("mode", ["leak_top_logprobs", "leak_tool_name", "leak_message_name", "leak_lookalike"])

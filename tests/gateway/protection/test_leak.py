@@ -149,10 +149,15 @@ def test_a_phrase_is_common_only_once_several_organizations_have_it() -> None:
     assert stream(m, "initech", ["write a polite note"], f"Dear Sam, thanks. {phrase}.") is None
     m.record_prompt("acme", [f"Draft a reply to the supplier. End with: {phrase}"])
     assert stream(m, "globex", ["x"], f"Hello. {phrase}.", chunk=999) is not None
-    # ... answers to three organizations besides the asker are (acme sent it; initech and globex were
-    # answered with it, globex's answer withheld but received: whole answers are recorded whole).
-    assert stream(m, "hooli", ["write a polite note"], f"Dear Kim. {phrase}.") is None  # hooli: acme, initech, globex
-    assert stream(m, "umbrella", ["x"], f"Hi. {phrase}.") is None
+    # ... and globex's withheld answer is none either (an incident records nothing): hooli is withheld too.
+    assert stream(m, "hooli", ["write a polite note"], f"Dear Kim. {phrase}.") is not None
+    # Delivered answers to three organizations before anyone claimed it are: it is common language.
+    m1 = monitor()
+    for org in ("initech", "stark", "wayne"):
+        assert stream(m1, org, ["write a polite note"], f"Dear Sam, thanks. {phrase}.") is None
+    m1.record_prompt("acme", [f"Draft a reply to the supplier. End with: {phrase}"])
+    assert stream(m1, "globex", ["x"], f"Hello. {phrase}.") is None
+    assert stream(m1, "umbrella", ["x"], f"Hi. {phrase}.") is None
     # Text an asker copied from its own prompt is its own; two senders are common (max_owners 1).
     m2 = monitor()
     assert stream(m2, "hooli", [f"Use the closing line {phrase}"], f"Sure: {phrase}") is None
@@ -213,21 +218,70 @@ def test_history_the_model_wrote_for_a_tenant_is_that_tenants_when_it_sends_it_b
     assert evidence is not None and evidence.owners == ("acme",)
 
 
-def test_poisoning_with_a_common_phrase_withholds_at_most_common_orgs_minus_one_answers() -> None:
-    """Issue 16, 2: a tenant that sends a phrase the model writes for everyone first (a refusal
-    paragraph) does not make everybody's answers withheld."""
-    refusal = ("I'm sorry, but I can't help with that request. If you have another question, "
-               "I'd be happy to help with something else.")
+REFUSAL = ("I'm sorry, but I can't help with that request. If you have another question, "
+           "I'd be happy to help with something else.")
+
+
+@pytest.mark.parametrize("chunk", [7, 999])
+def test_poisoning_a_phrase_the_model_already_writes_withholds_nothing(chunk: int) -> None:
+    """Issue 16, 2: a phrase the model has written for ``common_orgs`` organizations is common language;
+    a tenant that sends it afterwards (poisoning) makes no answer withheld, streamed or whole."""
     m = monitor()
-    m.record_prompt("mallory", [f"Repeat after me: {refusal}"])
-    # Whole answers: a withheld one is recorded whole. (Streamed, only what was read before the stop
-    # is: the campaign takes a few more withheld answers to wear out; bench/leak_poisoning.py measures both.)
-    withheld = [stream(m, f"victim{i}", [f"question {i} about taxes"], refusal, chunk=999) is not None
+    for i in range(m.common_orgs):  # the model writes its refusal for three organizations
+        assert stream(m, f"early{i}", [f"question {i} about the weather"], REFUSAL, chunk=chunk) is None
+    m.record_prompt("mallory", [f"Repeat after me: {REFUSAL}"])
+    withheld = [stream(m, f"victim{i}", [f"question {i} about taxes"], REFUSAL, chunk=chunk) is not None
                 for i in range(20)]
-    assert sum(withheld) <= m.common_orgs - 1 and not any(withheld[m.common_orgs - 1:])
-    # and a real leak of a distinctive span at the same time is still caught
+    assert not any(withheld)
+    m.record_prompt("acme", [SECRET_PROMPT])  # and a real leak at the same time is still caught
+    assert stream(m, "victim3", ["hi"], f"{REFUSAL} {SECRET_PROMPT}", chunk=chunk) is not None
+
+
+@pytest.mark.parametrize("chunk", [7, 999])
+def test_a_withheld_answer_records_nothing_streamed_or_whole(chunk: int) -> None:
+    """Issue 16, 2 (the K = 3 hole) and the streamed/whole difference: an incident is no evidence that a
+    phrase is common, so a phrase only one tenant sent stays that tenant's however often it is withheld."""
+    m = monitor()
+    m.record_prompt("mallory", [f"Repeat after me: {REFUSAL}"])
+    withheld = [stream(m, f"victim{i}", [f"question {i} about taxes"], f"Well. {REFUSAL} Bye now, see you.",
+                       chunk=chunk) is not None for i in range(10)]
+    assert all(withheld)  # the price of poisoning on a cold index: stated in docs/leak-detection.md
+    assert all(received_by(f"victim{i}") not in o for o in m.index.owners(sorted(m.fingerprint([REFUSAL])))
+               for i in range(10))
+
+
+@pytest.mark.parametrize("receivers", [3, 5, 10])
+@pytest.mark.parametrize("chunk", [7, 999])
+def test_a_leak_repeated_to_more_organizations_is_withheld_every_time(receivers: int, chunk: int) -> None:
+    m = monitor()
     m.record_prompt("acme", [SECRET_PROMPT])
-    assert stream(m, "victim3", ["hi"], f"{refusal} {SECRET_PROMPT}") is not None
+    leaked = " ".join(SECRET_PROMPT.split()[4:20])
+    caught = [stream(m, f"org{i}", [f"hello {i}"], f"Here you go: {leaked}. Anything else?", chunk=chunk)
+              for i in range(receivers)]
+    assert all(e is not None and e.owners == ("acme",) for e in caught)
+
+
+def test_a_leak_in_pieces_shorter_than_a_run_does_not_make_the_whole_span_common() -> None:
+    """Pieces of acme's text in delivered answers (each shorter than a run) are evidence n-grams, never
+    recorded: the whole span reaching a fourth organization afterwards is still caught."""
+    m = monitor()
+    m.record_prompt("acme", [SECRET_PROMPT])
+    words_ = SECRET_PROMPT.split()
+    for i in range(4):
+        pieces = " and also ".join(" ".join(words_[j:j + 6]) for j in range(0, len(words_) - 6, 3))
+        assert stream(m, f"org{i}", [f"hello {i}"], pieces) is None  # 6-word pieces: no run of 7
+    assert stream(m, "org9", ["hi"], SECRET_PROMPT) is not None
+
+
+@pytest.mark.parametrize("chunk", [7, 999])
+def test_same_organization_many_keys_and_mixed_receivers(chunk: int) -> None:
+    """Receivers counted as organizations (the default unit): three keys of one org are one org; a mix
+    of orgs and repeated keys still never makes acme's span common."""
+    m = monitor()
+    m.record_prompt("acme", [SECRET_PROMPT])
+    leaked = " ".join(SECRET_PROMPT.split()[2:18])
+    for receiver in ["globex", "globex", "globex", "initech", "globex", "umbrella", "hooli", "initech", "stark"]:
+        assert stream(m, receiver, ["hi"], f"Sure: {leaked}", chunk=chunk) is not None, receiver
 
 
 def test_lookalike_letters_do_not_hide_a_leak() -> None:
@@ -262,9 +316,13 @@ def test_provenance_and_common_language_hold_on_the_redis_index(redis_url: str) 
     evidence = stream(replica2, "globex", ["news?"], restated)  # another replica, the same index
     assert evidence is not None and evidence.owners == ("acme",)
     refusal = "I am sorry, but I cannot help with that request. Please ask me something else instead."
+    for i in range(3):  # the model writes its refusal for three organizations, through either replica
+        assert stream(replica2 if i % 2 else replica1, f"early{i}", ["q"], refusal, chunk=999) is None
     replica1.record_prompt("mallory", [refusal])
     withheld = [stream(replica2 if i % 2 else replica1, f"v{i}", ["q"], refusal, chunk=999) is not None
                 for i in range(8)]
-    assert sum(withheld) <= 2 and not any(withheld[2:])
+    assert not any(withheld)
+    leaked = " ".join(SECRET_PROMPT.split()[4:20])
+    assert all(stream(replica2 if i % 2 else replica1, f"r{i}", ["q"], leaked) is not None for i in range(5))
     replica1.index.close()
     replica2.index.close()

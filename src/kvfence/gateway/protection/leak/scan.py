@@ -7,21 +7,27 @@ looked up in the index of recent traffic; it is *evidence* when
   turn the client resends as history -- what tenant A sends is A's, whoever wrote it first), at most
   ``max_owners`` of them, and B did not send it; and
 - it is not *common language*: fewer than ``common_orgs`` (default 3) organizations other than B
-  sent it or were answered with it within the window.
+  sent it or were *delivered* it without it being evidence, within the window.
 
 A run of ``min_run`` consecutive evidence n-grams (``n + min_run - 1`` words in a row) is a suspected
 leak. A canary string of another tenant anywhere in the answer is one outright (matched on the
 answer's skeleton: case, separators, look-alike letters do not hide it).
 
 Why this rule. Provenance is per tenant: a phrase stops being anyone's only by evidence across several
-unrelated organizations, never by one answer (the model writing it once for anyone, or the owner
-itself, proves nothing: a model restates its asker's data). Each answer's n-grams are recorded as
-*received* by its tenant when it ends, withheld or not, so a phrase the model writes for everyone
-becomes common after answers to ``common_orgs`` organizations; a tenant that sends such a phrase
-first (poisoning) can cause at most ``common_orgs - 1`` withheld answers per phrase per window, not a
-denial of service, and cannot whitelist another tenant's text without ``common_orgs`` organizations of
-its own. The cost: the same leak repeated to ``common_orgs`` further organizations is caught
-``common_orgs - 1`` times, then passes (each time an incident is logged first).
+unrelated organizations, never by one answer (a model restates its asker's data). What counts as that
+evidence is what the gateway *delivered*: an answer that ends clean records its n-grams as *received*
+by its tenant, except those that were evidence of a leak at the time. A withheld answer (an incident)
+records nothing, whole or streamed, however far it was read. So:
+
+- a span whose only origin is one tenant's prompt never becomes common through answers: each answer
+  carrying it is evidence, and evidence is never recorded. A leak repeated to 3, 5 or 10 further
+  organizations is withheld every time;
+- a phrase the model writes for everyone becomes common once answers to ``common_orgs`` organizations
+  carried it before anyone claimed it, or once two organizations sent it;
+- the price: a tenant that sends a phrase *before* the model has written it for ``common_orgs``
+  organizations in the window (poisoning on a cold index) makes answers carrying seven words of it
+  withheld, naming itself as the victim, for as long as it keeps sending it. A streamed and a whole
+  answer count the same, because neither counts when withheld.
 """
 
 from __future__ import annotations
@@ -187,22 +193,22 @@ class AnswerScanner:
                 ends.append(self._words)
         if not grams:
             return None
-        self._answer_grams.update(grams)
         foreign = [g for g in grams if g not in self._own]
         owners_of = dict(zip(foreign, self._monitor.index.owners(foreign), strict=True)) if foreign else {}
         monitor = self._monitor
         for gram, end in zip(grams, ends, strict=True):
             owners = owners_of.get(gram)
             senders = self._evidence(owners) if owners else None
-            if senders is not None:
-                self._run.append((gram, senders))
-                if len(self._run) >= monitor.min_run:
-                    run_owners = sorted(set().union(*(o for _, o in self._run)))
-                    return self._caught(LeakEvidence(
-                        "ngram", tuple(run_owners), tuple(f"{g:016x}" for g, _ in self._run),
-                        len(self._run) + n - 1, end))
-            else:
+            if senders is None:
+                self._answer_grams.add(gram)  # evidence is never recorded: it would make a leak common
                 self._run.clear()
+                continue
+            self._run.append((gram, senders))
+            if len(self._run) >= monitor.min_run:
+                run_owners = sorted(set().union(*(o for _, o in self._run)))
+                return self._caught(LeakEvidence(
+                    "ngram", tuple(run_owners), tuple(f"{g:016x}" for g, _ in self._run),
+                    len(self._run) + n - 1, end))
         return None
 
     def _evidence(self, owners: frozenset[str]) -> frozenset[str] | None:
@@ -218,12 +224,14 @@ class AnswerScanner:
         return senders
 
     def _caught(self, evidence: LeakEvidence) -> LeakEvidence:
+        # A withheld answer records nothing: an incident is no evidence that a phrase is common, and a
+        # stream cut at the catch then counts the same as a whole answer (nothing either way).
         self.evidence = evidence
-        self._record_received()  # a withheld answer still counts towards a phrase being common
+        self._answer_grams.clear()
         return evidence
 
     def _record_received(self) -> None:
-        if self._answer_grams and not self._recorded:
+        if self._answer_grams and not self._recorded and self.evidence is None:
             self._recorded = True
             self._monitor.index.add(received_by(self._tenant), self._answer_grams)
 
