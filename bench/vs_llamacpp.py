@@ -1,21 +1,21 @@
-"""kvfence against llama.cpp on the same SmolLM-135M-shaped random weights, fp32 and bf16, in one run.
+"""kvfence against llama.cpp on the same SmolLM-135M-shaped random weights, fp32, bf16 and fp16, in one run.
 
-For each thread count and weight dtype (float32, bfloat16), alternated kvfence / llama.cpp, repeated:
+For each thread count and weight dtype (float32, bfloat16, float16), alternated kvfence / llama.cpp, repeated:
   * the memory-bandwidth roofline of the dtype (a ``sum()`` over 1 GiB at that thread count, divided
     by the bytes of weights one token reads: 4 or 2 per parameter);
   * batch-1 decode tok/s (and its fraction of the roofline), prefill pp128 / pp512 tok/s,
     batched decode B=8 / B=32 tok/s (prompts of 32 tokens);
   * peak RSS of a process serving 32 sequences over an 8,192-token pool (one child process each).
-KV cache: kvfence's pool is the model's dtype (float32, or bfloat16 for bfloat16 weights); llama.cpp's
-is its default f16 in both (llama-bench takes no f32 cache), so at float32 kvfence streams and holds
-twice llama.cpp's KV bytes.
+KV cache: float16 in both by default (llama.cpp's default, and llama-bench takes no f32 cache; kvfence's
+``kv_cache_dtype="float16"``); ``--kv-cache-dtype auto`` gives kvfence the model's dtype instead (a
+float32 pool for float32 weights: twice llama.cpp's KV bytes).
 
 With ``--llama-cpp`` llama.cpp is built from the llama-cpp-python sdist (``pip download``, cmake, in
 ``$KVFENCE_HOME/bench/llama.cpp``; minutes on a small machine, once) and the model written as GGUF
 (f32 and bf16) with the sdist's own ``gguf-py``; where that cannot be done the llama.cpp columns are
 skipped with the reason. Without it only kvfence and the roofline run.
 
-    python bench/vs_llamacpp.py [--llama-cpp] [--threads 1,2] [--dtypes float32,bfloat16] [--repeats 3]
+    python bench/vs_llamacpp.py [--llama-cpp] [--threads 1,2] [--dtypes float32,bfloat16,float16] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -41,16 +41,17 @@ from throughput import build_model, measure_bandwidth
 
 SDIST = "llama-cpp-python"
 PROMPT_LEN, DECODE_TOKENS, POOL_TOKENS = 32, 48, 8192
-LLAMA_KV = {"float32": "f16", "bfloat16": "f16"}  # llama-bench takes no f32 KV cache: its default f16 for both
-GGUF_TYPE = {"float32": "f32", "bfloat16": "bf16"}
+LLAMA_KV = "f16"  # llama-bench takes no f32 KV cache: its default f16 for every weight dtype
+GGUF_TYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+WEIGHT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 # ---- kvfence ---------------------------------------------------------------------------------------
 
 
-def kvfence_llm(model_dir: Path, dtype: str) -> LLM:
+def kvfence_llm(model_dir: Path, dtype: str, kv_cache_dtype: str = "float16") -> LLM:
     return LLM(model=str(model_dir), dtype=dtype, device="cpu", kv_cache_tokens=POOL_TOKENS,  # type: ignore[arg-type]
-               max_num_batched_tokens=2048, max_prefill_chunk=512)
+               kv_cache_dtype=kv_cache_dtype, max_num_batched_tokens=2048, max_prefill_chunk=512)  # type: ignore[arg-type]
 
 
 def kvfence_decode(llm: LLM, batch: int, tokens: int = DECODE_TOKENS) -> float:
@@ -137,7 +138,8 @@ def write_gguf(tree: Path, model_dir: Path, dtype: str) -> Path:
     writer.add_rope_dimension_count(cfg["hidden_size"] // heads)
     writer.add_rope_freq_base(float(cfg.get("rope_theta", 10000.0)))
     writer.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if dtype == "bfloat16" else gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type({"bfloat16": gguf.LlamaFileType.MOSTLY_BF16, "float16": gguf.LlamaFileType.MOSTLY_F16}.get(
+        dtype, gguf.LlamaFileType.ALL_F32))
     vocab = cfg["vocab_size"]
     writer.add_tokenizer_model("llama")
     writer.add_token_list([f"<t{i}>".encode() for i in range(vocab)])
@@ -166,6 +168,8 @@ def write_gguf(tree: Path, model_dir: Path, dtype: str) -> Path:
                 t = t.reshape(n, 2, t.shape[0] // n // 2, *t.shape[1:]).swapaxes(1, 2).reshape(t.shape)
         if t.dim() == 2 and dtype == "bfloat16":
             writer.add_tensor(target, t.bfloat16().view(torch.int16).numpy(), raw_dtype=gguf.GGMLQuantizationType.BF16)
+        elif t.dim() == 2 and dtype == "float16":
+            writer.add_tensor(target, t.half().numpy())
         else:
             writer.add_tensor(target, t.numpy())
     writer.write_header_to_file()
@@ -175,8 +179,8 @@ def write_gguf(tree: Path, model_dir: Path, dtype: str) -> Path:
     return out
 
 
-def llama_bench(tree: Path, gguf_path: Path, dtype: str, threads: int) -> dict[str, float]:
-    kv = LLAMA_KV[dtype]
+def llama_bench(tree: Path, gguf_path: Path, threads: int) -> dict[str, float]:
+    kv = LLAMA_KV
     cmd = [str(tree / "build" / "bin" / "llama-bench"), "-m", str(gguf_path), "-t", str(threads), "-p", "128,512",
            "-n", str(DECODE_TOKENS), "-r", "1", "-ctk", kv, "-ctv", kv, "-o", "json"]
     rows = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
@@ -187,8 +191,8 @@ def llama_bench(tree: Path, gguf_path: Path, dtype: str, threads: int) -> dict[s
     return got
 
 
-def llama_batched(tree: Path, gguf_path: Path, dtype: str, threads: int, batch: int) -> float:
-    kv = LLAMA_KV[dtype]
+def llama_batched(tree: Path, gguf_path: Path, threads: int, batch: int) -> float:
+    kv = LLAMA_KV
     cmd = [str(tree / "build" / "bin" / "llama-batched-bench"), "-m", str(gguf_path), "-t", str(threads),
            "-c", str(POOL_TOKENS), "-b", "2048", "-ub", "512", "-npp", str(PROMPT_LEN), "-ntg", str(DECODE_TOKENS),
            "-npl", str(batch), "-ctk", kv, "-ctv", kv]
@@ -211,9 +215,9 @@ def peak_rss_mb(cmd: list[str]) -> float:
     return int(done.stdout.split()[-1]) / 1024
 
 
-def _rss_child(model_dir: Path, dtype: str, threads: int) -> None:
+def _rss_child(model_dir: Path, dtype: str, threads: int, kv_cache_dtype: str) -> None:
     torch.set_num_threads(threads)
-    kvfence_decode(kvfence_llm(model_dir, dtype), 32, tokens=8)
+    kvfence_decode(kvfence_llm(model_dir, dtype, kv_cache_dtype), 32, tokens=8)
 
 
 # ---- the run -------------------------------------------------------------------------------------
@@ -229,41 +233,44 @@ def main() -> int:
     ap.add_argument("--llama-cpp-dir", type=Path, default=kvfence_home() / "bench" / "llama.cpp",
                     help="where the sdist is downloaded and built (default: $KVFENCE_HOME/bench/llama.cpp)")
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--dtypes", default="float32,bfloat16,float16")
+    ap.add_argument("--kv-cache-dtype", default="float16",
+                    help="kvfence's KV pool (default float16, llama.cpp's f16; auto: the model's dtype)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-rss", action="store_true", help="skip the peak-RSS child processes")
-    ap.add_argument("--rss-child", nargs=3, metavar=("MODEL", "DTYPE", "THREADS"), help=argparse.SUPPRESS)
+    ap.add_argument("--rss-child", nargs=4, metavar=("MODEL", "DTYPE", "THREADS", "KV"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.rss_child:
-        _rss_child(Path(args.rss_child[0]), args.rss_child[1], int(args.rss_child[2]))
+        _rss_child(Path(args.rss_child[0]), args.rss_child[1], int(args.rss_child[2]), args.rss_child[3])
         return 0
     started = time.perf_counter()
     model_dir = build_model(kvfence_home() / "bench" / "models")
     params = _param_count(model_dir)
     tree, why = build_llama_cpp(args.llama_cpp_dir) if args.llama_cpp else (None, "not asked (--llama-cpp)")
     print(f"llama.cpp: {why if tree is None else tree}")
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {params / 1e6:.1f}M parameters")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {params / 1e6:.1f}M parameters; "
+          f"KV cache kvfence {args.kv_cache_dtype}, llama.cpp {LLAMA_KV}")
     workloads = ("decode_b1", "pp128", "pp512", "decode_b8", "decode_b32")
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
         for dtype in args.dtypes.split(","):
-            llm = kvfence_llm(model_dir, dtype)
+            llm = kvfence_llm(model_dir, dtype, args.kv_cache_dtype)
             gguf_path = write_gguf(tree, model_dir, dtype) if tree is not None else None
             ours: dict[str, list[float]] = {w: [] for w in workloads}
             theirs: dict[str, list[float]] = {w: [] for w in workloads}
             roof: list[float] = []
             for _ in range(args.repeats):
-                roof.append(measure_bandwidth(repeats=3) / (params * (4 if dtype == "float32" else 2)))
+                roof.append(measure_bandwidth(repeats=3) / (params * WEIGHT_BYTES[dtype]))
                 ours["decode_b1"].append(kvfence_decode(llm, 1))
                 if gguf_path is not None and tree is not None:
-                    for k, v in llama_bench(tree, gguf_path, dtype, threads).items():
+                    for k, v in llama_bench(tree, gguf_path, threads).items():
                         theirs[k].append(v)
                 ours["pp128"].append(kvfence_prefill(llm, 128))
                 ours["pp512"].append(kvfence_prefill(llm, 512))
                 for b in (8, 32):
                     ours[f"decode_b{b}"].append(kvfence_decode(llm, b))
                     if gguf_path is not None and tree is not None:
-                        theirs[f"decode_b{b}"].append(llama_batched(tree, gguf_path, dtype, threads, b))
+                        theirs[f"decode_b{b}"].append(llama_batched(tree, gguf_path, threads, b))
             print(f"\n{dtype} weights, {threads} thread(s); roofline {statistics.median(roof):.1f} tok/s "
                   f"(min {min(roof):.1f}); tok/s as min / median of {args.repeats}")
             print(f"  {'':11} {'kvfence':>15} {'llama.cpp':>15}   ratio(median)")
@@ -276,15 +283,17 @@ def main() -> int:
                         extra += f", llama.cpp {statistics.median(theirs[w]) / statistics.median(roof):.0%}"
                 print(f"  {w:11} {_fmt(ours[w])} {_fmt(theirs[w])}{extra}")
             if not args.no_rss:
-                rss_ours = peak_rss_mb([sys.executable, __file__, "--rss-child", str(model_dir), dtype, str(threads)])
+                rss_ours = peak_rss_mb([sys.executable, __file__, "--rss-child", str(model_dir), dtype, str(threads),
+                                        args.kv_cache_dtype])
                 line = f"  peak RSS, B=32 over {POOL_TOKENS} tokens: kvfence {rss_ours:.0f} MB"
                 if gguf_path is not None and tree is not None:
-                    kv = LLAMA_KV[dtype]
+                    kv = LLAMA_KV
                     rss_theirs = peak_rss_mb([str(tree / "build" / "bin" / "llama-batched-bench"), "-m", str(gguf_path),
                                               "-t", str(threads), "-c", str(POOL_TOKENS), "-npp", str(PROMPT_LEN),
                                               "-ntg", "8", "-npl", "32", "-ctk", kv, "-ctv", kv])
                     line += f", llama.cpp {rss_theirs:.0f} MB ({rss_ours / rss_theirs:.2f}x)"
-                print(line)
+                floor = peak_rss_mb([sys.executable, "-c", "import torch, kvfence.engine.llm"])
+                print(line + f"; of kvfence's, {floor:.0f} MB is importing torch and the engine")
             del llm
     print(f"\n(run took {time.perf_counter() - started:.0f} s)")
     return 0

@@ -14,7 +14,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kvfence.engine.kernels import MAX_KERNEL_ROWS, kernel_status, linear
+from kvfence.engine.kernels import (
+    MAX_KERNEL_ROWS,
+    gemv_kernel_in_use,
+    kernel_status,
+    linear,
+    tiled_kernel_in_use,
+    use_gemv_kernel,
+)
 from kvfence.engine.kernels.fused_layer import DecoderLayerKernel
 from kvfence.engine.llm import LLM
 from kvfence.engine.models.llama import FusedLinear, LlamaDecoderLayer
@@ -50,11 +57,17 @@ def test_half_weight_products_sum_in_float32(dtype: torch.dtype, rows: int, thre
 def test_half_weights_match_float32_weights_bit_for_bit() -> None:
     # the same values stored in 2 or 4 bytes: the same FMAs in the same order (from 2 rows; one row
     # sums 64 weights per step over eight accumulators, float32 32 over four)
+    # (an engine built earlier in the process may have chosen torch's float32 products by timing)
     gen = torch.Generator().manual_seed(1)
     weight = torch.randn(700, 192, generator=gen).to(torch.bfloat16)
-    for rows in (2, 5, 40):
-        x = torch.randn(rows, 192, generator=gen)
-        assert torch.equal(linear(x, weight), linear(x, weight.float())), rows
+    saved = (gemv_kernel_in_use(), tiled_kernel_in_use())
+    use_gemv_kernel(True)
+    try:
+        for rows in (2, 5, 40):
+            x = torch.randn(rows, 192, generator=gen)
+            assert torch.equal(linear(x, weight), linear(x, weight.float())), rows
+    finally:
+        use_gemv_kernel(saved[0], tiled=saved[1])
 
 
 def test_products_the_kernel_does_not_take_still_sum_in_float32() -> None:
