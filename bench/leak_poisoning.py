@@ -40,7 +40,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 
-from kvfence.gateway.protection.leak.fingerprint import Fingerprinter
+from kvfence.gateway.protection.leak.fingerprint import Fingerprinter, canonical
 from kvfence.gateway.protection.leak.index import FingerprintIndex, InMemoryIndex, RedisIndex
 from kvfence.gateway.protection.leak.scan import (
     RECEIVED,
@@ -101,7 +101,7 @@ class K3Scanner(AnswerScanner):
     def _consume(self, new_words: list[str]) -> LeakEvidence | None:
         recent = deque(self._recent, maxlen=self._monitor.fingerprinter.n)
         for word in new_words:
-            recent.append(word)
+            recent.append(canonical(word))
             if len(recent) == recent.maxlen:
                 self._read.add(self._monitor.fingerprinter.of_words(tuple(recent)))
         return super()._consume(new_words)

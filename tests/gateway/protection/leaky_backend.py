@@ -30,7 +30,11 @@ Issue 16's leak channels (each leaks the *previous* request's last user message,
 - ``leak_message_name``: a harmless content, ``message.name`` is ``previous``;
 - ``leak_unknown_field``: a harmless content, ``message.x_debug`` and a top-level ``x_trace`` are ``previous``;
 - ``leak_lookalike``: ``previous`` with Cyrillic look-alike letters for a, e, o, c, p;
-- ``leak_canary_disguised``: the previous canaries in lower case with spaces between the characters.
+- ``leak_canary_disguised``: the previous canaries in lower case with spaces between the characters;
+- ``leak_transform``: ``previous`` rewritten by ``{"transform": ...}``: ``rot13``, ``reversed`` (the
+  whole text spelt backwards), ``words_reversed`` (each word spelt backwards), ``leet`` (a, e, i, o,
+  s, t as 4, 3, 1, 0, 5, 7), ``spaced`` (a space between letters, three between words), ``base64``
+  and ``hex`` (after a few plain words).
 
 Answers stream in 5-character chunks when asked to. With ``logprobs: true`` the answer comes as
 3-character "tokens" with chat ``logprobs`` (two tokens per streamed chunk), so a placeholder is split
@@ -50,6 +54,26 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+
+def _transform(name: str, text: str) -> str:
+    if name == "rot13":
+        import codecs
+        return codecs.encode(text, "rot13")
+    if name == "reversed":
+        return text[::-1]
+    if name == "words_reversed":
+        return " ".join(w[::-1] for w in text.split())
+    if name == "leet":
+        return text.translate(str.maketrans("aeiostAEIOST", "431057431057"))
+    if name == "spaced":
+        return "   ".join(" ".join(w) for w in text.split())
+    if name == "base64":
+        import base64
+        return "Encoded as asked: " + base64.b64encode(text.encode()).decode()
+    if name == "hex":
+        return "In hex: " + text.encode().hex()
+    raise ValueError(f"unknown transform {name!r}")
 
 
 def build() -> Starlette:
@@ -86,6 +110,8 @@ def build() -> Starlette:
             text = state["text"]
         elif state["mode"] == "leak_lookalike":
             text = state["previous"].translate(str.maketrans("aeocp", "\u0430\u0435\u043e\u0441\u0440"))
+        elif state["mode"] == "leak_transform":
+            text = _transform(state["transform"], state["previous"])
         elif state["mode"] == "leak_canary_disguised":
             text = "The marker: " + " ".join(" ".join(c.lower()) for c in state["previous_canaries"]) + "."
         elif state["mode"] in ("leak_top_logprobs", "leak_message_name", "leak_unknown_field"):
@@ -211,6 +237,7 @@ def build() -> Starlette:
         asked = await request.json()
         state["mode"] = asked["mode"]
         state["text"] = asked.get("text", state["text"])
+        state["transform"] = asked.get("transform", state.get("transform", ""))
         return JSONResponse({"mode": state["mode"]})
 
     async def received(request: Request) -> Response:

@@ -30,6 +30,18 @@ PII = {
     "email_spaced": ("write to jane.doe @ example . com soon", "jane.doe @"),
     "email_spaced_at": ("write to jane.doe @example.com soon", "jane.doe @example"),
     "email_chars": ("write to " + " ".join("jane@example.com") + " soon", "j a n e @"),
+    # issue 16, 3: digits as words in five more languages, words mixed with digits, look-alike letters
+    **{f"card_in_words_{lang}": (f"{lead} " + " ".join(names[int(d)] for d in CARD.replace(" ", "")) + " ok",
+                                 " ".join(names[int(d)] for d in "4111"))
+       for lang, lead, names in [
+           ("de", "Karte", ["null", "eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun"]),
+           ("fr", "carte", ["zéro", "un", "deux", "trois", "quatre", "cinq", "six", "sept", "huit", "neuf"]),
+           ("es", "tarjeta", ["cero", "uno", "dos", "tres", "cuatro", "cinco", "seis", "siete", "ocho", "nueve"]),
+           ("it", "carta", ["zero", "uno", "due", "tre", "quattro", "cinque", "sei", "sette", "otto", "nove"]),
+           ("nl", "kaart", ["nul", "een", "twee", "drie", "vier", "vijf", "zes", "zeven", "acht", "negen"])]},
+    "card_words_and_digits": ("pay with 4 one 1 one 1 one 1 one 1 one 1 one 1 one 1 one", "4 one 1 one"),
+    "card_letter_digits": ("pay with 4lll 1lI1 1111 1111 please", "4lll 1lI1"),
+    "iban_letter_o": ("wire it to DE89 37O4 OO44 O532 O13O OO today", "37O4 OO44"),
 }
 
 

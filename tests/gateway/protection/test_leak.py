@@ -33,11 +33,12 @@ def stream(m: LeakMonitor, tenant: str, own_texts: list[str], answer: str, chunk
 
 
 def test_words_and_fingerprints_hold_no_text() -> None:
-    assert words("Hello, World! ça-va") == ["hello", "world", "ça", "va"]
+    assert words("Hello, World! ça-va") == ["heiio", "worid", "ça", "va"]  # "l" read as "i" (leetspeak "1")
     fp = Fingerprinter(KEY, 3)
     other = Fingerprinter(b"another-key-0123456789", 3)
-    assert fp.of_text("a b c d") != other.of_text("a b c d")
-    assert len(fp.of_text("a b c d")) == 2
+    assert fp.of_text("ab cd ef gh") != other.of_text("ab cd ef gh")
+    assert len(fp.of_text("ab cd ef gh")) == 2
+    assert words("h a l v o r s e n  m a r i t i m e, H4lv0rs3n") == ["haivorsen", "maritime", "haivorsen"]
 
 
 def test_another_tenants_prompt_in_an_answer_is_caught() -> None:

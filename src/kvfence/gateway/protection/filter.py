@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 
 from kvfence.gateway.errors import DetectorFailure, LeakSuspected
 from kvfence.gateway.hooks import RequestContext
-from kvfence.gateway.protection.leak.scan import AnswerScanner, LeakEvidence
+from kvfence.gateway.protection.detect.encoded import MAX_RUN_CHARS, MIN_RUN_CHARS
+from kvfence.gateway.protection.detect.normalise import INVISIBLE
+from kvfence.gateway.protection.leak.scan import ENCODED_ALPHABET, AnswerScanner, LeakEvidence
 from kvfence.gateway.protection.pseudonymise.slot_syntax import SlotKind
 from kvfence.gateway.protection.pseudonymise.streaming import StreamRestorer
 from kvfence.gateway.protection.pseudonymise.token_restore import TokenRestorer
@@ -20,6 +22,10 @@ if TYPE_CHECKING:
 __all__ = ["ProtectionFilter", "RequestState"]
 
 log = logging.getLogger("kvfence.gateway.protection")
+
+# A run of these at the end of a streamed answer may be base64 or hex the leak scan can only decode
+# once it ends (invisible characters too: the scan folds them away, so they do not end a run).
+_HELD_ALPHABET = ENCODED_ALPHABET + "".join(INVISIBLE)
 
 
 @dataclass
@@ -46,6 +52,8 @@ class ProtectionFilter:
         self._restorer = StreamRestorer(state.restore_table)
         self._emitted = 0
         self._stopped: LeakSuspected | None = None
+        self._held = ""  # the end of a long base64 / hex run, not passed on until the scan has decoded it
+        self._run_chars = 0  # length of the run of such characters the text read so far ends with
 
     def _check(self, evidence: LeakEvidence | None) -> None:
         if evidence is not None and self._stopped is None:
@@ -90,15 +98,37 @@ class ProtectionFilter:
         if self._stopped is not None:
             raise self._stopped
         self._scan(text_delta)
-        out = self._restorer.feed(text_delta)
+        out = self._restorer.feed(self._hold(text_delta) if self._scanner is not None else text_delta)
         self._emitted += len(out)
         return out
+
+    def _hold(self, delta: str) -> str:
+        """What of ``delta`` may go out now: all of it, except the end of a run that could be base64 or
+        hex once it is :data:`MIN_RUN_CHARS` long (its first characters went out before it was: about a
+        word's worth, as a plain-text run lets six words out before it is caught)."""
+        kept = delta.rstrip(_HELD_ALPHABET)
+        if not kept:  # the run goes on
+            self._run_chars += len(delta)
+            if self._run_chars < MIN_RUN_CHARS and not self._held:
+                return delta
+            self._held += delta
+            if len(self._held) > MAX_RUN_CHARS:  # the scan decides at this length too
+                out, self._held = self._held, ""
+                return out
+            return ""
+        out, tail = self._held + kept, delta[len(kept):]
+        self._held, self._run_chars = "", len(tail)
+        if len(tail) >= MIN_RUN_CHARS:
+            self._held = tail
+            return out
+        return out + tail
 
     def finish(self) -> str:
         if self._stopped is not None:
             raise self._stopped
         self._scan(None)
-        out = self._restorer.finish()
+        held, self._held = self._held, ""
+        out = self._restorer.feed(held) + self._restorer.finish() if held else self._restorer.finish()
         self._emitted += len(out)
         return out
 

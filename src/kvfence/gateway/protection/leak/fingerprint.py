@@ -1,6 +1,8 @@
 """Keyed fingerprints of word n-grams: what the leak index stores instead of prompt text.
 
-Text is split into lowercase word tokens (Unicode ``\\w+``); each run of ``n`` consecutive words is
+Text is split into lowercase word tokens (Unicode ``\\w+``) in their canonical form (:func:`canonical`:
+leetspeak digits inside a word read as letters, letters spaced out one by one joined); each run of
+``n`` consecutive words is
 hashed with HMAC-SHA256 under the gateway's secret and truncated to 64 bits. Without the key a
 fingerprint cannot be tested against a guessed phrase, so the index (in memory or in Redis) holds
 nothing a reader could turn back into prompt text.
@@ -14,11 +16,31 @@ from collections.abc import Iterable
 
 from kvfence.gateway.protection.detect.normalise import LOOKALIKES, fold
 
-__all__ = ["Fingerprinter", "leak_fold", "words"]
+__all__ = ["Fingerprinter", "canonical", "despace", "leak_fold", "words"]
 
 # Letters and digits; "_" separates words too ("halvorsen_maritime_will" is three, in a tool name as in prose).
 _WORD = re.compile(r"[^\W_]+")
 _LOOKALIKE_TABLE = str.maketrans(LOOKALIKES)
+# Leetspeak: a digit reads as the letter it stands for ("h4lv0rs3n", "15" for "is"); 2 and 6 stand
+# for too many things to guess. "1" is "i" or "l", so every "l" is read as "i" too. Prompts and
+# answers alike, numbers too: a fingerprint only has to be equal on both sides, and "412" and "4i2"
+# being one word costs nothing.
+_CANON = str.maketrans("01345789l", "oieastbgi")
+# Letters spaced out one by one, "h a l v o r s e n" (three or more, one space between each): one
+# word. Two spaces or punctuation between two of them keep them apart.
+_SPACED_LETTERS = re.compile(r"(?<![^\W_])[^\W_](?: [^\W_](?![^\W_])){2,}")
+
+
+def despace(text: str) -> str:
+    """``text`` with each run of letters spaced out one by one joined into one word."""
+    if " " not in text:
+        return text
+    return _SPACED_LETTERS.sub(lambda m: m.group(0).replace(" ", ""), text)
+
+
+def canonical(word: str) -> str:
+    """One lowercase word token as the index compares it: leetspeak digits made letters, "l" made "i"."""
+    return word.translate(_CANON)
 
 
 def leak_fold(text: str) -> str:
@@ -32,10 +54,11 @@ def leak_fold(text: str) -> str:
 
 
 def words(text: str) -> list[str]:
-    """Lowercase word tokens of ``text`` after :func:`leak_fold`; punctuation, whitespace and markup
-    are separators, so a zero-width character, a full-width or a look-alike letter inside a word
-    does not make another word of it, in a prompt or in an answer."""
-    return _WORD.findall(leak_fold(text).lower())
+    """Lowercase word tokens of ``text`` after :func:`leak_fold` and :func:`despace`, each in its
+    :func:`canonical` form; punctuation, whitespace and markup are separators, so a zero-width
+    character, a full-width or a look-alike letter inside a word does not make another word of it,
+    in a prompt or in an answer."""
+    return _WORD.findall(despace(leak_fold(text)).lower().translate(_CANON))
 
 
 class Fingerprinter:

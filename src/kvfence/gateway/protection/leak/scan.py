@@ -36,12 +36,13 @@ import hmac
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from kvfence.gateway.protection.leak.fingerprint import Fingerprinter, leak_fold
+from kvfence.gateway.protection.detect.encoded import MAX_RUN_CHARS, MIN_RUN_CHARS, decoded_runs
+from kvfence.gateway.protection.leak.fingerprint import Fingerprinter, canonical, despace, leak_fold
 from kvfence.gateway.protection.leak.index import FingerprintIndex
 
-__all__ = ["RECEIVED", "AnswerScanner", "CanaryBook", "LeakEvidence", "LeakMonitor", "compact", "received_by"]
+__all__ = ["ENCODED_ALPHABET", "RECEIVED", "AnswerScanner", "CanaryBook", "LeakEvidence", "LeakMonitor", "compact", "received_by"]
 
 CANARY_PREFIX = "kvfc-"
 # Index entries of answers (``RECEIVED + tenant``), beside the tenants' own sent text. The separator
@@ -54,13 +55,22 @@ def received_by(tenant: str) -> str:
     return RECEIVED + tenant
 _WORD_CHAR = re.compile(r"[^\W_]")
 _WORD = re.compile(r"[^\W_]+")  # as fingerprint.words
+# letters spaced out one by one at the end of a delta ("h a l "): they may go on in the next one
+_SPACED_TAIL = re.compile(r"(?<![^\W_])(?:[^\W_] )+$")
+_MAX_HELD_CHARS = 4096
+# the characters of a base64 (standard or URL-safe) or hex run, as detect/encoded.py reads them
+ENCODED_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=_-"
+_ROT13 = str.maketrans("abcdefghijklmnopqrstuvwxyz", "nopqrstuvwxyzabcdefghijklm")
+# How an answer may carry a copied text so that a reader still reads it (each compared word by word,
+# as it streams): as written, in ROT13, each word spelt backwards, the whole text spelt backwards.
+VIEWS = ("ngram", "ngram_rot13", "ngram_words_reversed", "ngram_reversed")
 
 
 @dataclass(frozen=True)
 class LeakEvidence:
     """Why an answer was stopped: fingerprints (hex, never text) and the tenants that own them."""
 
-    detector: str                   # "ngram" or "canary"
+    detector: str                   # "canary", or how the run was read: one of VIEWS
     owners: tuple[str, ...]
     fingerprints: tuple[str, ...]
     run_words: int                  # words in the run of foreign n-grams (0 for a canary)
@@ -136,14 +146,22 @@ def compact(text: str) -> str:
 class AnswerScanner:
     """Scans one choice of one answer; ``feed``/``finish`` return evidence once, else ``None``."""
 
-    def __init__(self, monitor: LeakMonitor, tenant: str, own: frozenset[int]) -> None:
+    def __init__(self, monitor: LeakMonitor, tenant: str, own: frozenset[int], *, decoded: bool = False) -> None:
         self._monitor = monitor
+        # ``decoded``: this scanner reads the text decoded from an answer's base64 / hex runs; it
+        # records nothing and decodes no further (one level, as the detectors do)
+        self._is_decoded = decoded
+        self._encoded = ""  # a run of base64 / hex characters at the end of what was read: it may go on
+        self._decoder: AnswerScanner | None = None
         self._tenant = tenant
         self._own = own
-        self._recent: deque[str] = deque(maxlen=monitor.fingerprinter.n)
+        n = monitor.fingerprinter.n
+        self._recent: deque[str] = deque(maxlen=n)  # canonical words as written
+        self._rot13: deque[str] = deque(maxlen=n)
+        self._backwards: deque[str] = deque(maxlen=n)  # each word spelt backwards
         self._partial = ""
         self._tail = ""
-        self._run: list[tuple[int, frozenset[str]]] = []
+        self._runs: list[list[tuple[int, frozenset[str]]]] = [[] for _ in VIEWS]
         self._words = 0
         self._answer_grams: set[int] = set()
         self._recorded = False
@@ -162,19 +180,58 @@ class AnswerScanner:
             if owners:
                 return self._caught(LeakEvidence("canary", tuple(sorted(set(owners))), (), 0, self._words))
             self._tail = window[-(canaries.longest - 1):]
+        if not self._is_decoded:
+            evidence = self._scan_encoded(delta, final=False)
+            if evidence is not None:
+                return evidence
         text = self._partial + delta
-        # A word at the very end may continue in the next delta: keep it for then.
+        # A word at the very end may continue in the next delta: keep it for then, and so letters
+        # spaced out one by one before it (fingerprint.despace must see the whole run).
         cut = len(text)
         while cut > 0 and _WORD_CHAR.match(text[cut - 1]):
             cut -= 1
+        spaced = _SPACED_TAIL.search(text, max(0, cut - _MAX_HELD_CHARS), cut) if text[cut - 1:cut] == " " else None
+        if spaced is not None:
+            cut = spaced.start()
         self._partial = text[cut:]
-        return self._consume(_WORD.findall(text[:cut].lower()))
+        return self._consume(_WORD.findall(despace(text[:cut]).lower()))
+
+    def _scan_encoded(self, delta: str, final: bool) -> LeakEvidence | None:
+        """Decode the base64 / hex runs read so far (``detect/encoded.py``, one place for both sides) and
+        scan what they say as one more text: a model writes another tenant's prompt in base64 as easily
+        as in words. A run at the end waits for its end (at most ``MAX_RUN_CHARS``)."""
+        kept = delta.rstrip(ENCODED_ALPHABET)
+        if not kept and not final and len(self._encoded) + len(delta) <= MAX_RUN_CHARS:
+            self._encoded += delta  # the run goes on
+            return None
+        text = self._encoded + (delta if final else kept)
+        self._encoded = "" if final else delta[len(kept):]
+        if len(text) < MIN_RUN_CHARS:
+            return None
+        for run in decoded_runs(text):
+            if self._decoder is None:
+                self._decoder = AnswerScanner(self._monitor, self._tenant, self._own, decoded=True)
+            evidence = self._decoder.feed(run.decoded)
+            if evidence is None and final:
+                evidence = self._decoder.finish()
+            if evidence is not None:
+                how = evidence.detector if evidence.detector == "canary" else f"ngram_{run.encoding}"
+                return self._caught(replace(evidence, detector=how, at_word=self._words))
+        if final and self._decoder is not None:
+            evidence = self._decoder.finish()
+            if evidence is not None:
+                return self._caught(replace(evidence, at_word=self._words))
+        return None
 
     def finish(self) -> LeakEvidence | None:
         if self.evidence is not None:
             return self.evidence
+        if not self._is_decoded:
+            evidence = self._scan_encoded("", final=True)
+            if evidence is not None:
+                return evidence
         rest, self._partial = self._partial, ""
-        evidence = self._consume(_WORD.findall(rest.lower()))
+        evidence = self._consume(_WORD.findall(despace(rest).lower()))
         if evidence is None:
             self._record_received()
         return evidence
@@ -182,33 +239,39 @@ class AnswerScanner:
     def _consume(self, new_words: list[str]) -> LeakEvidence | None:
         if not new_words:
             return None
-        n = self._monitor.fingerprinter.n
-        grams: list[int] = []
+        fingerprinter = self._monitor.fingerprinter
+        n = fingerprinter.n
+        grams: list[tuple[int, int, int, int]] = []  # per position, one n-gram per view (VIEWS)
         ends: list[int] = []  # answer position (in words) where each n-gram ends
         for word in new_words:
-            self._recent.append(word)
+            self._recent.append(canonical(word))
+            self._rot13.append(canonical(word.translate(_ROT13)))
+            self._backwards.append(canonical(word[::-1]))
             self._words += 1
             if len(self._recent) == n:
-                grams.append(self._monitor.fingerprinter.of_words(tuple(self._recent)))
+                backwards = tuple(self._backwards)
+                grams.append((fingerprinter.of_words(tuple(self._recent)), fingerprinter.of_words(tuple(self._rot13)),
+                              fingerprinter.of_words(backwards), fingerprinter.of_words(backwards[::-1])))
                 ends.append(self._words)
         if not grams:
             return None
-        foreign = [g for g in grams if g not in self._own]
+        foreign = list({g for position in grams for g in position if g not in self._own})
         owners_of = dict(zip(foreign, self._monitor.index.owners(foreign), strict=True)) if foreign else {}
-        monitor = self._monitor
-        for gram, end in zip(grams, ends, strict=True):
-            owners = owners_of.get(gram)
-            senders = self._evidence(owners) if owners else None
-            if senders is None:
-                self._answer_grams.add(gram)  # evidence is never recorded: it would make a leak common
-                self._run.clear()
-                continue
-            self._run.append((gram, senders))
-            if len(self._run) >= monitor.min_run:
-                run_owners = sorted(set().union(*(o for _, o in self._run)))
-                return self._caught(LeakEvidence(
-                    "ngram", tuple(run_owners), tuple(f"{g:016x}" for g, _ in self._run),
-                    len(self._run) + n - 1, end))
+        min_run = self._monitor.min_run
+        for position, end in zip(grams, ends, strict=True):
+            for view, (gram, run) in enumerate(zip(position, self._runs, strict=True)):
+                owners = owners_of.get(gram)
+                senders = self._evidence(owners) if owners else None
+                if senders is None:
+                    if view == 0:
+                        self._answer_grams.add(gram)  # evidence is never recorded: it would make a leak common
+                    run.clear()
+                    continue
+                run.append((gram, senders))
+                if len(run) >= min_run:
+                    run_owners = sorted(set().union(*(o for _, o in run)))
+                    return self._caught(LeakEvidence(
+                        VIEWS[view], tuple(run_owners), tuple(f"{g:016x}" for g, _ in run), len(run) + n - 1, end))
         return None
 
     def _evidence(self, owners: frozenset[str]) -> frozenset[str] | None:
@@ -231,7 +294,7 @@ class AnswerScanner:
         return evidence
 
     def _record_received(self) -> None:
-        if self._answer_grams and not self._recorded and self.evidence is None:
+        if self._answer_grams and not self._recorded and self.evidence is None and not self._is_decoded:
             self._recorded = True
             self._monitor.index.add(received_by(self._tenant), self._answer_grams)
 
