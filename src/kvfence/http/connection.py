@@ -32,6 +32,7 @@ import httptools
 
 from kvfence.http import timing_probe
 from kvfence.http.cycle import RequestCycle, error_answer
+from kvfence.http.tcp import set_nodelay
 
 if TYPE_CHECKING:
     from kvfence.http.server import HttpServer
@@ -89,6 +90,7 @@ class HttpConnection(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
+        set_nodelay(transport)  # every streamed event leaves when written (tcp.py: not every loop does this)
         self.client = _address(transport.get_extra_info("peername"))
         self._local = _address(transport.get_extra_info("sockname"))
         self.server.connections.add(self)

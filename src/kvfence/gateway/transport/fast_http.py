@@ -27,6 +27,8 @@ from typing import Protocol, cast
 import httptools
 import httpx
 
+from kvfence.http.tcp import set_nodelay
+
 __all__ = ["BodySink", "Connection", "ConnectionPool", "FastResponse"]
 
 # Pause reading from the backend when this much answer is buffered and not yet taken by the caller:
@@ -268,6 +270,7 @@ class Connection(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+        set_nodelay(transport)
 
     def data_received(self, data: bytes) -> None:
         if self._response is None:
