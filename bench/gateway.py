@@ -752,7 +752,7 @@ def main() -> None:
     (tmp / "backend.py").write_text(BACKEND_SOURCE)
     (tmp / "relay.py").write_text(RELAY_SOURCE)
     client_line = "" if args.gateway_http_client == "auto" else f"http_client: {args.gateway_http_client}, "
-    (tmp / "gateway.yaml").write_text(f"""
+    policy = f"""
 gateway: {{audit_log: "sqlite:///{tmp}/audit.db", capacity_refresh_s: 0, load_protection: false}}
 data_classes: [{{name: public, allowed_tiers: [shared]}}]
 backends:
@@ -760,7 +760,14 @@ backends:
       apis: [openai, anthropic], {client_line}facts: {{advertised_context: 32768, kv_capacity_tokens: 32768}}}}
 tenants:
   - {{name: bench, key_sha256: {hash_api_key(KEY)}, organization: bench, default_class: public}}
-""")
+"""
+    (tmp / "gateway.yaml").write_text(policy)
+    # a 'before' tree from before kvfence.apis (e.g. b2e3e58) refuses the backends' `apis` field: its
+    # policy goes without it (chat only, which is all those trees serve)
+    before_policy = tmp / "gateway.yaml"
+    if args.before_src is not None and not (args.before_src / "kvfence" / "apis").exists():
+        before_policy = tmp / "gateway-before.yaml"
+        before_policy.write_text(policy.replace("apis: [openai, anthropic], ", ""))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     backend_env, gateway_env = env, env
     if args.timing is not None:
@@ -784,7 +791,7 @@ tenants:
     if args.before_src is not None or args.before_server is not None or args.before_workers is not None:
         before_env = env if args.before_src is None else {**env, "PYTHONPATH": str(args.before_src.resolve())}
         before = subprocess.Popen(
-            [kvfence, "gateway", "--config", str(tmp / "gateway.yaml"), "--port", str(before_port), "--log-level",
+            [kvfence, "gateway", "--config", str(before_policy), "--port", str(before_port), "--log-level",
              "error", *(["--server", args.before_server] if args.before_server else []),
              *(["--workers", str(args.before_workers)] if args.before_workers not in (None, 1) else [])],
             env=before_env)
