@@ -15,7 +15,9 @@ Matching (stated, and the same for every detector): only PERSON and POSTAL_ADDRE
   recall = found / labelled, precision = correct / predicted;
 - *exact* counts predictions whose bounds equal a labelled span's (after trimming spaces and
   trailing ``.,;:``), shown for information;
-- every prediction of either type in a ``negative`` text is a hard-negative finding.
+- every prediction of either type in a ``negative`` text is a hard-negative finding; the rules that
+  made hard-negative findings and wrong predictions are counted by name (no text is printed unless
+  ``--show`` asks for it).
 
 The detector is the gateway's default (``build_detector()``: Presidio with kvfence's rules, the
 offline names), each text scanned as a one-text request (``scan_all``).
@@ -103,6 +105,8 @@ def score(rows: list[dict[str, Any]], show: int = 0) -> dict[str, Any]:
     detector = build_detector()
     counts: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     negatives = {"texts": 0, "texts_with_findings": 0, "findings": 0}
+    # which rule made the hard-negative findings and the wrong predictions: counts only, no text
+    rules: dict[str, dict[str, int]] = {"hard_negative": defaultdict(int), "wrong": defaultdict(int)}
     misses: list[str] = []
     wrong: list[str] = []
     for row in rows:
@@ -113,11 +117,16 @@ def score(rows: list[dict[str, Any]], show: int = 0) -> dict[str, Any]:
             negatives["findings"] += len(found)
             negatives["texts_with_findings"] += bool(found)
             wrong.extend(f"NEG {row['id']} {f.entity}: {text[f.start:f.end]!r}" for f in found)
+            for f in found:
+                rules["hard_negative"][f.rule] += 1
             continue
         gold = [(s, e, t) for s, e, t in row["spans"] if t in TYPES]
         for kind in TYPES:
             g = [(s, e) for s, e, t in gold if t == kind]
             p = [(f.start, f.end) for f in found if f.entity == kind]
+            for f in found:
+                if f.entity == kind and not any(2 * _overlap((f.start, f.end), span) >= f.end - f.start for span in g):
+                    rules["wrong"][f.rule] += 1
             for lang in (row.get("lang", "en"), "all"):
                 c = counts[(kind, lang)]
                 c["labelled"] += len(g)
@@ -137,7 +146,8 @@ def score(rows: list[dict[str, Any]], show: int = 0) -> dict[str, Any]:
         precision = c["correct"] / c["predicted"] if c["predicted"] else None
         table.append({"type": kind, "lang": lang, **c, "recall": recall, "precision": precision})
     detector.close()
-    return {"by_type_lang": table, "hard_negatives": negatives, "misses": misses[:show], "wrong": wrong[:show]}
+    return {"by_type_lang": table, "hard_negatives": negatives, "rules": {k: dict(v) for k, v in rules.items()},
+            "misses": misses[:show], "wrong": wrong[:show]}
 
 
 def _fmt(x: float | None) -> str:
@@ -161,6 +171,9 @@ def main() -> None:
               f"{_fmt(r['precision']):>9} {r['exact']:6d}")
     n = result["hard_negatives"]
     print(f"hard negatives: {n['texts']} texts, {n['texts_with_findings']} with findings, {n['findings']} findings")
+    for kind, counts in result["rules"].items():
+        if counts:
+            print(f"rules of {kind.replace('_', '-')} findings: " + ", ".join(f"{r} {c}" for r, c in sorted(counts.items())))
     for line in result["misses"] + result["wrong"]:
         print(line)
 

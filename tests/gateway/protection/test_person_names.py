@@ -49,7 +49,24 @@ POSITIVES = [
     ("person_introduced", "SHIP TO:\nTESFAYE BEKELE\n12 Main St", ["TESFAYE BEKELE"]),
     ("person_speaker", "Priya: on it\n[10:32] Tomasz: ok, merging", ["Priya", "Tomasz"]),
     ("person_speaker", "Rafael, can you check the invoice?", ["Rafael"]),
-    ("person_listed", "Attendees: Hannah Lindqvist, Rafael and Oskar", ["Hannah Lindqvist", "Rafael", "Oskar"]),
+    ("person_listed", "It was signed by Hannah Lindqvist, Carmen and Oskar.", ["Hannah Lindqvist", "Carmen", "Oskar"]),
+    # issue #19, second round: lone given names in running text, lower-case chat, labelled lists
+    ("person_given", "We need Maximilian here on Friday; he owns it.", ["Maximilian"]),
+    ("person_given", "The renewal quote is attached, let me know if Ioana needs a copy.", ["Ioana"]),
+    ("person_given", "Retro: Ananya thinks we should split the epic; Diego disagreed.", ["Ananya", "Diego"]),
+    ("person_lowercase_acts", "[09:14] kofi: anyone seen the alerts?\nyes jorge already merged it", ["kofi", "jorge"]),
+    ("person_lowercase_acts", "sven and ingrid are out today", ["sven", "ingrid"]),
+    ("person_list", "Aanwezig: Ruud Smit, Femke Mulder, Daan", ["Ruud Smit", "Femke Mulder", "Daan"]),
+    ("person_list", "Partecipanti: Chiara Colombo, Sara", ["Chiara Colombo", "Sara"]),
+    # names of cultures the census and Faker's Latin lists lack (data/given_supplement.txt)
+    ("person_full_name", "Chidinma Eze, Priyanka Iyer and Gulnara Iskakova joined.", ["Chidinma Eze", "Priyanka Iyer",
+                                                                                   "Gulnara Iskakova"]),
+    ("person_full_name", "Mohammed Al-Farsi is the named driver.", ["Mohammed Al-Farsi"]),
+    ("person_full_name", "Julia Roberts and Pascal Dupont arrived.", ["Julia Roberts", "Pascal Dupont"]),
+    ("person_full_name", "Mark Brown and Will Smith are the two referees for the application.",
+     ["Mark Brown", "Will Smith"]),
+    ("person_title", "Geachte heer Van Dijk, hierbij de bevestiging.", ["Van Dijk"]),
+    ("person_surname_given", '"Oyelowo, Adaeze","Finance","2023-02-01"', ["Oyelowo, Adaeze"]),
 ]
 
 
@@ -82,6 +99,14 @@ NEGATIVES = [
     "Attn: Accounts Payable\nShip to: ACME GMBH",
     "Paris, France and Lincoln, Nebraska",
     "Morgan, Stanley and Chase are three towns on the map.",
+    # issue #19, second round: firm, place and thing runs, lone given names that are no person
+    "Kennedy Space Center and Carnegie Hall", "Via Giuseppe Garibaldi è chiusa.",
+    "The Martin Luther King Jr. Day holiday moves the release.", "We bought it at the Louis Vuitton store.",
+    "Baker McKenzie and Clifford Chance advised.", "Hello Berlin! Our roadshow reaches Munich.",
+    "Shares of Johnson Matthey fell after the results.", "Goldman Sachs and JP Morgan led the issue.",
+    "Please find attached the signed NDA from the bank.", "Deploy with Ansible, plot with Seaborn.",
+    "Our offices are in Santiago and Melbourne.", "Ford Tucker cut its forecast for the year.",
+    "Brooks Brothers and Warner Bros opened stores.", "Saludos, Dirección", "Beste Grüße,\nIhr Kundenservice",
 ]
 
 
@@ -96,6 +121,9 @@ def test_csv_name_columns_are_found_whatever_the_case() -> None:
     assert found == ["okafor", "Ngozi", "O'Brien", "Seán"]
     # a column that holds no names is not one
     assert csv_name_cells("id,status,city\n1,open,Leeds\n") == []
+    # beside a name-part column, a bare "nom" / "nome" / "nombre" column holds name parts too
+    french = "nom,prénom,ville\nDupont,Camille,Lyon\n"
+    assert [french[f.start:f.end] for f in csv_name_cells(french)] == ["Dupont", "Camille"]
     # quoted "Last, First" in one cell is one span
     quoted = 'name;city\n"Raman, Priya";Pune\n'
     assert [quoted[f.start:f.end] for f in csv_name_cells(quoted)] == ["Raman, Priya"]

@@ -39,7 +39,10 @@ def _header_columns(line: str) -> tuple[str, list[int], set[int]] | None:
         cells = [c.strip().strip('"').strip() for c in line.split(delim)]
         cols = [k for k, cell in enumerate(cells) if _HEADER_WORDS.match(cell)]
         if cols and len(cells) >= 2:
-            return delim, cols, {k for k in cols if _STRONG_HEADER.search(cells[k])}
+            strong = {k for k in cols if _STRONG_HEADER.search(cells[k])}
+            # "nom,prénom", "cognome,nome", "nombre;apellidos": beside a name-part column, a bare
+            # "nom" / "nome" / "nombre" / "name" column holds a name part too
+            return delim, cols, set(cols) if strong else strong
     return None
 
 

@@ -3,6 +3,8 @@
 Built offline by ``scripts/build_name_gazetteer.py`` from public-domain US Census name files and
 Faker's MIT-licensed name lists, with Debian's word lists (SCOWL, OpenTaal) and spaCy's stop words
 marking names that are ordinary words; the provenance and checksums are in ``data/SOURCES.txt``.
+``data/given_supplement.txt`` adds romanised given names of cultures those lists miss (South
+Asian, West/East/Southern African, Central Asian, Gaelic, Pacific ...), written for this detector.
 Shipped inside the package: nothing is downloaded. Loaded once, on first use (~40 ms).
 """
 
@@ -51,12 +53,22 @@ class Gazetteer:
         return word in _MONTHS_DAYS
 
 
+def _data(name: str) -> bytes:
+    return resources.files("kvfence.gateway.protection.detect.recognizers").joinpath("data", name).read_bytes()
+
+
 def _read(name: str) -> frozenset[str]:
-    data = resources.files("kvfence.gateway.protection.detect.recognizers").joinpath("data", name).read_bytes()
-    return frozenset(gzip.decompress(data).decode("utf-8").split())
+    return frozenset(gzip.decompress(_data(name)).decode("utf-8").split())
+
+
+def _supplement(name: str) -> frozenset[str]:
+    """A hand-written list in ``data/`` (``#`` lines are comments)."""
+    lines = _data(name).decode("utf-8").splitlines()
+    return frozenset(w for line in lines if not line.startswith("#") for w in line.split())
 
 
 @functools.cache
 def gazetteer() -> Gazetteer:
     """The shipped gazetteer (read once per process)."""
-    return Gazetteer(_read("given_names.txt.gz"), _read("surnames.txt.gz"), _read("ordinary.txt.gz"))
+    given = _read("given_names.txt.gz") | _supplement("given_supplement.txt")
+    return Gazetteer(given, _read("surnames.txt.gz"), _read("ordinary.txt.gz"))

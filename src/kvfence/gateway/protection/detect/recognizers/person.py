@@ -33,11 +33,12 @@ __all__ = ["find_persons", "link_mentions"]
 
 _WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]{2,}|-[^\W\d_]+)*")
 _PARTICLES = frozenset(["van", "von", "der", "den", "de", "del", "della", "dello", "degli", "di", "da", "das", "dos", "du", "le", "la", "bin", "binti", "ibn", "al", "el", "ter", "ten", "zu", "zur", "vom", "d'", "st"])
-_TITLES = frozenset(["mr", "mrs", "ms", "mx", "miss", "dr", "prof", "sir", "dame", "lord", "lady", "herr", "frau", "fr", "hr", "m", "mme", "mlle", "madame", "monsieur", "mademoiselle", "sr", "sra", "srta", "señor", "señora", "señorita", "don", "doña", "dott", "dottssa", "dott.ssa", "sig", "sigra", "sig.ra", "signor", "signora", "signore", "dhr", "mevr", "mw", "mej", "ing", "rev", "capt", "col", "gen", "sgt", "insp", "det", "judge"])
+_TITLES = frozenset(["mr", "mrs", "ms", "mx", "miss", "dr", "prof", "sir", "dame", "lord", "lady", "herr", "frau", "fr", "hr", "m", "mme", "mlle", "madame", "monsieur", "mademoiselle", "sr", "sra", "srta", "señor", "señora", "señorita", "don", "doña", "dott", "dottssa", "dott.ssa", "sig", "sigra", "sig.ra", "signor", "signora", "signore", "dhr", "mevr", "mw", "mej", "heer", "mevrouw", "meneer", "mijnheer", "herrn", "ing", "rev", "capt", "col", "gen", "sgt", "insp", "det", "judge"])
 # Only with a cue word: "M." is also an initial, "Fr." also Friday/Father.
 _TITLE_RE = re.compile(
     r"(?<![\w.])(?:(?i:Mr|Mrs|Ms|Mx|Miss|Dr|Prof|Sir|Dame|Herr|Frau|Hr|Mme|Mlle|Madame|Monsieur|Mademoiselle"
-    r"|Sr|Sra|Srta|Señor|Señora|Señorita|Doña|Dott|Dott\.ssa|Dottssa|Sig|Sig\.ra|Signor|Signora|Dhr|Mevr"
+    r"|Sr|Sra|Srta|Señor|Señora|Señorita|Doña|Dott|Dott\.ssa|Dottssa|Sig|Sig\.ra|Signor|Signora|Dhr|Mevr|Heer|Mevrouw"
+    r"|Meneer|Mijnheer|Herrn"
     r"|Mw|Ing|Rev|Capt|Insp|Judge|Prof\.\s?Dr)|M|Fr|Don)\.?\s{1,2}$")
 _TITLE_LAST = frozenset(w.split(".")[-1] for w in _TITLES) | {"m", "fr", "don", "ssa", "ra", "dr"}
 
@@ -56,7 +57,7 @@ _STREET_WORDS = frozenset("via viale piazza corso calle avenida plaza paseo rue 
                           "street road lane straße strasse platz weg".split())
 # Words before a name that make a single known name a person: greetings, sign-offs, asking someone.
 _CUES = frozenset(c.strip() for c in """
-hi, hey, hello, hallo, hola, ciao, salut, bonjour, bonsoir, buongiorno, buenos días, moin, servus, dear,
+hi, hey, hello, hallo, hola, ciao, salut, bonjour, bonsoir, buongiorno, buenos días, moin, servus, dear, hoi, hej, olá, salve,
 dearest, liebe, lieber, sehr geehrte, sehr geehrter, cher, chère, estimado, estimada, querido, querida, caro,
 cara, gentile, beste, geachte, thanks, thank you, thx, cheers, regards, danke, merci, gracias, grazie, bedankt,
 ask, asked, tell, told, ping, pinged, cc, bcc, call, called, email, emailed, message, contact, contacted, with,
@@ -76,7 +77,7 @@ _CUE_WORDS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?|@|(?<=c)/(?=o)")
 # Greetings and sign-offs: after these a capitalised word the lists lack is a name too ("Hi Tesfaye,",
 # "Best regards,\nOluwadamilare Okafor"), unless it is a word for a group ("Hi Team", "Liebe Kollegen").
 _STRONG_CUES = frozenset(c.strip() for c in """
-hi, hey, hello, hallo, hola, ciao, salut, bonjour, bonsoir, buongiorno, moin, servus, dear, dearest, liebe,
+hi, hey, hello, hallo, hola, ciao, salut, bonjour, bonsoir, buongiorno, moin, servus, dear, dearest, liebe, hoi, hej, olá, salve,
 lieber, sehr geehrte, sehr geehrter, cher, chère, estimado, estimada, querido, querida, caro, cara, gentile,
 beste, geachte, thanks, thank you, cheers, regards, best, best regards, kind regards, warm regards,
 sincerely, yours, grüße, gruß, viele grüße, beste grüße, freundliche grüße, mit freundlichen grüßen,
@@ -86,12 +87,12 @@ ship to, deliver to, bill to, sold to, attn, attention, recipient, c/o, co, empf
 destinatario, ontvanger, z. hd, zhd
 """.replace("\n", " ").split(","))
 _SIGN_OFFS = frozenset(c for c in _STRONG_CUES if c not in
-                       ("hi", "hey", "hello", "hallo", "hola", "ciao", "salut", "bonjour", "bonsoir", "buongiorno",
+                       ("hi", "hey", "hello", "hallo", "hola", "ciao", "salut", "bonjour", "bonsoir", "buongiorno", "hoi", "hej", "olá", "salve",
                         "moin", "servus", "dear", "dearest", "liebe", "lieber", "sehr geehrte", "sehr geehrter",
                         "cher", "chère", "estimado", "estimada", "querido", "querida", "caro", "cara", "gentile",
                         "beste", "geachte", "witness", "attendees"))
 _MAIL_AFTER = re.compile(r"[ \t]{0,2}[<(\[][ \t]?(?:mailto:)?[\w.+'-]{1,64}@[\w-]+\.[\w.-]+")
-_GROUP_WORDS = frozenset(["team", "all", "everyone", "everybody", "folks", "guys", "there", "world", "customer", "customers", "colleagues", "equipo", "squadra", "ploeg", "kollegen", "kolleginnen", "kunden", "kundinnen", "freunde", "damen", "herren", "mitglieder", "leute", "alle", "zusammen", "équipe", "equipe", "tous", "todos", "todas", "tutti", "amici", "amigos", "compañeros", "colleghi", "collègues", "collega's", "allemaal", "iedereen", "support", "sales", "admin", "admins", "user", "users", "sir", "madam"])
+_GROUP_WORDS = frozenset(["team", "all", "everyone", "everybody", "folks", "guys", "there", "world", "customer", "customers", "colleagues", "equipo", "squadra", "ploeg", "kollegen", "kolleginnen", "kunden", "kundinnen", "freunde", "damen", "herren", "mitglieder", "leute", "alle", "zusammen", "équipe", "equipe", "tous", "todos", "todas", "tutti", "amici", "amigos", "compañeros", "colleghi", "collègues", "collega's", "allemaal", "iedereen", "support", "sales", "admin", "admins", "user", "users", "sir", "madam", "management", "dirección", "direction", "direzione", "directie", "geschäftsleitung", "geschäftsführung", "secretariaat", "secretaría", "segreteria", "secrétariat", "sekretariat", "redaktion", "rédaction", "redacción", "redazione", "redactie", "administration", "verwaltung", "administración", "amministrazione", "administratie", "buchhaltung", "contabilidad", "contabilità", "boekhouding", "comptabilité", "personal", "personalabteilung", "facturación", "fatturazione", "facturation", "kundenservice", "klantenservice", "servicio", "servizio", "service", "grüße", "gruß", "grüsse", "groeten", "groet", "saluti", "saludos", "salutations", "regards", "wishes", "greetings"])
 
 
 _CUE_LAST = frozenset(p.split()[-1] for p in _CUES | _STRONG_CUES)
@@ -125,30 +126,14 @@ _SAY_AFTER = re.compile(
     r"|approved|signed|joined|called|emailed|noted|thinks|reported|requested|explained|added|will|can|has|had"
     r"|is|was|sagt|sagte|schrieb|meinte|hat|ist|dit|a dit|écrit|dijo|escribió|ha detto|ha scritto|zei|schreef"
     r"|heeft)\b)")
-# Words that make the run before them a firm, a place or a thing, not a person.
-_ORG_AFTER = frozenset(["inc", "incorporated", "ltd", "limited", "llc", "llp", "plc", "corp", "corporation", "co", "company", "companies", "group", "holdings", "capital", "partners", "bank", "banking", "foundation", "institute", "institution", "university", "college", "school", "academy", "hospital", "clinic", "street", "st", "road", "rd", "avenue", "ave", "lane", "boulevard", "blvd", "drive", "way", "square", "park", "center", "centre", "prize", "award", "act", "law", "laws", "syndrome", "disease", "effect", "theorem", "equation", "principle", "hall", "airport", "station", "bridge", "tower", "building", "stadium", "arena", "library", "museum", "gallery", "motors", "motor", "records", "studios", "studio", "pictures", "labs", "lab", "technologies", "technology", "software", "systems", "consulting", "associates", "brothers", "bros", "trust", "fund", "ventures", "media", "publishing", "press", "hotel", "restaurant", "straße", "strasse", "platz", "weg", "gmbh", "ag", "kg", "se", "sa", "sarl", "sas", "nv", "bv", "spa", "srl", "memorial", "medal", "cup", "trophy", "lecture", "fellowship", "scholarship", "chair", "street’s", "index", "theatre", "theater", "opera", "cathedral", "church", "chapel", "river", "lake", "mountain", "mount", "valley", "island", "islands", "bay", "beach", "county", "city", "town", "gardens", "estate", "farm", "winery", "brewery", "cafe", "café", "bakery", "pharma", "pharmaceuticals", "energy", "airlines", "airways", "fashion", "collection", "perfume", "watches", "cars", "automotive", "electric", "insurance", "securities", "investments"])
-# Person-named firms, brands and places that are also "given name + surname".
-_NOT_PEOPLE = frozenset(s.strip() for s in """
-morgan stanley, charles schwab, wells fargo, dow jones, tommy hilfiger, calvin klein, ralph lauren,
-hugo boss, louis vuitton, christian dior, yves saint laurent, estée lauder, estee lauder, walt disney,
-harley davidson, harley-davidson, rolls royce, rolls-royce, aston martin, lockheed martin, martin marietta,
-hewlett packard, hewlett-packard, arthur andersen, jack daniels, jack daniel, johnnie walker, jim beam,
-mercedes benz, mercedes-benz, kimberly clark, kimberly-clark, carl zeiss, robert bosch, thomas cook,
-jimmy choo, kate spade, michael kors, tory burch, ted baker, paul smith, edward jones, raymond james,
-john deere, sherwin williams, sherwin-williams, albert heijn, ernst young, grant thornton, marks spencer,
-victoria secret, jenny craig, betty crocker, ronald mcdonald, mary kay, tim hortons, ben jerry, steve madden,
-sierra leone, costa rica, el salvador, san marino, santa monica, santa barbara, santa clara, santa fe,
-monte carlo, victoria falls, alice springs, george town, port louis, san jose, la paz, mont blanc,
-st louis, saint louis, st helena, saint helena, st paul, saint paul, st john, james bay, charles river,
-jackson hole, lake louise, prince edward, prince george, prince albert, king george, queen elizabeth,
-elizabeth line, victoria line, jordan valley, amber alert, grace period, mark down, will power,
-johns hopkins, carnegie mellon, van gogh museum, anne frank house, georgia tech, virginia tech,
-""".replace("\n", " ").split(",") if s.strip())
-
-
-# Software, languages, products and firms whose names are people's names or surnames: never a
-# person on their own, nor part of one.
-_SOFTWARE = frozenset(["jenkins", "kafka", "julia", "ruby", "rust", "ada", "pascal", "haskell", "erlang", "elixir", "hugo", "jekyll", "astro", "gatsby", "django", "flask", "rails", "sinatra", "laravel", "symfony", "spring", "grails", "kotlin", "scala", "swift", "perl", "python", "java", "groovy", "fortran", "cobol", "lisp", "clojure", "dart", "ansible", "puppet", "chef", "salt", "terraform", "vagrant", "consul", "nomad", "vault", "packer", "kubernetes", "docker", "podman", "helm", "airflow", "luigi", "celery", "dask", "spark", "hadoop", "hive", "pig", "flink", "storm", "beam", "cassandra", "redis", "mongo", "mongodb", "mysql", "postgres", "mariadb", "oracle", "sqlite", "neo4j", "elastic", "kibana", "logstash", "grafana", "prometheus", "loki", "tempo", "jaeger", "zipkin", "nginx", "apache", "tomcat", "jetty", "maven", "gradle", "sbt", "bazel", "ant", "sphinx", "pandoc", "jupyter", "pandas", "numpy", "scipy", "keras", "torch", "tensorflow", "alexa", "siri", "cortana", "watson", "bard", "claude", "gemini", "llama", "mistral", "falcon", "copilot", "jarvis", "sonar", "sonarqube", "jira", "confluence", "trello", "asana", "slack", "zoom", "teams", "outlook", "excel", "word", "access", "dynamo", "aurora", "athena", "glue", "lambda", "tesla", "ford", "dell", "hp", "boeing", "siemens", "bosch", "philips", "heineken", "michelin", "chanel", "hermès", "hermes", "armani", "gucci", "prada", "ferrari", "lamborghini", "porsche", "dior", "versace", "cartier", "zara", "mango", "ikea", "lego", "nestlé", "nestle", "kellogg", "disney", "mcdonald", "mcdonalds", "wendy", "wendys", "marriott", "hilton", "hyatt", "walmart", "kroger", "costco", "boots", "tesco", "sainsbury"])
+from kvfence.gateway.protection.detect.recognizers.not_names import (  # noqa: E402
+    COMMON_WORD_SURNAMES as _COMMON_WORD_SURNAMES,
+)
+from kvfence.gateway.protection.detect.recognizers.not_names import FIRMS as _NOT_PEOPLE  # noqa: E402
+from kvfence.gateway.protection.detect.recognizers.not_names import NOT_ALONE as _NOT_ALONE  # noqa: E402
+from kvfence.gateway.protection.detect.recognizers.not_names import ORG_WORDS as _ORG_AFTER  # noqa: E402
+from kvfence.gateway.protection.detect.recognizers.not_names import PLACES as _PLACES  # noqa: E402
+from kvfence.gateway.protection.detect.recognizers.not_names import PRODUCTS as _SOFTWARE  # noqa: E402
 
 
 def _not_a_person(low: str) -> bool:
@@ -181,6 +166,13 @@ def _tokens(text: str, g: Gazetteer) -> list[_Tok]:
     return toks
 
 
+def _title_parts(word: str) -> bool:
+    """Each part is capitalised and the rest lower case ("Farsi", "Al-Farsi", "O'Connell", "al-Amin")."""
+    parts = [p for p in re.split(r"[-'’]", word) if p]
+    return bool(parts) and all(p[1:].islower() and (p[0].isupper() or p.lower() in _PARTICLES or len(p) <= 3)
+                               for p in parts) and parts[-1][0].isupper()
+
+
 def _parts(low: str) -> list[str]:
     return [p for p in re.split(r"[-']", low) if p]
 
@@ -199,6 +191,33 @@ def _known(g: Gazetteer, low: str, given: bool) -> bool:
     return False
 
 
+# after a name: punctuation, the end, or a lower-case word ("Mark Brown and", "Grace Hopper invented")
+_AFTER_NAME = re.compile(r"^(?:$|[,;:!?)\n]|\.(?:\s|$)|\s+[a-zà-ÿ]|\s*[-–—(])")
+_LOWER_AFTER = re.compile(r"^(?:['’]s\b|\s+[a-zà-ÿ])")
+# "Sofia office", "Lena build": a lone given name before a noun that makes it a thing (a few)
+_NOUN_AFTER = re.compile(r"^\s(?:office|offices|branch|site|campus|region|server|cluster|release|version|build|"
+                         r"model|engine|api|sdk|app|plugin|library|package|project|brand|store|shop|series|"
+                         r"line|class|edition|hotel|restaurant|street|road|avenue|airport|station)\b", re.I)
+# a firm's words in the sentence after a "Given Surname" ("... reported higher quarterly profits",
+# "... shares fell"), unless a pronoun says it is a person ("... sold her shares")
+_BUSINESS_AFTER = re.compile(
+    r"^(?!.*\b(?:he|she|his|her|him|they|their|er|sie|ihr|sein|il|elle|son|sa|él|ella|lui|lei|hij|zij|zijn|haar)\b)"
+    r".*\b(?:shares|stock|stocks|earnings|profits?|revenues?|dividends?|ipo|quarterly|fiscal|subsidiary|"
+    r"headquartered|shareholders|merger|acquisition|acquired|stores|outlets|franchise|recalled|layoffs|"
+    r"valuation|stake|aktien|umsatz|gewinn|dividende|actions|bénéfices?|chiffre d'affaires|acciones|"
+    r"beneficios|ventas|azioni|utili|fatturato|aandelen|winst|omzet)\b", re.I)
+_BUSINESS_BEFORE = re.compile(
+    r"\b(?:shares of|stock of|analysts at|works at|worked at|working at|account at|job at|acquired by|"
+    r"subsidiary of|bought by|owned by|clients of|customers of|brand|brands|label|firm|bank|company|retailer|"
+    r"carmaker|insurer|lender|broker|chain|maker)\s$", re.I)
+_ITS_AFTER = re.compile(r"^(?:\s+[a-z]+){1,2}\s+(?:its|ihre[mnrs]?|seine[mnrs]?)\s", re.I)
+_SUFFIX_THEN = re.compile(r"^,?\s(?:Jr|Sr|Jnr|Snr|II|III|IV)\.?\s([A-Z][a-z]+)")
+_ARTICLES = frozenset("the het een ein eine einen einem einer eines une gli los las les".split())  # noqa: SIM905
+_PLACE_BEFORE = frozenset("in at near im nach naar en à au aux nel nella".split())  # noqa: SIM905
+_LOWER_VERB_AFTER = re.compile(
+    r"^(?:['’]s\s|\s(is|was|has|had|will|would|can|could|should|said|says|already|just|are|were|did|does|"
+    r"wrote|merged|reviewed|fixed|pushed|thinks|wants|needs|asked|told|agreed|approved|sent|knows|"
+    r"ist|hat|war|sagt|est|a|dit|es|ha|dice|heeft|zegt|and|&|or|und|et|y|e|en)\b)")
 _LINE_START = re.compile(r"(?:^|\n)[ \t]*(?:\[[^\]\n]{1,24}\][ \t]*|\d{1,2}:\d{2}(?::\d{2})?[ \t]+|[-*•>][ \t]*)?$")
 _SPEAKER_AFTER = re.compile(r"^(?::(?:[ \t]|$)|,[ \t][a-zà-ÿ])")  # "Priya: ok", "Priya, can you"
 _LIST_GAP = re.compile(r"^(?:,[ \t]?| (?:and|und|et|y|e|en|&|or|oder|ou|o|of) |, (?:and|und|et|y|e|en) |/ ?)$")
@@ -301,8 +320,13 @@ class _Finder:
             return False
         if len(words) == 1:  # "J. Smith", "J. R. R. Tolkien": initials before a known surname
             return toks[0] is not first and g.is_surname(last.low) and not g.is_ordinary(last.low)
-        if toks[0] is not first or _not_a_person(first.low) or _not_a_person(last.low):
+        if toks[0] is not first:
             return False
+        if _not_a_person(first.low) or _not_a_person(last.low):
+            # "Apache Kafka", "Kafka Connect" are software; "Julia Roberts", "Pascal Dupont" are people
+            other = last if _not_a_person(first.low) else first
+            if _not_a_person(other.low) or g.is_ordinary(other.low) or not _known(g, other.low, given=other is first):
+                return False
         headline = self.headline(first.start)
         surname_known = _known(g, last.low, given=False)
         surname_ordinary = g.is_ordinary(last.low) or any(g.is_ordinary(p) for p in _parts(last.low)[-1:])
@@ -324,13 +348,42 @@ class _Finder:
             return (not g.is_name(first.low) and surname_known and not surname_ordinary and first.text[1:].islower()
                     and len(first.text) >= 3 and not self.sentence_start(first))
         if g.risky_given(first.low) or headline:
-            return surname_known and not surname_ordinary
+            if surname_known and not surname_ordinary:
+                return True
+            # "Mark Brown", "Grace Hopper invented", "and Will Smith are": a common surname that is
+            # also a word, after a given name that is too, then a lower-case word or punctuation
+            # ("Grant Access to", "Rose Garden" hold no such surname)
+            return (not headline and len(words) == 2 and last.low in _COMMON_WORD_SURNAMES
+                    and last.text[1:].islower() and not g.month_or_day(first.low)
+                    and _AFTER_NAME.match(self.text[last.end:last.end + 3]) is not None)
         if surname_known:
             return True
         if upper:
             return False
         # an unknown surname: capitalised, no dictionary word, after a safe given name
-        return not surname_ordinary and len(last.text) >= 2 and last.text[1:].islower()
+        return not surname_ordinary and len(last.text) >= 2 and _title_parts(last.text)
+
+    def thing_run(self, i: int, j: int) -> bool:
+        """A capitalised run that names a firm, a place or a thing: it holds a firm or place word
+        ("Kennedy Space Center", "Carnegie Hall", "Brooks Brothers"), a street word is before it ("Via
+        Giuseppe Garibaldi", "Avenue Victor Hugo"), "Jr." and such a word follow ("Martin Luther King
+        Jr. Day"), an article is before it ("the Louis Vuitton store"), or "its" follows ("Ford Smith
+        cut its forecast": a firm, not a person)."""
+        toks = self.toks
+        if any(toks[k].low in _ORG_AFTER for k in range(i + 1, j)):
+            return True
+        prev = _CUE_WORDS.findall(self.before(i, 16).lower())
+        if prev and (prev[-1] in _STREET_WORDS or prev[-1] in _ARTICLES) and self.before(i, 1) == " ":
+            return True
+        after = self.text[toks[j - 1].end:toks[j - 1].end + 40]
+        m = _SUFFIX_THEN.match(after)
+        if m is not None and m.group(1).lower() in _ORG_AFTER:
+            return True
+        if _ITS_AFTER.match(after) is not None:
+            return True
+        if _BUSINESS_AFTER.search(self.text[toks[j - 1].end:toks[j - 1].end + 60].split(".")[0]) is not None:
+            return True
+        return _BUSINESS_BEFORE.search(self.before(i, 30)) is not None and not after.startswith(("'s", "’s"))
 
     def introduced(self, i: int, j: int) -> bool:
         """A run after a greeting or sign-off, or right before its own e-mail address, is a name even
@@ -339,6 +392,7 @@ class _Finder:
         g = self.g
         words = [t for t in toks if t.low not in _PARTICLES]
         if not words or any(len(t.text) < 2 or _not_a_person(t.low) or t.low in _GROUP_WORDS or g.month_or_day(t.low)
+                            or t.low in _PLACES or t.low in _NOT_ALONE
                             or (g.is_ordinary(t.low) and not g.is_name(t.low)) or t.low in _ORG_AFTER for t in words):
             return False
         end = toks[-1].end
@@ -349,6 +403,8 @@ class _Finder:
             return False
         if not by_mail and len(words) == 1 and after[:1] not in ("", ",", "!", "\n", ".", ":", ";", " ", ")"):
             return False
+        if len(words) == 1 and words[0].upper and len(words[0].text) <= 3:
+            return False  # "signed NDA", "regards, HR": an acronym
         self.add(i, i + len(toks), "person_introduced", 0.75)
         return True
 
@@ -373,7 +429,7 @@ class _Finder:
                 i += 1
                 continue
             # shrink from the right until the run is a name (a sentence may go on capitalised)
-            if j - i >= 2 and (self.org_after(j) or self.not_people(i, j)):
+            if j - i >= 2 and (self.org_after(j) or self.not_people(i, j) or self.thing_run(i, j)):
                 i = j  # "Morgan Stanley", "Victoria Station": none of its words is a name here
                 continue
             if self.introduced(i, j):
@@ -407,8 +463,8 @@ class _Finder:
     def single(self, i: int, upper: bool) -> bool:
         t = self.toks[i]
         g = self.g
-        if len(t.text) < 2 or g.month_or_day(t.low) or (upper and not g.is_name(t.low)):
-            return False
+        if len(t.text) < 2 or g.month_or_day(t.low) or (upper and (not g.is_name(t.low) or len(t.text) <= 3)):
+            return False  # "NDA", "CEO", "HR": acronyms
         before = self.before(i)
         j = self.run(i, upper=upper)
         if _after_title(before):
@@ -420,8 +476,9 @@ class _Finder:
                 return False
             self.add(i, k, "person_title", 0.85)
             return True
-        if not _known(g, t.low, given=False) or self.org_after(i + 1) or j - i >= 2 or _not_a_person(t.low):
-            return False
+        if not _known(g, t.low, given=False) or self.org_after(i + 1) or j - i >= 2 or _not_a_person(t.low) \
+                or t.low in _PLACES:
+            return False  # "Hello Berlin!"
         if g.is_ordinary(t.low) and not g.is_given(t.low):
             return False
         after = self.text[t.end:t.end + 24]
@@ -446,7 +503,46 @@ class _Finder:
                 and not before.rstrip().endswith("&") and not self.headline(t.start):
             self.add(i, i + 1, "person_said", 0.6)
             return True
+        if self.given_alone(i, before, after):
+            self.add(i, i + 1, "person_given", 0.55)
+            return True
         return False
+
+    def given_alone(self, i: int, before: str, after: str) -> bool:
+        """A lone given name without a cue, in running text: a known given name that is no word, no
+        place, brand or product, not at a sentence start unless a lower-case word follows it ("Ioana
+        needs a copy", "according to Ingrid", "Sigrid wants"), not after "in"/"at", not in a headline."""
+        t = self.toks[i]
+        g = self.g
+        if len(t.text) < 3 or not t.text[1:].islower() or not _known(g, t.low, given=True) or g.is_ordinary(t.low) \
+                or g.risky_given(t.low) or t.low in _NOT_ALONE or t.low in _PLACES or _not_a_person(t.low):
+            return False
+        if any(g.is_ordinary(p) or g.risky_given(p) for p in _parts(t.low)):
+            return False
+        p = self.toks[i - 1] if i > 0 else None
+        if p is not None and (p.cap or p.upper) and self.gap_ok(p, t) \
+                and not (g.is_ordinary(p.low) and not g.is_name(p.low) and self.sentence_start(p)):
+            return False  # the end of a capitalised run that is no name ("JP Morgan", "Goldman Sachs Morgan")
+        # in a list whose neighbours are no names, it is none either ("Paris, France", "Morgan, Stanley
+        # and Chase are towns"); "Hannah Lindqvist, Rafael and Oskar" is a list of people
+        if i > 0 and (i - 1) not in self.taken and self.toks[i - 1].cap \
+                and _LIST_GAP.match(self.text[self.toks[i - 1].end:t.start]):
+            return False
+        if i + 1 < len(self.toks):
+            nxt = self.toks[i + 1]
+            if nxt.cap and _LIST_GAP.match(self.text[t.end:nxt.start]) \
+                    and (g.is_ordinary(nxt.low) or g.risky_given(nxt.low) or not g.is_name(nxt.low)):
+                return False
+        prev = _CUE_WORDS.findall(before[-16:].lower())
+        if prev and prev[-1] in _PLACE_BEFORE and before.endswith(" "):
+            return False
+        if before.rstrip().endswith(("&", "#", "/", "\\", "-", "_", ".")) and not before.endswith((". ", ".\n")):
+            return False
+        if self.sentence_start(t) and _LOWER_AFTER.match(after) is None:
+            return False
+        if _NOUN_AFTER.match(after) is not None:
+            return False
+        return not self.headline(t.start)
 
     # --- "Hannah, Rafael and Mei": a known given name listed right after a name ---
     def continue_lists(self) -> None:
@@ -477,7 +573,10 @@ class _Finder:
             lead = self.text[max(0, a.start - 2):a.start]
             if not (a.start == 0 or lead.endswith(("\n", '"', "'", ",", ";", "\t", "|", ": ")) or lead.endswith(", ")):
                 continue
-            if not (_known(g, a.low, False) and g.is_given(b.low)) or g.is_ordinary(b.low) or g.is_ordinary(a.low) \
+            # a surname the lists lack before a known given name, in a quoted cell: '"Oyelowo, Adaeze",'
+            quoted_cell = lead.endswith('"') and a.text[1:].islower() and not g.is_ordinary(a.low) and len(a.text) >= 3
+            if not ((_known(g, a.low, False) or quoted_cell) and g.is_given(b.low)) or g.is_ordinary(b.low) \
+                    or g.is_ordinary(a.low) \
                     or g.risky_given(b.low) or g.risky_given(a.low):
                 continue
             end = i + 2
@@ -499,12 +598,33 @@ class _Finder:
                 continue
             nxt = toks[i + 1] if i + 1 < len(toks) else None
             pair = (nxt is not None and nxt.text.islower() and self.gap_ok(t, nxt) and len(nxt.text) >= 3
-                    and g.is_surname(nxt.low) and not g.is_ordinary(nxt.low) and not g.is_given(nxt.low))
+                    and _known(g, nxt.low, given=False) and not g.is_ordinary(nxt.low) and not g.is_given(nxt.low))
             cue = _cue_before(self.before(i))
             if pair:
                 self.add(i, i + 2, "person_lowercase", 0.6)
             elif cue is not None and (cue not in _WEAK_CUES or len(t.text) >= 4) and not _not_a_person(t.low):
                 self.add(i, i + 1, "person_lowercase_cue", 0.6)
+            elif len(t.text) >= 4 and not _not_a_person(t.low) and t.low not in _PLACES and self.lower_acts(i):
+                self.add(i, i + 1, "person_lowercase_acts", 0.55)
+
+    def lower_acts(self, i: int) -> bool:
+        """A lower-case given name as a chat speaker ("[09:14] kofi: ...") or before a verb ("jorge
+        already merged it", "tomasz is on it", "sven and ingrid are out")."""
+        t = self.toks[i]
+        after = self.text[t.end:t.end + 30]
+        if _LINE_START.search(self.before(i)) and after.startswith((": ", ":\n")):
+            return True
+        m = _LOWER_VERB_AFTER.match(after)
+        if m is None:
+            return False
+        if m.group(1) in ("and", "&", "or", "und", "et", "y", "e", "en"):
+            # "sven and ingrid are": the other one must be a name that acts too
+            k = next((k for k in range(i + 1, min(i + 3, len(self.toks))) if self.toks[k].start >= t.end + m.end()),
+                     len(self.toks))
+            return k < len(self.toks) and self.toks[k].text.islower() and self.g.is_given(self.toks[k].low) \
+                and not self.g.is_ordinary(self.toks[k].low) and _LOWER_VERB_AFTER.match(
+                    self.text[self.toks[k].end:self.toks[k].end + 30]) is not None
+        return True
 
 
 _FIELD = re.compile(
@@ -557,6 +677,45 @@ def _field_values(text: str, f: _Finder) -> None:
         f.found.append(Finding(start, end, "PERSON", Category.PII, 0.9, "person_field"))
 
 
+_LIST_LABEL = re.compile(
+    r"(?im)(?:^|(?<=[\s(]))(?:attendees|participants|present|apologies|absent|invitees|speakers|panelists"
+    r"|teilnehmer(?:innen)?|anwesend|entschuldigt|abwesend|participants|présents|presents|excusés|invités"
+    r"|asistentes|participantes|presentes|ausentes|invitados|partecipanti|presenti|assenti|invitati"
+    r"|aanwezig|afwezig|deelnemers|genodigden|cc|bcc)[ \t]*:[ \t]*(?P<items>[^\n]{1,400})")
+_LIST_SPLIT = re.compile(r"\s*(?:[,;/]|\band\b|\bund\b|\bet\b|\by\b|\be\b|\ben\b|&)\s*")
+_LIST_ITEM = re.compile(r"^[^\W\d_][\w'’.-]*(?:\s+[^\W\d_][\w'’.-]*){0,4}$")
+
+
+def _list_values(text: str, f: _Finder) -> None:
+    """The people listed after a label ("Attendees: Ruud Smit, Femke Mulder, Daan", "cc: Priya"):
+    each item of one to five words, capitalised (particles aside), that is no firm, group or word."""
+    g = f.g
+    for m in _LIST_LABEL.finditer(text):
+        start = m.start("items")
+        items = m.group("items")
+        pos = 0
+        for piece in _LIST_SPLIT.split(items):
+            at = items.find(piece, pos) if piece else -1
+            if at < 0:
+                continue
+            pos = at + len(piece)
+            value = re.split(r"\s*[(<\[]", piece, maxsplit=1)[0].strip().rstrip(".")
+            if not value or not _LIST_ITEM.match(value):
+                continue
+            words = _WORD.findall(value)
+            plain = [w for w in words if w.lower() not in _PARTICLES]
+            if not plain or any(not w[0].isupper() for w in plain) or " ".join(w.lower() for w in words) in _NOT_PEOPLE:
+                continue
+            lows = [w.lower() for w in plain]
+            if any(w in _GROUP_WORDS or _not_a_person(w) or w in _ORG_AFTER or g.month_or_day(w) for w in lows):
+                continue
+            if not any(_known(g, w, False) for w in lows) and any(g.is_ordinary(w) for w in lows):
+                continue
+            if len(plain) == 1 and (len(plain[0]) < 3 or (g.is_ordinary(lows[0]) and not g.is_name(lows[0]))):
+                continue
+            f.found.append(Finding(start + at, start + at + len(value), "PERSON", Category.PII, 0.7, "person_list"))
+
+
 def find_persons(text: str, *, cells: bool = True) -> list[Finding]:
     """PERSON findings in ``text`` (may overlap each other; the caller resolves overlaps)."""
     if not text:
@@ -567,6 +726,8 @@ def find_persons(text: str, *, cells: bool = True) -> list[Finding]:
     f.continue_lists()
     f.lowercase()
     _field_values(text, f)
+    if ":" in text:
+        _list_values(text, f)
     from kvfence.gateway.protection.detect.recognizers.csv_names import csv_name_cells
 
     if cells:
