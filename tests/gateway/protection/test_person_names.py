@@ -67,6 +67,10 @@ POSITIVES = [
      ["Mark Brown", "Will Smith"]),
     ("person_title", "Geachte heer Van Dijk, hierbij de bevestiging.", ["Van Dijk"]),
     ("person_surname_given", '"Oyelowo, Adaeze","Finance","2023-02-01"', ["Oyelowo, Adaeze"]),
+    ("person_introduced", "Ibrahim Sesay and his sister Mariatu are the beneficiaries.", ["Ibrahim Sesay", "Mariatu"]),
+    ("person_full_name", "Xu Mingzhe submitted the thesis in June.", ["Xu Mingzhe"]),
+    ("person_lowercase_acts", "[10:22] maxime: je pousse le correctif", ["maxime"]),
+    ("person_title", "Rendez-vous avec Me Garnier jeudi; Docteur Mercier aussi.", ["Garnier", "Mercier"]),
 ]
 
 
@@ -107,6 +111,8 @@ NEGATIVES = [
     "Please find attached the signed NDA from the bank.", "Deploy with Ansible, plot with Seaborn.",
     "Our offices are in Santiago and Melbourne.", "Ford Tucker cut its forecast for the year.",
     "Brooks Brothers and Warner Bros opened stores.", "Saludos, Dirección", "Beste Grüße,\nIhr Kundenservice",
+    "Building 7, Room 12B: the Kennedy conference room.", "Die Sparkasse Köln und die Volksbank Bonn fusionieren.",
+    "Les Galeries Lafayette et le Printemps ouvrent le dimanche.",
 ]
 
 
@@ -124,6 +130,8 @@ def test_csv_name_columns_are_found_whatever_the_case() -> None:
     # beside a name-part column, a bare "nom" / "nome" / "nombre" column holds name parts too
     french = "nom,prénom,ville\nDupont,Camille,Lyon\n"
     assert [french[f.start:f.end] for f in csv_name_cells(french)] == ["Dupont", "Camille"]
+    british = "surname,forename,dob\nAchterberg,Willemijn,1990-05-02\n"
+    assert [british[f.start:f.end] for f in csv_name_cells(british)] == ["Achterberg", "Willemijn"]
     # quoted "Last, First" in one cell is one span
     quoted = 'name;city\n"Raman, Priya";Pune\n'
     assert [quoted[f.start:f.end] for f in csv_name_cells(quoted)] == ["Raman, Priya"]

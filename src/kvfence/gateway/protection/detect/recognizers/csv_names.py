@@ -16,6 +16,7 @@ __all__ = ["csv_name_cells"]
 
 _HEADER_WORDS = re.compile(
     r"(?i)^(?:full[ _-]?name|first[ _-]?name|last[ _-]?name|given[ _-]?names?|family[ _-]?name|middle[ _-]?name"
+    r"|fore[ _-]?names?|christian[ _-]?name|nom[ _-]de[ _-]famille|primer[ _-]apellido|segundo[ _-]apellido"
     r"|surname|name|names|customer(?:[ _-]?name)?|client(?:[ _-]?name)?|contact(?:[ _-]?(?:person|name))?"
     r"|patient(?:[ _-]?name)?|employee(?:[ _-]?name)?|recipient(?:[ _-]?name)?|sender(?:[ _-]?name)?"
     r"|owner|assignee|reporter|author|tenant|holder|cardholder|account[ _-]?holder|signatory|person"
@@ -25,7 +26,7 @@ _HEADER_WORDS = re.compile(
     r"|klant|ontvanger|contactpersoon)$")
 # headers that say "this is a name part" outright; a bare "name" or "owner" column may hold products,
 # hosts or teams, so its cells must look like a person's name (``person.py`` decides)
-_STRONG_HEADER = re.compile(r"(?i)first|last|given|family|middle|sur|full|vorname|nachname|familienname|pr[ée]nom"
+_STRONG_HEADER = re.compile(r"(?i)first|last|given|family|middle|sur|full|fore|christian|vorname|nachname|familienname|pr[ée]nom"
                             r"|apellido|cognome|voornaam|achternaam|customer|client|patient|employee|contact|kunde"
                             r"|mitarbeiter|klant|recipient|sender|cardholder|holder|tenant|signatory")
 _CELL_OK = re.compile(r"^[^\W\d_][^\W\d_ .,'’-]*(?:[ .,'’-]{1,2}[^\W\d_]+){0,5}\.?$")

@@ -62,7 +62,7 @@ llc gmbh ag kg ohg ug sarl sàrl sas sa spa srl bv nv oy ab as asa aps plc pty
 algorithm distance transform filter chain model method curve distribution process number constant
 theorem lemma conjecture hypothesis inequality series integral function matrix space test scale score
 index coefficient ratio rule cycle code cipher machine lymphoma reflex sign maneuver manoeuvre
-workshop conference summit festival expo forum
+workshop conference summit festival expo forum galeries galerie galleria galería magasins
 airport terminal boulevard blvd highway freeway expressway tunnel pier harbour harbor port
 """)
 

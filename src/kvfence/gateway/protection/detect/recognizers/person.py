@@ -33,13 +33,13 @@ __all__ = ["find_persons", "link_mentions"]
 
 _WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]{2,}|-[^\W\d_]+)*")
 _PARTICLES = frozenset(["van", "von", "der", "den", "de", "del", "della", "dello", "degli", "di", "da", "das", "dos", "du", "le", "la", "bin", "binti", "ibn", "al", "el", "ter", "ten", "zu", "zur", "vom", "d'", "st"])
-_TITLES = frozenset(["mr", "mrs", "ms", "mx", "miss", "dr", "prof", "sir", "dame", "lord", "lady", "herr", "frau", "fr", "hr", "m", "mme", "mlle", "madame", "monsieur", "mademoiselle", "sr", "sra", "srta", "señor", "señora", "señorita", "don", "doña", "dott", "dottssa", "dott.ssa", "sig", "sigra", "sig.ra", "signor", "signora", "signore", "dhr", "mevr", "mw", "mej", "heer", "mevrouw", "meneer", "mijnheer", "herrn", "ing", "rev", "capt", "col", "gen", "sgt", "insp", "det", "judge"])
+_TITLES = frozenset(["mr", "mrs", "ms", "mx", "miss", "dr", "prof", "sir", "dame", "lord", "lady", "herr", "frau", "fr", "hr", "m", "mme", "mlle", "madame", "monsieur", "mademoiselle", "sr", "sra", "srta", "señor", "señora", "señorita", "don", "doña", "dott", "dottssa", "dott.ssa", "sig", "sigra", "sig.ra", "signor", "signora", "signore", "dhr", "mevr", "mw", "mej", "heer", "mevrouw", "meneer", "mijnheer", "herrn", "docteur", "professeur", "maître", "maitre", "doctor", "doctora", "professor", "professora", "dra", "lic", "avv", "arch", "drs", "ir", "me", "ing", "rev", "capt", "col", "gen", "sgt", "insp", "det", "judge"])
 # Only with a cue word: "M." is also an initial, "Fr." also Friday/Father.
 _TITLE_RE = re.compile(
     r"(?<![\w.])(?:(?i:Mr|Mrs|Ms|Mx|Miss|Dr|Prof|Sir|Dame|Herr|Frau|Hr|Mme|Mlle|Madame|Monsieur|Mademoiselle"
     r"|Sr|Sra|Srta|Señor|Señora|Señorita|Doña|Dott|Dott\.ssa|Dottssa|Sig|Sig\.ra|Signor|Signora|Dhr|Mevr|Heer|Mevrouw"
-    r"|Meneer|Mijnheer|Herrn"
-    r"|Mw|Ing|Rev|Capt|Insp|Judge|Prof\.\s?Dr)|M|Fr|Don)\.?\s{1,2}$")
+    r"|Meneer|Mijnheer|Herrn|Docteur|Professeur|Ma[iî]tre|Doctora?|Professora?|Dra|Lic|Avv|Arch|Drs"
+    r"|Mw|Ing|Rev|Capt|Insp|Judge|Prof\.\s?Dr)|M|Me|Ir|Fr|Don)\.?\s{1,2}$")
 _TITLE_LAST = frozenset(w.split(".")[-1] for w in _TITLES) | {"m", "fr", "don", "ssa", "ra", "dr"}
 
 
@@ -83,14 +83,32 @@ beste, geachte, thanks, thank you, cheers, regards, best, best regards, kind reg
 sincerely, yours, grüße, gruß, viele grüße, beste grüße, freundliche grüße, mit freundlichen grüßen,
 cordialement, bien à vous, amitiés, saludos, un saludo, atentamente, saluti, cordiali saluti, distinti saluti,
 groeten, met vriendelijke groet, hartelijke groet, groetjes, signed, witness, attendees,
+sister, brother, wife, husband, son, daughter, mother, father, mum, mom, dad, aunt, uncle, cousin, niece, nephew,
+grandson, granddaughter, grandmother, grandfather, fiancé, fiancée, girlfriend, boyfriend, friend, neighbour,
+neighbor, colleague, coworker, co-worker, boss, schwester, bruder, ehefrau, ehemann, sohn, tochter, mutter, vater,
+tante, onkel, cousine, kollege, kollegin, nachbar, nachbarin, freundin, freund, sœur, frère, épouse, mari, fils,
+fille, mère, père, oncle, cousin, collègue, voisin, voisine, amie, ami, hermana, hermano, esposa, marido, hijo, hija,
+madre, padre, tía, tío, prima, primo, compañero, compañera, vecino, vecina, amiga, amigo, sorella, fratello, moglie,
+marito, figlio, figlia, zia, zio, cugino, cugina, collega, vicino, vicina, amica, amico, zus, broer, echtgenote,
+zoon, dochter, moeder, vader, oom, neef, nicht, buurman, buurvrouw, vriendin, vriend,
 ship to, deliver to, bill to, sold to, attn, attention, recipient, c/o, co, empfänger, destinataire,
 destinatario, ontvanger, z. hd, zhd
 """.replace("\n", " ").split(","))
+_ROLE_WORDS = frozenset(c.strip() for c in """
+sister, brother, wife, husband, son, daughter, mother, father, mum, mom, dad, aunt, uncle, cousin, niece, nephew,
+grandson, granddaughter, grandmother, grandfather, fiancé, fiancée, girlfriend, boyfriend, friend, neighbour,
+neighbor, colleague, coworker, co-worker, boss, schwester, bruder, ehefrau, ehemann, sohn, tochter, mutter, vater,
+tante, onkel, cousine, kollege, kollegin, nachbar, nachbarin, freundin, freund, sœur, frère, épouse, mari, fils,
+fille, mère, père, oncle, collègue, voisin, voisine, amie, ami, hermana, hermano, esposa, marido, hijo, hija,
+madre, padre, tía, tío, prima, primo, compañero, compañera, vecino, vecina, amiga, amigo, sorella, fratello, moglie,
+marito, figlio, figlia, zia, zio, cugino, cugina, collega, vicino, vicina, amica, amico, zus, broer, echtgenote,
+zoon, dochter, moeder, vader, oom, neef, nicht, buurman, buurvrouw, vriendin, vriend""".replace("\n", " ").split(","))
 _SIGN_OFFS = frozenset(c for c in _STRONG_CUES if c not in
                        ("hi", "hey", "hello", "hallo", "hola", "ciao", "salut", "bonjour", "bonsoir", "buongiorno", "hoi", "hej", "olá", "salve",
                         "moin", "servus", "dear", "dearest", "liebe", "lieber", "sehr geehrte", "sehr geehrter",
                         "cher", "chère", "estimado", "estimada", "querido", "querida", "caro", "cara", "gentile",
-                        "beste", "geachte", "witness", "attendees"))
+                        "beste", "geachte", "witness", "attendees")
+                       and c not in _ROLE_WORDS)
 _MAIL_AFTER = re.compile(r"[ \t]{0,2}[<(\[][ \t]?(?:mailto:)?[\w.+'-]{1,64}@[\w-]+\.[\w.-]+")
 _GROUP_WORDS = frozenset(["team", "all", "everyone", "everybody", "folks", "guys", "there", "world", "customer", "customers", "colleagues", "equipo", "squadra", "ploeg", "kollegen", "kolleginnen", "kunden", "kundinnen", "freunde", "damen", "herren", "mitglieder", "leute", "alle", "zusammen", "équipe", "equipe", "tous", "todos", "todas", "tutti", "amici", "amigos", "compañeros", "colleghi", "collègues", "collega's", "allemaal", "iedereen", "support", "sales", "admin", "admins", "user", "users", "sir", "madam", "management", "dirección", "direction", "direzione", "directie", "geschäftsleitung", "geschäftsführung", "secretariaat", "secretaría", "segreteria", "secrétariat", "sekretariat", "redaktion", "rédaction", "redacción", "redazione", "redactie", "administration", "verwaltung", "administración", "amministrazione", "administratie", "buchhaltung", "contabilidad", "contabilità", "boekhouding", "comptabilité", "personal", "personalabteilung", "facturación", "fatturazione", "facturation", "kundenservice", "klantenservice", "servicio", "servizio", "service", "grüße", "gruß", "grüsse", "groeten", "groet", "saluti", "saludos", "salutations", "regards", "wishes", "greetings"])
 
@@ -121,6 +139,9 @@ def _cue_before(before: str) -> str | None:
     return None
 
 
+# verbs of saying that a firm uses rarely (no "said": "Siemens said" is common)
+_SPOKE_AFTER = re.compile(r"^\s(?:wrote|replied|asked|emailed|told me|told us|phoned|texted|messaged|"
+                          r"schrieb|fragte|a écrit|a répondu|escribió|respondió|ha scritto|ha risposto|schreef|vroeg)\b")
 _SAY_AFTER = re.compile(
     r"^(?:'s\b|’s\b|\s(?:said|says|wrote|writes|asked|asks|replied|told|mentioned|confirmed|agreed|suggested"
     r"|approved|signed|joined|called|emailed|noted|thinks|reported|requested|explained|added|will|can|has|had"
@@ -186,8 +207,11 @@ def _known(g: Gazetteer, low: str, given: bool) -> bool:
     if len(parts) > 1:
         if given:
             return all(g.is_given(p) for p in parts)
-        # O'Brien, D'Angelo, al-Sayed, Smith-Jones: the last part carries the name
-        return g.is_name(parts[-1]) and all(len(p) <= 3 or g.is_name(p) for p in parts[:-1])
+        # O'Brien, D'Angelo, al-Sayed, Smith-Jones, Kierkegaard-Holm: a known part carries the name
+        if g.is_name(parts[-1]) and all(len(p) <= 3 or g.is_name(p) for p in parts[:-1]):
+            return True
+        return len(parts) == 2 and any(g.is_surname(p) and not g.is_ordinary(p) for p in parts) \
+            and not any(g.is_ordinary(p) for p in parts)
     return False
 
 
@@ -218,6 +242,18 @@ _LOWER_VERB_AFTER = re.compile(
     r"^(?:['’]s\s|\s(is|was|has|had|will|would|can|could|should|said|says|already|just|are|were|did|does|"
     r"wrote|merged|reviewed|fixed|pushed|thinks|wants|needs|asked|told|agreed|approved|sent|knows|"
     r"ist|hat|war|sagt|est|a|dit|es|ha|dice|heeft|zegt|and|&|or|und|et|y|e|en)\b)")
+_STAMPED_LINE = re.compile(r"(?:^|\n)[ \t]*(?:\[[^\]\n]{1,24}\]|\d{1,2}:\d{2}(?::\d{2})?)[ \t]*(?:<)?$")
+_VOCATIVE_AFTER = re.compile(r"^(?:,\s|\s(?:can|could|would|pls|plz|please|are|r|u|do|did|have)\s)")
+_CHINESE_SURNAMES = frozenset("""wang li zhang liu chen yang huang zhao wu zhou xu sun ma zhu hu guo he gao lin luo
+zheng liang xie song tang han feng deng cao peng zeng xiao tian dong yuan pan cai jiang yu du ye cheng wei su lü
+ding ren shen yao lu cui zhong tan fan jin shi liao jia xia fu fang bai zou meng xiong qin qiu yin xue yan duan
+lei hou long tao gu mao hao gong shao wan qian dai mo kong xiang""".split())  # noqa: SIM905
+# two or three pinyin syllables, four letters or more ("Mingzhe", "Zihan", "Xiaoyu")
+_PINYIN_GIVEN = re.compile(
+    r"^(?=.{4,})(?:(?:zh|ch|sh|[bpmfdtnlgkhjqxrzcsyw])?(?:iang|iong|uang|ang|eng|ing|ong|ian|iao|uai|uan|ai|ei|ao"
+    r"|ou|an|en|in|un|ia|ie|iu|ua|uo|ui|ue|er|a|o|e|i|u|ü)){2,3}$")
+_ORG_SHAPE = re.compile(r"(?:bank|kasse|versicherung|werke?|gruppe|markt|logistik|verlag|holding|bahn|stadtwerke"
+                        r"|galerie|galeries|tech|soft|ware|systems|media|labs|works)$")
 _LINE_START = re.compile(r"(?:^|\n)[ \t]*(?:\[[^\]\n]{1,24}\][ \t]*|\d{1,2}:\d{2}(?::\d{2})?[ \t]+|[-*•>][ \t]*)?$")
 _SPEAKER_AFTER = re.compile(r"^(?::(?:[ \t]|$)|,[ \t][a-zà-ÿ])")  # "Priya: ok", "Priya, can you"
 _LIST_GAP = re.compile(r"^(?:,[ \t]?| (?:and|und|et|y|e|en|&|or|oder|ou|o|of) |, (?:and|und|et|y|e|en) |/ ?)$")
@@ -340,6 +376,11 @@ class _Finder:
             # surname first (Chinese, Japanese, Korean, Vietnamese, Hungarian): "Tanaka Hiroshi", "Zhang Wei"
             if g.is_surname(first.low) and _known(g, last.low, given=True) and not g.risky_given(last.low):
                 return True
+            if len(words) == 2 and first.low in _CHINESE_SURNAMES and _PINYIN_GIVEN.match(last.low) \
+                    and not g.is_ordinary(last.low) and last.text[1:].islower():
+                return True  # "Xu Mingzhe", "Wang Zihan"
+            if _ORG_SHAPE.search(first.low):
+                return False  # "Volksbank Bonn", "Sparkasse Köln": a compound firm word first
             # two known names after a person cue or a name label: "Witness: Bartosz Nowak"
             if g.is_name(first.low) and surname_known and not surname_ordinary \
                     and _cue_before(self.before(first_index)) not in (None, *_WEAK_CUES):
@@ -503,6 +544,11 @@ class _Finder:
                 and not before.rstrip().endswith("&") and not self.headline(t.start):
             self.add(i, i + 1, "person_said", 0.6)
             return True
+        if len(t.text) >= 4 and _SPOKE_AFTER.match(after) and g.is_surname(t.low) and not g.is_ordinary(t.low) \
+                and t.text[1:].islower() and t.low not in _PLACES and t.low not in _NOT_ALONE \
+                and not before.rstrip().endswith("&") and not self.headline(t.start):
+            self.add(i, i + 1, "person_said", 0.55)  # "Okafor said", "Nakamura wrote back"
+            return True
         if self.given_alone(i, before, after):
             self.add(i, i + 1, "person_given", 0.55)
             return True
@@ -531,11 +577,13 @@ class _Finder:
         if i + 1 < len(self.toks):
             nxt = self.toks[i + 1]
             if nxt.cap and _LIST_GAP.match(self.text[t.end:nxt.start]) \
-                    and (g.is_ordinary(nxt.low) or g.risky_given(nxt.low) or not g.is_name(nxt.low)):
+                    and (not g.is_name(nxt.low) or (g.is_ordinary(nxt.low) and not g.is_given(nxt.low))
+                         or nxt.low in _PLACES or g.month_or_day(nxt.low) or _not_a_person(nxt.low)):
                 return False
         prev = _CUE_WORDS.findall(before[-16:].lower())
-        if prev and prev[-1] in _PLACE_BEFORE and before.endswith(" "):
-            return False
+        if prev and (prev[-1] in _PLACE_BEFORE or prev[-1] in _ARTICLES or prev[-1] in ("our", "this"))\
+                and before.endswith(" "):
+            return False  # "in Kingston", "the Kennedy room", "a Mercedes"
         if before.rstrip().endswith(("&", "#", "/", "\\", "-", "_", ".")) and not before.endswith((". ", ".\n")):
             return False
         if self.sentence_start(t) and _LOWER_AFTER.match(after) is None:
@@ -554,7 +602,7 @@ class _Finder:
             prev = self.toks[i - 1]
             if (i - 1) not in self.taken or prev.end not in ends or not _LIST_GAP.match(self.text[prev.end:t.start]):
                 continue
-            if g.is_given(t.low) and not g.risky_given(t.low) and not g.is_ordinary(t.low) and not _not_a_person(t.low) \
+            if g.is_given(t.low) and not g.risky_given(t.low) and not _not_a_person(t.low) and t.low not in _PLACES \
                     and not self.org_after(i + 1) and not (i + 1 < len(self.toks) and self.toks[i + 1].cap
                                                            and self.gap_ok(t, self.toks[i + 1])):
                 self.add(i, i + 1, "person_listed", 0.6)
@@ -594,6 +642,10 @@ class _Finder:
         for i, t in enumerate(toks):
             if i in self.taken or not t.text.islower() or len(t.text) < 3:
                 continue
+            if g.is_given(t.low) and not g.month_or_day(t.low) and not _not_a_person(t.low) \
+                    and _STAMPED_LINE.search(self.before(i)) and self.text.startswith(": ", t.end):
+                self.add(i, i + 1, "person_lowercase_acts", 0.6)  # "[10:22] maxime: ok": a chat log's speaker
+                continue
             if g.is_ordinary(t.low) or not g.is_given(t.low) or g.risky_given(t.low):
                 continue
             nxt = toks[i + 1] if i + 1 < len(toks) else None
@@ -612,8 +664,8 @@ class _Finder:
         already merged it", "tomasz is on it", "sven and ingrid are out")."""
         t = self.toks[i]
         after = self.text[t.end:t.end + 30]
-        if _LINE_START.search(self.before(i)) and after.startswith((": ", ":\n")):
-            return True
+        if _LINE_START.search(self.before(i)) and (after.startswith((": ", ":\n")) or _VOCATIVE_AFTER.match(after)):
+            return True  # "kofi: on it", "kofi, can you ...", "kofi pls check"
         m = _LOWER_VERB_AFTER.match(after)
         if m is None:
             return False
@@ -677,6 +729,11 @@ def _field_values(text: str, f: _Finder) -> None:
         f.found.append(Finding(start, end, "PERSON", Category.PII, 0.9, "person_field"))
 
 
+def _at_sentence_start(text: str, pos: int) -> bool:
+    k = pos - 1
+    while k >= 0 and text[k] in " \t":
+        k -= 1
+    return k < 0 or text[k] in '.!?:\n"“(-–—*•>'
 _LIST_LABEL = re.compile(
     r"(?im)(?:^|(?<=[\s(]))(?:attendees|participants|present|apologies|absent|invitees|speakers|panelists"
     r"|teilnehmer(?:innen)?|anwesend|entschuldigt|abwesend|participants|présents|presents|excusés|invités"
@@ -771,7 +828,9 @@ def link_mentions(texts: list[str], per_text: list[list[Finding]]) -> list[list[
         return names[holders.pop()] if len(holders) == 1 else None
 
     g = gazetteer()
-    mention_words = sorted((w for w in owners if len(w) >= 3 and not g.is_ordinary(w)), key=len, reverse=True)
+    # a name part that is also a word ("Finch", "Grace") is a mention only capitalised inside a sentence
+    mention_words = sorted((w for w in owners if len(w) >= 3 and not _not_a_person(w) and w not in _PLACES),
+                           key=len, reverse=True)
     pattern = re.compile(r"(?<![\w'’-])(?:" + "|".join(re.escape(w) for w in mention_words) + r")(?![\w-])",
                          re.IGNORECASE) if mention_words else None
     out: list[list[Finding]] = []
@@ -792,6 +851,8 @@ def link_mentions(texts: list[str], per_text: list[list[Finding]]) -> list[list[
                 word = m.group()
                 if not (word.isupper() or all(p[:1].isupper() and p[1:].islower() for p in re.split(r"[-'’]", word))):
                     continue
+                if g.is_ordinary(word.lower()) and (word.isupper() or _at_sentence_start(text, m.start())):
+                    continue  # "Will", "Grace", "Brown" at a sentence start, "WILL" in capitals
                 k = bisect.bisect_left(starts, m.end())  # spans[:k] start before the mention ends
                 if k and ends[k - 1] > m.start():
                     continue  # inside (or across) a finding already made
