@@ -12,12 +12,59 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from tests.netutil import free_port, wait_for_port
+
+
+def _sync_client_classes() -> list[type[Any]]:
+    """httpx's Client, and httpx2's (the fork the official openai and anthropic clients are built on)."""
+    classes: list[type[Any]] = [httpx.Client]
+    try:
+        import httpx2
+    except ImportError:
+        return classes
+    return [*classes, httpx2.Client]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Close the sync HTTP clients a test opened and left open (an ``openai.OpenAI(...)`` made inline).
+
+    A client that raised inside ``pytest.raises`` sits in a reference cycle (exception, traceback,
+    frame, client), so its sockets are not closed when the test ends but whenever the cyclic collector
+    next runs: in some later test, which then fails on the ResourceWarning. Closing them here keeps
+    each test's sockets inside that test. Only clients made on the test's own thread are tracked, so
+    a server fixture's clients are left alone.
+    """
+    opened: weakref.WeakSet[Any] = weakref.WeakSet()
+    test_thread = threading.get_ident()
+    originals = {cls: cls.__init__ for cls in _sync_client_classes()}
+
+    def tracking(original: Any) -> Any:
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            if threading.get_ident() == test_thread:
+                opened.add(self)
+        return init
+
+    for cls, original in originals.items():
+        cls.__init__ = tracking(original)
+    try:
+        return (yield)
+    finally:
+        for cls, original in originals.items():
+            cls.__init__ = original
+        for client in list(opened):
+            if not client.is_closed:
+                client.close()
 
 
 def _missing(what: str) -> None:
