@@ -44,9 +44,10 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 50_000.0},
         "sliding_attention": {"rope_type": "default", "rope_theta": 500.0}}}),
     "phi3": ("phi3", {}),  # fused qkv_proj / gate_up_proj in the checkpoint
-    # half of each 16-wide head rotated, LongRoPE short factors (all prompts within 64 tokens)
-    "phi3-partial-longrope": ("phi3", {"max_position_embeddings": 256, "rope_parameters": {
-        **_LONGROPE, "partial_rotary_factor": 0.5}}),
+    # half of each 16-wide head rotated, LongRoPE: the 53-token prompt crosses 64 while generating
+    # (recomputed with the long factors, tests/engine/test_phi3_longrope_crossing.py), the others stay short
+    "phi3-partial-longrope": ("phi3", {"max_position_embeddings": 256, "original_max_position_embeddings": 64,
+                                       "rope_parameters": {**_LONGROPE, "partial_rotary_factor": 0.5}}),
 }
 
 
@@ -102,8 +103,10 @@ def test_bfloat16_within_tolerance(arch: str, tmp_path: Path) -> None:
 def test_phi3_longrope_past_the_original_length_matches_transformers(tmp_path: Path) -> None:
     """A prompt longer than ``original_max_position_embeddings`` is rotated with the long factors
     throughout, in transformers and here; shorter prompts that stay short keep the short ones."""
-    model_dir = build_tiny_model(tmp_path / "phi3", "phi3", max_position_embeddings=256, rope_parameters={
-        **_LONGROPE, "partial_rotary_factor": 0.5})
+    model_dir = build_tiny_model(tmp_path / "phi3", "phi3", max_position_embeddings=256,
+                                 original_max_position_embeddings=64,  # Phi3Config's (4096 by default) wins
+                                 rope_parameters={**_LONGROPE, "partial_rotary_factor": 0.5})
+    assert ModelConfig.from_dir(model_dir).rope_scaling["original_max_position_embeddings"] == 64  # type: ignore[index]
     g = torch.Generator().manual_seed(3)
     prompts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (80, 20)]
     llm = LLM(model=str(model_dir), max_model_len=256, kv_cache_tokens=2048, page_size=8, device="cpu")
@@ -205,6 +208,7 @@ def test_config_variants_match_transformers(case: str, tmp_path: Path) -> None:
 def test_phi3_older_longrope_spelling_su(tmp_path: Path) -> None:
     """Phi-3 files written before transformers 5 say ``rope_scaling: {"type": "su", ...}``: LongRoPE."""
     model_dir = build_tiny_model(tmp_path / "phi3", "phi3", max_position_embeddings=256,
+                                 original_max_position_embeddings=64,
                                  rope_parameters={**_LONGROPE, "partial_rotary_factor": 0.5})
     config = json.loads((model_dir / "config.json").read_text())
     params = config.pop("rope_parameters")

@@ -234,3 +234,41 @@ def test_decodes_take_turns_when_the_token_budget_is_smaller_than_the_batch() ->
         out, _ = step(sched)
         assert len(out.items) == 2
     assert [s.num_completion_tokens for s in seqs] == [3, 3, 3, 3]
+
+
+def test_a_sequence_growing_past_the_rope_switch_is_recomputed_through_the_release_path() -> None:
+    """Phi-3's LongRoPE switch at 8 tokens: a 6-token prompt is recomputed from its first token when it
+    reaches 9, under a scope narrowed to that length; its pages leave as a preemption's do (sealed
+    ones parked under the scope they were computed in, owned ones scrubbed, I2), never remapped."""
+    sched = Scheduler(SchedulerConfig(), BlockManager(16, 4), max_model_len=64, eos_token_ids=[EOS],
+                      rope_threshold=8, recompute_at_rope_switch=True)
+    seq, past = make_seq("r", 6, max_tokens=6), make_seq("p", 10, max_tokens=2)
+    sched.add(seq)
+    sched.add(past)
+    assert (seq.scope_key, past.scope_key) == (SCOPE, SCOPE + b"|rope-length:10")  # a prompt past it: narrowed
+    for _ in range(3):  # prefill, then decodes at positions 6 and 7 (the sequence holds 9 tokens after)
+        step(sched)
+    assert seq.num_tokens == 9 and seq.num_computed_tokens == 8 and seq.rope_length == 6
+    short_pages = list(seq.block_table)
+    out = sched.schedule()
+    assert sched.num_rope_recomputes == 1 and sched.num_preemptions == 0
+    assert seq.rope_length == 9 and seq.scope_key == SCOPE + b"|rope-length:9"
+    assert [(i.seq.request_id, i.start, i.num_new_tokens) for i in out.items] == [("r", 0, 9)]  # readmitted at once
+    assert not set(seq.block_table) & set(short_pages[:2])  # short-rotation pages are no hits under the new key
+    assert sorted(sched.block_manager.parked_pages()[SCOPE]) == sorted(short_pages[:2])  # sealed: SCOPE's prefix pages
+    sched.postprocess(out, {"r": 5})
+    while sched.has_unfinished():
+        step(sched)
+    assert sched.num_rope_recomputes == 1 and seq.num_completion_tokens == 6
+
+
+def test_without_the_recompute_rule_a_crossing_sequence_keeps_its_pages() -> None:
+    """Llama-family LongRoPE and dynamic NTK: transformers keeps the cached keys, and so does the engine."""
+    sched = Scheduler(SchedulerConfig(), BlockManager(16, 4), max_model_len=64, eos_token_ids=[EOS], rope_threshold=8)
+    seq = make_seq("r", 8, max_tokens=4)
+    sched.add(seq)
+    step(sched)
+    pages = list(seq.block_table)
+    out = sched.schedule()
+    assert [(i.start, i.num_new_tokens) for i in out.items] == [(8, 1)] and seq.block_table[: len(pages)] == pages
+    assert seq.rope_length == 8 and seq.scope_key == SCOPE

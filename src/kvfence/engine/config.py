@@ -172,6 +172,9 @@ class ModelConfig:
     local_rope_scaling: dict[str, Any] | None = None
     # whether max_position_embeddings is stated before the RoPE factor stretches it (Gemma 3: after)
     context_stretched_by_rope: bool = True
+    # Phi-3: a sequence that first grows past the LongRoPE threshold is recomputed with the long
+    # factors, as transformers' Phi-3 generate recomputes it (kvfence.engine.layers.rope_lengths)
+    recompute_at_rope_switch: bool = False
 
     @classmethod
     def from_dir(cls, model_dir: Path) -> ModelConfig:

@@ -32,6 +32,7 @@ from kvfence.engine.core.scheduler import ScheduledSeq, Scheduler, SchedulerConf
 from kvfence.engine.core.sequence import FinishReason, Sequence
 from kvfence.engine.kv.block_manager import BlockManager, PageState
 from kvfence.engine.kv.capacity import Capacity, plan_capacity
+from kvfence.engine.layers.rope_lengths import rope_length_threshold
 from kvfence.engine.layers.sampler import SampledToken, SampleRow, sample
 from kvfence.engine.runner.default_model import ensure_default_model
 from kvfence.engine.runner.loader import checkpoint_files
@@ -157,6 +158,8 @@ class EngineCore:
             self.block_manager,
             max_model_len=max_model_len,
             eos_token_ids=self.tokenizer.eos_token_ids,
+            rope_threshold=rope_length_threshold(self.model_config.rope_scaling, self.model_config.max_position_embeddings),
+            recompute_at_rope_switch=self.model_config.recompute_at_rope_switch,
         )
 
     def limit_max_model_len(self, max_model_len: int) -> None:

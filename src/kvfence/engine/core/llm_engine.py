@@ -30,7 +30,6 @@ from kvfence.engine.core.sequence import FinishReason, Sequence, SequenceStatus
 from kvfence.engine.kv.block_manager import BlockManager
 from kvfence.engine.kv.capacity import Capacity
 from kvfence.engine.kv.shared_prefill import SharedPrefill
-from kvfence.engine.layers.rotary import rope_scope_key
 from kvfence.engine.runner.model_runner import ModelRunner
 from kvfence.engine.sampling.prompt_logprobs import PromptScores, append_prompt_logprobs
 from kvfence.engine.sampling.sampling_params import SamplingParams
@@ -122,7 +121,6 @@ class LLMEngine:
             raise InvalidParameterError(f"request id {request_id!r} is already in use", param="request_id")
         check_prompt(prompt_token_ids, self.model_config.vocab_size, scope_key)
         check_params(params, self.model_config.vocab_size)
-        scope_key = rope_scope_key(scope_key, len(prompt_token_ids), self.runner.model.model.rotary.length_threshold)
         seq = Sequence(request_id, prompt_token_ids, scope_key, params)
         if self._shared_prefill.hold(seq):
             self.scheduler.check_admissible(seq.num_prompt_tokens, params.max_tokens)  # I3 now, queued later

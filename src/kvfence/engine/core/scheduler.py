@@ -7,6 +7,14 @@ page it needs is mapped, and when a running sequence cannot get its next page th
 sequence is preempted by recompute (all pages released and scrubbed, back to the front of the
 queue). Released pages stay on the page ledger's scrub list, which the model runner zero-fills
 inside its forward pass before it reads or writes the pool (I2); the batch shows which ones.
+
+Where RoPE depends on the sequence's length (:mod:`kvfence.engine.layers.rope_lengths`) the
+scheduler owns the two rules that keep KV pages true to it, for every loop that drives it: a
+sequence's cache scope is narrowed to its rope length past the threshold (a page is then a prefix
+hit only for sequences rotated alike, I1), and with ``recompute_at_rope_switch`` (Phi-3) a sequence
+that first grows past the threshold is recomputed from its first token, as transformers' Phi-3
+``generate`` does: all its pages are released through the normal path (scrubbed, I2; its sealed
+pages stay prefix pages of the scope they were computed under) and it is queued again.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from dataclasses import dataclass, field
 
 from kvfence.engine.core.sequence import FinishReason, Sequence, SequenceStatus
 from kvfence.engine.kv.block_manager import BlockManager
+from kvfence.engine.layers.rope_lengths import rope_scope_key, rope_switch_length
 from kvfence.errors import ConfigError, ContextLengthExceededError, InvalidParameterError
 
 __all__ = ["ScheduledSeq", "Scheduler", "SchedulerConfig", "SchedulerOutput"]
@@ -66,7 +75,11 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    """Decides which sequences run in each step and owns their lifecycle."""
+    """Decides which sequences run in each step and owns their lifecycle.
+
+    ``rope_threshold``: the length past which the model's RoPE depends on the sequence's length
+    (``None``: it never does); ``recompute_at_rope_switch``: recompute a sequence that grows past it.
+    """
 
     def __init__(
         self,
@@ -75,6 +88,8 @@ class Scheduler:
         *,
         max_model_len: int,
         eos_token_ids: Iterable[int] = (),
+        rope_threshold: int | None = None,
+        recompute_at_rope_switch: bool = False,
     ) -> None:
         if not isinstance(max_model_len, int) or max_model_len < 1:
             raise ConfigError(f"max_model_len must be an integer >= 1; got {max_model_len!r}")
@@ -90,6 +105,10 @@ class Scheduler:
         self._by_id: dict[str, Sequence] = {}
         self.num_preemptions = 0
         self._decode_turn = 0
+        self.rope_threshold = rope_threshold
+        # the threshold a sequence is recomputed past (Phi-3), or None
+        self._recompute_past = rope_threshold if recompute_at_rope_switch else None
+        self.num_rope_recomputes = 0
 
     @property
     def num_waiting(self) -> int:
@@ -133,6 +152,7 @@ class Scheduler:
         if seq.block_table or seq.status is not SequenceStatus.WAITING:
             raise ValueError(f"sequence {seq.request_id!r} is not new")
         self.check_admissible(seq.num_prompt_tokens, seq.params.max_tokens)
+        seq.scope_key = rope_scope_key(seq.scope_key, seq.rope_length, self.rope_threshold)
         self._by_id[seq.request_id] = seq
         self.waiting.append(seq)
 
@@ -148,6 +168,7 @@ class Scheduler:
             raise InvalidParameterError(f"request id {seq.request_id!r} is already in use", param="request_id")
         if not seq.block_table or seq.num_computed_tokens != seq.num_prompt_tokens or seq.num_completion_tokens != 1:
             raise ValueError(f"sequence {seq.request_id!r} is not a verified handoff with its first token")
+        seq.scope_key = rope_scope_key(seq.scope_key, seq.rope_length, self.rope_threshold)
         seq.status = SequenceStatus.RUNNING
         self._by_id[seq.request_id] = seq
         self.running.append(seq)
@@ -162,6 +183,8 @@ class Scheduler:
         """Build the next batch (the runner zero-fills the pages released so far before running it, I2)."""
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
+        if self._recompute_past is not None:
+            self._recompute_past_rope_switch(self._recompute_past)
         # Decodes first (one token each keeps inter-token latency steady), then prefill chunks.
         # Only decodes can need a new page: prefills got every page at admission.
         decodes = [s for s in self.running if s.num_tokens - s.num_computed_tokens == 1]
@@ -221,6 +244,27 @@ class Scheduler:
         seq.num_computed_tokens = 0
         self.waiting.appendleft(seq)
         self.num_preemptions += 1
+
+    def _recompute_past_rope_switch(self, threshold: int) -> None:
+        """Phi-3: running sequences that have just grown past the RoPE switch are recomputed from their
+        first token with the long factors, as transformers recomputes them. Their pages are released
+        as a preemption releases them (scrubbed, I2) before their scope key changes, so no page of the
+        old rotation is ever mapped under the new key (I1); they are queued first, oldest first.
+
+        Only running sequences grow, so only they can cross: a preempted one waits with the rope
+        length it had, and its recompute rotates as before."""
+        for seq in reversed(self.running):
+            length = rope_switch_length(seq.rope_length, seq.num_tokens, threshold)
+            if length is None:
+                continue
+            self.block_manager.deallocate(seq)
+            seq.rope_length = length
+            seq.scope_key = rope_scope_key(seq.scope_key, length, threshold)
+            seq.status = SequenceStatus.WAITING
+            seq.num_computed_tokens = 0
+            self.waiting.appendleft(seq)
+            self.num_rope_recomputes += 1
+        self.running = [s for s in self.running if s.status is SequenceStatus.RUNNING]
 
     def postprocess(self, output: SchedulerOutput, sampled: dict[str, int]) -> list[Sequence]:
         """Record the forward pass: advance progress, seal computed pages, append sampled tokens.

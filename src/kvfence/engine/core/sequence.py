@@ -38,6 +38,10 @@ class Sequence:
     ``num_computed_tokens`` counts tokens whose KV is already in the sequence's pages (chunked
     prefill advances it step by step; preemption resets it to 0).
 
+    ``rope_length`` is the sequence length its tokens are rotated for up to it, where RoPE depends on
+    the length (:mod:`kvfence.engine.layers.rope_lengths`): the prompt's, or (Phi-3) its length when
+    it first grew past the LongRoPE threshold and was recomputed.
+
     ``prompt_logprobs`` (when the params ask for them) grows as prefill chunks are computed: entry
     ``i`` scores prompt token ``i``; it survives preemption, so a recompute adds nothing twice.
     """
@@ -56,6 +60,7 @@ class Sequence:
         self.request_id = request_id
         self.token_ids: list[int] = list(token_ids)
         self.num_prompt_tokens = len(self.token_ids)
+        self.rope_length = self.num_prompt_tokens
         self.scope_key = scope_key
         self.params = params if params is not None else SamplingParams()
         self.status = SequenceStatus.WAITING

@@ -274,8 +274,10 @@ class BlockManager:
         for _ in range(fresh):
             block_table.append(self._take_fresh_page(seq))
         seq.block_table = list(block_table)
-        seq.num_cached_tokens = len(hits) * self.page_size
-        seq.num_computed_tokens = seq.num_cached_tokens
+        hit_tokens = len(hits) * self.page_size
+        seq.num_computed_tokens = hit_tokens
+        if seq.num_completion_tokens == 0:  # a recompute (preemption, RoPE switch) keeps its admission's count
+            seq.num_cached_tokens = hit_tokens
         self._tables[seq.request_id] = block_table
         self.prefix_index.start(seq, hits)
         if hits:  # only scopes with hits, so per-request scope keys don't grow this dict
@@ -283,7 +285,7 @@ class BlockManager:
             scope = seq.scope_key
             if scope not in counts and len(counts) >= MAX_SCOPES_COUNTED:
                 scope = OTHER_SCOPES
-            counts[scope] = counts.get(scope, 0) + seq.num_cached_tokens
+            counts[scope] = counts.get(scope, 0) + hit_tokens
 
     def _take_fresh_page(self, seq: Sequence) -> int:
         page_id = self.ledger.take_free(seq.request_id)  # already scrubbed or on the scrub list (I2)

@@ -1,4 +1,6 @@
-"""Rotary position embedding with the common ``rope_scaling`` variants, as precomputed cos/sin tables."""
+"""Rotary position embedding with the common ``rope_scaling`` variants, as precomputed cos/sin tables.
+
+Which length a token is rotated for, where that matters, is :mod:`.rope_lengths` (no torch)."""
 
 from __future__ import annotations
 
@@ -9,55 +11,17 @@ import torch
 from torch import nn
 
 from kvfence.engine.kernels import try_rope_
-from kvfence.scope import is_unshared
+from kvfence.engine.layers.rope_lengths import rope_length_threshold
 
-__all__ = ["RotaryEmbedding", "rope_inverse_frequencies", "rope_length_threshold", "rope_lengths", "rope_scope_key"]
-
-
-def rope_length_threshold(scaling: dict[str, Any] | None, max_position_embeddings: int) -> int | None:
-    """The sequence length past which transformers' RoPE depends on how long the sequence is, or ``None``.
-
-    ``dynamic`` NTK recomputes its frequencies from the sequence length once it passes
-    ``max_position_embeddings``; ``longrope`` switches from ``short_factor`` to ``long_factor`` once it
-    passes ``original_max_position_embeddings``. transformers decides per forward call from the longest
-    position in it, and keeps the keys it cached with the rotation they were computed with; so in one
-    sequence's ``generate`` the token at position ``p`` of a prompt of ``P`` tokens is rotated for the
-    length ``max(P, p + 1)`` (:func:`rope_lengths`), which is what the engine does per request.
-    """
-    rope_type = (scaling or {}).get("rope_type")
-    if rope_type == "dynamic":
-        return max_position_embeddings
-    if rope_type == "longrope" and scaling is not None:
-        return int(scaling["original_max_position_embeddings"])
-    return None
-
-
-def rope_lengths(num_prompt_tokens: int, start: int, end: int) -> range | list[int]:
-    """The sequence length each position in ``[start, end)`` of a request is rotated for: its prompt's
-    length for prompt tokens (one prefill call in transformers), ``p + 1`` for generated ones (one decode
-    call each), so a recompute after preemption rotates every token as it was the first time."""
-    if start + 1 >= num_prompt_tokens:
-        return range(start + 1, end + 1)
-    return [max(num_prompt_tokens, p + 1) for p in range(start, end)]
-
-
-def rope_scope_key(scope_key: bytes, num_prompt_tokens: int, threshold: int | None) -> bytes:
-    """``scope_key`` narrowed to prompts of this length when the prompt is past the RoPE length threshold.
-
-    Past it every token of the prompt is rotated for the prompt's length (:func:`rope_lengths`), so the
-    KV of a page depends on that length as well as on its tokens: a page may then be a prefix hit (I1)
-    only for a prompt of the same length. Shorter prompts rotate by position alone and keep their scope.
-    Per-request scopes share nothing anyway and are left as they are."""
-    if threshold is None or num_prompt_tokens <= threshold or is_unshared(scope_key):
-        return scope_key
-    return scope_key + b"|rope-length:" + str(num_prompt_tokens).encode()
+__all__ = ["RotaryEmbedding", "rope_inverse_frequencies"]
 
 
 def rope_inverse_frequencies(
     head_dim: int, theta: float, scaling: dict[str, Any] | None, max_position_embeddings: int
 ) -> tuple[torch.Tensor, float]:
     """Return ``(inv_freq [head_dim/2], attention_factor)`` for the given ``rope_scaling``, for sequences
-    up to :func:`rope_length_threshold` (past it, :meth:`RotaryEmbedding.tables` rotates by length).
+    up to :func:`~.rope_lengths.rope_length_threshold` (past it, :meth:`RotaryEmbedding.tables` rotates
+    by length).
     """
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
     rope_type = (scaling or {}).get("rope_type", "default")
@@ -187,7 +151,7 @@ class RotaryEmbedding(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin rows for ``positions`` [T], shaped [T, 1, head_dim/2]; gathered once per step.
 
-        ``seq_lens`` [T] (see :func:`rope_lengths`) is needed past :attr:`length_threshold` only."""
+        ``seq_lens`` [T] (see :func:`~.rope_lengths.rope_lengths`) is needed past :attr:`length_threshold` only."""
         cos, sin = self.cos[positions], self.sin[positions]
         if seq_lens is not None and self.length_threshold is not None:
             longer = seq_lens > self.length_threshold

@@ -85,11 +85,18 @@ def _qwen3(raw: dict[str, Any]) -> Fields:
 
 
 def _phi3(raw: dict[str, Any]) -> Fields:
-    """Phi-3: a window on every layer where set; ``su`` / ``yarn`` are older names of its LongRoPE."""
+    """Phi-3: a window on every layer where set; ``su`` / ``yarn`` are older names of its LongRoPE.
+
+    As transformers' Phi3Config does, the top-level ``original_max_position_embeddings`` (default
+    4096) is LongRoPE's threshold, over one in ``rope_parameters``; and as its ``generate`` does, a
+    sequence that first grows past it is recomputed with the long factors (``recompute_at_rope_switch``).
+    """
     fields = _every_layer_windowed(raw)
     params = raw.get("rope_parameters") or raw.get("rope_scaling")
-    if isinstance(params, dict) and (params.get("rope_type") or params.get("type")) in ("su", "yarn"):
-        fields["rope_parameters"] = {**params, "rope_type": "longrope"}  # as transformers' Phi3Config reads it
+    if isinstance(params, dict) and (params.get("rope_type") or params.get("type")) in ("su", "yarn", "longrope"):
+        original = int(raw["original_max_position_embeddings"])
+        fields["rope_parameters"] = {**params, "rope_type": "longrope", "original_max_position_embeddings": original}
+        fields["recompute_at_rope_switch"] = True
     return fields
 
 
@@ -150,7 +157,8 @@ FAMILIES: dict[str, Family] = {
         Family("Qwen3ForCausalLM", "kvfence.engine.models.qwen3:Qwen3ForCausalLM", _qwen3,
                defaults={"max_position_embeddings": 32_768}),
         Family("Phi3ForCausalLM", "kvfence.engine.models.phi3:Phi3ForCausalLM", _phi3, partial_rotary=True,
-               defaults={"rms_norm_eps": 1e-5, "max_position_embeddings": 4096}),
+               defaults={"rms_norm_eps": 1e-5, "max_position_embeddings": 4096,
+                         "original_max_position_embeddings": 4096}),
         Family(
             "Gemma3ForCausalLM", "kvfence.engine.models.gemma3:Gemma3ForCausalLM", _gemma3,
             # Gemma3TextConfig's defaults, which differ from the other families'

@@ -22,7 +22,7 @@ from kvfence.engine.kernels import calibrate_linear, gemv_kernel_in_use, kernel_
 from kvfence.engine.kernels.huge_pages import huge_page_zeros
 from kvfence.engine.kernels.ops import CALIBRATION_ROWS
 from kvfence.engine.layers.attention import AttentionMetadata, PrefillChunk
-from kvfence.engine.layers.rotary import rope_lengths
+from kvfence.engine.layers.rope_lengths import rope_lengths
 from kvfence.engine.layers.window_masks import decode_visibility, prefill_mask, window_binds
 from kvfence.engine.models.llama import FusedLinear
 from kvfence.engine.runner.loader import load_model
@@ -233,7 +233,7 @@ class ModelRunner:
             input_ids.extend(it.seq.token_ids[it.start : end])
             positions.extend(range(it.start, end))
             if rope_lens is not None:  # dynamic NTK / longrope: rotated for the sequence's length
-                rope_lens.extend(rope_lengths(it.seq.num_prompt_tokens, it.start, end))
+                rope_lens.extend(rope_lengths(it.seq.rope_length, it.start, end))
             slot_mapping.extend(table[p // ps] * ps + p % ps for p in range(it.start, end))
             if prompt_scores is not None and (span := positions_to_score(it.seq, it.start, it.num_new_tokens)):
                 to_score.append((it, len(input_ids) - end + span.start, span))
