@@ -52,7 +52,8 @@ ENGINES: dict[str, dict[str, Any]] = {
 }
 
 
-def _build(out: Path, rope: str) -> Path:
+def build_crossing_model(out: Path, rope: str) -> Path:
+    """A tiny Phi-3 whose LongRoPE switches at ORIGINAL tokens and whose greedy tokens follow the rotation."""
     import transformers
 
     model_dir = build_tiny_model(out, "phi3", max_position_embeddings=128, original_max_position_embeddings=ORIGINAL,
@@ -78,7 +79,7 @@ Tiny = tuple[Path, list[list[int]], list[list[int]]]
 
 @pytest.fixture(scope="module", params=list(ROPES))
 def tiny(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Tiny:
-    model_dir = _build(tmp_path_factory.mktemp(f"phi3-{request.param}"), request.param)
+    model_dir = build_crossing_model(tmp_path_factory.mktemp(f"phi3-{request.param}"), request.param)
     prompts = _prompts(*LENGTHS)
     return model_dir, prompts, hf_greedy(model_dir, prompts, NEW_TOKENS)
 
