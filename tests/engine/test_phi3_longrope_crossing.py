@@ -47,7 +47,7 @@ CROSSING = sum(1 for n in LENGTHS if n <= ORIGINAL < n + NEW_TOKENS - 1)
 ENGINES: dict[str, dict[str, Any]] = {
     "batched": {"max_model_len": 128, "kv_cache_tokens": 1024, "page_size": 8},
     "chunked": {"max_model_len": 128, "kv_cache_tokens": 1024, "page_size": 4, "max_prefill_chunk": 7, "max_num_batched_tokens": 12,
-                "max_num_seqs": 3},
+                "max_num_seqs": 3, "verify_isolation": True},  # paranoid mode: I1 re-checked every step
     "preempting": {"max_model_len": "auto", "kv_cache_tokens": 80, "page_size": 8},
 }
 
@@ -99,7 +99,7 @@ def test_crossing_while_generating_matches_transformers(tiny: Tiny, engine: str)
     model_dir, prompts, reference = tiny
     llm = _llm(model_dir, **ENGINES[engine])
     assert [o.token_ids for o in llm.generate(prompts, GREEDY)] == reference
-    assert llm.engine.scheduler.num_rope_recomputes == CROSSING
+    assert llm.engine.scheduler.num_rope_recomputes == CROSSING and llm.engine.isolation_incidents == 0
     if engine == "preempting":
         assert llm.engine.stats().num_preemptions > 0
     assert llm.engine.pool_is_zero()  # the recompute released its pages through the scrubbing path (I2)
