@@ -3,14 +3,16 @@
 Text is split into lowercase word tokens (Unicode ``\\w+``) in their canonical form (:func:`canonical`:
 leetspeak digits inside a word read as letters, letters spaced out one by one joined); each run of
 ``n`` consecutive words is
-hashed with HMAC-SHA256 under the gateway's secret and truncated to 64 bits. Without the key a
+hashed with keyed BLAKE2b (RFC 7693's MAC mode, 64-bit digest) under a key derived from the gateway's
+secret. (It was HMAC-SHA256: BLAKE2b is as much a keyed PRF and 2.7 times faster, which pays for the
+disguised readings of answers, ``scan.py``.) Without the key a
 fingerprint cannot be tested against a guessed phrase, so the index (in memory or in Redis) holds
 nothing a reader could turn back into prompt text.
 """
 
 from __future__ import annotations
 
-import hmac
+import hashlib
 import re
 from collections.abc import Iterable
 
@@ -62,19 +64,20 @@ def words(text: str) -> list[str]:
 
 
 class Fingerprinter:
-    """HMAC-SHA256 fingerprints (64-bit ints) of the word n-grams of a text."""
+    """Keyed BLAKE2b fingerprints (64-bit ints) of the word n-grams of a text."""
 
     def __init__(self, key: bytes, n: int) -> None:
         if len(key) < 16:
             raise ValueError("fingerprint key must be at least 16 bytes")
         if n < 1:
             raise ValueError("n-gram size must be positive")
-        self._key = key
+        # a BLAKE2b key is at most 64 bytes: derive one of 32 from a secret of any length
+        self._key = hashlib.sha256(b"kvfence leak fingerprint\x00" + key).digest()
         self.n = n
 
     def of_words(self, tokens: tuple[str, ...] | list[str]) -> int:
-        digest = hmac.digest(self._key, " ".join(tokens).encode("utf-8"), "sha256")
-        return int.from_bytes(digest[:8], "big")
+        digest = hashlib.blake2b(" ".join(tokens).encode("utf-8"), key=self._key, digest_size=8).digest()
+        return int.from_bytes(digest, "big")
 
     def ngrams(self, tokens: list[str]) -> list[int]:
         """Fingerprints of every n-gram of ``tokens``, in order (empty when fewer than n words)."""

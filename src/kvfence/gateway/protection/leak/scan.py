@@ -257,10 +257,18 @@ class AnswerScanner:
             return None
         foreign = list({g for position in grams for g in position if g not in self._own})
         owners_of = dict(zip(foreign, self._monitor.index.owners(foreign), strict=True)) if foreign else {}
+        found = owners_of.get
+        runs = self._runs
         min_run = self._monitor.min_run
         for position, end in zip(grams, ends, strict=True):
-            for view, (gram, run) in enumerate(zip(position, self._runs, strict=True)):
-                owners = owners_of.get(gram)
+            if not (found(position[0]) or found(position[1]) or found(position[2]) or found(position[3])):
+                # nobody else sent any reading of it: the common case, kept cheap
+                self._answer_grams.add(position[0])
+                for run in runs:
+                    run.clear()
+                continue
+            for view, (gram, run) in enumerate(zip(position, runs, strict=True)):
+                owners = found(gram)
                 senders = self._evidence(owners) if owners else None
                 if senders is None:
                     if view == 0:
