@@ -1,1 +1,3 @@
-"""Building blocks of the model runner: rotary embedding, paged attention, sampling."""
+"""Building blocks of the model runner: rotary embedding (``rotary``; which length a token is rotated
+for where RoPE depends on it, torch-free for the scheduler: ``rope_lengths``), paged attention,
+window masks, sampling, penalties."""
