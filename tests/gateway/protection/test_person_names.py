@@ -71,6 +71,9 @@ POSITIVES = [
     ("person_full_name", "Xu Mingzhe submitted the thesis in June.", ["Xu Mingzhe"]),
     ("person_lowercase_acts", "[10:22] maxime: je pousse le correctif", ["maxime"]),
     ("person_title", "Rendez-vous avec Me Garnier jeudi; Docteur Mercier aussi.", ["Garnier", "Mercier"]),
+    ("person_introduced", 'Summarise: "Hi Gwendolyn, Takeshi and I will be in Leeds."', ["Gwendolyn", "Takeshi"]),
+    ("person_full_name", "Vat samen: Wouter Brouwer komt maandag, Maarten dinsdag.", ["Wouter Brouwer", "Maarten"]),
+    ("person_surname_given", "Rows failed: Kowalski, Marta; Haddad, Rania", ["Kowalski, Marta", "Haddad, Rania"]),
 ]
 
 
@@ -113,6 +116,7 @@ NEGATIVES = [
     "Brooks Brothers and Warner Bros opened stores.", "Saludos, Dirección", "Beste Grüße,\nIhr Kundenservice",
     "Building 7, Room 12B: the Kennedy conference room.", "Die Sparkasse Köln und die Volksbank Bonn fusionieren.",
     "Les Galeries Lafayette et le Printemps ouvrent le dimanche.",
+    "Translate to German: the order has shipped.", "Riassumi i risultati di Enel e di Leonardo.",
 ]
 
 

@@ -3,7 +3,8 @@
 Built offline by ``scripts/build_name_gazetteer.py`` from public-domain US Census name files and
 Faker's MIT-licensed name lists, with Debian's word lists (SCOWL, OpenTaal) and spaCy's stop words
 marking names that are ordinary words; the provenance and checksums are in ``data/SOURCES.txt``.
-``data/given_supplement.txt`` adds romanised given names of cultures those lists miss (South
+``data/names_not_words.txt`` takes back from the ordinary words a few given names that a word list
+holds in lower case ("wouter", "maarten"). ``data/given_supplement.txt`` adds romanised given names of cultures those lists miss (South
 Asian, West/East/Southern African, Central Asian, Gaelic, Pacific ...), written for this detector.
 Shipped inside the package: nothing is downloaded. Loaded once, on first use (~40 ms).
 """
@@ -71,4 +72,5 @@ def _supplement(name: str) -> frozenset[str]:
 def gazetteer() -> Gazetteer:
     """The shipped gazetteer (read once per process)."""
     given = _read("given_names.txt.gz") | _supplement("given_supplement.txt")
-    return Gazetteer(given, _read("surnames.txt.gz"), _read("ordinary.txt.gz"))
+    ordinary = _read("ordinary.txt.gz") - _supplement("names_not_words.txt")
+    return Gazetteer(given, _read("surnames.txt.gz"), ordinary)

@@ -136,8 +136,8 @@ lake mann meadows moss north oakley park parks peck pope pratt savage shaw sharp
 sparks summers sweet thorne tower wade walls watts wild wilde wren york
 """)
 
-# Countries, regions and large cities (English and local spellings): a greeting or sign-off before
-# one ("Hello Berlin!", "Grüße aus München") and a lone one are no person.
+# Countries, regions, large cities and languages (English and local spellings): a greeting or
+# sign-off before one ("Hello Berlin!", "Translate to German") and a lone one are no person.
 PLACES = _words("""
 afghanistan albania algeria andorra angola argentina armenia australia austria azerbaijan bahamas bahrain
 bangladesh barbados belarus belgium belize benin bhutan bolivia bosnia botswana brazil brasil brunei bulgaria
@@ -171,4 +171,9 @@ montreal montréal vancouver ottawa chicago boston seattle denver dallas houston
 philadelphia phoenix portland austin nashville orleans vegas mexico bogotá bogota lima quito caracas
 santiago buenos aires montevideo são paulo sao paulo rio brasília lyon marseille toulouse nice nantes
 strasbourg bordeaux lille stuttgart düsseldorf dresden leipzig hannover bremen nuremberg nürnberg
+english german french spanish italian dutch portuguese chinese japanese korean russian arabic hindi turkish
+polish swedish danish norwegian finnish greek hebrew czech hungarian romanian ukrainian thai vietnamese
+indonesian malay persian urdu bengali tamil swahili latin deutsch français español italiano nederlands
+portugués englisch französisch spanisch italienisch niederländisch anglais allemand espagnol italien inglés
+alemán francés italiano inglese tedesco francese spagnolo engels duits frans spaans italiaans
 """)

@@ -126,7 +126,7 @@ def _cue_before(before: str) -> str | None:
     newline = "\n" in gap
     if (len(gap) > 3 and not newline) or gap.count("\n") > 1:
         return None
-    last = tail[-12:].rsplit(None, 1)[-1].lower()
+    last = tail[-12:].rsplit(None, 1)[-1].lower().lstrip("\"'“‘«(„[")
     if last != "@" and last.replace("’", "'") not in _CUE_LAST:
         return None  # the common case, decided without a regex
     words = _CUE_WORDS.findall(tail[-30:].lower().replace("’", "'"))
@@ -257,6 +257,9 @@ _ORG_SHAPE = re.compile(r"(?:bank|kasse|versicherung|werke?|gruppe|markt|logisti
 _LINE_START = re.compile(r"(?:^|\n)[ \t]*(?:\[[^\]\n]{1,24}\][ \t]*|\d{1,2}:\d{2}(?::\d{2})?[ \t]+|[-*•>][ \t]*)?$")
 _SPEAKER_AFTER = re.compile(r"^(?::(?:[ \t]|$)|,[ \t][a-zà-ÿ])")  # "Priya: ok", "Priya, can you"
 _LIST_GAP = re.compile(r"^(?:,[ \t]?| (?:and|und|et|y|e|en|&|or|oder|ou|o|of) |, (?:and|und|et|y|e|en) |/ ?)$")
+# the same, a preposition allowed after it: "Enel e di Leonardo", "Airbus et de Dassault"
+_LIST_GAP_OF = re.compile(r"^(?:,[ \t]?| (?:and|und|et|y|e|en|&|or|oder|ou|o) |, (?:and|und|et|y|e|en) |/ ?)"
+                          r"(?:(?:of|de|di|von|van|da|del|du|des|der|the) )?$")
 _SENTENCE_END = re.compile(r"[.!?;]\s")
 
 
@@ -571,8 +574,11 @@ class _Finder:
             return False  # the end of a capitalised run that is no name ("JP Morgan", "Goldman Sachs Morgan")
         # in a list whose neighbours are no names, it is none either ("Paris, France", "Morgan, Stanley
         # and Chase are towns"); "Hannah Lindqvist, Rafael and Oskar" is a list of people
-        if i > 0 and (i - 1) not in self.taken and self.toks[i - 1].cap \
-                and _LIST_GAP.match(self.text[self.toks[i - 1].end:t.start]):
+        k = i - 1
+        while k >= 0 and not self.toks[k].cap and self.toks[k].low in _PARTICLES and i - k <= 2:
+            k -= 1  # "Enel e di Leonardo": look past the preposition
+        if k >= 0 and k not in self.taken and self.toks[k].cap \
+                and _LIST_GAP_OF.match(self.text[self.toks[k].end:t.start]):
             return False
         if i + 1 < len(self.toks):
             nxt = self.toks[i + 1]
@@ -619,7 +625,7 @@ class _Finder:
             if not (a.cap or a.upper) or not (b.cap or b.upper):
                 continue
             lead = self.text[max(0, a.start - 2):a.start]
-            if not (a.start == 0 or lead.endswith(("\n", '"', "'", ",", ";", "\t", "|", ": ")) or lead.endswith(", ")):
+            if not (a.start == 0 or lead.endswith(("\n", '"', "'", ",", ";", "\t", "|", ": ", "; ")) or lead.endswith(", ")):
                 continue
             # a surname the lists lack before a known given name, in a quoted cell: '"Oyelowo, Adaeze",'
             quoted_cell = lead.endswith('"') and a.text[1:].islower() and not g.is_ordinary(a.low) and len(a.text) >= 3
