@@ -97,9 +97,10 @@ class K3Scanner(AnswerScanner):
     def __init__(self, monitor: LeakMonitor, tenant: str, own: frozenset[int]) -> None:
         super().__init__(monitor, tenant, own)
         self._read: set[int] = set()
+        self._plain: deque[str] = deque(maxlen=monitor.fingerprinter.n)
 
     def _consume(self, new_words: list[str]) -> LeakEvidence | None:
-        recent = deque(self._recent, maxlen=self._monitor.fingerprinter.n)
+        recent = self._plain
         for word in new_words:
             recent.append(canonical(word))
             if len(recent) == recent.maxlen:

@@ -156,9 +156,9 @@ class AnswerScanner:
         self._tenant = tenant
         self._own = own
         n = monitor.fingerprinter.n
-        self._recent: deque[str] = deque(maxlen=n)  # canonical words as written
-        self._rot13: deque[str] = deque(maxlen=n)
-        self._backwards: deque[str] = deque(maxlen=n)  # each word spelt backwards
+        # the last words read, each in its readings (as written, ROT13, spelt backwards; canonical), as
+        # many as the n-grams of one run need
+        self._recent: deque[tuple[str, str, str]] = deque(maxlen=n + monitor.min_run - 1)
         self._partial = ""
         self._tail = ""
         self._runs: list[list[tuple[int, frozenset[str]]]] = [[] for _ in VIEWS]
@@ -236,50 +236,75 @@ class AnswerScanner:
             self._record_received()
         return evidence
 
+    def _reading(self, words: list[tuple[str, str, str]], end: int, view: int) -> int:
+        """The n-gram of ``words`` that ends before ``end``, in reading ``view`` (VIEWS)."""
+        window = words[end - self._monitor.fingerprinter.n:end]
+        if view == 3:  # the whole text spelt backwards: the words spelt backwards, in reverse order
+            return self._monitor.fingerprinter.of_words(tuple(w[2] for w in reversed(window)))
+        return self._monitor.fingerprinter.of_words(tuple(w[view] for w in window))
+
     def _consume(self, new_words: list[str]) -> LeakEvidence | None:
+        """Read ``new_words``. The n-gram as written is looked up at every position; the other readings
+        every ``min_run`` positions, and at each position after one that was evidence. A run of
+        ``min_run`` evidence n-grams holds one such position whatever its start, and from there its
+        earlier n-grams (at most ``min_run - 1``) are looked up backwards. So the disguised readings
+        catch what looking up every position would, for about a quarter of the lookups."""
         if not new_words:
             return None
-        fingerprinter = self._monitor.fingerprinter
-        n = fingerprinter.n
-        grams: list[tuple[int, int, int, int]] = []  # per position, one n-gram per view (VIEWS)
-        ends: list[int] = []  # answer position (in words) where each n-gram ends
-        for word in new_words:
-            self._recent.append(canonical(word))
-            self._rot13.append(canonical(word.translate(_ROT13)))
-            self._backwards.append(canonical(word[::-1]))
-            self._words += 1
-            if len(self._recent) == n:
-                backwards = tuple(self._backwards)
-                grams.append((fingerprinter.of_words(tuple(self._recent)), fingerprinter.of_words(tuple(self._rot13)),
-                              fingerprinter.of_words(backwards), fingerprinter.of_words(backwards[::-1])))
-                ends.append(self._words)
-        if not grams:
-            return None
-        foreign = list({g for position in grams for g in position if g not in self._own})
-        owners_of = dict(zip(foreign, self._monitor.index.owners(foreign), strict=True)) if foreign else {}
-        found = owners_of.get
-        runs = self._runs
+        n = self._monitor.fingerprinter.n
         min_run = self._monitor.min_run
-        for position, end in zip(grams, ends, strict=True):
-            if not (found(position[0]) or found(position[1]) or found(position[2]) or found(position[3])):
-                # nobody else sent any reading of it: the common case, kept cheap
-                self._answer_grams.add(position[0])
-                for run in runs:
-                    run.clear()
-                continue
-            for view, (gram, run) in enumerate(zip(position, runs, strict=True)):
-                owners = found(gram)
-                senders = self._evidence(owners) if owners else None
+        index, own, runs = self._monitor.index, self._own, self._runs
+        words = list(self._recent)  # the words before these, then these: each in its readings
+        first = len(words)
+        words += [(canonical(w), canonical(w.translate(_ROT13)), canonical(w[::-1])) for w in new_words]
+        self._recent.extend(words[first:])
+        before = self._words
+        self._words += len(new_words)
+        # position p (the p-th n-gram of the answer, from 0) ends at words[ends[p]]
+        positions = [(before + i + 1 - n, first + i + 1) for i in range(len(new_words)) if before + i + 1 >= n]
+        if not positions:
+            return None
+        planned = {(p, v): self._reading(words, end, v) for p, end in positions
+                   for v in ((0, 1, 2, 3) if p % min_run == 0 else (0,))}
+        foreign = list({g for g in planned.values() if g not in own})
+        owners_of = dict(zip(foreign, index.owners(foreign), strict=True)) if foreign else {}
+
+        def evidence_at(p: int, end: int, view: int) -> tuple[int, frozenset[str] | None]:
+            gram = planned.get((p, view))
+            if gram is None:  # not planned: after a hit, or before one (rare), looked up alone
+                gram = self._reading(words, end, view) if end - n >= 0 else None
+                if gram is None:
+                    return 0, None
+                if gram not in own and gram not in owners_of:
+                    owners_of[gram] = index.owners([gram])[0]
+            owners = owners_of.get(gram)
+            return gram, (self._evidence(owners) if owners else None)
+
+        for p, end in positions:
+            for view in (0, 1, 2, 3):
+                run = runs[view]
+                if view and p % min_run and not run:
+                    continue  # not a stride position, no run open: this reading is not looked at
+                gram, senders = evidence_at(p, end, view)
                 if senders is None:
                     if view == 0:
                         self._answer_grams.add(gram)  # evidence is never recorded: it would make a leak common
                     run.clear()
                     continue
+                if view and not run:  # a hit at a stride position: its run may have begun before it
+                    earlier: list[tuple[int, frozenset[str]]] = []
+                    for back in range(1, min(min_run, p + 1)):
+                        earlier_gram, earlier_senders = evidence_at(p - back, end - back, view)
+                        if earlier_senders is None:
+                            break
+                        earlier.append((earlier_gram, earlier_senders))
+                    run.extend(reversed(earlier))
                 run.append((gram, senders))
                 if len(run) >= min_run:
                     run_owners = sorted(set().union(*(o for _, o in run)))
                     return self._caught(LeakEvidence(
-                        VIEWS[view], tuple(run_owners), tuple(f"{g:016x}" for g, _ in run), len(run) + n - 1, end))
+                        VIEWS[view], tuple(run_owners), tuple(f"{g:016x}" for g, _ in run), len(run) + n - 1,
+                        before + end - first))
         return None
 
     def _evidence(self, owners: frozenset[str]) -> frozenset[str] | None:
