@@ -327,3 +327,35 @@ def test_provenance_and_common_language_hold_on_the_redis_index(redis_url: str) 
     assert all(stream(replica2 if i % 2 else replica1, f"r{i}", ["q"], leaked) is not None for i in range(5))
     replica1.index.close()
     replica2.index.close()
+
+
+_READINGS = {
+    "rot13": lambda t: t.translate(str.maketrans("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ",
+                                                 "nopqrstuvwxyzabcdefghijklmNOPQRSTUVWXYZABCDEFGHIJKLM")),
+    "words_reversed": lambda t: " ".join(w[::-1] for w in t.split()),
+    "reversed": lambda t: t[::-1],
+    "leet": lambda t: t.translate(str.maketrans("aeiost", "431057")),
+    "spaced": lambda t: "   ".join(" ".join(w) for w in t.split()),
+}
+
+
+@pytest.mark.parametrize("reading", sorted(_READINGS))
+@pytest.mark.parametrize("chunk", [3, 8, 999])
+def test_the_shortest_disguised_run_is_caught_wherever_it_starts(reading: str, chunk: int) -> None:
+    """Seven words of acme's prompt (one run of four 4-grams, the minimum), disguised, after 0 to 8
+    words of the model's own: the readings other than the plain one are looked up only every fourth
+    position (and backwards from a hit), which must catch the run whatever its offset."""
+    seven = " ".join(SECRET_PROMPT.split()[3:10])
+    for offset in range(9):
+        m = monitor()
+        m.record_prompt("acme", [SECRET_PROMPT])
+        model_words = " ".join(["sure", "here", "is", "what", "you", "asked", "for", "my", "friend"][:offset])
+        leaked = _READINGS[reading](seven)
+        text = f"{leaked} {model_words}".strip() if reading == "reversed" else f"{model_words} {leaked}".strip()
+        evidence = stream(m, "globex", ["hello"], text, chunk=chunk)
+        assert evidence is not None and evidence.owners == ("acme",), (offset, text)
+        six = " ".join(SECRET_PROMPT.split()[3:9])  # and six words are not a run
+        m2 = monitor()
+        m2.record_prompt("acme", [SECRET_PROMPT])
+        assert stream(m2, "globex", ["hello"], f"{model_words} {_READINGS[reading](six)} and so on".strip(),
+                      chunk=chunk) is None, (offset, six)
