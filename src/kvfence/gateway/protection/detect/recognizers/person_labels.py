@@ -1,0 +1,112 @@
+"""PERSON in labelled places: the value of a name field ("Name: Priya Raman", ``"last_name":
+"Park"``, "Nachname: Keller") and the people after a list label ("Attendees:", "Aanwezig:", "cc:").
+"""
+
+from __future__ import annotations
+
+import re
+
+from kvfence.gateway.protection.detect.findings import Category, Finding
+from kvfence.gateway.protection.detect.recognizers.gazetteer import Gazetteer
+from kvfence.gateway.protection.detect.recognizers.not_names import FIRMS as _NOT_PEOPLE
+from kvfence.gateway.protection.detect.recognizers.not_names import ORG_WORDS as _ORG_AFTER
+from kvfence.gateway.protection.detect.recognizers.person_words import (
+    _GROUP_WORDS,
+    _PARTICLES,
+    _WORD,
+    _known,
+    _not_a_person,
+)
+
+__all__ = ["field_values", "list_values"]
+
+_FIELD = re.compile(
+    r"""(?ix)(?:^|(?<=[\s{,;"'(\[]))
+    (?P<key>full[\s_-]?name|first[\s_-]?name|last[\s_-]?name|given[\s_-]?name|family[\s_-]?name|middle[\s_-]?name
+      |surname|name|customer(?:[\s_-]?name)?|client(?:[\s_-]?name)?|contact(?:[\s_-]?(?:person|name))?
+      |patient(?:[\s_-]?name)?|employee(?:[\s_-]?name)?|recipient|sender|attn|owner|assignee|reporter
+      |requester|author|signatory|tenant|landlord|holder|cardholder|account[\s_-]?holder|user[\s_-]?name
+      |vorname|nachname|familienname|kunde|ansprechpartner(?:in)?|empfänger|absender|mieter|vermieter
+      |nom|prénom|prenom|destinataire|expéditeur|titulaire|locataire|nombre|apellidos?|destinatario|remitente
+      |titular|cognome|mittente|intestatario|voornaam|achternaam|naam|ontvanger|afzender|huurder|klant)
+    ["']?\s{0,3}[:=]\s{0,3}["']?
+    (?P<value>[^\W\d_][^\W\d_'’.-]*(?:(?:[ .'’-]|\.\s)[^\W\d_]+){0,5}\.?)""")
+
+
+# keys that hold nothing but a name part: their value needs no gazetteer
+_STRONG_KEY = re.compile(r"(?i)first|last|given|family|middle|sur|full|vorname|nachname|familienname|pr[ée]nom"
+                         r"|apellido|cognome|voornaam|achternaam")
+_NOT_VALUES = frozenset(["null", "none", "unknown", "n/a", "na", "nil", "undefined", "true", "false", "test", "example", "sample"])
+
+
+def field_values(text: str, g: Gazetteer) -> list[Finding]:
+    """PERSON findings for the values of name fields ("Name: Priya Raman", ``"first_name": "Priya"``)."""
+    found: list[Finding] = []
+    for m in _FIELD.finditer(text):
+        start, end = m.span("value")
+        value = text[start:end].rstrip(".")
+        end = start + len(value)
+        words = _WORD.findall(value)
+        # "Name: Priya Raman Status: open": stop at the first ordinary word that is no name
+        keep: list[str] = []
+        for w in words:
+            low = w.lower()
+            if (g.is_ordinary(low) or low in _ORG_AFTER) and not g.is_name(low) and low not in _PARTICLES:
+                break
+            keep.append(w)
+        if not keep:
+            continue
+        if not any(_known(g, w.lower(), False) for w in keep) and _STRONG_KEY.search(m.group("key")) is None:
+            continue
+        plain = [w for w in keep if w.lower() not in _PARTICLES]
+        strong = _STRONG_KEY.search(m.group("key")) is not None
+        if not strong and (len(plain) < 2 or not any(_known(g, w.lower(), True) for w in plain)):
+            continue  # {"name": "Florence"} is a city as often as a person; "Name: Priya Raman" is not
+        if all(g.is_ordinary(w.lower()) for w in plain) and not (len(plain) >= 2 and all(w[0].isupper() for w in plain)) \
+                and not (strong and plain and plain[0][0].isupper() and plain[0].lower() not in _NOT_VALUES):
+            continue  # "Name: Unknown", "owner: admin"; but "last_name": "Park"
+        if len(keep) < len(words):
+            cut = value.find(keep[-1], sum(len(w) for w in keep[:-1])) + len(keep[-1])
+            end = start + cut
+        found.append(Finding(start, end, "PERSON", Category.PII, 0.9, "person_field"))
+    return found
+
+
+_LIST_LABEL = re.compile(
+    r"(?im)(?:^|(?<=[\s(]))(?:attendees|participants|present|apologies|absent|invitees|speakers|panelists"
+    r"|teilnehmer(?:innen)?|anwesend|entschuldigt|abwesend|participants|présents|presents|excusés|invités"
+    r"|asistentes|participantes|presentes|ausentes|invitados|partecipanti|presenti|assenti|invitati"
+    r"|aanwezig|afwezig|deelnemers|genodigden|cc|bcc)[ \t]*:[ \t]*(?P<items>[^\n]{1,400})")
+_LIST_SPLIT = re.compile(r"\s*(?:[,;/]|\band\b|\bund\b|\bet\b|\by\b|\be\b|\ben\b|&)\s*")
+_LIST_ITEM = re.compile(r"^[^\W\d_][\w'’.-]*(?:\s+[^\W\d_][\w'’.-]*){0,4}$")
+
+
+def list_values(text: str, g: Gazetteer) -> list[Finding]:
+    """The people listed after a label ("Attendees: Ruud Smit, Femke Mulder, Daan", "cc: Priya"):
+    each item of one to five words, capitalised (particles aside), that is no firm, group or word."""
+    found: list[Finding] = []
+    for m in _LIST_LABEL.finditer(text):
+        start = m.start("items")
+        items = m.group("items")
+        pos = 0
+        for piece in _LIST_SPLIT.split(items):
+            at = items.find(piece, pos) if piece else -1
+            if at < 0:
+                continue
+            pos = at + len(piece)
+            value = re.split(r"\s*[(<\[]", piece, maxsplit=1)[0].strip().rstrip(".")
+            if not value or not _LIST_ITEM.match(value):
+                continue
+            words = _WORD.findall(value)
+            plain = [w for w in words if w.lower() not in _PARTICLES]
+            if not plain or any(not w[0].isupper() for w in plain) or " ".join(w.lower() for w in words) in _NOT_PEOPLE:
+                continue
+            lows = [w.lower() for w in plain]
+            if any(w in _GROUP_WORDS or _not_a_person(w) or w in _ORG_AFTER or g.month_or_day(w) for w in lows):
+                continue
+            if not any(_known(g, w, False) for w in lows) and any(g.is_ordinary(w) for w in lows):
+                continue
+            if len(plain) == 1 and (len(plain[0]) < 3 or (g.is_ordinary(lows[0]) and not g.is_name(lows[0]))):
+                continue
+            found.append(Finding(start + at, start + at + len(value), "PERSON", Category.PII, 0.7, "person_list"))
+    return found

@@ -1,0 +1,217 @@
+"""The words around a personal name, for the PERSON rules (``person.py``): particles, titles,
+cue words (greetings, sign-offs, role words, verbs of saying) in six languages, the context
+patterns before and after a name, and the word-shape helpers (``_known``, ``_title_parts``).
+Internal to the PERSON rules; the firm, place and product lists are in ``not_names.py``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kvfence.gateway.protection.detect.recognizers.gazetteer import Gazetteer
+from kvfence.gateway.protection.detect.recognizers.not_names import PRODUCTS as _SOFTWARE
+
+
+def _not_a_person(low: str) -> bool:
+    return low in _SOFTWARE
+
+
+_WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]{2,}|-[^\W\d_]+)*")
+_PARTICLES = frozenset(["van", "von", "der", "den", "de", "del", "della", "dello", "degli", "di", "da", "das", "dos", "du", "le", "la", "bin", "binti", "ibn", "al", "el", "ter", "ten", "zu", "zur", "vom", "d'", "st"])
+_TITLES = frozenset(["mr", "mrs", "ms", "mx", "miss", "dr", "prof", "sir", "dame", "lord", "lady", "herr", "frau", "fr", "hr", "m", "mme", "mlle", "madame", "monsieur", "mademoiselle", "sr", "sra", "srta", "señor", "señora", "señorita", "don", "doña", "dott", "dottssa", "dott.ssa", "sig", "sigra", "sig.ra", "signor", "signora", "signore", "dhr", "mevr", "mw", "mej", "heer", "mevrouw", "meneer", "mijnheer", "herrn", "docteur", "professeur", "maître", "maitre", "doctor", "doctora", "professor", "professora", "dra", "lic", "avv", "arch", "drs", "ir", "me", "ing", "rev", "capt", "col", "gen", "sgt", "insp", "det", "judge"])
+# Only with a cue word: "M." is also an initial, "Fr." also Friday/Father.
+_TITLE_RE = re.compile(
+    r"(?<![\w.])(?:(?i:Mr|Mrs|Ms|Mx|Miss|Dr|Prof|Sir|Dame|Herr|Frau|Hr|Mme|Mlle|Madame|Monsieur|Mademoiselle"
+    r"|Sr|Sra|Srta|Señor|Señora|Señorita|Doña|Dott|Dott\.ssa|Dottssa|Sig|Sig\.ra|Signor|Signora|Dhr|Mevr|Heer|Mevrouw"
+    r"|Meneer|Mijnheer|Herrn|Docteur|Professeur|Ma[iî]tre|Doctora?|Professora?|Dra|Lic|Avv|Arch|Drs"
+    r"|Mw|Ing|Rev|Capt|Insp|Judge|Prof\.\s?Dr)|M|Me|Ir|Fr|Don)\.?\s{1,2}$")
+_TITLE_LAST = frozenset(w.split(".")[-1] for w in _TITLES) | {"m", "fr", "don", "ssa", "ra", "dr"}
+
+
+def _after_title(before: str) -> bool:
+    tail = before[-14:].rstrip()
+    if not tail or len(before) - len(before.rstrip()) > 2:
+        return False
+    last = tail.rsplit(None, 1)[-1].rstrip(".").rsplit(".", 1)[-1].lower()
+    return last in _TITLE_LAST and _TITLE_RE.search(before) is not None
+
+
+_BRAND_TITLES = frozenset("oetker pepper martens scholl dre seuss fields clean bean robot".split())  # noqa: SIM905
+# Words before a capitalised word that make it a street, not a person ("Via Roma", "Calle Mayor").
+_STREET_WORDS = frozenset("via viale piazza corso calle avenida plaza paseo rue avenue boulevard place rua "  # noqa: SIM905
+                          "street road lane straße strasse platz weg".split())
+# Words before a name that make a single known name a person: greetings, sign-offs, asking someone.
+_CUES = frozenset(c.strip() for c in """
+hi, hey, hello, hallo, hola, ciao, salut, bonjour, bonsoir, buongiorno, buenos días, moin, servus, dear, hoi, hej, olá, salve,
+dearest, liebe, lieber, sehr geehrte, sehr geehrter, cher, chère, estimado, estimada, querido, querida, caro,
+cara, gentile, beste, geachte, thanks, thank you, thx, cheers, regards, danke, merci, gracias, grazie, bedankt,
+ask, asked, tell, told, ping, pinged, cc, bcc, call, called, email, emailed, message, contact, contacted, with,
+attn, attention, signed, sincerely, assigned to, owner, reviewer, reporter, approver, approved by, reported by,
+requested by, created by, signed by, witness, tenant, landlord, patient, customer, client, employee,
+applicant, candidate, colleague, manager, my name is, i am, i'm, this is, it's, ich bin, ich heiße, je suis,
+je m'appelle, me llamo, soy, mi chiamo, sono, ik ben, mijn naam is, ik heet, frag, demande à, pregunta a,
+chiedi a, vraag, witness, attendees, attendee, participants, present, speaker, author, authors, owner,
+assignee, signatory, guarantor, seller, buyer, lessor, lessee, tenant, employer, contractor, zeuge, zeugin,
+teilnehmer, témoin, participants, testigo, asistentes, testimone, partecipanti, getuige, aanwezig, @, met, mit, avec, con, per, via, from, by, and, to, for, und
+""".replace("\n", " ").split(","))
+# Of these, the weak ones ("to", "and") only with a name that is no word or place.
+_WEAK_CUES = frozenset(["with", "met", "mit", "avec", "con", "per", "via", "from", "by", "and", "to", "for", "und"])
+_CUE_WORDS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?|@|(?<=c)/(?=o)")
+
+
+# Greetings and sign-offs: after these a capitalised word the lists lack is a name too ("Hi Tesfaye,",
+# "Best regards,\nOluwadamilare Okafor"), unless it is a word for a group ("Hi Team", "Liebe Kollegen").
+_STRONG_CUES = frozenset(c.strip() for c in """
+hi, hey, hello, hallo, hola, ciao, salut, bonjour, bonsoir, buongiorno, moin, servus, dear, dearest, liebe, hoi, hej, olá, salve,
+lieber, sehr geehrte, sehr geehrter, cher, chère, estimado, estimada, querido, querida, caro, cara, gentile,
+beste, geachte, thanks, thank you, cheers, regards, best, best regards, kind regards, warm regards,
+sincerely, yours, grüße, gruß, viele grüße, beste grüße, freundliche grüße, mit freundlichen grüßen,
+cordialement, bien à vous, amitiés, saludos, un saludo, atentamente, saluti, cordiali saluti, distinti saluti,
+groeten, met vriendelijke groet, hartelijke groet, groetjes, signed, witness, attendees,
+sister, brother, wife, husband, son, daughter, mother, father, mum, mom, dad, aunt, uncle, cousin, niece, nephew,
+grandson, granddaughter, grandmother, grandfather, fiancé, fiancée, girlfriend, boyfriend, friend, neighbour,
+neighbor, colleague, coworker, co-worker, boss, schwester, bruder, ehefrau, ehemann, sohn, tochter, mutter, vater,
+tante, onkel, cousine, kollege, kollegin, nachbar, nachbarin, freundin, freund, sœur, frère, épouse, mari, fils,
+fille, mère, père, oncle, cousin, collègue, voisin, voisine, amie, ami, hermana, hermano, esposa, marido, hijo, hija,
+madre, padre, tía, tío, prima, primo, compañero, compañera, vecino, vecina, amiga, amigo, sorella, fratello, moglie,
+marito, figlio, figlia, zia, zio, cugino, cugina, collega, vicino, vicina, amica, amico, zus, broer, echtgenote,
+zoon, dochter, moeder, vader, oom, neef, nicht, buurman, buurvrouw, vriendin, vriend,
+ship to, deliver to, bill to, sold to, attn, attention, recipient, c/o, co, empfänger, destinataire,
+destinatario, ontvanger, z. hd, zhd
+""".replace("\n", " ").split(","))
+_ROLE_WORDS = frozenset(c.strip() for c in """
+sister, brother, wife, husband, son, daughter, mother, father, mum, mom, dad, aunt, uncle, cousin, niece, nephew,
+grandson, granddaughter, grandmother, grandfather, fiancé, fiancée, girlfriend, boyfriend, friend, neighbour,
+neighbor, colleague, coworker, co-worker, boss, schwester, bruder, ehefrau, ehemann, sohn, tochter, mutter, vater,
+tante, onkel, cousine, kollege, kollegin, nachbar, nachbarin, freundin, freund, sœur, frère, épouse, mari, fils,
+fille, mère, père, oncle, collègue, voisin, voisine, amie, ami, hermana, hermano, esposa, marido, hijo, hija,
+madre, padre, tía, tío, prima, primo, compañero, compañera, vecino, vecina, amiga, amigo, sorella, fratello, moglie,
+marito, figlio, figlia, zia, zio, cugino, cugina, collega, vicino, vicina, amica, amico, zus, broer, echtgenote,
+zoon, dochter, moeder, vader, oom, neef, nicht, buurman, buurvrouw, vriendin, vriend""".replace("\n", " ").split(","))
+_SIGN_OFFS = frozenset(c for c in _STRONG_CUES if c not in
+                       ("hi", "hey", "hello", "hallo", "hola", "ciao", "salut", "bonjour", "bonsoir", "buongiorno", "hoi", "hej", "olá", "salve",
+                        "moin", "servus", "dear", "dearest", "liebe", "lieber", "sehr geehrte", "sehr geehrter",
+                        "cher", "chère", "estimado", "estimada", "querido", "querida", "caro", "cara", "gentile",
+                        "beste", "geachte", "witness", "attendees")
+                       and c not in _ROLE_WORDS)
+_MAIL_AFTER = re.compile(r"[ \t]{0,2}[<(\[][ \t]?(?:mailto:)?[\w.+'-]{1,64}@[\w-]+\.[\w.-]+")
+_GROUP_WORDS = frozenset(["team", "all", "everyone", "everybody", "folks", "guys", "there", "world", "customer", "customers", "colleagues", "equipo", "squadra", "ploeg", "kollegen", "kolleginnen", "kunden", "kundinnen", "freunde", "damen", "herren", "mitglieder", "leute", "alle", "zusammen", "équipe", "equipe", "tous", "todos", "todas", "tutti", "amici", "amigos", "compañeros", "colleghi", "collègues", "collega's", "allemaal", "iedereen", "support", "sales", "admin", "admins", "user", "users", "sir", "madam", "management", "dirección", "direction", "direzione", "directie", "geschäftsleitung", "geschäftsführung", "secretariaat", "secretaría", "segreteria", "secrétariat", "sekretariat", "redaktion", "rédaction", "redacción", "redazione", "redactie", "administration", "verwaltung", "administración", "amministrazione", "administratie", "buchhaltung", "contabilidad", "contabilità", "boekhouding", "comptabilité", "personal", "personalabteilung", "facturación", "fatturazione", "facturation", "kundenservice", "klantenservice", "servicio", "servizio", "service", "grüße", "gruß", "grüsse", "groeten", "groet", "saluti", "saludos", "salutations", "regards", "wishes", "greetings"])
+
+
+_CUE_LAST = frozenset(p.split()[-1] for p in _CUES | _STRONG_CUES)
+
+
+def _cue_before(before: str) -> str | None:
+    """The cue phrase (one to three words) that ends just before a name, if any; a sign-off may end
+    the line before ("Best regards,\n")."""
+    tail = before.rstrip(" ,:\t\r\n")
+    if not tail:
+        return None
+    gap = before[len(tail):]
+    newline = "\n" in gap
+    if (len(gap) > 3 and not newline) or gap.count("\n") > 1:
+        return None
+    last = tail[-12:].rsplit(None, 1)[-1].lower().lstrip("\"'“‘«(„[")
+    if last != "@" and last.replace("’", "'") not in _CUE_LAST:
+        return None  # the common case, decided without a regex
+    words = _CUE_WORDS.findall(tail[-30:].lower().replace("’", "'"))
+    if not words or not tail.lower().endswith(words[-1]):
+        return None
+    for n in (3, 2, 1):
+        phrase = " ".join(words[-n:])
+        if len(words) >= n and phrase in (_SIGN_OFFS if newline else _CUES | _STRONG_CUES):
+            return phrase
+    return None
+
+
+# verbs of saying that a firm uses rarely (no "said": "Siemens said" is common)
+_SPOKE_AFTER = re.compile(r"^\s(?:wrote|replied|asked|emailed|told me|told us|phoned|texted|messaged|"
+                          r"schrieb|fragte|a écrit|a répondu|escribió|respondió|ha scritto|ha risposto|schreef|vroeg)\b")
+_SAY_AFTER = re.compile(
+    r"^(?:'s\b|’s\b|\s(?:said|says|wrote|writes|asked|asks|replied|told|mentioned|confirmed|agreed|suggested"
+    r"|approved|signed|joined|called|emailed|noted|thinks|reported|requested|explained|added|will|can|has|had"
+    r"|is|was|sagt|sagte|schrieb|meinte|hat|ist|dit|a dit|écrit|dijo|escribió|ha detto|ha scritto|zei|schreef"
+    r"|heeft)\b)")
+
+
+def _title_parts(word: str) -> bool:
+    """Each part is capitalised and the rest lower case ("Farsi", "Al-Farsi", "O'Connell", "al-Amin")."""
+    parts = [p for p in re.split(r"[-'’]", word) if p]
+    return bool(parts) and all(p[1:].islower() and (p[0].isupper() or p.lower() in _PARTICLES or len(p) <= 3)
+                               for p in parts) and parts[-1][0].isupper()
+
+
+def _parts(low: str) -> list[str]:
+    return [p for p in re.split(r"[-']", low) if p]
+
+
+def _known(g: Gazetteer, low: str, given: bool) -> bool:
+    """A known given name (or surname) itself, or every part of a hyphenated/apostrophe form."""
+    check = g.is_given if given else g.is_name
+    if check(low):
+        return True
+    parts = _parts(low)
+    if len(parts) > 1:
+        if given:
+            return all(g.is_given(p) for p in parts)
+        # O'Brien, D'Angelo, al-Sayed, Smith-Jones, Kierkegaard-Holm: a known part carries the name
+        if g.is_name(parts[-1]) and all(len(p) <= 3 or g.is_name(p) for p in parts[:-1]):
+            return True
+        return len(parts) == 2 and any(g.is_surname(p) and not g.is_ordinary(p) for p in parts) \
+            and not any(g.is_ordinary(p) for p in parts)
+    return False
+
+
+# after a name: punctuation, the end, or a lower-case word ("Mark Brown and", "Grace Hopper invented")
+_AFTER_NAME = re.compile(r"^(?:$|[,;:!?)\n]|\.(?:\s|$)|\s+[a-zà-ÿ]|\s*[-–—(])")
+_LOWER_AFTER = re.compile(r"^(?:['’]s\b|\s+[a-zà-ÿ])")
+# "Sofia office", "Lena build": a lone given name before a noun that makes it a thing (a few)
+_NOUN_AFTER = re.compile(r"^\s(?:office|offices|branch|site|campus|region|server|cluster|release|version|build|"
+                         r"model|engine|api|sdk|app|plugin|library|package|project|brand|store|shop|series|"
+                         r"line|class|edition|hotel|restaurant|street|road|avenue|airport|station)\b", re.I)
+# a firm's words in the sentence after a "Given Surname" ("... reported higher quarterly profits",
+# "... shares fell"), unless a pronoun says it is a person ("... sold her shares")
+_BUSINESS_AFTER = re.compile(
+    r"^(?!.*\b(?:he|she|his|her|him|they|their|er|sie|ihr|sein|il|elle|son|sa|él|ella|lui|lei|hij|zij|zijn|haar)\b)"
+    r".*\b(?:shares|stock|stocks|earnings|profits?|revenues?|dividends?|ipo|quarterly|fiscal|subsidiary|"
+    r"headquartered|shareholders|merger|acquisition|acquired|stores|outlets|franchise|recalled|layoffs|"
+    r"valuation|stake|aktien|umsatz|gewinn|dividende|actions|bénéfices?|chiffre d'affaires|acciones|"
+    r"beneficios|ventas|azioni|utili|fatturato|aandelen|winst|omzet)\b", re.I)
+_BUSINESS_BEFORE = re.compile(
+    r"\b(?:shares of|stock of|analysts at|works at|worked at|working at|account at|job at|acquired by|"
+    r"subsidiary of|bought by|owned by|clients of|customers of|brand|brands|label|firm|bank|company|retailer|"
+    r"carmaker|insurer|lender|broker|chain|maker)\s$", re.I)
+_ITS_AFTER = re.compile(r"^(?:\s+[a-z]+){1,2}\s+(?:its|ihre[mnrs]?|seine[mnrs]?)\s", re.I)
+_SUFFIX_THEN = re.compile(r"^,?\s(?:Jr|Sr|Jnr|Snr|II|III|IV)\.?\s([A-Z][a-z]+)")
+_ARTICLES = frozenset("the het een ein eine einen einem einer eines une gli los las les".split())  # noqa: SIM905
+_PLACE_BEFORE = frozenset("in at near im nach naar en à au aux nel nella".split())  # noqa: SIM905
+_LOWER_VERB_AFTER = re.compile(
+    r"^(?:['’]s\s|\s(is|was|has|had|will|would|can|could|should|said|says|already|just|are|were|did|does|"
+    r"wrote|merged|reviewed|fixed|pushed|thinks|wants|needs|asked|told|agreed|approved|sent|knows|"
+    r"ist|hat|war|sagt|est|a|dit|es|ha|dice|heeft|zegt|and|&|or|und|et|y|e|en)\b)")
+_STAMPED_LINE = re.compile(r"(?:^|\n)[ \t]*(?:\[[^\]\n]{1,24}\]|\d{1,2}:\d{2}(?::\d{2})?)[ \t]*(?:<)?$")
+_VOCATIVE_AFTER = re.compile(r"^(?:,\s|\s(?:can|could|would|pls|plz|please|are|r|u|do|did|have)\s)")
+_CHINESE_SURNAMES = frozenset("""wang li zhang liu chen yang huang zhao wu zhou xu sun ma zhu hu guo he gao lin luo
+zheng liang xie song tang han feng deng cao peng zeng xiao tian dong yuan pan cai jiang yu du ye cheng wei su lü
+ding ren shen yao lu cui zhong tan fan jin shi liao jia xia fu fang bai zou meng xiong qin qiu yin xue yan duan
+lei hou long tao gu mao hao gong shao wan qian dai mo kong xiang""".split())  # noqa: SIM905
+# two or three pinyin syllables, four letters or more ("Mingzhe", "Zihan", "Xiaoyu")
+_PINYIN_GIVEN = re.compile(
+    r"^(?=.{4,})(?:(?:zh|ch|sh|[bpmfdtnlgkhjqxrzcsyw])?(?:iang|iong|uang|ang|eng|ing|ong|ian|iao|uai|uan|ai|ei|ao"
+    r"|ou|an|en|in|un|ia|ie|iu|ua|uo|ui|ue|er|a|o|e|i|u|ü)){2,3}$")
+_ORG_SHAPE = re.compile(r"(?:bank|kasse|versicherung|werke?|gruppe|markt|logistik|verlag|holding|bahn|stadtwerke"
+                        r"|galerie|galeries|tech|soft|ware|systems|media|labs|works)$")
+_LINE_START = re.compile(r"(?:^|\n)[ \t]*(?:\[[^\]\n]{1,24}\][ \t]*|\d{1,2}:\d{2}(?::\d{2})?[ \t]+|[-*•>][ \t]*)?$")
+_SPEAKER_AFTER = re.compile(r"^(?::(?:[ \t]|$)|,[ \t][a-zà-ÿ])")  # "Priya: ok", "Priya, can you"
+_LIST_GAP = re.compile(r"^(?:,[ \t]?| (?:and|und|et|y|e|en|&|or|oder|ou|o|of) |, (?:and|und|et|y|e|en) |/ ?)$")
+# the same, a preposition allowed after it: "Enel e di Leonardo", "Airbus et de Dassault"
+_LIST_GAP_OF = re.compile(r"^(?:,[ \t]?| (?:and|und|et|y|e|en|&|or|oder|ou|o) |, (?:and|und|et|y|e|en) |/ ?)"
+                          r"(?:(?:of|de|di|von|van|da|del|du|des|der|the) )?$")
+_SENTENCE_END = re.compile(r"[.!?;]\s")
+
+
+def _at_sentence_start(text: str, pos: int) -> bool:
+    k = pos - 1
+    while k >= 0 and text[k] in " \t":
+        k -= 1
+    return k < 0 or text[k] in '.!?:\n"“(-–—*•>'
