@@ -657,6 +657,12 @@ def print_scenario(result: dict[str, Any]) -> None:
               f"{run['e2e_p99_ms']:9.2f} {run['rps']:7.1f} {run['errors']:4d}   {cols}")
         if run["error_kinds"]:
             print(f"          errors: {run['error_kinds']}")
+    others = max(run["cpu_percent_of_one_core"]["other processes"] for run in result["runs"])
+    if others > 25:
+        # the 2026-12-02 lesson: a run on a machine that is not idle reads as a gateway wait
+        print(f"  note: the rest of the machine used up to {others:.0f} % of one core during these runs: unless "
+              "the bench ran at a raised priority (docs/benchmarks.md), the latency percentiles include waits for "
+              "a core; compare the relay line")
     p50, p99 = result["added_e2e_p50_ms"], result["added_e2e_p99_ms"]
     print(f"added by the gateway (median of gateway runs - median of direct runs): TTFT p50 {result['added_ttft_p50_ms']:.2f} ms, "
           f"p99 {result['added_ttft_p99_ms']:.2f} ms; end to end p50 {p50:.2f} ms, p99 {p99:.2f} ms")
