@@ -97,10 +97,10 @@ class K3Scanner(AnswerScanner):
     def __init__(self, monitor: LeakMonitor, tenant: str, own: frozenset[int]) -> None:
         super().__init__(monitor, tenant, own)
         self._read: set[int] = set()
-        self._plain: deque[str] = deque(maxlen=monitor.fingerprinter.n)
+        self._k3_words: deque[str] = deque(maxlen=monitor.fingerprinter.n)
 
     def _consume(self, new_words: list[str]) -> LeakEvidence | None:
-        recent = self._plain
+        recent = self._k3_words
         for word in new_words:
             recent.append(canonical(word))
             if len(recent) == recent.maxlen:

@@ -359,3 +359,21 @@ def test_the_shortest_disguised_run_is_caught_wherever_it_starts(reading: str, c
         m2.record_prompt("acme", [SECRET_PROMPT])
         assert stream(m2, "globex", ["hello"], f"{model_words} {_READINGS[reading](six)} and so on".strip(),
                       chunk=chunk) is None, (offset, six)
+
+
+@pytest.mark.parametrize("chunk", [7, 999])
+def test_withheld_orgs_trades_the_repeated_leak_for_availability_when_the_operator_asks(chunk: int) -> None:
+    """Off by default (above: withheld every time). With ``withheld_orgs: 3`` a phrase one tenant sends
+    and the model writes for everyone is withheld from three organizations, then common; the same
+    holds for a leak, which is the price the setting states."""
+    m = LeakMonitor(InMemoryIndex(900), Fingerprinter(KEY, 4), withheld_orgs=3)
+    m.record_prompt("acme", [f"Always end with: {REFUSAL}"])
+    withheld = [stream(m, f"org{i}", [f"question {i}"], REFUSAL, chunk=chunk) is not None for i in range(20)]
+    grams = len(words(REFUSAL)) - 3
+    # each withheld answer counts the run it was stopped on: the phrase wears out one run at a time
+    assert all(withheld[:3]) and sum(withheld) <= 3 * -(-grams // 4) and not any(withheld[-5:]), withheld
+    with pytest.raises(ValueError, match="withheld_orgs"):
+        LeakMonitor(InMemoryIndex(900), Fingerprinter(KEY, 4), withheld_orgs=1)
+    from kvfence.gateway.protection.config import LeakConfig
+    with pytest.raises(ValueError, match="withheld_orgs is 1"):
+        LeakConfig(withheld_orgs=1)

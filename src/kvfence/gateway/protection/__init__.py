@@ -107,7 +107,7 @@ def build_protection_hook(policy: Policy, *, incidents: Any, registry: Any = Non
         fingerprinter = (kept.monitor.fingerprinter if kept is not None and kept.monitor is not None
                          else Fingerprinter(key, leak.ngram))
         monitor = LeakMonitor(index, fingerprinter, min_run=leak.min_run, max_owners=leak.max_owners,
-                              common_orgs=leak.common_orgs, canaries=book)
+                              common_orgs=leak.common_orgs, canaries=book, withheld_orgs=leak.withheld_orgs)
     if kept is not None and all(getattr(kept.config, f) == getattr(config, f) for f in _DETECTOR_FIELDS):
         detector = kept.detector
     else:

@@ -90,6 +90,12 @@ class LeakConfig(_Strict):
     common_orgs: int = Field(default=3, ge=2,
                              description="an n-gram that this many organizations besides the asker sent or were "
                                          "answered with is common language: no evidence (leak/scan.py)")
+    withheld_orgs: int = Field(
+        default=0, ge=0, description="0 (default): a withheld answer never makes an n-gram common, so a leak "
+                                     "repeated to any number of organizations is withheld every time. N >= 2: a run "
+                                     "withheld from N organizations in the window is common language (availability for "
+                                     "a phrase one tenant sends that the model also writes; the same leak then passes "
+                                     "at the next organization)")
     tenant_unit: Literal["organization", "workspace", "key"] = "organization"
     index: Literal["memory", "redis"] = "memory"
     redis_url: str | None = None
@@ -97,6 +103,13 @@ class LeakConfig(_Strict):
     canaries: bool = False
     max_index_entries: int = Field(default=2_000_000, ge=1000,
                                    description="in-memory index bound (~200 bytes each); oldest go first")
+
+    @model_validator(mode="after")
+    def _withheld_orgs_is_off_or_several(self) -> LeakConfig:
+        if self.withheld_orgs == 1:
+            raise ValueError("leak.withheld_orgs is 1: one withheld answer is no evidence of common language; "
+                             "use 0 (off) or 2 or more")
+        return self
 
     @model_validator(mode="after")
     def _redis_needs_url(self) -> LeakConfig:

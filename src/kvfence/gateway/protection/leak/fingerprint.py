@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 from kvfence.gateway.protection.detect.normalise import LOOKALIKES, fold
 
-__all__ = ["Fingerprinter", "canonical", "despace", "leak_fold", "words"]
+__all__ = ["CANON", "Fingerprinter", "canonical", "despace", "leak_fold", "words"]
 
 # Letters and digits; "_" separates words too ("halvorsen_maritime_will" is three, in a tool name as in prose).
 _WORD = re.compile(r"[^\W_]+")
@@ -27,7 +27,7 @@ _LOOKALIKE_TABLE = str.maketrans(LOOKALIKES)
 # for too many things to guess. "1" is "i" or "l", so every "l" is read as "i" too. Prompts and
 # answers alike, numbers too: a fingerprint only has to be equal on both sides, and "412" and "4i2"
 # being one word costs nothing.
-_CANON = str.maketrans("01345789l", "oieastbgi")
+CANON = str.maketrans("01345789l", "oieastbgi")
 # Letters spaced out one by one, "h a l v o r s e n" (three or more, one space between each): one
 # word. Two spaces or punctuation between two of them keep them apart.
 _SPACED_LETTERS = re.compile(r"(?<![^\W_])[^\W_](?: [^\W_](?![^\W_])){2,}")
@@ -42,7 +42,7 @@ def despace(text: str) -> str:
 
 def canonical(word: str) -> str:
     """One lowercase word token as the index compares it: leetspeak digits made letters, "l" made "i"."""
-    return word.translate(_CANON)
+    return word.translate(CANON)
 
 
 def leak_fold(text: str) -> str:
@@ -60,7 +60,7 @@ def words(text: str) -> list[str]:
     :func:`canonical` form; punctuation, whitespace and markup are separators, so a zero-width
     character, a full-width or a look-alike letter inside a word does not make another word of it,
     in a prompt or in an answer."""
-    return _WORD.findall(despace(leak_fold(text)).lower().translate(_CANON))
+    return _WORD.findall(despace(leak_fold(text)).lower().translate(CANON))
 
 
 class Fingerprinter:

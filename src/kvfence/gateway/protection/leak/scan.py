@@ -26,8 +26,11 @@ records nothing, whole or streamed, however far it was read. So:
   carried it before anyone claimed it, or once two organizations sent it;
 - the price: a tenant that sends a phrase *before* the model has written it for ``common_orgs``
   organizations in the window (poisoning on a cold index) makes answers carrying seven words of it
-  withheld, naming itself as the victim, for as long as it keeps sending it. A streamed and a whole
-  answer count the same, because neither counts when withheld.
+  withheld, naming itself as the victim, for as long as it keeps sending it. So does an honest tenant
+  whose own prompt holds such a phrase. A streamed and a whole answer count the same, because neither
+  counts when withheld. An operator who prefers availability sets ``withheld_orgs`` (off by default):
+  a run withheld from that many organizations becomes common, and the same leak then passes at the
+  next one.
 """
 
 from __future__ import annotations
@@ -39,10 +42,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from kvfence.gateway.protection.detect.encoded import MAX_RUN_CHARS, MIN_RUN_CHARS, decoded_runs
-from kvfence.gateway.protection.leak.fingerprint import Fingerprinter, canonical, despace, leak_fold
+from kvfence.gateway.protection.leak.fingerprint import CANON, Fingerprinter, despace, leak_fold
 from kvfence.gateway.protection.leak.index import FingerprintIndex
 
-__all__ = ["ENCODED_ALPHABET", "RECEIVED", "AnswerScanner", "CanaryBook", "LeakEvidence", "LeakMonitor", "compact", "received_by"]
+__all__ = ["ENCODED_ALPHABET", "RECEIVED", "WITHHELD", "AnswerScanner", "CanaryBook", "LeakEvidence", "LeakMonitor",
+           "compact", "received_by", "withheld_from"]
 
 CANARY_PREFIX = "kvfc-"
 # Index entries of answers (``RECEIVED + tenant``), beside the tenants' own sent text. The separator
@@ -50,9 +54,17 @@ CANARY_PREFIX = "kvfc-"
 RECEIVED = "\x1freceived\x1f"
 
 
+WITHHELD = "\x1fwithheld\x1f"
+
+
 def received_by(tenant: str) -> str:
     """The index owner name under which the n-grams of answers to ``tenant`` are recorded."""
     return RECEIVED + tenant
+
+
+def withheld_from(tenant: str) -> str:
+    """The index owner name of the runs withheld from ``tenant`` (only with ``withheld_orgs`` set)."""
+    return WITHHELD + tenant
 _WORD_CHAR = re.compile(r"[^\W_]")
 _WORD = re.compile(r"[^\W_]+")  # as fingerprint.words
 # letters spaced out one by one at the end of a delta ("h a l "): they may go on in the next one
@@ -159,6 +171,7 @@ class AnswerScanner:
         # the last words read, each in its readings (as written, ROT13, spelt backwards; canonical), as
         # many as the n-grams of one run need
         self._recent: deque[tuple[str, str, str]] = deque(maxlen=n + monitor.min_run - 1)
+        self._plain: deque[str] = deque(maxlen=n)  # the last n words as written (canonical)
         self._partial = ""
         self._tail = ""
         self._runs: list[list[tuple[int, frozenset[str]]]] = [[] for _ in VIEWS]
@@ -252,42 +265,51 @@ class AnswerScanner:
         if not new_words:
             return None
         n = self._monitor.fingerprinter.n
+        of_words = self._monitor.fingerprinter.of_words
         min_run = self._monitor.min_run
-        index, own, runs = self._monitor.index, self._own, self._runs
+        index, own, runs, plain = self._monitor.index, self._own, self._runs, self._plain
         words = list(self._recent)  # the words before these, then these: each in its readings
         first = len(words)
-        words += [(canonical(w), canonical(w.translate(_ROT13)), canonical(w[::-1])) for w in new_words]
-        self._recent.extend(words[first:])
         before = self._words
+        positions: list[tuple[int, int, int]] = []  # (n-gram number in the answer, end in words, plain n-gram)
+        for i, word in enumerate(new_words):
+            canonical_word = word.translate(CANON)
+            words.append((canonical_word, word.translate(_ROT13).translate(CANON), word[::-1].translate(CANON)))
+            plain.append(canonical_word)
+            if before + i + 1 >= n:
+                positions.append((before + i + 1 - n, first + i + 1, of_words(tuple(plain))))
+        self._recent.extend(words[first:])
         self._words += len(new_words)
-        # position p (the p-th n-gram of the answer, from 0) ends at words[ends[p]]
-        positions = [(before + i + 1 - n, first + i + 1) for i in range(len(new_words)) if before + i + 1 >= n]
         if not positions:
             return None
-        planned = {(p, v): self._reading(words, end, v) for p, end in positions
-                   for v in ((0, 1, 2, 3) if p % min_run == 0 else (0,))}
-        foreign = list({g for g in planned.values() if g not in own})
+        planned = {(p, v): self._reading(words, end, v) for p, end, _ in positions if p % min_run == 0
+                   for v in (1, 2, 3)}
+        lookup = {g for _, _, g in positions if g not in own}
+        lookup.update(g for g in planned.values() if g not in own)
+        foreign = list(lookup)
         owners_of = dict(zip(foreign, index.owners(foreign), strict=True)) if foreign else {}
 
         def evidence_at(p: int, end: int, view: int) -> tuple[int, frozenset[str] | None]:
             gram = planned.get((p, view))
             if gram is None:  # not planned: after a hit, or before one (rare), looked up alone
-                gram = self._reading(words, end, view) if end - n >= 0 else None
-                if gram is None:
-                    return 0, None
+                gram = self._reading(words, end, view)
                 if gram not in own and gram not in owners_of:
                     owners_of[gram] = index.owners([gram])[0]
             owners = owners_of.get(gram)
             return gram, (self._evidence(owners) if owners else None)
 
-        for p, end in positions:
+        found = owners_of.get
+        for p, end, gram in positions:
+            owners = found(gram)
+            senders = self._evidence(owners) if owners else None
             for view in (0, 1, 2, 3):
                 run = runs[view]
-                if view and p % min_run and not run:
-                    continue  # not a stride position, no run open: this reading is not looked at
-                gram, senders = evidence_at(p, end, view)
+                if view:
+                    if p % min_run and not run:
+                        continue  # not a stride position, no run open: this reading is not looked at
+                    gram, senders = evidence_at(p, end, view)
                 if senders is None:
-                    if view == 0:
+                    if not view:
                         self._answer_grams.add(gram)  # evidence is never recorded: it would make a leak common
                     run.clear()
                     continue
@@ -309,7 +331,7 @@ class AnswerScanner:
 
     def _evidence(self, owners: frozenset[str]) -> frozenset[str] | None:
         """The other tenants an n-gram is evidence of a leak from (see the module docstring), or None."""
-        senders = frozenset(o for o in owners if not o.startswith(RECEIVED))
+        senders = frozenset(o for o in owners if o[:1] != "\x1f")
         if not senders or self._tenant in senders or len(senders) > self._monitor.max_owners:
             return None
         seen_by = set(senders)
@@ -317,6 +339,10 @@ class AnswerScanner:
         seen_by.discard(self._tenant)
         if len(seen_by) >= self._monitor.common_orgs:
             return None  # common language: several unrelated organizations have it
+        withheld_orgs = self._monitor.withheld_orgs
+        if withheld_orgs and len({o[len(WITHHELD):] for o in owners if o.startswith(WITHHELD)} - {self._tenant}) \
+                >= withheld_orgs:
+            return None  # the operator's choice: withheld from that many organizations, it is common
         return senders
 
     def _caught(self, evidence: LeakEvidence) -> LeakEvidence:
@@ -324,6 +350,8 @@ class AnswerScanner:
         # stream cut at the catch then counts the same as a whole answer (nothing either way).
         self.evidence = evidence
         self._answer_grams.clear()
+        if self._monitor.withheld_orgs and evidence.detector != "canary" and not self._is_decoded:
+            self._monitor.index.add(withheld_from(self._tenant), [int(g, 16) for g in evidence.fingerprints])
         return evidence
 
     def _record_received(self) -> None:
@@ -336,9 +364,13 @@ class LeakMonitor:
     """Process-wide leak detection state: the index, the fingerprinter, canaries, thresholds."""
 
     def __init__(self, index: FingerprintIndex, fingerprinter: Fingerprinter, *, min_run: int = 4,
-                 max_owners: int = 1, common_orgs: int = 3, canaries: CanaryBook | None = None) -> None:
+                 max_owners: int = 1, common_orgs: int = 3, canaries: CanaryBook | None = None,
+                 withheld_orgs: int = 0) -> None:
         if common_orgs < 2:
             raise ValueError("common_orgs must be at least 2: one organization's word is no evidence of common language")
+        if withheld_orgs == 1 or withheld_orgs < 0:
+            raise ValueError("withheld_orgs must be 0 (off) or at least 2")
+        self.withheld_orgs = withheld_orgs
         self.index = index
         self.fingerprinter = fingerprinter
         self.min_run = min_run
