@@ -33,6 +33,22 @@ POSITIVES = [
     ("CH", "Büro: Bahnhofstrasse 21, CH-8001 Zürich", "Bahnhofstrasse 21, CH-8001 Zürich"),
     ("PL", "adres: ul. Marszałkowska 10/12, 00-590 Warszawa", "ul. Marszałkowska 10/12, 00-590 Warszawa"),
     ("SE", "Drottninggatan 5, 111 51 Stockholm", "Drottninggatan 5, 111 51 Stockholm"),
+    # issue #19 leftovers: Japan, India, Brazil
+    ("JP", "Ship to 1-1-1 Marunouchi, Chiyoda-ku, Tokyo 100-0005, Japan by Friday.",
+     "1-1-1 Marunouchi, Chiyoda-ku, Tokyo 100-0005, Japan"),
+    ("JP", "Office: Umeda 2-4-9, Kita-ku, Osaka 530-0001", "Umeda 2-4-9, Kita-ku, Osaka 530-0001"),
+    ("JP script", "住所：〒100-0005 東京都千代田区丸の内1-1-1 です", "〒100-0005 東京都千代田区丸の内1-1-1"),
+    ("IN", "Deliver to Flat 302, Sunrise Apartments, 14th Cross, Indiranagar, Bengaluru, Karnataka 560038 please",
+     "Flat 302, Sunrise Apartments, 14th Cross, Indiranagar, Bengaluru, Karnataka 560038"),
+    ("IN", "Address: No. 12, MG Road, Bangalore - 560001", "No. 12, MG Road, Bangalore - 560001"),
+    ("IN", "B-12, Vasant Vihar, New Delhi - 110057, India", "B-12, Vasant Vihar, New Delhi - 110057, India"),
+    ("IN", "House No. 45, Sector 17, Chandigarh 160017", "House No. 45, Sector 17, Chandigarh 160017"),
+    ("IN", "45, Park Street\nKolkata 700016", "45, Park Street\nKolkata 700016"),
+    ("BR", "Entregar na Rua das Flores, 123 - Apto 45, Jardim Paulista, São Paulo - SP, 01452-000.",
+     "Rua das Flores, 123 - Apto 45, Jardim Paulista, São Paulo - SP, 01452-000"),
+    ("BR", "Av. Paulista, 1578, Bela Vista, São Paulo/SP CEP 01310-200", "Av. Paulista, 1578, Bela Vista, São Paulo/SP CEP 01310-200"),
+    ("BR", "Rua Voluntários da Pátria, 45, Botafogo, Rio de Janeiro - RJ, 22270-000",
+     "Rua Voluntários da Pátria, 45, Botafogo, Rio de Janeiro - RJ, 22270-000"),
 ]
 
 
@@ -49,6 +65,10 @@ NEGATIVES = [
     "Order 12, 88 Pitt items shipped",
     "on Wall Street and in Canary Wharf",
     "Kapitel 3, 10000 Exemplare gedruckt.",
+    "order 560038 shipped; ref 100-0005 and code 01452-000",
+    "Release 2-4-9 of Osaka 530-0001 tests",
+    "Chapter 3, Section 12, Mumbai 400001 copies were printed",
+    "We moved 12, 14 Items, Sector 4 to 560001 units",
 ]
 
 

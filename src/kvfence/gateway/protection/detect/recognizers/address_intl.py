@@ -1,4 +1,5 @@
-"""Postal addresses of more countries: a street line and its postcode + town, on one line or several.
+"""Postal addresses of more countries: a street line and its postcode + town, on one line or several
+(Japan, India and Brazil in ``address_jp_in_br.py``, included in :data:`INTL_ADDRESS_RULES`).
 
 ``address.py`` covers US, UK, German and French streets; this module adds the forms where the
 street comes with a postcode that has its own shape, which is what makes the text an address:
@@ -24,6 +25,7 @@ from __future__ import annotations
 import re
 
 from kvfence.gateway.protection.detect.findings import Category
+from kvfence.gateway.protection.detect.recognizers.address_jp_in_br import JP_IN_BR_ADDRESS_RULES
 from kvfence.gateway.protection.detect.scanner import Anchor, Rule
 
 __all__ = ["INTL_ADDRESS_RULES", "extend_address"]
@@ -95,6 +97,7 @@ INTL_ADDRESS_RULES: list[Rule] = [
     Rule("address_box_ca_au_ie", "POSTAL_ADDRESS", _PII,
          re.compile(rf"\b(?:P\.?[ \t]?O\.?[ \t]?Box|GPO[ \t]Box|PO[ \t]Box|Locked[ \t]Bag|Post[ \t]Office[ \t]Box)[ \t]{{1,2}}\d{{1,6}}"
                     rf"(?:{_CA_TAIL}|{_AU_TAIL}|{_IE_TAIL})", re.IGNORECASE), score=0.85, anchor=_NUMBERS),
+    *JP_IN_BR_ADDRESS_RULES,  # Japan, India, Brazil (address_jp_in_br.py)
 ]
 
 _UNIT_BEFORE = re.compile(r"(?:\b(?:Flat|Unit|Apt\.?|Apartment|Suite|Ste\.?|Appartement|Apartamento|Wohnung|Shop|Level)"
@@ -104,7 +107,7 @@ _COUNTRY_AFTER = re.compile(
     r"^(?:,[ \t]{0,3}\n?[ \t]{0,3}|[ \t]{0,3}\n[ \t]{0,3}|[ \t]{1,3})(?i:USA|U\.S\.A\.|United States|UK|United Kingdom"
     r"|Canada|Australia|Ireland|Éire|Deutschland|Germany|Österreich|Austria|Schweiz|Suisse|Switzerland|Svizzera"
     r"|France|España|Spain|Italia|Italy|Nederland|The Netherlands|Netherlands|Belgique|België|Belgium|Belgien"
-    r"|Polska|Poland|Sverige|Sweden|Portugal)\b")
+    r"|Polska|Poland|Sverige|Sweden|Portugal|Japan|India|Brazil|Brasil)\b")
 
 
 def extend_address(text: str, start: int, end: int) -> tuple[int, int]:
