@@ -1,23 +1,30 @@
 """Personal names (``PERSON``): a gazetteer of given names and surnames, with context rules.
 
-No model and no download (``gazetteer.py``). A capitalised word alone is never a name: a run of
-name-shaped words is one when
+No model and no download (``gazetteer.py``; the words around a name in ``person_words.py``, the
+firms, places and products that look like names in ``not_names.py``). A run of name-shaped words is
+a name when
 
 - it is a given name followed by a surname (middle names, initials, particles such as "van der",
   "de la", "bin", "al-" and hyphenated parts between them): "Priya Raman", "Anne-Marie van der Berg";
-  a given name that is also a word or a place ("May", "Will", "Paris") needs a surname that is not;
-  a surname the lists do not know is taken after a safe given name when it is no dictionary word;
+  a given name that is also a word or a place ("May", "Will", "Paris") needs a surname that is not,
+  or a common surname that is a word ("Mark Brown"); a surname the lists do not know is taken after
+  a safe given name when it is no dictionary word; Chinese surname + pinyin given name ("Xu Mingzhe");
 - a title is before it ("Dr. Raman", "Frau Keller", "Mme Dubois", "Sr. García", "dhr. de Vries");
-- a greeting or a person cue is before it ("Hi Priya,", "Dear Tom", "ask Lena", "cc: Raman"), or a
-  verb of saying after it ("Priya said"), and the word is a known name;
-- it is the value of a name field ("Name: Priya Raman", ``"first_name": "Priya"``), a cell of a
-  name column in CSV text (``csv_names``), or a "Surname, Given" pair ("Raman, Priya");
-- lower-case after a cue in chat ("hey priya"), or a lower-case given name + surname that are both
-  known names and no dictionary words.
+- a greeting, a sign-off, a role word or a person cue is before it ("Hi Priya,", "Dear Tom", "his
+  sister Mariatu", "ask Lena", "cc: Raman"), or a verb of saying after it ("Priya said");
+- it is the value of a name field or follows a list label (``person_labels.py``), a cell of a name
+  column in CSV text (``csv_names``), or a "Surname, Given" pair ("Raman, Priya");
+- it is one known given name that is no word, month, place, brand or product, in running text
+  ("let me know if Ioana needs a copy"): not at a sentence start unless a lower-case word follows,
+  not after "in"/"at" or an article, not in a list of non-names ("Paris, France");
+- lower-case in chat after a cue ("hey priya"), as a speaker ("[09:14] kofi: ...") or before a verb
+  ("jorge already merged it"), or a lower-case given name + surname that are both known names.
 
-Runs followed by a company or place word ("Morgan Stanley", "Johnson Controls Inc", "Victoria
-Station", "Parkinson's disease") and known person-named firms and brands are not names. The span is
-the name as written: titles and a possessive 's stay outside.
+Runs that hold or are followed by a firm, place or thing word ("Morgan Stanley", "Kennedy Space
+Center", "Parkinson's disease"), that follow a street word or an article ("Via Giuseppe Garibaldi",
+"the Louis Vuitton store"), or whose sentence speaks of a firm ("shares of ...", "... cut its
+forecast"), and known person-named firms and brands are not names. The span is the name as
+written: titles and a possessive 's stay outside.
 """
 
 from __future__ import annotations
