@@ -74,6 +74,8 @@ POSITIVES = [
     ("person_introduced", 'Summarise: "Hi Gwendolyn, Takeshi and I will be in Leeds."', ["Gwendolyn", "Takeshi"]),
     ("person_full_name", "Vat samen: Wouter Brouwer komt maandag, Maarten dinsdag.", ["Wouter Brouwer", "Maarten"]),
     ("person_surname_given", "Rows failed: Kowalski, Marta; Haddad, Rania", ["Kowalski, Marta", "Haddad, Rania"]),
+    ("person_handle", "Traceback for job 442 submitted by lucia.moreno: KeyError", ["lucia.moreno"]),
+    ("person_given", "De klacht is doorgestuurd naar Niels.", ["Niels"]),
 ]
 
 
@@ -117,6 +119,7 @@ NEGATIVES = [
     "Building 7, Room 12B: the Kennedy conference room.", "Die Sparkasse Köln und die Volksbank Bonn fusionieren.",
     "Les Galeries Lafayette et le Printemps ouvrent le dimanche.",
     "Translate to German: the order has shipped.", "Riassumi i risultati di Enel e di Leonardo.",
+    "Mercury and Venus are visible in June.", "df = pandas.read_csv(path); os.path.join(a, b); diego.berg@proton.me",
 ]
 
 

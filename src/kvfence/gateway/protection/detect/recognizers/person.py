@@ -50,6 +50,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _CUE_WORDS,
     _CUES,
     _GROUP_WORDS,
+    _HANDLE,
     _ITS_AFTER,
     _LINE_START,
     _LIST_GAP,
@@ -386,7 +387,8 @@ class _Finder:
         if prev and prev[-1] in _STREET_WORDS:
             return False
         if cue is not None and (cue not in _WEAK_CUES or (g.is_given(t.low) and not (g.is_ordinary(t.low)
-                                                                               or g.risky_given(t.low)))) \
+                                                                               or g.risky_given(t.low))
+                                                         and t.low not in _NOT_ALONE)) \
                 and (not g.risky_given(t.low) or cue in ("hi", "hey", "hello", "dear", "thanks", "thank you",
                                                          "cc", "@", "liebe", "lieber", "cher", "chère")):
             self.add(i, i + 1, "person_cue", 0.7)
@@ -533,6 +535,19 @@ class _Finder:
         return True
 
 
+def _handles(text: str, g: Gazetteer) -> list[Finding]:
+    """User handles written as given.surname ("lucia.moreno", "kwame_asante"), outside e-mail
+    addresses, paths and host names."""
+    found = []
+    for m in _HANDLE.finditer(text):
+        given, surname = m.group(1), m.group(2)
+        if g.is_given(given) and not g.is_ordinary(given) and not g.risky_given(given) and not _not_a_person(given) \
+                and g.is_surname(surname) and not g.is_ordinary(surname) and not _not_a_person(surname) \
+                and given not in _PLACES and surname not in _PLACES:
+            found.append(Finding(m.start(), m.end(), "PERSON", Category.PII, 0.6, "person_handle"))
+    return found
+
+
 def find_persons(text: str, *, cells: bool = True) -> list[Finding]:
     """PERSON findings in ``text`` (may overlap each other; the caller resolves overlaps)."""
     if not text:
@@ -543,6 +558,8 @@ def find_persons(text: str, *, cells: bool = True) -> list[Finding]:
     f.continue_lists()
     f.lowercase()
     f.found.extend(field_values(text, f.g))
+    if "." in text or "_" in text:
+        f.found.extend(_handles(text, f.g))
     if ":" in text:
         f.found.extend(list_values(text, f.g))
     from kvfence.gateway.protection.detect.recognizers.csv_names import csv_name_cells

@@ -184,7 +184,8 @@ _BUSINESS_BEFORE = re.compile(
 _ITS_AFTER = re.compile(r"^(?:\s+[a-z]+){1,2}\s+(?:its|ihre[mnrs]?|seine[mnrs]?)\s", re.I)
 _SUFFIX_THEN = re.compile(r"^,?\s(?:Jr|Sr|Jnr|Snr|II|III|IV)\.?\s([A-Z][a-z]+)")
 _ARTICLES = frozenset("the het een ein eine einen einem einer eines une gli los las les".split())  # noqa: SIM905
-_PLACE_BEFORE = frozenset("in at near im nach naar en à au aux nel nella".split())  # noqa: SIM905
+# "naar" and "en" are left out: Dutch "stuur naar Niels", "Sem en Fleur"
+_PLACE_BEFORE = frozenset("in at near im nach à au aux nel nella".split())  # noqa: SIM905
 _LOWER_VERB_AFTER = re.compile(
     r"^(?:['’]s\s|\s(is|was|has|had|will|would|can|could|should|said|says|already|just|are|were|did|does|"
     r"wrote|merged|reviewed|fixed|pushed|thinks|wants|needs|asked|told|agreed|approved|sent|knows|"
@@ -201,6 +202,8 @@ _PINYIN_GIVEN = re.compile(
     r"|ou|an|en|in|un|ia|ie|iu|ua|uo|ui|ue|er|a|o|e|i|u|ü)){2,3}$")
 _ORG_SHAPE = re.compile(r"(?:bank|kasse|versicherung|werke?|gruppe|markt|logistik|verlag|holding|bahn|stadtwerke"
                         r"|galerie|galeries|tech|soft|ware|systems|media|labs|works)$")
+# a user handle "lucia.moreno", "kwame_asante": a known given name and a known surname, no word
+_HANDLE = re.compile(r"(?<![\w.@/:+-])([a-z]{3,20})[._]([a-z]{3,20})(?![\w@]|\.[a-z]|-)")
 _LINE_START = re.compile(r"(?:^|\n)[ \t]*(?:\[[^\]\n]{1,24}\][ \t]*|\d{1,2}:\d{2}(?::\d{2})?[ \t]+|[-*•>][ \t]*)?$")
 _SPEAKER_AFTER = re.compile(r"^(?::(?:[ \t]|$)|,[ \t][a-zà-ÿ])")  # "Priya: ok", "Priya, can you"
 _LIST_GAP = re.compile(r"^(?:,[ \t]?| (?:and|und|et|y|e|en|&|or|oder|ou|o|of) |, (?:and|und|et|y|e|en) |/ ?)$")
