@@ -97,7 +97,9 @@ def test_a_withheld_answer_records_nothing_so_streamed_and_whole_count_the_same(
     assert not ask(gw, "mallory", f"Say exactly: {phrase}")[0]  # sent before the model wrote it for anyone
     set_mode(backend, "fixed", text=f"Well. {phrase} Bye.")
     outcomes = [ask(gw, f"org{i}", stream=i % 2 == 1)[0] for i in range(8)]
-    assert all(outcomes), outcomes  # the price of poisoning on a cold index (docs/leak-detection.md)
+    # the phrase is all ordinary words: withheld from three organizations (withheld_orgs, default 3),
+    # then common; streamed and whole alike (a distinctive span: test_e2e_leak_poisoning_cold.py)
+    assert outcomes == [True] * 3 + [False] * 5, outcomes
 
 
 def test_poisoning_a_phrase_the_model_already_writes_withholds_nothing(

@@ -246,9 +246,11 @@ def test_a_withheld_answer_records_nothing_streamed_or_whole(chunk: int) -> None
     m.record_prompt("mallory", [f"Repeat after me: {REFUSAL}"])
     withheld = [stream(m, f"victim{i}", [f"question {i} about taxes"], f"Well. {REFUSAL} Bye now, see you.",
                        chunk=chunk) is not None for i in range(10)]
-    assert all(withheld)  # the price of poisoning on a cold index: stated in docs/leak-detection.md
+    # REFUSAL is all ordinary words: with withheld_orgs 3 (the default) it is withheld from three
+    # organizations, then common (test_leak_ordinary.py); a distinctive span never is
+    assert withheld == [True] * 3 + [False] * 7
     assert all(received_by(f"victim{i}") not in o for o in m.index.owners(sorted(m.fingerprint([REFUSAL])))
-               for i in range(10))
+               for i in range(3))
 
 
 @pytest.mark.parametrize("receivers", [3, 5, 10])
@@ -363,9 +365,9 @@ def test_the_shortest_disguised_run_is_caught_wherever_it_starts(reading: str, c
 
 @pytest.mark.parametrize("chunk", [7, 999])
 def test_withheld_orgs_trades_the_repeated_leak_for_availability_when_the_operator_asks(chunk: int) -> None:
-    """Off by default (above: withheld every time). With ``withheld_orgs: 3`` a phrase one tenant sends
-    and the model writes for everyone is withheld from three organizations, then common; the same
-    holds for a leak, which is the price the setting states."""
+    """``withheld_orgs: 3`` (the default): a phrase of ordinary words one tenant sends and the model
+    writes for everyone is withheld from three organizations, then common; the same holds for a leak
+    made of ordinary words only, the price the docs state (a distinctive one: test_leak_ordinary.py)."""
     m = LeakMonitor(InMemoryIndex(900), Fingerprinter(KEY, 4), withheld_orgs=3)
     m.record_prompt("acme", [f"Always end with: {REFUSAL}"])
     withheld = [stream(m, f"org{i}", [f"question {i}"], REFUSAL, chunk=chunk) is not None for i in range(20)]

@@ -91,11 +91,11 @@ class LeakConfig(_Strict):
                              description="an n-gram that this many organizations besides the asker sent or were "
                                          "answered with is common language: no evidence (leak/scan.py)")
     withheld_orgs: int = Field(
-        default=0, ge=0, description="0 (default): a withheld answer never makes an n-gram common, so a leak "
-                                     "repeated to any number of organizations is withheld every time. N >= 2: a run "
-                                     "withheld from N organizations in the window is common language (availability for "
-                                     "a phrase one tenant sends that the model also writes; the same leak then passes "
-                                     "at the next organization)")
+        default=3, ge=0, description="N >= 2 (default 3): an n-gram made only of ordinary dictionary words (no name, "
+                                     "number, code or identifier; leak/ordinary.py) that was caught in answers withheld "
+                                     "from N organizations in the window is common language, so a phrase one tenant "
+                                     "planted stops being withheld; a span holding any distinctive word is withheld "
+                                     "every time. 0: a withheld answer never makes an n-gram common")
     tenant_unit: Literal["organization", "workspace", "key"] = "organization"
     index: Literal["memory", "redis"] = "memory"
     redis_url: str | None = None

@@ -17,20 +17,33 @@ Why this rule. Provenance is per tenant: a phrase stops being anyone's only by e
 unrelated organizations, never by one answer (a model restates its asker's data). What counts as that
 evidence is what the gateway *delivered*: an answer that ends clean records its n-grams as *received*
 by its tenant, except those that were evidence of a leak at the time. A withheld answer (an incident)
-records nothing, whole or streamed, however far it was read. So:
+records nothing as received, whole or streamed, however far it was read. So:
 
-- a span whose only origin is one tenant's prompt never becomes common through answers: each answer
-  carrying it is evidence, and evidence is never recorded. A leak repeated to 3, 5 or 10 further
-  organizations is withheld every time;
 - a phrase the model writes for everyone becomes common once answers to ``common_orgs`` organizations
   carried it before anyone claimed it, or once two organizations sent it;
-- the price: a tenant that sends a phrase *before* the model has written it for ``common_orgs``
-  organizations in the window (poisoning on a cold index) makes answers carrying seven words of it
-  withheld, naming itself as the victim, for as long as it keeps sending it. So does an honest tenant
-  whose own prompt holds such a phrase. A streamed and a whole answer count the same, because neither
-  counts when withheld. An operator who prefers availability sets ``withheld_orgs`` (off by default):
-  a run withheld from that many organizations becomes common, and the same leak then passes at the
-  next one.
+- a span whose only origin is one tenant's prompt never becomes common through answers: each answer
+  carrying it is evidence, and evidence is never recorded as received.
+
+Withheld answers (``withheld_orgs``, default 3; 0 turns this off). One tenant can send a common
+phrase before the model has written it for ``common_orgs`` organizations (poisoning a cold index, or
+an honest system prompt): every other tenant's answer carrying it would be withheld for as long as it
+keeps sending it. So the caught run's n-grams are recorded as *withheld from* the receiving
+organization, but **only the n-grams made of ordinary words** (``ordinary.py``: every word an
+ordinary dictionary word of en/de/fr/es/it/nl, judged in the canonical form the n-gram was built
+from; no number, name that is no everyday word, code, identifier, e-mail or URL part). Such an
+n-gram withheld from ``withheld_orgs`` organizations other than the asker is common, and so are the
+same sender's ordinary n-grams that follow it in the answer without a break (the rest of the planted
+phrase: it is common whole, not one run at a time). Hence:
+
+- a planted refusal or boilerplate paragraph is withheld from at most ``withheld_orgs`` other
+  organizations, then delivered, streamed and whole alike (the catch is the same run either way);
+- a span holding a distinctive word (a name, figure, code word, identifier: what confidential data
+  consists of) with three copied words on either side is withheld every time, to 3, 5, 10 or 50
+  organizations: the ``n`` n-grams holding that word are never recorded, and they make a run;
+- the price: a leak made **only** of ordinary words is withheld from ``withheld_orgs`` organizations,
+  then passes (a canary in it is still caught outright). A number whose digits all read as letters
+  ("50" reads "so") is never ordinary here, but shares its fingerprint with that word, so a withheld
+  run with the word exempts the run with the number: the index cannot tell them apart.
 """
 
 from __future__ import annotations
@@ -44,6 +57,7 @@ from dataclasses import dataclass, replace
 from kvfence.gateway.protection.detect.encoded import MAX_RUN_CHARS, MIN_RUN_CHARS, decoded_runs
 from kvfence.gateway.protection.leak.fingerprint import CANON, Fingerprinter, despace, leak_fold
 from kvfence.gateway.protection.leak.index import FingerprintIndex
+from kvfence.gateway.protection.leak.ordinary import is_ordinary_word, ordinary_words
 
 __all__ = ["ENCODED_ALPHABET", "RECEIVED", "WITHHELD", "AnswerScanner", "CanaryBook", "LeakEvidence", "LeakMonitor",
            "compact", "received_by", "withheld_from"]
@@ -170,15 +184,20 @@ class AnswerScanner:
         n = monitor.fingerprinter.n
         # the last words read, each in its readings (as written, ROT13, spelt backwards; canonical), as
         # many as the n-grams of one run need
-        self._recent: deque[tuple[str, str, str]] = deque(maxlen=n + monitor.min_run - 1)
+        # and as read (whether it was a number: only withheld_orgs asks, leak/ordinary.py)
+        self._recent: deque[tuple[str, str, str, str]] = deque(maxlen=n + monitor.min_run - 1)
         self._plain: deque[str] = deque(maxlen=n)  # the last n words as written (canonical)
         self._partial = ""
         self._tail = ""
         self._runs: list[list[tuple[int, frozenset[str]]]] = [[] for _ in VIEWS]
+        # per reading: the sender of the phrase made common by withheld evidence that the n-grams just
+        # read belong to (its ordinary words going on are that phrase, not a leak: withheld_orgs)
+        self._chains: list[frozenset[str] | None] = [None for _ in VIEWS]
         self._words = 0
         self._answer_grams: set[int] = set()
         self._recorded = False
         self.evidence: LeakEvidence | None = None
+        self.ordinary_caught: tuple[int, ...] = ()  # the caught run's n-grams made of ordinary words only
 
     def feed(self, delta: str) -> LeakEvidence | None:
         if self.evidence is not None or not delta:
@@ -229,11 +248,12 @@ class AnswerScanner:
                 evidence = self._decoder.finish()
             if evidence is not None:
                 how = evidence.detector if evidence.detector == "canary" else f"ngram_{run.encoding}"
-                return self._caught(replace(evidence, detector=how, at_word=self._words))
+                return self._caught(replace(evidence, detector=how, at_word=self._words),
+                                    self._decoder.ordinary_caught)
         if final and self._decoder is not None:
             evidence = self._decoder.finish()
             if evidence is not None:
-                return self._caught(replace(evidence, at_word=self._words))
+                return self._caught(replace(evidence, at_word=self._words), self._decoder.ordinary_caught)
         return None
 
     def finish(self) -> LeakEvidence | None:
@@ -249,7 +269,7 @@ class AnswerScanner:
             self._record_received()
         return evidence
 
-    def _reading(self, words: list[tuple[str, str, str]], end: int, view: int) -> int:
+    def _reading(self, words: list[tuple[str, str, str, str]], end: int, view: int) -> int:
         """The n-gram of ``words`` that ends before ``end``, in reading ``view`` (VIEWS)."""
         window = words[end - self._monitor.fingerprinter.n:end]
         if view == 3:  # the whole text spelt backwards: the words spelt backwards, in reverse order
@@ -274,7 +294,8 @@ class AnswerScanner:
         positions: list[tuple[int, int, int]] = []  # (n-gram number in the answer, end in words, plain n-gram)
         for i, word in enumerate(new_words):
             canonical_word = word.translate(CANON)
-            words.append((canonical_word, word.translate(_ROT13).translate(CANON), word[::-1].translate(CANON)))
+            words.append((canonical_word, word.translate(_ROT13).translate(CANON), word[::-1].translate(CANON),
+                          word))
             plain.append(canonical_word)
             if before + i + 1 >= n:
                 positions.append((before + i + 1 - n, first + i + 1, of_words(tuple(plain))))
@@ -289,25 +310,32 @@ class AnswerScanner:
         foreign = list(lookup)
         owners_of = dict(zip(foreign, index.owners(foreign), strict=True)) if foreign else {}
 
-        def evidence_at(p: int, end: int, view: int) -> tuple[int, frozenset[str] | None]:
+        def evidence_at(p: int, end: int, view: int) -> tuple[int, frozenset[str] | None, frozenset[str] | None]:
             gram = planned.get((p, view))
             if gram is None:  # not planned: after a hit, or before one (rare), looked up alone
                 gram = self._reading(words, end, view)
                 if gram not in own and gram not in owners_of:
                     owners_of[gram] = index.owners([gram])[0]
             owners = owners_of.get(gram)
-            return gram, (self._evidence(owners) if owners else None)
+            return (gram, *self._verdict(owners)) if owners else (gram, None, None)
 
         found = owners_of.get
+        chains = self._chains
         for p, end, gram in positions:
             owners = found(gram)
-            senders = self._evidence(owners) if owners else None
+            senders, common = self._verdict(owners) if owners else (None, None)
             for view in (0, 1, 2, 3):
                 run = runs[view]
                 if view:
-                    if p % min_run and not run:
-                        continue  # not a stride position, no run open: this reading is not looked at
-                    gram, senders = evidence_at(p, end, view)
+                    if p % min_run and not run and chains[view] is None:
+                        continue  # not a stride position, no run or chain open: this reading is not looked at
+                    gram, senders, common = evidence_at(p, end, view)
+                if common is not None:  # made common by withheld evidence: a phrase of ordinary words
+                    chains[view] = common
+                elif senders is not None and senders == chains[view] and self._is_ordinary_gram(words, end, view):
+                    senders = None  # the same sender's ordinary words going on from there: that phrase still
+                else:
+                    chains[view] = None
                 if senders is None:
                     if not view:
                         self._answer_grams.add(gram)  # evidence is never recorded: it would make a leak common
@@ -316,7 +344,7 @@ class AnswerScanner:
                 if view and not run:  # a hit at a stride position: its run may have begun before it
                     earlier: list[tuple[int, frozenset[str]]] = []
                     for back in range(1, min(min_run, p + 1)):
-                        earlier_gram, earlier_senders = evidence_at(p - back, end - back, view)
+                        earlier_gram, earlier_senders, _ = evidence_at(p - back, end - back, view)
                         if earlier_senders is None:
                             break
                         earlier.append((earlier_gram, earlier_senders))
@@ -326,32 +354,50 @@ class AnswerScanner:
                     run_owners = sorted(set().union(*(o for _, o in run)))
                     return self._caught(LeakEvidence(
                         VIEWS[view], tuple(run_owners), tuple(f"{g:016x}" for g, _ in run), len(run) + n - 1,
-                        before + end - first))
+                        before + end - first), self._ordinary_grams(words, end, view, run))
         return None
 
-    def _evidence(self, owners: frozenset[str]) -> frozenset[str] | None:
-        """The other tenants an n-gram is evidence of a leak from (see the module docstring), or None."""
+    def _verdict(self, owners: frozenset[str]) -> tuple[frozenset[str] | None, frozenset[str] | None]:
+        """(the other tenants an n-gram is evidence of a leak from, or None (see the module docstring);
+        its senders if it is common only because it was caught in answers withheld from
+        ``withheld_orgs`` organizations, else None)."""
         senders = frozenset(o for o in owners if o[:1] != "\x1f")
         if not senders or self._tenant in senders or len(senders) > self._monitor.max_owners:
-            return None
+            return None, None
         seen_by = set(senders)
         seen_by.update(o[len(RECEIVED):] for o in owners if o.startswith(RECEIVED))
         seen_by.discard(self._tenant)
         if len(seen_by) >= self._monitor.common_orgs:
-            return None  # common language: several unrelated organizations have it
+            return None, None  # common language: several unrelated organizations have it
         withheld_orgs = self._monitor.withheld_orgs
         if withheld_orgs and len({o[len(WITHHELD):] for o in owners if o.startswith(WITHHELD)} - {self._tenant}) \
                 >= withheld_orgs:
-            return None  # the operator's choice: withheld from that many organizations, it is common
-        return senders
+            return None, senders  # withheld from that many organizations, and made of ordinary words only
+        return senders, None
 
-    def _caught(self, evidence: LeakEvidence) -> LeakEvidence:
-        # A withheld answer records nothing: an incident is no evidence that a phrase is common, and a
-        # stream cut at the catch then counts the same as a whole answer (nothing either way).
+    def _is_ordinary_gram(self, words: list[tuple[str, str, str, str]], end: int, view: int) -> bool:
+        reading = min(view, 2)  # the whole text spelt backwards is made of the words spelt backwards
+        ordinary = self._monitor.is_ordinary
+        return all(ordinary(w[reading], w[3].isdigit()) for w in words[end - self._monitor.fingerprinter.n:end])
+
+    def _ordinary_grams(self, words: list[tuple[str, str, str, str]], end: int, view: int,
+                        run: list[tuple[int, frozenset[str]]]) -> tuple[int, ...]:
+        """The n-grams of a caught ``run`` (its last one ending before ``end``) whose every word, in the
+        reading the run was found in, is ordinary language (leak/ordinary.py)."""
+        if not self._monitor.withheld_orgs:
+            return ()
+        first_end = end - len(run) + 1
+        return tuple(gram for k, (gram, _) in enumerate(run) if self._is_ordinary_gram(words, first_end + k, view))
+
+    def _caught(self, evidence: LeakEvidence, ordinary: tuple[int, ...] = ()) -> LeakEvidence:
+        # A withheld answer records nothing as received: an incident is no evidence that a phrase is
+        # common, and a stream cut at the catch counts the same as a whole answer. With withheld_orgs,
+        # the caught run's n-grams of ordinary words only are recorded as withheld from this tenant.
         self.evidence = evidence
+        self.ordinary_caught = ordinary
         self._answer_grams.clear()
-        if self._monitor.withheld_orgs and evidence.detector != "canary" and not self._is_decoded:
-            self._monitor.index.add(withheld_from(self._tenant), [int(g, 16) for g in evidence.fingerprints])
+        if ordinary and evidence.detector != "canary" and not self._is_decoded:
+            self._monitor.index.add(withheld_from(self._tenant), ordinary)
         return evidence
 
     def _record_received(self) -> None:
@@ -365,7 +411,7 @@ class LeakMonitor:
 
     def __init__(self, index: FingerprintIndex, fingerprinter: Fingerprinter, *, min_run: int = 4,
                  max_owners: int = 1, common_orgs: int = 3, canaries: CanaryBook | None = None,
-                 withheld_orgs: int = 0) -> None:
+                 withheld_orgs: int = 3) -> None:
         if common_orgs < 2:
             raise ValueError("common_orgs must be at least 2: one organization's word is no evidence of common language")
         if withheld_orgs == 1 or withheld_orgs < 0:
@@ -377,6 +423,13 @@ class LeakMonitor:
         self.max_owners = max_owners
         self.common_orgs = common_orgs
         self.canaries = canaries
+        if withheld_orgs:
+            ordinary_words()  # the lexicon is read now, not in the middle of the first incident
+
+    @staticmethod
+    def is_ordinary(word: str, is_number: bool) -> bool:
+        """Whether a word (canonical form) may be part of an n-gram that withheld answers make common."""
+        return is_ordinary_word(word, is_number)
 
     def record_prompt(self, tenant: str, texts: Iterable[str]) -> frozenset[int]:
         """Fingerprint what ``tenant`` sends, add it to the index, return it (the tenant's own set)."""
