@@ -73,11 +73,11 @@ VOCAB = [f"w{i}" for i in range(6000)]
 class PreviousScanner(AnswerScanner):
     """The rule before issue 16: text the model wrote once (sent by nobody yet) is everyone's language."""
 
-    def _evidence(self, owners: frozenset[str]) -> frozenset[str] | None:
+    def _verdict(self, owners: frozenset[str]) -> tuple[frozenset[str] | None, frozenset[str] | None]:
         senders = frozenset(o for o in owners if not o.startswith(RECEIVED) and o != MODEL_OWNER)
         if not senders or self._tenant in senders or MODEL_OWNER in owners or len(senders) > self._monitor.max_owners:
-            return None
-        return senders
+            return None, None
+        return senders, None
 
     def _record_received(self) -> None:
         if self._recorded or self.evidence is not None:
@@ -107,7 +107,7 @@ class K3Scanner(AnswerScanner):
                 self._read.add(self._monitor.fingerprinter.of_words(tuple(recent)))
         return super()._consume(new_words)
 
-    def _caught(self, evidence: LeakEvidence) -> LeakEvidence:
+    def _caught(self, evidence: LeakEvidence, ordinary: tuple[int, ...] = ()) -> LeakEvidence:
         self.evidence = evidence
         self._record()
         return evidence
@@ -123,11 +123,17 @@ class K3Scanner(AnswerScanner):
 
 class Monitor(LeakMonitor):
     def __init__(self, index: FingerprintIndex, rule: str) -> None:
-        super().__init__(index, Fingerprinter(KEY, 4), min_run=4, max_owners=1, common_orgs=3)
+        # current: withheld_orgs 3 (the default) for runs of ordinary words only; never: withheld_orgs 0;
+        # any3: withheld_orgs 3 for any run, distinctive or not (what the ordinariness test adds)
+        super().__init__(index, Fingerprinter(KEY, 4), min_run=4, max_owners=1, common_orgs=3,
+                         withheld_orgs=0 if rule in ("previous", "k3", "never") else 3)
         self.rule = rule
 
+    def is_ordinary(self, word: str, is_number: bool) -> bool:
+        return True if self.rule == "any3" else super().is_ordinary(word, is_number)
+
     def scanner(self, tenant: str, own: frozenset[int]) -> AnswerScanner:
-        kind = {"previous": PreviousScanner, "k3": K3Scanner, "current": AnswerScanner}[self.rule]
+        kind = {"previous": PreviousScanner, "k3": K3Scanner}.get(self.rule, AnswerScanner)
         return kind(self, tenant, own)
 
 
@@ -145,7 +151,7 @@ def answer(m: Monitor, tenant: str, prompt: Iterable[str], text: str, chunk: int
     return scanner.finish() is not None
 
 
-RULES = ("previous", "k3", "current")
+RULES = ("previous", "k3", "never", "any3", "current")
 
 
 def run(rule: str, args: argparse.Namespace, seed: int) -> dict[str, float]:
@@ -250,7 +256,7 @@ def main() -> None:
         timing = f"{min(us):.0f} / {statistics.median(us):.0f}"
         print(f"{rule:<9} {withheld:>18} {leaks:>13} {history:>15} {repeated:>16} {timing:>23}")
     cur = statistics.median(x["us_per_answer"] for x in results["current"])
-    for other in ("previous", "k3"):
+    for other in ("previous", "k3", "never"):
         ref = statistics.median(x["us_per_answer"] for x in results[other])
         print(f"scan time ratio current/{other} (median): {cur / ref:.2f}")
 
