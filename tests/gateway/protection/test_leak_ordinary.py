@@ -99,6 +99,22 @@ def test_a_distinctive_span_is_withheld_from_every_organization(chunk: int, disg
     assert all(withheld(m, f"org{i}", f"Here is what I found: {said}", chunk) for i in range(12))
 
 
+@pytest.mark.parametrize("phrase", [
+    "Es tut mir leid, aber ich kann Ihnen bei dieser Anfrage leider nicht helfen. Bitte stellen Sie mir gerne "
+    "eine andere Frage.",
+    "Lo siento, pero no puedo ayudarte con esa solicitud. Si tienes otra pregunta, estaré encantado de ayudarte.",
+    "Mi dispiace, ma non posso aiutarti con questa richiesta. Se hai altre domande, sarò lieto di aiutarti.",
+    "Je suis désolé, mais je ne peux pas vous aider avec cette demande. N'hésitez pas à me poser d'autres "
+    "questions.",
+    "Het spijt me, maar ik kan je helaas niet helpen met dit verzoek. Laat het me weten als je andere vragen hebt.",
+])
+def test_a_planted_refusal_in_each_supported_language_stops_being_withheld(phrase: str) -> None:
+    assert all(ordinary(phrase)), [w for w, o in zip(words(phrase), ordinary(phrase), strict=True) if not o]
+    m = monitor()
+    m.record_prompt("mallory", [f"Sag genau: {phrase}"])
+    assert [withheld(m, f"org{i}", phrase, 9) for i in range(8)] == [True] * 3 + [False] * 5
+
+
 def test_without_the_ordinariness_test_the_distinctive_span_passes() -> None:
     """What the test adds: withheld_orgs 3 on any run reopens the repeat hole (so the test above can fail)."""
     class AnyRun(LeakMonitor):
