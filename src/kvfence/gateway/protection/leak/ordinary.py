@@ -9,17 +9,16 @@ e-mail or URL, and any other token the lexicon does not hold. Those are what con
 withheld however many organizations it reaches.
 
 Words are judged in the form the n-gram was built from (``fingerprint.words``: folded, lower case,
-leetspeak digits read as letters, ``canonical``): the lexicon is put in that form too, so "h3lp" is
-the ordinary "help" and "h4lv0rs3n" the name "halvorsen". A token made of digits only is a number
+leetspeak digits read as letters, ``canonical``, where "l" reads "i"): a word is ordinary when one of
+its spellings is in the lexicon, so "h3lp" is the ordinary "help" and "h4lv0rs3n" the name "halvorsen". A token made of digits only is a number
 even where its digits read as a word ("50" reads "so"): the scanner passes that flag beside the word.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 from importlib import resources
-
-from kvfence.gateway.protection.leak.fingerprint import canonical, leak_fold
 
 __all__ = ["FRAGMENTS", "is_ordinary_word", "ordinary_words"]
 
@@ -29,15 +28,17 @@ FRAGMENTS = frozenset(
     ["ll", "ve", "re", "isn", "aren", "wasn", "weren", "doesn", "didn", "hasn", "haven", "hadn", "couldn", "shouldn", "wouldn", "mustn", "needn", "shan", "ain", "won", "don", "qu", "jusqu", "lorsqu", "puisqu", "aujourd", "hui", "dell", "nell", "sull", "dall", "all", "un", "quell", "anch"])
 
 
+# A canonical "i" was written "i", "l" or "1": each spelling of a word is looked up in the lexicon as
+# it is (no second, canonical copy of 306k words in memory), for words of at most this many "i"s.
+_MAX_IS = 8
+
+
 @functools.cache
-def ordinary_words() -> frozenset[str]:
-    """The lexicon in canonical form (read once per process, ~0.5 s)."""
+def ordinary_words() -> tuple[frozenset[str], frozenset[str]]:
+    """The lexicon and the supplement (read once per process, with the PERSON rules' gazetteer)."""
     from kvfence.gateway.protection.detect.recognizers.gazetteer import gazetteer
 
-    lexicon = gazetteer().ordinary | FRAGMENTS | _supplement()
-    # the ASCII words in one pass (one word at a time takes ~0.7 s for the whole list)
-    ascii_words = canonical("\n".join(w for w in lexicon if w.isascii()).lower()).split("\n")
-    return frozenset(ascii_words).union(canonical(leak_fold(w).lower()) for w in lexicon if not w.isascii())
+    return gazetteer().ordinary, FRAGMENTS | _supplement()
 
 
 def _supplement() -> frozenset[str]:
@@ -46,6 +47,24 @@ def _supplement() -> frozenset[str]:
     return frozenset(w for line in text.splitlines() if not line.startswith("#") for w in line.split())
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _is_lexicon_word(word: str) -> bool:
+    lexicon, supplement = ordinary_words()
+    if word in lexicon or word in supplement:
+        return True
+    at = [k for k, c in enumerate(word) if c == "i"]
+    if not at or len(at) > _MAX_IS:
+        return False
+    letters = list(word)
+    for spelling in itertools.product("il", repeat=len(at)):
+        for k, c in zip(at, spelling, strict=True):
+            letters[k] = c
+        spelt = "".join(letters)
+        if spelt in lexicon or spelt in supplement:
+            return True
+    return False
+
+
 def is_ordinary_word(word: str, is_number: bool = False) -> bool:
     """``word`` in canonical form (``fingerprint.words``) is an everyday word; a number never is."""
-    return not is_number and word in ordinary_words()
+    return not is_number and _is_lexicon_word(word)
