@@ -374,7 +374,8 @@ def bench_shape(args: argparse.Namespace, shape: str) -> dict[str, Any]:
     # find them paid.
     ours_mixed(model_dir, [(p, min(n, 8)) for p, n in jobs], scrub=True, max_num_seqs=num_requests)
     # Alternate on/off runs and keep the best of each, so a noisy neighbour hurts both alike.
-    on_runs, off_runs, scrub_stats = [], [], []
+    on_runs, off_runs = [], []
+    scrub_stats: list[dict[str, float]] = []
     # The order alternates too (on-off, off-on, ...): later runs in one process have measured faster
     # (85 -> 99 -> 100 tok/s over three runs, 2026-11-30), which a fixed order books on one side.
     for i in range(max(1, args.repeats)):
