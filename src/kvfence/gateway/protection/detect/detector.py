@@ -21,6 +21,7 @@ from kvfence.gateway.protection.detect.encoded import decoded_runs
 from kvfence.gateway.protection.detect.findings import Finding, resolve_overlaps
 from kvfence.gateway.protection.detect.normalise import fold
 from kvfence.gateway.protection.detect.recognizers.address_intl import extend_address
+from kvfence.gateway.protection.detect.recognizers.gazetteer import gazetteer
 from kvfence.gateway.protection.detect.recognizers.person import find_persons, link_mentions
 from kvfence.gateway.protection.detect.recognizers.pii import PII_RULES, PRIVATE_IP_RULES
 from kvfence.gateway.protection.detect.recognizers.secrets import SECRET_RULES
@@ -59,6 +60,8 @@ class Detector:
         self._pii = pii
         self._secrets = secrets
         self._names = names
+        if names:
+            gazetteer()  # the name lists are read here (~0.3 s), not inside the first request's scan
         self.timeout_s = timeout_s
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvfence-detect")
 
