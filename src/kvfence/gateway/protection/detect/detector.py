@@ -181,4 +181,14 @@ def build_detector(*, use_presidio: bool | None = None, ner_model: Path | None =
     else:
         pii = _RulesOnly(RuleSet(pii_rules), score_threshold)
     names = not ({"PERSON", "person"} & off)
-    return Detector(pii, RuleSet(SECRET_RULES, off), timeout_s=timeout_s, names=names)
+    detector = Detector(pii, RuleSet(SECRET_RULES, off), timeout_s=timeout_s, names=names)
+    # One scan now, so that what the rules load or compile on first use (the CSV reader, regex caches,
+    # codecs) is paid at start-up, not by the first client's request.
+    detector.scan(_WARM_UP_TEXT)
+    return detector
+
+
+_WARM_UP_TEXT = """Hi Priya, Dr. Jonas Meyer (jonas.meyer@example.com, +49 30 1234567) asked for the file.
+name,surname,city
+Ana,Souza,Lisboa
+Ship to 221B Baker Street, London NW1 6XE. Key sk-test-0000000000000000 \u0040 d2FybQ=="""
