@@ -21,7 +21,6 @@ from kvfence.gateway.protection.detect.encoded import decoded_runs
 from kvfence.gateway.protection.detect.findings import Finding, resolve_overlaps
 from kvfence.gateway.protection.detect.normalise import fold
 from kvfence.gateway.protection.detect.recognizers.address_intl import extend_address
-from kvfence.gateway.protection.detect.recognizers.gazetteer import gazetteer
 from kvfence.gateway.protection.detect.recognizers.person import find_persons, link_mentions
 from kvfence.gateway.protection.detect.recognizers.pii import PII_RULES, PRIVATE_IP_RULES
 from kvfence.gateway.protection.detect.recognizers.secrets import SECRET_RULES
@@ -60,10 +59,11 @@ class Detector:
         self._pii = pii
         self._secrets = secrets
         self._names = names
-        if names:
-            gazetteer()  # the name lists are read here (~0.3 s), not inside the first request's scan
         self.timeout_s = timeout_s
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvfence-detect")
+        # One scan now, so that what the rules load or compile on first use (the name lists, ~0.3 s;
+        # the CSV reader, regex caches, codecs) is paid at start-up, not by the first client's request.
+        self.scan(_WARM_UP_TEXT)
 
     def scan(self, text: str) -> list[Finding]:
         """Findings in ``text``, as spans of ``text`` itself. The detectors see it folded
@@ -181,11 +181,7 @@ def build_detector(*, use_presidio: bool | None = None, ner_model: Path | None =
     else:
         pii = _RulesOnly(RuleSet(pii_rules), score_threshold)
     names = not ({"PERSON", "person"} & off)
-    detector = Detector(pii, RuleSet(SECRET_RULES, off), timeout_s=timeout_s, names=names)
-    # One scan now, so that what the rules load or compile on first use (the CSV reader, regex caches,
-    # codecs) is paid at start-up, not by the first client's request.
-    detector.scan(_WARM_UP_TEXT)
-    return detector
+    return Detector(pii, RuleSet(SECRET_RULES, off), timeout_s=timeout_s, names=names)
 
 
 _WARM_UP_TEXT = """Hi Priya, Dr. Jonas Meyer (jonas.meyer@example.com, +49 30 1234567) asked for the file.

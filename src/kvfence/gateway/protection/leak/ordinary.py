@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-from importlib import resources
 
 __all__ = ["FRAGMENTS", "is_ordinary_word", "ordinary_words"]
 
@@ -43,8 +42,9 @@ def ordinary_words() -> tuple[frozenset[str], frozenset[str]]:
 
 def _supplement() -> frozenset[str]:
     """``data/ordinary_supplement.txt``: service-language words of de/es/it/fr/nl the lexicon lacks."""
-    text = resources.files("kvfence.gateway.protection.leak").joinpath("data", "ordinary_supplement.txt").read_text("utf-8")
-    return frozenset(w for line in text.splitlines() if not line.startswith("#") for w in line.split())
+    from kvfence.gateway.protection.detect.recognizers.gazetteer import word_list
+
+    return word_list("kvfence.gateway.protection.leak", "ordinary_supplement.txt")
 
 
 @functools.lru_cache(maxsize=1 << 16)
