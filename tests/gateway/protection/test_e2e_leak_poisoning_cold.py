@@ -15,9 +15,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from kvfence.gateway.policy.tenants import hash_api_key
 from tests.gateway.conftest import Gateway
-from tests.gateway.protection.test_e2e_leak_repeats import set_mode
+from tests.gateway.protection.test_e2e_leak_repeats import leak_policy, set_mode
 from tests.gateway.protection.test_e2e_protection import LeakyBackend, backend  # noqa: F401  (the fixture)
 
 ORGS = ["acme", *[f"poisoner{i}" for i in range(3)], *[f"org{i}" for i in range(24)]]
@@ -32,15 +31,7 @@ PHRASES = [
 @pytest.fixture(scope="module")
 def gw(backend: LeakyBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:  # noqa: F811
     tmp = tmp_path_factory.mktemp("cold-gw")
-    policy = {
-        "gateway": {"audit_log": f"sqlite:///{tmp / 'audit.db'}", "capacity_refresh_s": 0,
-                    "protection": {"leak": {"window_s": 600}}},
-        "data_classes": [{"name": "internal", "allowed_tiers": ["shared"]}],
-        "backends": [{"name": "leaky", "url": backend.url, "tier": "shared", "capacity": "policy",
-                      "facts": {"advertised_context": 8192, "kv_capacity_tokens": 8192}}],
-        "tenants": [{"name": f"{name}-key", "key_sha256": hash_api_key(key), "organization": name,
-                     "default_class": "internal"} for name, key in KEYS.items()],
-    }
+    policy = leak_policy(backend, tmp, KEYS)
     g = Gateway(policy, tmp, env={"KVFENCE_GATEWAY_SECRET": "c" * 32})
     yield g
     g.stop()

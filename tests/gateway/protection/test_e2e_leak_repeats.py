@@ -10,7 +10,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,19 +26,24 @@ ORGS = ["acme", "mallory", "early0", "early1", "early2", *[f"org{i}" for i in ra
 KEYS = {**{org: f"kvf-rep-{org}-key" for org in ORGS}, **{f"globex{k}": f"kvf-rep-globex-{k}" for k in range(4)}}
 
 
-@pytest.fixture(scope="module")
-def gw(backend: LeakyBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:  # noqa: F811
-    tmp = tmp_path_factory.mktemp("rep-gw")
-    policy = {
+def leak_policy(backend: LeakyBackend, tmp: Path, keys: dict[str, str],  # noqa: F811
+                organization: Callable[[str], str] = lambda name: name) -> dict[str, Any]:
+    """A gateway in front of the leaky backend, one tenant per key, leak window 10 minutes."""
+    return {
         "gateway": {"audit_log": f"sqlite:///{tmp / 'audit.db'}", "capacity_refresh_s": 0,
                     "protection": {"leak": {"window_s": 600}}},
         "data_classes": [{"name": "internal", "allowed_tiers": ["shared"]}],
         "backends": [{"name": "leaky", "url": backend.url, "tier": "shared", "capacity": "policy",
                       "facts": {"advertised_context": 8192, "kv_capacity_tokens": 8192}}],
-        "tenants": [{"name": f"{name}-key", "key_sha256": hash_api_key(key),
-                     "organization": "globex" if name.startswith("globex") else name,
-                     "default_class": "internal"} for name, key in KEYS.items()],
+        "tenants": [{"name": f"{name}-key", "key_sha256": hash_api_key(key), "organization": organization(name),
+                     "default_class": "internal"} for name, key in keys.items()],
     }
+
+
+@pytest.fixture(scope="module")
+def gw(backend: LeakyBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:  # noqa: F811
+    tmp = tmp_path_factory.mktemp("rep-gw")
+    policy = leak_policy(backend, tmp, KEYS, lambda name: "globex" if name.startswith("globex") else name)
     g = Gateway(policy, tmp, env={"KVFENCE_GATEWAY_SECRET": "r" * 32})
     yield g
     g.stop()
