@@ -4,7 +4,9 @@ Built offline by ``scripts/build_name_gazetteer.py`` from public-domain US Censu
 Faker's MIT-licensed name lists, with Debian's word lists (SCOWL, OpenTaal) and spaCy's stop words
 marking names that are ordinary words; the provenance and checksums are in ``data/SOURCES.txt``.
 ``data/names_not_words.txt`` takes back from the ordinary words a few given names that a word list
-holds in lower case ("wouter", "maarten"). ``data/given_supplement.txt`` adds romanised given names of cultures those lists miss (South
+holds in lower case ("wouter", "maarten"); ``data/words_not_names.txt`` takes from the names the service
+words, greetings, vocatives and departments of the six languages that Faker's lists hold ("danke",
+"gracias", "posso", "Legal"): they are ordinary words, never a given name. ``data/given_supplement.txt`` adds romanised given names of cultures those lists miss (South
 Asian, West/East/Southern African, Central Asian, Gaelic, Pacific ...), written for this detector.
 Shipped inside the package: nothing is downloaded. Loaded once per process, when the detector is built (~0.3 s).
 """
@@ -33,6 +35,7 @@ class Gazetteer:
     given: frozenset[str]
     surnames: frozenset[str]
     ordinary: frozenset[str]
+    not_names: frozenset[str] = frozenset()
 
     def is_given(self, word: str) -> bool:
         return word in self.given
@@ -49,6 +52,10 @@ class Gazetteer:
 
     def is_ordinary(self, word: str) -> bool:
         return word in self.ordinary or word in _MONTHS_DAYS
+
+    def is_not_name(self, word: str) -> bool:
+        """A service word, greeting, vocative or department ("danke", "Signori", "Legal"): no person alone."""
+        return word in self.not_names
 
     def month_or_day(self, word: str) -> bool:
         return word in _MONTHS_DAYS
@@ -75,6 +82,7 @@ def _supplement(name: str) -> frozenset[str]:
 @functools.cache
 def gazetteer() -> Gazetteer:
     """The shipped gazetteer (read once per process)."""
-    given = _read("given_names.txt.gz") | _supplement("given_supplement.txt")
-    ordinary = _read("ordinary.txt.gz") - _supplement("names_not_words.txt")
-    return Gazetteer(given, _read("surnames.txt.gz"), ordinary)
+    not_names = _supplement("words_not_names.txt")
+    given = (_read("given_names.txt.gz") | _supplement("given_supplement.txt")) - not_names
+    ordinary = (_read("ordinary.txt.gz") - _supplement("names_not_words.txt")) | not_names
+    return Gazetteer(given, _read("surnames.txt.gz"), ordinary, not_names)

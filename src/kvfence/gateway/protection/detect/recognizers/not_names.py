@@ -67,6 +67,13 @@ airport terminal boulevard blvd highway freeway expressway tunnel pier harbour h
 """)
 
 FIRMS = FIRMS | _phrases("""
+jones day, davis polk, sullivan cromwell, latham watkins, kirkland ellis, skadden arps, simpson thacher,
+wachtell lipton, cleary gottlieb, cravath swaine, paul weiss, paul hastings, hogan lovells, white case,
+freshfields bruckhaus, taylor wessing, morgan lewis, sidley austin, mayer brown, ropes gray, debevoise plimpton,
+weil gotshal, milbank tweed, shearman sterling, allen gledhill, russell hobbs, morphy richards, laura ashley,
+karen millen, bobbi brown, jo malone, charlotte tilbury, elizabeth arden, helena rubinstein, max factor,
+estée lauder, paul mitchell, john frieda, vidal sassoon, robert mondavi, paul masson, tia maria,
+otto versand, john cooper works, charlotte amalie, kitty hawk, ted lapidus, jack wills, joe browns,
 baker mckenzie, clifford chance, allen overy, herbert smith, norton rose, simmons simmons, slaughter may,
 jean paul gaultier, giorgio armani, dolce gabbana, salvatore ferragamo, oscar de la renta, carolina herrera,
 vera wang, stella mccartney, alexander mcqueen, vivienne westwood, marc jacobs, tom ford, karl lagerfeld,

@@ -40,6 +40,7 @@ from kvfence.gateway.protection.detect.recognizers.not_names import ORG_WORDS as
 from kvfence.gateway.protection.detect.recognizers.not_names import PLACES as _PLACES
 from kvfence.gateway.protection.detect.recognizers.person_labels import field_values, list_values
 from kvfence.gateway.protection.detect.recognizers.person_mentions import link_mentions
+from kvfence.gateway.protection.detect.recognizers.person_things import drop_things
 from kvfence.gateway.protection.detect.recognizers.person_words import (
     _AFTER_NAME,
     _ARTICLES,
@@ -298,6 +299,8 @@ class _Finder:
             return False
         if len(words) == 1 and words[0].upper and len(words[0].text) <= 3:
             return False  # "signed NDA", "regards, HR": an acronym
+        if len(words) == 1 and g.is_ordinary(words[0].low) and not g.is_given(words[0].low) and not by_mail:
+            return False  # "Attention Span", "Cheers Mate": a word that is only a surname needs more
         self.add(i, i + len(toks), "person_introduced", 0.75)
         return True
 
@@ -566,4 +569,4 @@ def find_persons(text: str, *, cells: bool = True) -> list[Finding]:
 
     if cells:
         f.found.extend(csv_name_cells(text))
-    return f.found
+    return drop_things(text, f.found, f.g)

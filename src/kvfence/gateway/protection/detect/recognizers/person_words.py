@@ -98,6 +98,9 @@ _MAIL_AFTER = re.compile(r"[ \t]{0,2}[<(\[][ \t]?(?:mailto:)?[\w.+'-]{1,64}@[\w-
 _GROUP_WORDS = frozenset(["team", "all", "everyone", "everybody", "folks", "guys", "there", "world", "customer", "customers", "colleagues", "equipo", "squadra", "ploeg", "kollegen", "kolleginnen", "kunden", "kundinnen", "freunde", "damen", "herren", "mitglieder", "leute", "alle", "zusammen", "équipe", "equipe", "tous", "todos", "todas", "tutti", "amici", "amigos", "compañeros", "colleghi", "collègues", "collega's", "allemaal", "iedereen", "support", "sales", "admin", "admins", "user", "users", "sir", "madam", "management", "dirección", "direction", "direzione", "directie", "geschäftsleitung", "geschäftsführung", "secretariaat", "secretaría", "segreteria", "secrétariat", "sekretariat", "redaktion", "rédaction", "redacción", "redazione", "redactie", "administration", "verwaltung", "administración", "amministrazione", "administratie", "buchhaltung", "contabilidad", "contabilità", "boekhouding", "comptabilité", "personal", "personalabteilung", "facturación", "fatturazione", "facturation", "kundenservice", "klantenservice", "servicio", "servizio", "service", "grüße", "gruß", "grüsse", "groeten", "groet", "saluti", "saludos", "salutations", "regards", "wishes", "greetings"])
 
 
+# the last word of a closing ("Best,", "Kind regards,", "Yours,", "Saludos,")
+_CLOSING_LAST = frozenset("""best regards yours sincerely grüße gruß cordialement saludos atentamente saluti groeten
+groet groetjes""".split())  # noqa: SIM905
 _CUE_LAST = frozenset(p.split()[-1] for p in _CUES | _STRONG_CUES)
 
 
@@ -120,6 +123,8 @@ def _cue_before(before: str) -> str | None:
     for n in (3, 2, 1):
         phrase = " ".join(words[-n:])
         if len(words) >= n and phrase in (_SIGN_OFFS if newline else _CUES | _STRONG_CUES):
+            if not newline and "," not in gap and phrase.split()[-1] in _CLOSING_LAST:
+                return None  # a closing ends with a comma or a line: "Best Buy", "Yours Truly" are none
             return phrase
     return None
 
@@ -173,7 +178,7 @@ _NOUN_AFTER = re.compile(r"^\s(?:office|offices|branch|site|campus|region|server
 # "... shares fell"), unless a pronoun says it is a person ("... sold her shares")
 _BUSINESS_AFTER = re.compile(
     r"^(?!.*\b(?:he|she|his|her|him|they|their|er|sie|ihr|sein|il|elle|son|sa|él|ella|lui|lei|hij|zij|zijn|haar)\b)"
-    r".*\b(?:shares|stock|stocks|earnings|profits?|revenues?|dividends?|ipo|quarterly|fiscal|subsidiary|"
+    r".*\b(?:serums|fragrances|perfumes|cosmetics|collections|on offer|sold out|in stock|out of stock|shares|stock|stocks|earnings|profits?|revenues?|dividends?|ipo|quarterly|fiscal|subsidiary|"
     r"headquartered|shareholders|merger|acquisition|acquired|stores|outlets|franchise|recalled|layoffs|"
     r"valuation|stake|aktien|umsatz|gewinn|dividende|actions|bénéfices?|chiffre d'affaires|acciones|"
     r"beneficios|ventas|azioni|utili|fatturato|aandelen|winst|omzet)\b", re.I)

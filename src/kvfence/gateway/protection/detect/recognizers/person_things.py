@@ -1,0 +1,88 @@
+"""The last word on a PERSON finding: the words around it say it names a thing, not a person.
+
+Every PERSON rule's finding passes here (``find_persons``), so no rule can skip it. A finding is
+dropped when
+
+- it is made only of service words, greetings, vocatives or departments ("Mundo" in "Hola Mundo",
+  "Signori", "Legal", "Truly": ``data/words_not_names.txt``);
+- a dedication word is before it or starts it: a place, building, prize, storm or illness named after
+  a person, in six languages ("Fort William", "Hurricane Katrina", "aeroporto Leonardo da Vinci",
+  "estadio Santiago Bernabéu", "syndrome de Gilles de la Tourette", "ziekte van Parkinson");
+- a thing noun follows it ("Laura Ashley wallpaper", "Robert Mondavi cabernet", "Tommy John surgery"),
+  or a possessive and an eponym's noun ("Lou Gehrig's disease", "Bell's palsy") or a capitalised
+  ordinary word ("Halley's Comet", "Martha's Vineyard", "Jacob's Creek");
+- an English verb and "a" / "an" are before it: a product, not a person ("our kettle is a Russell Hobbs",
+  "and a Tia Maria");
+- it is one of a few brands written as a possessive given name ("Nando's", "Wendy's").
+"""
+
+from __future__ import annotations
+
+import re
+
+from kvfence.gateway.protection.detect.findings import Finding
+from kvfence.gateway.protection.detect.recognizers.gazetteer import Gazetteer
+from kvfence.gateway.protection.detect.recognizers.person_words import _PARTICLES, _WORD
+
+__all__ = ["drop_things"]
+
+# A capitalised first word, or a word right before: the run after it is named after a person.
+_DEDICATION = frozenset("""
+fort port mount mt lake cape bay san santa santo são sankt saint ste hurricane storm typhoon cyclone
+tropical ouragan tempête huracán tormenta uragano tempesta orkaan sturm airport aeropuerto aeroporto
+aéroport flughafen luchthaven stadium stadio estadio stade stadion station gare stazione estación bahnhof
+hauptbahnhof hospital ospedale hôpital krankenhaus ziekenhuis klinikum policlinico lycée liceo colegio
+gymnasium collège escuela scuola école university universität université università universidad
+universiteit fondation fundación fondazione stiftung stichting foundation premio prix preis prijs prize
+award medal teatro théâtre theater theatre museo musée museum syndrome sindrome síndrome syndrom syndroom
+disease maladie enfermedad morbo malattia krankheit ziekte sclerosis
+""".split())  # noqa: SIM905
+# after a lower-case dedication word, a preposition may come first: "maladie de Parkinson"
+_DEDICATED_BEFORE = re.compile(
+    r"\b(" + "|".join(sorted(_DEDICATION, key=len, reverse=True)) + r")(?:\s+(?:de|di|du|des|del|della|van|von|of))?"
+    r"(?:\s+(?:la|le|l'))?\s+$", re.I)
+# a noun right after the name (lower case; no word that is also a verb here or in another of the six
+# languages, such as "lecture", "range", "test", "watches"): the name is a brand, a product or an eponym
+_THING_AFTER = re.compile(
+    r"^\s+(?:disease|syndrome|palsy|surgery|nurses|hospice|wallpaper|candles|mascara|serums|perfumes?|"
+    r"fragrances?|lipsticks?|cosmetics|cabernet|merlot|chardonnay|pinot|shiraz|ros[ée]s?|whisk(?:e)?y|bourbon|"
+    r"vodka|kettles?|toasters?|blenders?|printers?|vacuums?|appliances|dealers?|dealership|outlets?|"
+    r"boutiques?|handbags?|sneakers|jeans|dresses|franchise|foundations|models|escape room)\b")
+# an eponym's noun after a possessive ("Bell's palsy", "Ohm's law"); "Priya's test" stays a person
+_EPONYM_AFTER = re.compile(
+    r"^['’]s\s+(?:disease|syndrome|palsy|chorea|sarcoma|lymphoma|law|theorem|lemma|conjecture|principle|"
+    r"paradox|equation|constant|algorithm|comet|razor)\b")
+_POSSESSIVE_CAP = re.compile(r"^['’]s\s+([A-Z][a-z]+)\b")
+_A_BEFORE = re.compile(
+    r"\b(?:is|was|it's|it’s|bought|buy|buying|got|get|own|owns|drive|drives|drove|wear|wears|wore|drink|"
+    r"drinks|drank|order|ordered|with|and|use|uses|used|prefer|like|love|try|tried)\s+an?\s+$", re.I)
+# brands written as a possessive given name
+_POSSESSIVE_BRANDS = frozenset("nando wendy denny claire arby chili moe hardee carl dillard".split())  # noqa: SIM905
+
+
+def drop_things(text: str, found: list[Finding], g: Gazetteer) -> list[Finding]:
+    """``found`` without the PERSON findings that the words around them show to be things."""
+    return [f for f in found if f.entity != "PERSON" or not _is_thing(text, f.start, f.end, g)]
+
+
+def _is_thing(text: str, start: int, end: int, g: Gazetteer) -> bool:
+    words = [w.lower() for w in _WORD.findall(text[start:end])]
+    core = [w for w in words if w not in _PARTICLES]
+    if not core or all(g.is_not_name(w) for w in core):
+        return bool(core)
+    if core[0] in _DEDICATION and len(core) > 1:
+        return True  # "Fort William", "Storm Ciara", "Flughafen Franz Josef Strauß"
+    before = text[max(0, start - 40):start]
+    if _DEDICATED_BEFORE.search(before) is not None:
+        return True
+    after = text[end:end + 40]
+    if _THING_AFTER.match(after) is not None or _EPONYM_AFTER.match(after) is not None:
+        return True
+    m = _POSSESSIVE_CAP.match(after)
+    if m is not None:
+        low = m.group(1).lower()
+        if g.is_ordinary(low) and not g.is_given(low):
+            return True  # "Halley's Comet", "Murphy's Law"
+    if _A_BEFORE.search(before) is not None:
+        return True
+    return len(core) == 1 and core[0] in _POSSESSIVE_BRANDS and after.startswith(("'s", "’s"))
