@@ -52,6 +52,11 @@ THINGS = [
     ("a closing without its comma", "Yours Truly, the IT helpdesk"),
     ("a surname that is a word, after a cue", "Attention Span is the working title of the podcast."),
     ("known firm", "Latham Watkins hired three partners from Sullivan Cromwell in London."),
+    ("a firm's word before", "Les laboratoires Pierre Fabre recrutent à Toulouse."),
+    ("an article first", "Cordialement,\nLes Achats"),
+    ("a thing elsewhere in the text",
+     "// Port of the Douglas Peucker simplification; Ramer Douglas Peucker in the literature."),
+    ("a possessive brand", "Levi's 501 jeans are back in stock."),
 ]
 
 
@@ -72,6 +77,8 @@ PEOPLE = [
     ("Bitte frag Katrin Vogel, sie kennt den Flughafen.", ["Katrin Vogel"]),
     ("The station manager, Kwame Mensah, confirmed the delay.", ["Kwame Mensah"]),
     ("Martha's laptop is at reception; Martha Kowalski will collect it.", ["Martha", "Martha Kowalski"]),
+    ("Cordialement,\nCamille Fabre", ["Camille Fabre"]),
+    ("Dr. Douglas reviewed the Douglas Peucker simplification.", ["Douglas"]),
 ]
 
 

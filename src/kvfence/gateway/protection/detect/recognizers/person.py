@@ -284,6 +284,8 @@ class _Finder:
         when the lists lack it: "Hi Tesfaye,", "Regards,\nOluwadamilare Okafor", "Ifeoma Nwosu <i.n@x.org>"."""
         toks = self.toks[i:j][:4]
         g = self.g
+        if toks[0].low in _ARTICLES:
+            return False  # "Cordialement,\nLes Achats": a department, not a person
         words = [t for t in toks if t.low not in _PARTICLES]
         if not words or any(len(t.text) < 2 or _not_a_person(t.low) or t.low in _GROUP_WORDS or g.month_or_day(t.low)
                             or t.low in _PLACES or t.low in _NOT_ALONE

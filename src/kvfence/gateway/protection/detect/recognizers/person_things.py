@@ -13,7 +13,10 @@ dropped when
   ordinary word ("Halley's Comet", "Martha's Vineyard", "Jacob's Creek");
 - an English verb and "a" / "an" are before it: a product, not a person ("our kettle is a Russell Hobbs",
   "and a Tia Maria");
-- it is one of a few brands written as a possessive given name ("Nando's", "Wendy's").
+- it is one of a few brands written as a possessive given name ("Nando's", "Wendy's");
+- it starts with an article of another language ("Les Achats");
+- its words are, elsewhere in the same text, a thing by the rules above ("the Douglas Peucker
+  simplification", then "Ramer Douglas Peucker").
 """
 
 from __future__ import annotations
@@ -37,32 +40,61 @@ universiteit fondation fundación fondazione stiftung stichting foundation premi
 award medal teatro théâtre theater theatre museo musée museum syndrome sindrome síndrome syndrom syndroom
 disease maladie enfermedad morbo malattia krankheit ziekte sclerosis
 """.split())  # noqa: SIM905
-# after a lower-case dedication word, a preposition may come first: "maladie de Parkinson"
+# a firm's word right before: "les laboratoires Pierre Fabre", "die Firma Otto", "el grupo ..."
+_FIRM_BEFORE = frozenset("""
+laboratoires laboratorios laboratori laboratorium labs groupe gruppo grupo gruppe société sociedad società
+empresa azienda bedrijf cabinet bufete kanzlei bodegas bodega maison casa verlag editorial éditions edizioni
+uitgeverij brand label firm retailer chain carmaker winery distillery brewery
+""".split())  # noqa: SIM905
+# an illness or a prize may name its person after a preposition: "maladie de Parkinson", "ziekte van Lyme"
+_OF_WORDS = "syndrome|sindrome|síndrome|syndrom|syndroom|disease|maladie|enfermedad|morbo|malattia|krankheit|ziekte" \
+    "|sclerosis|prix|premio|preis|prijs"
 _DEDICATED_BEFORE = re.compile(
-    r"\b(" + "|".join(sorted(_DEDICATION, key=len, reverse=True)) + r")(?:\s+(?:de|di|du|des|del|della|van|von|of))?"
-    r"(?:\s+(?:la|le|l'))?\s+$", re.I)
+    r"\b(?:(?:" + "|".join(sorted(_DEDICATION | _FIRM_BEFORE, key=len, reverse=True)) + r")"
+    r"|(?:" + _OF_WORDS + r")\s+(?:de|di|du|des|del|della|van|von|of)(?:\s+(?:la|le|l'))?)\s+$", re.I)
 # a noun right after the name (lower case; no word that is also a verb here or in another of the six
 # languages, such as "lecture", "range", "test", "watches"): the name is a brand, a product or an eponym
-_THING_AFTER = re.compile(
-    r"^\s+(?:disease|syndrome|palsy|surgery|nurses|hospice|wallpaper|candles|mascara|serums|perfumes?|"
+_THING_NOUNS = (
+    r"disease|syndrome|palsy|surgery|nurses|hospice|wallpaper|candles|mascara|serums|perfumes?|"
     r"fragrances?|lipsticks?|cosmetics|cabernet|merlot|chardonnay|pinot|shiraz|ros[ée]s?|whisk(?:e)?y|bourbon|"
     r"vodka|kettles?|toasters?|blenders?|printers?|vacuums?|appliances|dealers?|dealership|outlets?|"
-    r"boutiques?|handbags?|sneakers|jeans|dresses|franchise|foundations|models|escape room)\b")
+    r"boutiques?|handbags?|sneakers|jeans|dresses|franchise|foundations|models|escape room|algorithm|"
+    r"simplification|decomposition|transform|filter|distribution|coefficient|polynomials?|splines")
 # an eponym's noun after a possessive ("Bell's palsy", "Ohm's law"); "Priya's test" stays a person
-_EPONYM_AFTER = re.compile(
-    r"^['’]s\s+(?:disease|syndrome|palsy|chorea|sarcoma|lymphoma|law|theorem|lemma|conjecture|principle|"
-    r"paradox|equation|constant|algorithm|comet|razor)\b")
+_EPONYM_NOUNS = (
+    r"disease|syndrome|palsy|chorea|sarcoma|lymphoma|law|theorem|lemma|conjecture|principle|"
+    r"paradox|equation|constant|algorithm|comet|razor")
+_THING_AFTER = re.compile(r"^\s+(?:" + _THING_NOUNS + r")\b")
+_EPONYM_AFTER = re.compile(r"^['’]s\s+(?:" + _EPONYM_NOUNS + r")\b")
+# the same anywhere in the text, with the capitalised run before: its words are a thing in the whole
+# text ("the Douglas Peucker simplification ... Ramer Douglas Peucker in the literature")
+_THING_RUN = re.compile(r"((?:[A-Z][^\W\d_]+[ -]){1,4})(?:" + _THING_NOUNS + r")\b|((?:[A-Z][^\W\d_]+[ -]){0,3}"
+                        r"[A-Z][^\W\d_]+)['’]s\s+(?:" + _EPONYM_NOUNS + r")\b")
+_CAPITALISED = re.compile(r"(?: [A-Z][^\W\d_]+)*")
+# after a closing or at a line start in French, Spanish, Italian, Dutch, German: an article is no name
+_ARTICLE_FIRST = frozenset("les los las het gli die das".split())  # noqa: SIM905
 _POSSESSIVE_CAP = re.compile(r"^['’]s\s+([A-Z][a-z]+)\b")
 _A_BEFORE = re.compile(
     r"\b(?:is|was|it's|it’s|bought|buy|buying|got|get|own|owns|drive|drives|drove|wear|wears|wore|drink|"
     r"drinks|drank|order|ordered|with|and|use|uses|used|prefer|like|love|try|tried)\s+an?\s+$", re.I)
 # brands written as a possessive given name
-_POSSESSIVE_BRANDS = frozenset("nando wendy denny claire arby chili moe hardee carl dillard".split())  # noqa: SIM905
+_POSSESSIVE_BRANDS = frozenset("nando wendy denny claire arby chili moe hardee carl dillard levi".split())  # noqa: SIM905
 
 
 def drop_things(text: str, found: list[Finding], g: Gazetteer) -> list[Finding]:
     """``found`` without the PERSON findings that the words around them show to be things."""
-    return [f for f in found if f.entity != "PERSON" or not _is_thing(text, f.start, f.end, g)]
+    kept = [f for f in found if f.entity != "PERSON" or not _is_thing(text, f.start, f.end, g)]
+    if not kept or _THING_RUN.search(text) is None:
+        return kept
+    things = {w.lower() for m in _THING_RUN.finditer(text) for w in _WORD.findall(m.group(1) or m.group(2))}
+
+    def thing_words(f: Finding) -> bool:
+        # the finding and the capitalised words right after it: most of them are the thing's
+        m = _CAPITALISED.match(text, f.end)
+        words = _WORD.findall(text[f.start:f.end]) + (_WORD.findall(m.group()) if m is not None else [])
+        return 2 * sum(w.lower() in things for w in words) > len(words)
+
+    return [f for f in kept if f.entity != "PERSON" or f.rule == "person_title" or not thing_words(f)]
 
 
 def _is_thing(text: str, start: int, end: int, g: Gazetteer) -> bool:
@@ -70,6 +102,8 @@ def _is_thing(text: str, start: int, end: int, g: Gazetteer) -> bool:
     core = [w for w in words if w not in _PARTICLES]
     if not core or all(g.is_not_name(w) for w in core):
         return bool(core)
+    if words[0] in _ARTICLE_FIRST and len(words) > 1:
+        return True  # "Les Achats", "Het Bestuur"
     if core[0] in _DEDICATION and len(core) > 1:
         return True  # "Fort William", "Storm Ciara", "Flughafen Franz Josef Strauß"
     before = text[max(0, start - 40):start]
