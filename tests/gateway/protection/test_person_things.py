@@ -57,6 +57,10 @@ THINGS = [
     ("a thing elsewhere in the text",
      "// Port of the Douglas Peucker simplification; Ramer Douglas Peucker in the literature."),
     ("a possessive brand", "Levi's 501 jeans are back in stock."),
+    ("the sentence says what it is", "Ben Nevis is the highest mountain in Britain."),
+    ("the sentence says what it is", "Stella Artois and Peroni are the two beers on tap."),
+    ("the sentence says what it is", "Bloody Mary and Tom Collins are on the cocktail menu."),
+    ("a food or a dog after it", "Earl Grey tea and Jack Russell terriers."),
 ]
 
 
@@ -79,6 +83,9 @@ PEOPLE = [
     ("Martha's laptop is at reception; Martha Kowalski will collect it.", ["Martha", "Martha Kowalski"]),
     ("Cordialement,\nCamille Fabre", ["Camille Fabre"]),
     ("Dr. Douglas reviewed the Douglas Peucker simplification.", ["Douglas"]),
+    ("Kwame Mensah is the new owner of the restaurant.", ["Kwame Mensah"]),
+    ("Kwame Mensah is the new restaurant manager.", ["Kwame Mensah"]),
+    ("Tendai Moyo and Ana Ruiz are the two reviewers.", ["Tendai Moyo", "Ana Ruiz"]),
 ]
 
 

@@ -13,6 +13,8 @@ dropped when
   ordinary word ("Halley's Comet", "Martha's Vineyard", "Jacob's Creek");
 - an English verb and "a" / "an" are before it: a product, not a person ("our kettle is a Russell Hobbs",
   "and a Tia Maria");
+- the sentence says what it is, and that is a thing ("Ben Nevis is the highest mountain", "Stella
+  Artois and Peroni are the two beers on tap", "..., a cocktail");
 - it is one of a few brands written as a possessive given name ("Nando's", "Wendy's");
 - it starts with an article of another language ("Les Achats");
 - its words are, elsewhere in the same text, a thing by the rules above ("the Douglas Peucker
@@ -59,7 +61,9 @@ _THING_NOUNS = (
     r"fragrances?|lipsticks?|cosmetics|cabernet|merlot|chardonnay|pinot|shiraz|ros[ée]s?|whisk(?:e)?y|bourbon|"
     r"vodka|kettles?|toasters?|blenders?|printers?|vacuums?|appliances|dealers?|dealership|outlets?|"
     r"boutiques?|handbags?|sneakers|jeans|dresses|franchise|foundations|models|escape room|algorithm|"
-    r"simplification|decomposition|transform|filter|distribution|coefficient|polynomials?|splines")
+    r"simplification|decomposition|transform|filter|distribution|coefficient|polynomials?|splines|"
+    r"tea|pizza|pasta|salad|sauce|sponge|cake|pie|cocktails?|terriers?|spaniels?|retrievers?|charity|beers?|"
+    r"lager|cider")
 # an eponym's noun after a possessive ("Bell's palsy", "Ohm's law"); "Priya's test" stays a person
 _EPONYM_NOUNS = (
     r"disease|syndrome|palsy|chorea|sarcoma|lymphoma|law|theorem|lemma|conjecture|principle|"
@@ -73,6 +77,17 @@ _THING_RUN = re.compile(r"((?:[A-Z][^\W\d_]+[ -]){1,4})(?:" + _THING_NOUNS + r")
 _CAPITALISED = re.compile(r"(?: [A-Z][^\W\d_]+)*")
 # after a closing or at a line start in French, Spanish, Italian, Dutch, German: an article is no name
 _ARTICLE_FIRST = frozenset("les los las het gli die das".split())  # noqa: SIM905
+# "..., a cocktail", "... is the highest mountain in Britain", "... are the two beers on tap": the
+# sentence says what the run is, and it is a thing
+_IS_A_THING = re.compile(
+    r"^(?:\s+(?:and|&|or)\s+[A-Z][^\W\d_]*(?:\s+[A-Z][^\W\d_]*)*)?"
+    r"(?:,\s+|\s+(?:is|was|are|were)\s+)(?:a|an|the|one of the|two|three|our|their)\s+(?:[a-z]+\s+){0,2}"
+    r"(?:mountain|peak|hill|river|lake|island|capital|city|town|village|county|province|region|district|suburb|"
+    r"airport|station|stadium|brand|brands|company|firm|bank|retailer|chain|label|cocktail|cocktails|drink|"
+    r"drinks|dish|beer|beers|wine|whisky|restaurant|hotel|charity|band|ship|software|library|framework|"
+    r"language|tool|app|product|products|car|cars)"
+    r"(?=\s*(?:[.,;:!?)]|$)|\s+(?:in|of|on|at|for|with|from|near|by|and|that|which|since)\b)"
+    r"|^(?:\s+(?:and|&|or)\s+[A-Z][^\W\d_]*(?:\s+[A-Z][^\W\d_]*)*)?\s+(?:is|are)\s+(?:on the (?:[a-z]+\s+)?menu|on tap)\b")
 _POSSESSIVE_CAP = re.compile(r"^['’]s\s+([A-Z][a-z]+)\b")
 _A_BEFORE = re.compile(
     r"\b(?:is|was|it's|it’s|bought|buy|buying|got|get|own|owns|drive|drives|drove|wear|wears|wore|drink|"
@@ -110,7 +125,8 @@ def _is_thing(text: str, start: int, end: int, g: Gazetteer) -> bool:
     if _DEDICATED_BEFORE.search(before) is not None:
         return True
     after = text[end:end + 40]
-    if _THING_AFTER.match(after) is not None or _EPONYM_AFTER.match(after) is not None:
+    if _THING_AFTER.match(after) is not None or _EPONYM_AFTER.match(after) is not None \
+            or _IS_A_THING.match(text[end:end + 60]) is not None:
         return True
     m = _POSSESSIVE_CAP.match(after)
     if m is not None:
