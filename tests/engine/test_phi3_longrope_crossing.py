@@ -100,6 +100,7 @@ def test_crossing_while_generating_matches_transformers(tiny: Tiny, engine: str)
     llm = _llm(model_dir, **ENGINES[engine])
     assert [o.token_ids for o in llm.generate(prompts, GREEDY)] == reference
     assert llm.engine.scheduler.num_rope_recomputes == CROSSING and llm.engine.isolation_incidents == 0
+    assert llm.engine.stats().num_rope_recomputes == CROSSING
     if engine == "preempting":
         assert llm.engine.stats().num_preemptions > 0
     assert llm.engine.pool_is_zero()  # the recompute released its pages through the scrubbing path (I2)

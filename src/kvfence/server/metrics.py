@@ -53,6 +53,9 @@ class _EngineCollector(Collector):
             yield GaugeMetricFamily(name, doc, value=float(value))
         yield CounterMetricFamily("kvfence_preemptions", "Sequences preempted by recompute.",
                                   value=float(stats.num_preemptions))
+        yield CounterMetricFamily("kvfence_rope_recomputes",
+                                  "Sequences recomputed because their rotary embedding changed with their length.",
+                                  value=float(stats.num_rope_recomputes))
         yield CounterMetricFamily("kvfence_isolation_incidents",
                                   "Isolation violations caught (request aborted, never answered).",
                                   value=float(stats.isolation_incidents))

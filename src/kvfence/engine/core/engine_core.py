@@ -311,6 +311,7 @@ class EngineCore:
             num_preemptions=self.scheduler.num_preemptions,
             prefix_hit_tokens_by_scope=dict(bm.prefix_hit_tokens_by_scope),
             isolation_incidents=self.isolation_incidents,
+            num_rope_recomputes=self.scheduler.num_rope_recomputes,
         )
 
     def free_pages(self) -> list[int]:

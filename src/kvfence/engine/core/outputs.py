@@ -54,7 +54,9 @@ class RequestOutput:
 
 @dataclass
 class EngineStats:
-    """A snapshot of the pool and queues; ``isolation_incidents`` counts paranoid-mode aborts."""
+    """A snapshot of the pool and queues; ``isolation_incidents`` counts paranoid-mode aborts;
+    ``num_rope_recomputes`` the sequences recomputed because their rotary embedding changed with their
+    length (Phi-3 LongRoPE past ``original_max_position_embeddings``)."""
 
     num_pages: int
     num_free_pages: int
@@ -64,3 +66,4 @@ class EngineStats:
     num_preemptions: int
     prefix_hit_tokens_by_scope: dict[bytes, int] = field(default_factory=dict)
     isolation_incidents: int = 0
+    num_rope_recomputes: int = 0
