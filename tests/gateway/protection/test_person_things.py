@@ -111,3 +111,41 @@ def test_the_third_dev_set_of_hard_negatives_has_no_finding() -> None:
     assert len(negatives) >= 150
     found = {text: values(text) for text in negatives}
     assert {text: v for text, v in found.items() if v} == {}
+
+
+# issue #19 recall, third round: names the lists lack, vouched for by an ask verb, a role label or a
+# verb of writing; Arabic particles; initials; lower-case verbs in chat
+FOUND = [
+    ("an ask verb", "Vraag Wubbo even naar de factuur.", ["Wubbo"]),
+    ("an ask verb", "Demande à Tjalling si le devis est prêt.", ["Tjalling"]),
+    ("a thanks word of another language", "Merci Ngozika pour le retour.", ["Ngozika"]),
+    ("a role label", "Assigned to Rangi Kereama, due Friday.", ["Rangi Kereama"]),
+    ("a role label", "Reviewer: Bo-ra Jeong", ["Bo-ra Jeong"]),
+    ("initials after a sign-off", "Signed: J. P. Oyelaran-Smith", ["J. P. Oyelaran-Smith"]),
+    ("an Arabic particle", "Witness: Fatima al-Zahra Mansour", ["Fatima al-Zahra Mansour"]),
+    ("a sentence start before a verb of writing", "Sifiso Ndlovu wrote back this morning.", ["Sifiso Ndlovu"]),
+    ("a lower-case Italian 'se' is no SE", "Chiedi a Mariapia se il contratto è firmato.", ["Mariapia"]),
+    ("a lower-case name before a past verb", "lgtm, wojtek wanted to review too", ["wojtek"]),
+    ("a given name the lists lacked", "thanks raj, merged", ["raj"]),
+]
+
+
+@pytest.mark.parametrize(("why", "text", "expected"), FOUND, ids=[f"{w}:{t[:20]}" for w, t, _ in FOUND])
+def test_names_the_lists_lack_are_found_with_a_cue(why: str, text: str, expected: list[str]) -> None:
+    assert values(text) == expected, why
+
+
+NOT_FOUND = [
+    "Merci Beaucoup pour tout. Danke Schön! Grazie Mille!",
+    "Frag Wikipedia, ask ChatGPT, chiedi a Google.",
+    "Ask Questions early. Tell Everyone. Ping Datadog.",
+    "Assigned to Platform Team. Reviewer: Security Guild. Owner: Data Engineering.",
+    "Ask Jeeves was a search engine.",
+    "Attention Deficit Disorder; Witness Statement; Author Guidelines.",
+    "the al-Aqsa mosque",
+]
+
+
+@pytest.mark.parametrize("text", NOT_FOUND)
+def test_the_same_cues_before_words_are_no_names(text: str) -> None:
+    assert values(text) == []

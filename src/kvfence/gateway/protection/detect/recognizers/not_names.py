@@ -117,6 +117,7 @@ rancher portainer argo tekton spinnaker istio linkerd envoy traefik caddy kong z
 figma miro notion obsidian evernote zendesk freshdesk intercom hubspot marketo mailchimp twilio
 stripe klarna revolut monzo okta auth0 xero sage quickbooks blender houdini godot unity rhino revit
 ollama cody cursor devin aider bixby eliza tabnine codeium
+wikipedia youtube reddit quora stackoverflow google bing chatgpt perplexity duckduckgo
 lexus nikon kia dacia bentley skoda volvo honda toyota nissan mazda subaru renault peugeot citroen
 """)
 

@@ -29,6 +29,8 @@ written: titles and a possessive 's stay outside.
 
 from __future__ import annotations
 
+import re
+
 from kvfence.gateway.protection.detect.findings import Category, Finding
 from kvfence.gateway.protection.detect.recognizers.gazetteer import Gazetteer, gazetteer
 from kvfence.gateway.protection.detect.recognizers.not_names import (
@@ -44,6 +46,7 @@ from kvfence.gateway.protection.detect.recognizers.person_things import drop_thi
 from kvfence.gateway.protection.detect.recognizers.person_words import (
     _AFTER_NAME,
     _ARTICLES,
+    _ASK_CUES,
     _BRAND_TITLES,
     _BUSINESS_AFTER,
     _BUSINESS_BEFORE,
@@ -53,6 +56,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _GROUP_WORDS,
     _HANDLE,
     _ITS_AFTER,
+    _LABEL_CUES,
     _LINE_START,
     _LIST_GAP,
     _LIST_GAP_OF,
@@ -87,6 +91,20 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
 __all__ = ["find_persons", "link_mentions"]
 
 
+_ARABIC_PARTICLE = re.compile(r"^(?:al|el|ul|bin|ibn|abu|abd)-[A-Z][a-z]")
+
+
+def _initial(text: str, t: _Tok) -> bool:
+    """"J." in "J. P. Oyelaran-Smith"."""
+    return len(t.text) == 1 and t.text.isupper() and text.startswith(".", t.end)
+
+
+def _name_shaped(word: str) -> bool:
+    """Capitalised, the rest lower case, hyphenated parts allowed ("Parata", "Bo-ra", "Oyelaran-Smith")."""
+    return word[:1].isupper() and all(p[1:].islower() or len(p) == 1 for p in word.split("-") if p) \
+        and word.replace("-", "").isalpha()
+
+
 class _Tok:
     """A word that can be part of a name: capitalised, all-caps, a particle, or a known name."""
 
@@ -95,7 +113,8 @@ class _Tok:
     def __init__(self, start: int, end: int, text: str, low: str) -> None:
         self.start, self.end, self.text, self.low = start, end, text, low
         self.upper = len(text) > 1 and text.isupper()
-        self.cap = text[0].isupper() and (not self.upper or (len(text) <= 3 and text.istitle()))
+        self.cap = (text[0].isupper() and (not self.upper or (len(text) <= 3 and text.istitle()))) \
+            or _ARABIC_PARTICLE.match(text) is not None  # "al-Zahra", "el-Sayed", "bin-Laden"
 
 
 def _tokens(text: str, g: Gazetteer) -> list[_Tok]:
@@ -108,7 +127,7 @@ def _tokens(text: str, g: Gazetteer) -> list[_Tok]:
         word = m.group()
         if word[0].isupper():
             toks.append(_Tok(m.start(), m.end(), word, word.lower().replace("’", "'")))
-        elif word in _PARTICLES or word in given or word in surnames:
+        elif word in _PARTICLES or word in given or word in surnames or _ARABIC_PARTICLE.match(word) is not None:
             toks.append(_Tok(m.start(), m.end(), word, word.replace("’", "'")))
     return toks
 
@@ -181,6 +200,8 @@ class _Finder:
         if j >= len(self.toks):
             return False
         nxt = self.toks[j]
+        if nxt.text.islower() and len(nxt.text) <= 3:
+            return False  # "se", "sa", "ag" in lower case are words ("chiedi a Mariapia se ..."), not "SE", "SA"
         gap = self.text[self.toks[j - 1].end:nxt.start]
         if gap.strip() in ("&", "+") or (gap.startswith(("'s ", "’s ")) and nxt.low in _ORG_AFTER):
             return True
@@ -240,7 +261,9 @@ class _Finder:
                 return True
             # a given name the lists lack before a known surname: "Tesfaye Bekele", "Oluwadamilare Okafor"
             return (not g.is_name(first.low) and surname_known and not surname_ordinary and first.text[1:].islower()
-                    and len(first.text) >= 3 and not self.sentence_start(first))
+                    and len(first.text) >= 3 and (not self.sentence_start(first)
+                                                  or _SPOKE_AFTER.match(self.text[last.end:last.end + 20]) is not None
+                                                  or self.text.startswith((" said", " says"), last.end)))
         if g.risky_given(first.low) or headline:
             if surname_known and not surname_ordinary:
                 return True
@@ -279,14 +302,14 @@ class _Finder:
             return True
         return _BUSINESS_BEFORE.search(self.before(i, 30)) is not None and not after.startswith(("'s", "’s"))
 
-    def introduced(self, i: int, j: int) -> bool:
+    def introduced(self, i: int, j: int, asked: bool = False) -> bool:
         """A run after a greeting or sign-off, or right before its own e-mail address, is a name even
         when the lists lack it: "Hi Tesfaye,", "Regards,\nOluwadamilare Okafor", "Ifeoma Nwosu <i.n@x.org>"."""
         toks = self.toks[i:j][:4]
         g = self.g
         if toks[0].low in _ARTICLES:
             return False  # "Cordialement,\nLes Achats": a department, not a person
-        words = [t for t in toks if t.low not in _PARTICLES]
+        words = [t for t in toks if t.low not in _PARTICLES and not _initial(self.text, t)]
         if not words or any(len(t.text) < 2 or _not_a_person(t.low) or t.low in _GROUP_WORDS or g.month_or_day(t.low)
                             or t.low in _PLACES or t.low in _NOT_ALONE
                             or (g.is_ordinary(t.low) and not g.is_name(t.low)) or t.low in _ORG_AFTER for t in words):
@@ -295,7 +318,12 @@ class _Finder:
         after = self.text[end:end + 80]
         by_mail = _MAIL_AFTER.match(after) is not None
         cue = _cue_before(self.before(i))
-        if not by_mail and (cue not in _STRONG_CUES or self.org_after(i + len(toks))):
+        # an ask verb ("ask Soizic", "chiedi a Mariapia") or a role label before two title-shaped words
+        # ("Assigned to Rangi Parata", "Reviewer: Bo-ra Jeong") vouch for names the lists lack too
+        # (tried last, when no other rule took the run: known names keep their own rules)
+        vouched = cue in _STRONG_CUES or (asked and cue in _ASK_CUES and all(t.text[1:].islower() for t in words)) \
+            or (asked and cue in _LABEL_CUES and len(words) >= 2 and all(_name_shaped(t.text) for t in words))
+        if not by_mail and (not vouched or self.org_after(i + len(toks))):
             return False
         if not by_mail and len(words) == 1 and after[:1] not in ("", ",", "!", "\n", ".", ":", ";", " ", ")"):
             return False
@@ -346,6 +374,9 @@ class _Finder:
                 continue
             if self.single(i, upper):
                 i += 1
+                continue
+            if i not in self.taken and self.introduced(i, j, asked=True):
+                i = j
                 continue
             i += 1
 

@@ -85,7 +85,8 @@ _IS_A_THING = re.compile(
     r"(?:mountain|peak|hill|river|lake|island|capital|city|town|village|county|province|region|district|suburb|"
     r"airport|station|stadium|brand|brands|company|firm|bank|retailer|chain|label|cocktail|cocktails|drink|"
     r"drinks|dish|beer|beers|wine|whisky|restaurant|hotel|charity|band|ship|software|library|framework|"
-    r"language|tool|app|product|products|car|cars)"
+    r"language|tool|app|product|products|car|cars|search engine|engine|website|site|platform|assistants?|"
+    r"chatbot|bot)"
     r"(?=\s*(?:[.,;:!?)]|$)|\s+(?:in|of|on|at|for|with|from|near|by|and|that|which|since)\b)"
     r"|^(?:\s+(?:and|&|or)\s+[A-Z][^\W\d_]*(?:\s+[A-Z][^\W\d_]*)*)?\s+(?:is|are)\s+(?:on the (?:[a-z]+\s+)?menu|on tap)\b")
 _POSSESSIVE_CAP = re.compile(r"^['’]s\s+([A-Z][a-z]+)\b")

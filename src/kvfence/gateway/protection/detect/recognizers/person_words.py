@@ -98,10 +98,25 @@ _MAIL_AFTER = re.compile(r"[ \t]{0,2}[<(\[][ \t]?(?:mailto:)?[\w.+'-]{1,64}@[\w-
 _GROUP_WORDS = frozenset(["team", "all", "everyone", "everybody", "folks", "guys", "there", "world", "customer", "customers", "colleagues", "equipo", "squadra", "ploeg", "kollegen", "kolleginnen", "kunden", "kundinnen", "freunde", "damen", "herren", "mitglieder", "leute", "alle", "zusammen", "équipe", "equipe", "tous", "todos", "todas", "tutti", "amici", "amigos", "compañeros", "colleghi", "collègues", "collega's", "allemaal", "iedereen", "support", "sales", "admin", "admins", "user", "users", "sir", "madam", "management", "dirección", "direction", "direzione", "directie", "geschäftsleitung", "geschäftsführung", "secretariaat", "secretaría", "segreteria", "secrétariat", "sekretariat", "redaktion", "rédaction", "redacción", "redazione", "redactie", "administration", "verwaltung", "administración", "amministrazione", "administratie", "buchhaltung", "contabilidad", "contabilità", "boekhouding", "comptabilité", "personal", "personalabteilung", "facturación", "fatturazione", "facturation", "kundenservice", "klantenservice", "servicio", "servizio", "service", "grüße", "gruß", "grüsse", "groeten", "groet", "saluti", "saludos", "salutations", "regards", "wishes", "greetings"])
 
 
+# Asking someone: after these a capitalised word the lists lack is a name too ("ask Soizic",
+# "chiedi a Mariapia", "vraag Jorien"), when it is no word, group, department or product.
+_ASK_CUES = frozenset(c.strip() for c in """
+ask, tell, ping, frag, fragen sie, demande à, demandez à, pregunta a, pregúntale a, chiedi a, chiedete a, vraag,
+merci, danke, gracias, grazie, bedankt, dank je, dank u, obrigado, obrigada
+""".replace("\n", " ").split(","))
+# Role labels: before two name-shaped words the lists lack ("Assigned to Rangi Parata")
+_LABEL_CUES = frozenset(c.strip() for c in """
+assigned to, assignee, reviewer, reporter, approver, approved by, reported by, requested by, signed by, author,
+signatory, witness, tenant, landlord, patient, applicant, candidate, guarantor, lessor, lessee, zeuge, zeugin,
+témoin, testigo, testimone, getuige, owner, contact, attn, attention
+""".replace("\n", " ").split(","))
 # the last word of a closing ("Best,", "Kind regards,", "Yours,", "Saludos,")
 _CLOSING_LAST = frozenset("""best regards yours sincerely grüße gruß cordialement saludos atentamente saluti groeten
 groet groetjes""".split())  # noqa: SIM905
-_CUE_LAST = frozenset(p.split()[-1] for p in _CUES | _STRONG_CUES)
+_CUE_LAST = frozenset(p.split()[-1] for p in _CUES | _STRONG_CUES | _ASK_CUES | _LABEL_CUES)
+
+
+_ALL_CUES = _CUES | _STRONG_CUES | _ASK_CUES | _LABEL_CUES
 
 
 def _cue_before(before: str) -> str | None:
@@ -122,7 +137,7 @@ def _cue_before(before: str) -> str | None:
         return None
     for n in (3, 2, 1):
         phrase = " ".join(words[-n:])
-        if len(words) >= n and phrase in (_SIGN_OFFS if newline else _CUES | _STRONG_CUES):
+        if len(words) >= n and phrase in (_SIGN_OFFS if newline else _ALL_CUES):
             if not newline and "," not in gap and phrase.split()[-1] in _CLOSING_LAST:
                 return None  # a closing ends with a comma or a line: "Best Buy", "Yours Truly" are none
             return phrase
@@ -193,7 +208,7 @@ _ARTICLES = frozenset("the het een ein eine einen einem einer eines une gli los 
 _PLACE_BEFORE = frozenset("in at near im nach à au aux nel nella".split())  # noqa: SIM905
 _LOWER_VERB_AFTER = re.compile(
     r"^(?:['’]s\s|\s(is|was|has|had|will|would|can|could|should|said|says|already|just|are|were|did|does|"
-    r"wrote|merged|reviewed|fixed|pushed|thinks|wants|needs|asked|told|agreed|approved|sent|knows|"
+    r"wrote|merged|reviewed|fixed|pushed|thinks|wants|wanted|needs|needed|asked|told|agreed|approved|sent|knows|"
     r"ist|hat|war|sagt|est|a|dit|es|ha|dice|heeft|zegt|and|&|or|und|et|y|e|en)\b)")
 _STAMPED_LINE = re.compile(r"(?:^|\n)[ \t]*(?:\[[^\]\n]{1,24}\]|\d{1,2}:\d{2}(?::\d{2})?)[ \t]*(?:<)?$")
 _VOCATIVE_AFTER = re.compile(r"^(?:,\s|\s(?:can|could|would|pls|plz|please|are|r|u|do|did|have)\s)")
