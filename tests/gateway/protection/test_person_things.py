@@ -61,6 +61,12 @@ THINGS = [
     ("the sentence says what it is", "Stella Artois and Peroni are the two beers on tap."),
     ("the sentence says what it is", "Bloody Mary and Tom Collins are on the cocktail menu."),
     ("a food or a dog after it", "Earl Grey tea and Jack Russell terriers."),
+    ("a product after it", "Herman Miller furniture for the new office; Chris Craft boats are expensive."),
+    ("a product after the whole run", "We restored Frank Lloyd Wright furniture last year."),
+    ("a firm's 'its' after a verb of saying", "Orange said its margin fell."),
+    ("a firm's plan after a verb of saying", "Columbus said it would expand the airport."),
+    ("a possessive brand", "Macy's said holiday sales fell."),
+    ("a prize after 'won an'", "She won an Oscar and two Emmys."),
 ]
 
 
@@ -86,6 +92,8 @@ PEOPLE = [
     ("Kwame Mensah is the new owner of the restaurant.", ["Kwame Mensah"]),
     ("Kwame Mensah is the new restaurant manager.", ["Kwame Mensah"]),
     ("Tendai Moyo and Ana Ruiz are the two reviewers.", ["Tendai Moyo", "Ana Ruiz"]),
+    ("hey @dawit can you check? @selamawit says it started after the upgrade", ["dawit", "selamawit"]),
+    ("Priya said it would be fine.", ["Priya"]),
 ]
 
 

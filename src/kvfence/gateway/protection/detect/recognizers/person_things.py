@@ -63,7 +63,10 @@ _THING_NOUNS = (
     r"boutiques?|handbags?|sneakers|jeans|dresses|franchise|foundations|models|escape room|algorithm|"
     r"simplification|decomposition|transform|filter|distribution|coefficient|polynomials?|splines|"
     r"tea|pizza|pasta|salad|sauce|sponge|cake|pie|cocktails?|terriers?|spaniels?|retrievers?|charity|beers?|"
-    r"lager|cider")
+    r"lager|cider|boats|yachts|sandwiches|magazine|pharmacy|pharmacies|restaurants|cookware|cafe|café|bakery|"
+    r"bread|recipes|grill|burgers|coffee|chocolates?|cookies|biscuits|ice cream|shampoo|guitars|pianos|"
+    r"furniture|sofas|mattress(?:es)?|bikes|motorcycles|tractors|tyres|tires|lenses|cameras|headphones|"
+    r"laptops|collection|underwear|swimwear|eyewear|sunglasses|knives|cutlery|stationery|toys")
 # an eponym's noun after a possessive ("Bell's palsy", "Ohm's law"); "Priya's test" stays a person
 _EPONYM_NOUNS = (
     r"disease|syndrome|palsy|chorea|sarcoma|lymphoma|law|theorem|lemma|conjecture|principle|"
@@ -89,12 +92,17 @@ _IS_A_THING = re.compile(
     r"chatbot|bot)"
     r"(?=\s*(?:[.,;:!?)]|$)|\s+(?:in|of|on|at|for|with|from|near|by|and|that|which|since)\b)"
     r"|^(?:\s+(?:and|&|or)\s+[A-Z][^\W\d_]*(?:\s+[A-Z][^\W\d_]*)*)?\s+(?:is|are)\s+(?:on the (?:[a-z]+\s+)?menu|on tap)\b")
+# "... said it would", "... says its margin": the speaker is a firm or a government
+_IT_SAID = re.compile(r"^\s+(?:said|says|announced|reported)\s+(?:that\s+|on \w+\s+)?(?:its\b|it (?:would|will|plans to|"
+                      r"expects to)\s+(?:cut|raise|close|open|hire|buy|sell|acquire|invest|expand|launch|list|merge|"
+                      r"resume|recall|build)\b)")
 _POSSESSIVE_CAP = re.compile(r"^['’]s\s+([A-Z][a-z]+)\b")
 _A_BEFORE = re.compile(
     r"\b(?:is|was|it's|it’s|bought|buy|buying|got|get|own|owns|drive|drives|drove|wear|wears|wore|drink|"
-    r"drinks|drank|order|ordered|with|and|use|uses|used|prefer|like|love|try|tried)\s+an?\s+$", re.I)
+    r"drinks|drank|order|ordered|with|and|use|uses|used|prefer|like|love|try|tried|won|win|wins|"
+    r"nominated for|received)\s+an?\s+$", re.I)
 # brands written as a possessive given name
-_POSSESSIVE_BRANDS = frozenset("nando wendy denny claire arby chili moe hardee carl dillard levi".split())  # noqa: SIM905
+_POSSESSIVE_BRANDS = frozenset("nando wendy denny claire arby chili moe hardee carl dillard levi macy kohl sotheby harrod kellogg".split())  # noqa: SIM905
 
 
 def drop_things(text: str, found: list[Finding], g: Gazetteer) -> list[Finding]:
@@ -126,7 +134,10 @@ def _is_thing(text: str, start: int, end: int, g: Gazetteer) -> bool:
     if _DEDICATED_BEFORE.search(before) is not None:
         return True
     after = text[end:end + 40]
+    more = _CAPITALISED.match(text, end)  # "Frank Lloyd" of "Frank Lloyd Wright houses"
+    later = text[more.end():more.end() + 40] if more is not None else after
     if _THING_AFTER.match(after) is not None or _EPONYM_AFTER.match(after) is not None \
+            or _THING_AFTER.match(later) is not None or _IT_SAID.match(after) is not None \
             or _IS_A_THING.match(text[end:end + 60]) is not None:
         return True
     m = _POSSESSIVE_CAP.match(after)
