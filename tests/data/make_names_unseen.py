@@ -43,7 +43,7 @@ SEED = 20261202
 OUT = Path(__file__).with_name("pii_names_unseen.jsonl")
 LANGS = ("en", "de", "fr", "es", "it", "nl")
 N_POS = {"en": 195, "de": 13, "fr": 13, "es": 13, "it": 13, "nl": 13}
-N_NEG = {"en": 112, "de": 10, "fr": 10, "es": 10, "it": 10, "nl": 10}
+N_NEG = {"en": 112, "de": 12, "fr": 12, "es": 12, "it": 12, "nl": 12}
 TYPES = {"P": "PERSON", "A": "POSTAL_ADDRESS"}
 
 # ---------------------------------------------------------------------------------------------------
@@ -737,6 +737,35 @@ NEG_SENTENCES: dict[str, list[str]] = {
         "The Van Gogh Museum and the Rijksmuseum are closed on the same Monday.",
         "Order [[ref]] contains 3 x Sage Green mugs and 1 x Ivory Lamp.",
         "Charlie Foxtrot is the radio check phrase in the drill, nothing more.",
+        "Deloitte and Ernst & Young both bid for the audit; KPMG declined.",
+        "The Glasgow Coma Scale is recorded every hour on Ward 12B.",
+        "Lloyd's syndicates underwrite the cyber cover; Allianz takes the property risk.",
+        "Grant me access to the Hadoop bucket please, I will do the rest myself.",
+        "The Ferrari in the lobby is a Lego model, in case anyone asks.",
+        "Victoria sponge and Earl Grey are on the menu for the Friday social.",
+        "Kafka Streams 3.7 drops the old Java 8 client; Gradle 8 is required.",
+        "Halley's comet will not be visible again until 2061.",
+        "August is the busiest month for the Florence and Jordan tours.",
+        "The Nightingale ward reopens on Monday after the refurbishment.",
+        "Carnegie Hall and Madison Square Garden are both sold out for December.",
+        "MATLAB licences renew in June; Mathematica is on the same contract.",
+        "Porsche Design watches and Bang & Olufsen speakers are the raffle prizes.",
+        "Hope Street Ventures led the seed round; Frank & Oak joined as a strategic partner.",
+        "Set the Kubernetes pod budget to [[k]] and redeploy the Grafana Loki stack.",
+        "Dyson and Miele vacuum cleaners failed the dust test, Bosch passed.",
+        "Pay by Visa or Mastercard; American Express is not accepted at Gate 22.",
+        "Saint Lucia, Saint Kitts and San Marino were added to the shipping zones.",
+        "Turn left at Building 7, then take the lift to Floor 3; the meeting is in room 3.14.",
+        "Apache Hadoop and Apache Spark jobs now run on the same YARN queue.",
+        "The Brooklyn Bridge photo is licensed from Getty Images.",
+        "Will anyone object if the May retro moves to Zoom?",
+        "Bugatti, Maserati and Lamborghini shared one stand at the Geneva show.",
+        "Down syndrome awareness week starts on Monday; the Red Cross runs the stall.",
+        "Mark all the Rust crates as deprecated and point people to the Go module.",
+        "Prices rose after Hurricane season; Walmart and Costco raised delivery fees.",
+        "Marks & Spencer and Sainsbury's both stock the new oat drink.",
+        "The Euler method diverges here; use Runge-Kutta with a smaller step.",
+        "Our Gaussian blur kernel is 5x5 and the Fourier transform runs on the GPU.",
     ],
     "de": [
         "Danke für die schnelle Antwort! Der Jenkins-Build läuft wieder und Kafka hat aufgeholt.",
@@ -751,6 +780,10 @@ NEG_SENTENCES: dict[str, list[str]] = {
         "Am Montag ist Teammeeting, am Dienstag Betriebsausflug an den Bodensee.",
         "Ticket [[tid]]: Drucker im Erdgeschoss meldet Papierstau.",
         "Die Grafana-Dashboards zeigen seit Version [[ver]] keine Daten mehr.",
+        "Die Diesel-Flotte wird bis August durch Elektrofahrzeuge von Opel ersetzt.",
+        "Der Röntgen-Raum im Erdgeschoss ist ab Mai wieder frei.",
+        "Zeiss und Miele suchen Werkstudierende für den Standort Hamburg.",
+        "Bitte die Kafka-Topics vor dem Wartungsfenster am Mittwoch leeren.",
         "Mercedes-Benz verschiebt die Auslieferung, Ferrari liefert pünktlich.",
         "Tor 22 ist ab heute gesperrt, bitte Tor 3 benutzen.",
         "Gute Besserung und viele Grüße aus dem Büro!",
@@ -765,6 +798,9 @@ NEG_SENTENCES: dict[str, list[str]] = {
         "Cliquez sur Enregistrer les modifications puis sur Ajouter une carte.",
         "Saint-Étienne et Victoria sont jumelées depuis longtemps, paraît-il.",
         "Version [[ver]] : correctifs pour Django et mise à jour d'Ansible.",
+        "Les sacs Longchamp et les montres Cartier sont en promotion en juin.",
+        "La tour Eiffel et le Centre Pompidou ferment tôt le 14 juillet.",
+        "Le syndrome de Down fait l'objet d'une nouvelle campagne.",
         "Bonne journée à toutes et à tous, et bon week-end !",
         "Ticket [[tid]] : l'imprimante du deuxième étage ne répond plus.",
         "Le couple de serrage est de 30 newtons-mètres.",
@@ -780,6 +816,9 @@ NEG_SENTENCES: dict[str, list[str]] = {
         "Haga clic en Guardar cambios y después en Añadir tarjeta.",
         "Incidencia [[tid]]: la impresora de la segunda planta no imprime.",
         "La versión [[ver]] corrige un fallo de Grafana con Kafka.",
+        "Dolores de cabeza y fiebre: consulte el prospecto antes de tomarlo.",
+        "El estadio de La Cartuja acoge la final en mayo.",
+        "Mercadona y Carrefour amplían el horario en agosto.",
         "Hay esperanza de cerrar el trimestre con un [[pct]] % más.",
         "Puerta de embarque 22 para el vuelo a Victoria.",
         "El Premio Cervantes se entrega en abril en Alcalá.",
@@ -793,6 +832,9 @@ NEG_SENTENCES: dict[str, list[str]] = {
         "Clicca su Salva modifiche e poi su Aggiungi carta.",
         "Segnalazione [[tid]]: la stampante del secondo piano è bloccata.",
         "La versione [[ver]] aggiorna Django e Ansible.",
+        "Armani e Versace sfilano a settembre, Gucci a febbraio.",
+        "La Galleria Borghese e i Musei Vaticani sono chiusi il lunedì.",
+        "La sindrome di Down è il tema della giornata di sensibilizzazione.",
         "Il colore viola è esaurito, resta solo il rosa.",
         "Il Premio Nobel per la fisica è stato annunciato martedì.",
         "Benvenuto nel portale clienti: scegli la lingua e continua.",
@@ -807,6 +849,9 @@ NEG_SENTENCES: dict[str, list[str]] = {
         "Klik op Wijzigingen opslaan en daarna op Kaart toevoegen.",
         "Melding [[tid]]: de printer op de tweede verdieping doet het niet.",
         "Versie [[ver]] lost een fout in Grafana op.",
+        "Hema, Jumbo en Kruidvat openen op zondag om twaalf uur.",
+        "Het Concertgebouw en het Rijksmuseum krijgen extra subsidie.",
+        "Hoop doet leven, zeggen ze bij de servicedesk.",
         "In augustus vliegen we via Parijs naar Georgia.",
         "Er is nog hoop dat de levering vrijdag komt.",
         "Gate 22 is verplaatst naar pier D.",
@@ -844,6 +889,57 @@ NEG_FRAMES: dict[str, list[tuple[str, str]]] = {
            ("ticket", "Ticket [[tid]] | Status: open\n\n[[s1]]"), ("notes", "Notities [[date]]\n- [[s1]]\n- [[s2]]"),
            ("log", "[[iso]] INFO taak: [[s1]]")],
 }
+# hard negatives written whole, in the genres that have no frame above (each used once)
+NEG_TEXTS: dict[str, list[tuple[str, str]]] = {
+    "en": [
+        ("contract", "SERVICE LEVEL AGREEMENT\n\n4.2 The Supplier shall restore the Kafka service within four hours.\n4.3 Service credits are paid in pounds sterling.\n4.4 This Agreement is governed by the laws of England and Wales."),
+        ("contract", "Schedule 3 – Permitted Subcontractors\n\nAccenture, Deloitte and Ernst & Young may be engaged with prior written consent. Hosting is provided by Amazon Web Services in the Frankfurt region."),
+        ("contract", "Clause 12 (Force Majeure) covers storms named by the Met Office, strikes and outages at Gate 22 of the port terminal."),
+        ("hr_form", "LEAVE REQUEST FORM\nEmployee ID: E-[[n]]\nDepartment: Finance\nType: annual leave, 4 May – 8 May\nApproved by: line manager\nStatus: Pending"),
+        ("hr_form", "Benefits overview: Bupa health cover, Aviva pension with a 5% match, the Cycle to Work scheme and 25 days of leave plus bank holidays."),
+        ("hr_form", "Onboarding checklist\n[ ] Collect badge at Building 7 reception\n[ ] Set up Okta and Slack\n[ ] Read the Code of Conduct\n[ ] Book Health And Safety Induction"),
+        ("medical", "Patient information leaflet\n\nParkinson's disease is a long-term condition. Tremor, stiffness and slow movement are common. Ask at the pharmacy counter about the Glasgow Coma Scale chart used on Ward 12B."),
+        ("medical", "Visiting hours on the Nightingale ward are 2–4 pm. Hand gel is at the entrance; the Costa kiosk on Floor 1 closes at 6."),
+        ("insurance", "Policy wording, section 7\n\nStorm damage to outbuildings is covered up to £[[n]]. Claims must be made within 30 days. This policy is underwritten by Lloyd's syndicates and administered by Aviva."),
+        ("insurance", "Claim checklist: photos of the damage, the repair quote, the Toyota Corolla's registration document and the police reference number."),
+        ("delivery", "DELIVERY NOTE [[n]]\nShip to: Warehouse B, Gate 22\nContents: 4 x Dell OptiPlex 7010, 2 x Logitech MX Keys\nCarrier: DHL Express"),
+        ("delivery", "Picking list [[n]]: 3 x Grant Tracker Pro licence cards, 1 x Amber Desk Lamp, 2 x Victoria Plum Jam"),
+        ("json", "{\"sku\": \"MRT-1460\", \"brand\": \"Dr. Martens\", \"colour\": \"Cherry Red\", \"sizes\": [6, 7, 8]}"),
+        ("csv", "sku,product,colour\nAMB-01,Amber Desk Lamp,amber\nROS-02,Rose Vase,rose\nVIC-03,Victoria Sponge Mix,n/a"),
+        ("code", "def test_will_retry():\n    # Kafka may be slow in CI; Jenkins retries twice\n    assert retry(max_attempts=3)"),
+        ("code", "import pandas as pd\n# The Julia port lives in ./jl, the Rust bindings in ./rs\norders = pd.read_parquet(\"orders.parquet\")"),
+        ("log", "[[iso]] WARN grafana: datasource 'Cassandra' slow (p99 [[k]]0 ms); alert 'Main-Street-Uptime' muted"),
+        ("email", "Subject: Thank You For Your Order\n\nDear Sir or Madam,\n\nwe received your order for the Sterling collection. Delivery to Building 7 is expected in August.\n\nYours faithfully,\nCustomer Services"),
+        ("notes", "Retro\n- Went well: Grafana alerts, the new Jenkins agents\n- To improve: the May release notes were late\n- Action: Platform team reviews Kafka retention"),
+        ("ticket", "Ticket [[tid]] | Laptop request\nModel: Dell Latitude 7440\nCost centre: [[n]]\nDeliver to: room 12B, Building 7"),
+    ],
+    "de": [
+        ("contract", "§ 9 Gerichtsstand\n\nGerichtsstand ist München. Es gilt das Recht der Bundesrepublik Deutschland."),
+        ("hr_form", "Urlaubsantrag\nPersonalnummer: [[n]]\nZeitraum: 04.05.–08.05.\nStatus: offen"),
+        ("delivery", "Lieferschein [[n]]\nLieferung an: Lager Tor 3\nInhalt: 2 x Bosch Akkuschrauber, 1 x Miele Staubsauger"),
+    ],
+    "fr": [
+        ("contract", "Article 5 – Droit applicable\n\nLe présent contrat est régi par le droit français. Tout litige relève du tribunal de commerce de Lyon."),
+        ("medical", "Notice : en cas de maladie de Parkinson, demandez l'avis de votre pharmacien avant de prendre ce médicament."),
+        ("delivery", "Bon de livraison [[n]] : 3 x chaises Vitra, 1 x lampe Philips Hue, livraison quai 4."),
+    ],
+    "es": [
+        ("contract", "Cláusula 3. El pago se realizará por transferencia a la cuenta del Banco Santander en un plazo de 30 días."),
+        ("insurance", "Condiciones generales: los daños por agua están cubiertos hasta [[n]] euros, salvo en la planta 12B."),
+        ("delivery", "Albarán [[n]]: 4 x sillas, 2 x monitores Dell. Entrega en el muelle 3."),
+    ],
+    "it": [
+        ("contract", "Art. 4 – Foro competente\n\nPer ogni controversia è competente in via esclusiva il Foro di Milano."),
+        ("hr_form", "Richiesta ferie\nMatricola: [[n]]\nPeriodo: 4–8 maggio\nStato: in attesa"),
+        ("delivery", "Bolla [[n]]: 2 x macchine da caffè Bialetti, 1 x frigorifero Smeg. Consegna al magazzino B."),
+    ],
+    "nl": [
+        ("contract", "Artikel 7 – Toepasselijk recht\n\nOp deze overeenkomst is Nederlands recht van toepassing."),
+        ("medical", "Bijsluiter: bij de ziekte van Parkinson eerst overleggen met de apotheek."),
+        ("delivery", "Pakbon [[n]]: 3 x Gazelle fietsen, 1 x Philips koffiezetapparaat. Levering bij dock 2."),
+    ],
+}
+
 # pool names that are ordinary words in a hard negative's language (the point of the hard negative)
 NEG_WORDS_THAT_ARE_NAMES = {"Mai"}  # German "May"; a Vietnamese given name
 NEG_SUBJECTS = ("Office Closure Over The Holidays", "Quarterly Review Moved To Thursday",
@@ -875,10 +971,12 @@ def make_rows() -> tuple[list[dict[str, Any]], dict[str, Any]]:
         sentences, frames = NEG_SENTENCES[lang], NEG_FRAMES[lang]
         pool = list(range(len(sentences)))
         rng.shuffle(pool)
+        taken = 0  # sentences used so far: each frame takes the next one or two from the shuffled pool
         for i in range(N_NEG[lang]):
             kind, frame = frames[i % len(frames)]
             row = Row(rng, lang, i)
-            a, b = pool[(2 * i) % len(pool)], pool[(2 * i + 1) % len(pool)]
+            a, b = pool[taken % len(pool)], pool[(taken + 1) % len(pool)]
+            taken += 2 if "[[s2]]" in frame else 1
             row.plain["s1"] = render(sentences[a], row)[0]
             row.plain["s2"] = render(sentences[b], row)[0]
             row.plain["subj"] = rng.choice(NEG_SUBJECTS)
@@ -889,6 +987,13 @@ def make_rows() -> tuple[list[dict[str, Any]], dict[str, Any]]:
             if spans or row.people or row.countries:
                 raise SystemExit(f"negative row {lang}-{i} has a person or an address")
             rows.append({"id": f"unseen-neg-{lang}-{i:03d}", "kind": kind, "lang": lang, "negative": True,
+                         "text": text, "spans": []})
+        for j, (kind, template) in enumerate(NEG_TEXTS[lang], start=N_NEG[lang]):
+            row = Row(rng, lang, j)
+            text, spans, _ = render(template, row)
+            if spans or row.people or row.countries:
+                raise SystemExit(f"negative row {lang}-{j} has a person or an address")
+            rows.append({"id": f"unseen-neg-{lang}-{j:03d}", "kind": kind, "lang": lang, "negative": True,
                          "text": text, "spans": []})
     return rows, stats
 
