@@ -31,6 +31,7 @@
 
 #include "broadcast_gemm.h"
 #include "packed_gemm.h"
+#include "paged_attention.h"
 #include "simd.h"
 
 namespace {
@@ -524,6 +525,28 @@ struct KvDecoderLayer {
     float eps;
     long hidden, num_heads, num_kv_heads, head_dim;
     long min_parallel_weights, broadcast_rows;
+    const float* q_norm;  // [head_dim]: a per-head RMSNorm of q before RoPE (Qwen3), or null
+    const float* k_norm;  // the same for k
+};
+
+// What a decode step's rows read: the pool slot of each position, from each row's own block table
+// (I1), and the visible run of it (causal; a sliding window starts later). A windowed model's
+// full-attention layers read another view than its windowed ones.
+struct KvDecodeView {
+    const long* slots;  // [rows, slots_stride]
+    long slots_stride;
+    const long* begin;  // [rows]: row b attends to slots[b, begin[b] : end[b]]
+    const long* end;
+};
+
+// One layer's KV pool (kvfence_decode_step_f32). Mirrored by kvfence/engine/kernels/decode_step.py.
+struct KvLayerAttention {
+    void* k_cache;  // [num_slots, num_kv_heads, head_dim], stored as kv_kind (0 float32, 1 bfloat16, 2 float16)
+    void* v_cache;
+    long num_slots;
+    long kv_kind;
+    long view;  // which KvDecodeView this layer reads
+    float scale;
 };
 
 namespace {
@@ -594,6 +617,13 @@ void kvfence_layer_pre_f32(const KvDecoderLayer* layer, const float* x, long row
     float* normed = scratch(normed_buf, rows * layer->hidden);
     rms_norm_f32(x, rows, ldx, layer->hidden, layer->input_norm, layer->eps, normed);
     run_linear(*layer, layer->qkv, normed, rows, layer->hidden, qkv, threads);
+    const long width = layer->qkv.out, d = layer->head_dim;
+    for (long t = 0; t < rows; ++t) {  // in place, row by row: the per-op path's rms_norm over [T * heads, D]
+        float* q = qkv + t * width;
+        if (layer->q_norm != nullptr) rms_norm_f32(q, layer->num_heads, d, d, layer->q_norm, layer->eps, q);
+        float* k = q + layer->num_heads * d;
+        if (layer->k_norm != nullptr) rms_norm_f32(k, layer->num_kv_heads, d, d, layer->k_norm, layer->eps, k);
+    }
     rope_f32(qkv, rows, layer->qkv.out, layer->num_heads + layer->num_kv_heads, layer->head_dim, cos, sin,
              table_stride);
 }
@@ -619,6 +649,55 @@ void kvfence_layer_post_f32(const KvDecoderLayer* layer, const float* attn, long
     run_linear(*layer, layer->down, act, rows, inter, proj, threads);
     for (long r = 0; r < rows; ++r)
         for (long i = 0; i < hidden; ++i) out[r * hidden + i] += proj[r * hidden + i];
+}
+
+
+// A whole decode step's decoder layers in one call: for each layer, pre (RMSNorm, qkv, q/k norms,
+// RoPE), the new K/V rows into the pool at slot_mapping, paged attention of each row over its own
+// slots (the per-layer kernels of paged_attention.h), post. Between a step's ~120 products there is
+// then no Python and no dispatch: per layer the per-layer path ran about 80 us of Python on the
+// calling thread while the other threads waited. Same kernels, same order: the results are bit for
+// bit those of kvfence_layer_pre_f32, kvfence_write_kv_*, kvfence_paged_decode_* and
+// kvfence_layer_post_f32 called in turn.
+// views: what each layer's attention reads (KvLayerAttention::view); x: [rows, hidden] with row
+// stride ldx (one decode token per sequence); cos, sin: rows of
+// head_dim / 2 with stride table_stride (the same for every layer); slot_mapping: [rows]; out:
+// [rows, hidden] contiguous (may not alias x). Returns 0; 1 when a slot of slot_mapping is outside
+// a layer's pool (checked for every layer before anything is written); 2 when a layer's heads do
+// not fit its pool (heads not a multiple of kv_heads, or a 2-byte pool with head_dim not a multiple
+// of 8). On a non-zero return `out` and the pools are untouched.
+int kvfence_decode_step_f32(const KvDecoderLayer* const* layers, const KvLayerAttention* attention, long num_layers,
+                            const KvDecodeView* views, const float* x, long rows, long ldx, const float* cos, const float* sin,
+                            long table_stride, const long* slot_mapping, float* out, long threads) {
+    for (long l = 0; l < num_layers; ++l) {
+        const KvDecoderLayer& layer = *layers[l];
+        const long kv = layer.num_kv_heads;
+        if (kv < 1 || layer.num_heads % kv != 0 || (attention[l].kv_kind != 0 && layer.head_dim % 8 != 0)) return 2;
+        for (long t = 0; t < rows; ++t)
+            if (slot_mapping[t] < 0 || slot_mapping[t] >= attention[l].num_slots) return 1;
+    }
+    static thread_local std::vector<float> qkv_buf, attn_buf, hidden_buf[2];
+    const float* cur = x;
+    long ld = ldx;
+    for (long l = 0; l < num_layers; ++l) {
+        const KvDecoderLayer& layer = *layers[l];
+        const KvLayerAttention& at = attention[l];
+        const long d = layer.head_dim, heads = layer.num_heads, kv = layer.num_kv_heads;
+        const long width = layer.qkv.out;
+        float* qkv = scratch(qkv_buf, rows * width);
+        float* attn = scratch(attn_buf, rows * heads * d);
+        kvfence_layer_pre_f32(&layer, cur, rows, ld, cos, sin, table_stride, qkv, threads);
+        kvfence_attention::write_kv_any(at.kv_kind, qkv + heads * d, qkv + (heads + kv) * d, width, rows, kv * d,
+                                        slot_mapping, at.num_slots, at.k_cache, at.v_cache);
+        const KvDecodeView& view = views[at.view];
+        kvfence_attention::paged_decode_any(at.kv_kind, qkv, width, rows, heads, kv, d, at.k_cache, at.v_cache,
+                                            view.slots, view.slots_stride, view.begin, view.end, at.scale, attn);
+        float* next = l + 1 == num_layers ? out : scratch(hidden_buf[l % 2], rows * layer.hidden);
+        kvfence_layer_post_f32(&layer, attn, rows, heads * d, cur, ld, next, threads);
+        cur = next;
+        ld = layer.hidden;
+    }
+    return 0;
 }
 
 }  // extern "C"

@@ -1,6 +1,7 @@
 """One decoder layer's two halves around attention as one kernel call each (CPU fp32 decode).
 
-``pre``: RMSNorm, the fused q/k/v product (+ bias), RoPE on the query and key heads.
+``pre``: RMSNorm, the fused q/k/v product (+ bias), the per-head q/k RMSNorms where the family
+has them (Qwen3), RoPE on the query and key heads.
 ``post``: o_proj, residual add, RMSNorm, gate/up product, ``silu(gate) * up``, down product,
 residual add. A decode step of a 30-layer model thus makes about 60 kernel calls where the
 per-op path made some 900 torch ops and 200 kernel calls, each a few microseconds of Python and
@@ -54,6 +55,8 @@ class _Layer(ctypes.Structure):
         ("head_dim", ctypes.c_long),
         ("min_parallel_weights", ctypes.c_long),
         ("broadcast_rows", ctypes.c_long),
+        ("q_norm", ctypes.c_void_p),
+        ("k_norm", ctypes.c_void_p),
     ]
 
 
@@ -101,10 +104,12 @@ class DecoderLayerKernel:
         num_heads: int,
         num_kv_heads: int,
         head_dim: int,
+        head_norms: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> DecoderLayerKernel | None:
         """The argument block for these weights (``(weight, bias)`` pairs), or ``None`` when the
         kernels are off here or a tensor is not a contiguous CPU one of the expected shape, float32
-        (the four weights may be bfloat16 or float16: :mod:`.half_weights`)."""
+        (the four weights may be bfloat16 or float16: :mod:`.half_weights`). ``head_norms``: the
+        ``(q_norm, k_norm)`` weights [head_dim] of a per-head RMSNorm before RoPE (Qwen3), same ``eps``."""
         lib = cpu_kernels()
         if lib is None or head_dim % 2 or min(num_heads, num_kv_heads, head_dim) <= 0:
             return None
@@ -118,6 +123,8 @@ class DecoderLayerKernel:
             (down, (hidden, inter)),
         )
         if hidden <= 0 or inter <= 0 or not _usable(post_norm, (hidden,)) or not _usable(input_norm, (hidden,)):
+            return None
+        if head_norms is not None and not all(_usable(t, (head_dim,)) for t in head_norms):
             return None
         linears = []
         for (weight, bias), shape in expected:
@@ -141,9 +148,15 @@ class DecoderLayerKernel:
         layer = _Layer(
             *linears, input_norm.data_ptr(), post_norm.data_ptr(), eps, hidden, num_heads, num_kv_heads, head_dim,
             MIN_PARALLEL_WEIGHTS, TILED_MIN_ROWS,
+            *((None, None) if head_norms is None else (t.data_ptr() for t in head_norms)),
         )
-        tensors = (input_norm, post_norm, *(t for pair in (qkv, o, gate_up, down) for t in pair))
+        tensors = (input_norm, post_norm, *(t for pair in (qkv, o, gate_up, down) for t in pair), *(head_norms or ()))
         return cls(lib, layer, tensors, tuple(p for p in packed if p is not None))
+
+    @property
+    def address(self) -> int:
+        """Where the argument block lives (``KvDecoderLayer*`` on the C side), for :mod:`.decode_step`."""
+        return self._address
 
     def is_current(self) -> bool:
         """Whether the library in use is the one this block was built for, every tensor it
@@ -183,7 +196,7 @@ class DecoderLayerKernel:
         )
 
     def pre(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """``qkv_proj(rms_norm(x))`` with RoPE applied to its q and k heads: [T, H + 2 KV, D].
+        """``qkv_proj(rms_norm(x))`` with its q and k heads normed (where given) and rotated: [T, H + 2 KV, D].
         Only for a batch that :meth:`takes` accepted."""
         rows = x.shape[0]
         qkv = torch.empty(rows, self.num_heads + 2 * self.num_kv_heads, self.head_dim, dtype=torch.float32)

@@ -60,7 +60,12 @@ _SIGNATURES: dict[str, list[type]] = {
     # layer, attn, rows, ld_attn, x, ldx, out, threads
     "kvfence_layer_post_f32": [ctypes.c_void_p, _c_float_p, ctypes.c_long, ctypes.c_long, _c_float_p, ctypes.c_long,
                                _c_float_p, ctypes.c_long],
+    # layers, attention, num_layers, views, x, rows, ldx, cos, sin, table_stride, slot_mapping, out, threads
+    "kvfence_decode_step_f32": [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, _c_float_p,
+                                ctypes.c_long, ctypes.c_long, _c_float_p, _c_float_p, ctypes.c_long, ctypes.c_void_p,
+                                _c_float_p, ctypes.c_long],
 }
+_RETURNS_STATUS = {"kvfence_decode_step_f32"}  # 0, or a code the caller turns into an exception
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,7 @@ def _load() -> tuple[KernelStatus, ctypes.CDLL | None]:
         for name, argtypes in _SIGNATURES.items():
             fn = getattr(lib, name)
             fn.argtypes = argtypes
-            fn.restype = None
+            fn.restype = ctypes.c_int if name in _RETURNS_STATUS else None
     except (KernelBuildError, AttributeError) as exc:
         return KernelStatus(False, f"build failed: {exc}"), None
     problem = _self_check(lib)

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from kvfence.engine.kernels.build import KernelBuildError, build_and_load, find_compiler
 from kvfence.engine.kernels.library import kernel_status
 
-__all__ = ["decode_kernel_reason", "paged_decode_f32", "reset_decode_kernel", "write_kv"]
+__all__ = ["covers", "decode_kernel_reason", "paged_decode_f32", "reset_decode_kernel", "write_kv"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,13 @@ def decode_kernel_reason() -> str:
     """``"in use"``, or why torch's attention runs instead (loads the kernel on first call)."""
     _kernels()
     return _state.reason
+
+
+def covers(dtype: torch.dtype) -> bool:
+    """Whether both the attention kernel and the K/V write kernel run over a ``dtype`` pool here
+    (built, and past their self-checks): where :mod:`.decode_step` may run the same code in one call."""
+    fns = _kernels()
+    return fns is not None and dtype in fns and dtype in _state.writers
 
 
 def reset_decode_kernel() -> None:

@@ -19,6 +19,7 @@ from torch import nn
 
 from kvfence.engine.config import ModelConfig
 from kvfence.engine.kernels import DecoderLayerKernel, linear, rms_norm, silu_mul
+from kvfence.engine.kernels.decode_step import DecodeStepKernel
 from kvfence.engine.kernels.half_weights import compute_and_weight_dtypes
 from kvfence.engine.kernels.huge_pages import place_on_huge_pages
 from kvfence.engine.kernels.ops import kernel_runs_products
@@ -145,6 +146,11 @@ class LlamaAttention(nn.Module):
         """What a family does to the projected ``qkv`` [T, H + 2 KV, D] before RoPE (Llama: nothing)."""
         return qkv
 
+    def head_norm_weights(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The ``(q, k)`` weights of the per-head RMSNorms :meth:`before_rope` applies with the
+        layer's ``rms_norm_eps``, for the fused kernel to apply them (Llama: none)."""
+        return None
+
     def attend(
         self, qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor:
@@ -203,6 +209,7 @@ class LlamaDecoderLayer(nn.Module):
                 num_heads=attn.num_heads,
                 num_kv_heads=attn.num_kv_heads,
                 head_dim=attn.head_dim,
+                head_norms=attn.head_norm_weights(),
             )
         return self._kernel
 
@@ -289,6 +296,7 @@ class LlamaForCausalLM(nn.Module):
             # every step streams all the weights: one buffer on 2 MiB pages (see kernels.huge_pages)
             place_on_huge_pages(self)
         self._lm_head_packed: PackedWeight | None = None
+        self._step: tuple[DecodeStepKernel | None, object] = (None, None)  # and what it was built for
 
     def _store_weights_as(self, dtype: torch.dtype) -> None:
         """Store the matrix weights (products and the plain token embedding) as ``dtype``, before
@@ -313,6 +321,9 @@ class LlamaForCausalLM(nn.Module):
         layers = cast(list[LlamaDecoderLayer], self.model.layers)
         metas = meta.per_layer(len(layers))  # full-attention layers of a windowed model see more
         if kernels is not None:  # decided once per step, not per layer
+            step = self._decode_step(kernels, kv_caches)
+            if step is not None and step.takes(x, meta):  # every layer, attention included, in one call
+                return self.model.norm(step.run(x, *rope, meta))
             for fused_layer, kernel, (k_cache, v_cache), layer_meta in zip(layers, kernels, kv_caches, metas, strict=True):
                 x = fused_layer.forward_fused(kernel, rope, x, k_cache, v_cache, layer_meta)
         else:
@@ -333,6 +344,23 @@ class LlamaForCausalLM(nn.Module):
                 return None
             kernels.append(kernel)
         return kernels if kernels and kernels[0].takes(x, *rope) else None
+
+    def _decode_step(
+        self, kernels: list[DecoderLayerKernel], kv_caches: list[tuple[torch.Tensor, torch.Tensor]]
+    ) -> DecodeStepKernel | None:
+        """The one-call decode step over these layer kernels and pools (built when they change),
+        or ``None`` where the step kernel does not read these pools (the per-layer calls run)."""
+        step, tried = self._step
+        if step is not None and step.is_current(kernels, kv_caches):
+            return step
+        key = (tuple(kernels), tuple((k.data_ptr(), v.data_ptr()) for k, v in kv_caches))
+        if step is None and tried == key:
+            return None
+        layers = cast(list[LlamaDecoderLayer], self.model.layers)
+        scales = [attn.scale or attn.head_dim**-0.5 for attn in (layer.self_attn for layer in layers)]
+        step = DecodeStepKernel.build(kernels, kv_caches, scales)
+        self._step = (step, key)
+        return step
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight

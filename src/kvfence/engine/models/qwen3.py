@@ -1,7 +1,7 @@
 """Qwen3: the Llama decoder with a per-head RMSNorm on q and k before RoPE (and no q/k/v bias).
 
-The fused CPU decode kernel has no q/k-norm step between its projection and its RoPE, so Qwen3
-layers run op by op (the products still run the kernels' ``linear``); ``docs/models.md`` has the cost.
+The fused CPU decode kernel applies the two norms between its projection and its RoPE (the same
+``rms_norm`` kernel, row by row), so Qwen3 decodes through it as Llama does.
 """
 
 from __future__ import annotations
@@ -39,10 +39,12 @@ class Qwen3Attention(LlamaAttention):
     def before_rope(self, qkv: torch.Tensor) -> torch.Tensor:
         return normalise_heads(qkv, self.num_heads, self.num_kv_heads, self.q_norm, self.k_norm)
 
+    def head_norm_weights(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return self.q_norm.weight, self.k_norm.weight
+
 
 class Qwen3DecoderLayer(LlamaDecoderLayer):
     attention_cls = Qwen3Attention
-    fusable = False  # q/k norms sit between the kernel's projection and its RoPE
 
 
 class Qwen3Model(LlamaModel):
