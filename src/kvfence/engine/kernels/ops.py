@@ -34,6 +34,7 @@ __all__ = [
     "argmax_rows",
     "calibrate_linear",
     "gemv_kernel_in_use",
+    "keeps_kernel",
     "kernel_runs_products",
     "linear",
     "rms_norm",
@@ -106,7 +107,8 @@ def calibrate_linear(
     """Time products over ``weights`` with torch and with the kernel, interleaved, best of
     ``repeats``, at the current thread count: one row over up to ``max_bytes`` of weights (the
     dot-product form) and :data:`CALIBRATION_ROWS` rows over up to ``tiled_max_bytes`` (the tiled
-    form). Keeps the faster of each for decode; ``None`` when the kernel does not apply.
+    form). Keeps the kernel for each unless torch was clearly faster (:func:`keeps_kernel`);
+    ``None`` when the kernel does not apply.
 
     Why measure: torch's fp32 products are MKL's, which reaches the memory bandwidth for one row
     on some CPUs (Intel Xeon: about 90 % of it, a little ahead of this kernel) and a third of it on
@@ -121,9 +123,23 @@ def calibrate_linear(
     gen = torch.Generator().manual_seed(0)
     one_row = _time_forms(_take(usable, max_bytes), 1, repeats, gen)
     tiled = _time_forms(_take(usable, tiled_max_bytes), CALIBRATION_ROWS, repeats, gen)
-    _Backend.gemv_kernel = one_row[1] < one_row[0]
-    _Backend.tiled_kernel = tiled[1] < tiled[0]
+    _Backend.gemv_kernel = keeps_kernel(one_row[0], one_row[1])
+    _Backend.tiled_kernel = keeps_kernel(tiled[0], tiled[1])
     return LinearCalibration(one_row[0], one_row[1], tiled[0], tiled[1])
+
+
+TORCH_MARGIN = 0.8
+"""Torch's products are chosen only when they took under this fraction of the kernel's time."""
+
+
+def keeps_kernel(torch_s: float, kernel_s: float) -> bool:
+    """Whether calibration keeps the kernel for a form, given the best seconds of each.
+
+    Torch must be clearly faster (:data:`TORCH_MARGIN`), not a little: giving the products to torch
+    also takes the decode step off the fused layer and step kernels (a per-op path of some 900
+    torch ops a step), and on a loaded machine one disturbed timing made torch look faster than a
+    kernel that ran at the memory bandwidth, after which every later step ran the slow path."""
+    return not torch_s < TORCH_MARGIN * kernel_s
 
 
 def _take(weights: list[torch.Tensor], max_bytes: int) -> list[torch.Tensor]:
