@@ -7,6 +7,7 @@ The server listens before the model has loaded, so health checks and clients get
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -119,6 +120,11 @@ def create_app(
                 str(cap.page_size), str(cap.num_pages), str(cap.pool_tokens), str(cap.max_model_len),
                 config.cache_scope.value, str(bool(cap.scrub)).lower(),
             ).set(1)
+            # The model, the engine and every module imported so far live as long as the process:
+            # out of the cyclic collector's reach, so its full collections scan the requests' objects
+            # only (collections were 2.7 % of batch-1 decode CPU). Before attach: ready means frozen.
+            gc.collect()
+            gc.freeze()
             serving.attach(async_engine, model)
             log.info(describe_startup(config, model, len(keyring) if keyring is not None else None))
         except BaseException as exc:
