@@ -42,7 +42,7 @@ from kvfence.gateway.protection.detect.recognizers.not_names import ORG_WORDS as
 from kvfence.gateway.protection.detect.recognizers.not_names import PLACES as _PLACES
 from kvfence.gateway.protection.detect.recognizers.person_labels import field_values, list_values
 from kvfence.gateway.protection.detect.recognizers.person_mentions import link_mentions
-from kvfence.gateway.protection.detect.recognizers.person_things import drop_things
+from kvfence.gateway.protection.detect.recognizers.person_things import drop_things, noun_after
 from kvfence.gateway.protection.detect.recognizers.person_words import (
     _AFTER_NAME,
     _ARTICLES,
@@ -91,6 +91,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
 __all__ = ["find_persons", "link_mentions"]
 
 
+_VOUCHING_CUES = _ASK_CUES | _LABEL_CUES
 _ARABIC_PARTICLE = re.compile(r"^(?:al|el|ul|bin|ibn|abu|abd)-[A-Z][a-z]")
 
 
@@ -114,7 +115,7 @@ class _Tok:
         self.start, self.end, self.text, self.low = start, end, text, low
         self.upper = len(text) > 1 and text.isupper()
         self.cap = (text[0].isupper() and (not self.upper or (len(text) <= 3 and text.istitle()))) \
-            or _ARABIC_PARTICLE.match(text) is not None  # "al-Zahra", "el-Sayed", "bin-Laden"
+            or ("-" in text and _ARABIC_PARTICLE.match(text) is not None)  # "al-Zahra", "el-Sayed"
 
 
 def _tokens(text: str, g: Gazetteer) -> list[_Tok]:
@@ -127,7 +128,8 @@ def _tokens(text: str, g: Gazetteer) -> list[_Tok]:
         word = m.group()
         if word[0].isupper():
             toks.append(_Tok(m.start(), m.end(), word, word.lower().replace("’", "'")))
-        elif word in _PARTICLES or word in given or word in surnames or _ARABIC_PARTICLE.match(word) is not None:
+        elif word in _PARTICLES or word in given or word in surnames \
+                or ("-" in word and _ARABIC_PARTICLE.match(word) is not None):
             toks.append(_Tok(m.start(), m.end(), word, word.replace("’", "'")))
     return toks
 
@@ -151,6 +153,7 @@ class _Finder:
         self.toks = _tokens(text, self.g)
         self.found: list[Finding] = []
         self.taken: set[int] = set()  # token indexes inside an accepted name
+        self.things: set[str] = set()  # words of runs that a noun after them shows to be things
         self._headlines: dict[int, bool] = {}
 
     def headline(self, pos: int) -> bool:
@@ -356,6 +359,8 @@ class _Finder:
                 continue
             # shrink from the right until the run is a name (a sentence may go on capitalised)
             if j - i >= 2 and (self.org_after(j) or self.not_people(i, j) or self.thing_run(i, j)):
+                if noun_after(self.text, toks[j - 1].end):  # "the Douglas Peucker simplification"
+                    self.things.update(t.low for t in toks[i:j])
                 i = j  # "Morgan Stanley", "Victoria Station": none of its words is a name here
                 continue
             if self.introduced(i, j):
@@ -375,7 +380,7 @@ class _Finder:
             if self.single(i, upper):
                 i += 1
                 continue
-            if i not in self.taken and self.introduced(i, j, asked=True):
+            if i not in self.taken and _cue_before(self.before(i)) in _VOUCHING_CUES and self.introduced(i, j, asked=True):
                 i = j
                 continue
             i += 1
@@ -602,4 +607,4 @@ def find_persons(text: str, *, cells: bool = True) -> list[Finding]:
 
     if cells:
         f.found.extend(csv_name_cells(text))
-    return drop_things(text, f.found, f.g)
+    return drop_things(text, f.found, f.g, f.things)

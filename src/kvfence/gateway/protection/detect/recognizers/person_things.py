@@ -17,7 +17,7 @@ dropped when
   Artois and Peroni are the two beers on tap", "..., a cocktail");
 - it is one of a few brands written as a possessive given name ("Nando's", "Wendy's");
 - it starts with an article of another language ("Les Achats");
-- its words are, elsewhere in the same text, a thing by the rules above ("the Douglas Peucker
+- its words are, elsewhere in the same text, a thing by the rules above or by the PERSON rules' own ("the Douglas Peucker
   simplification", then "Ramer Douglas Peucker").
 """
 
@@ -29,7 +29,7 @@ from kvfence.gateway.protection.detect.findings import Finding
 from kvfence.gateway.protection.detect.recognizers.gazetteer import Gazetteer
 from kvfence.gateway.protection.detect.recognizers.person_words import _PARTICLES, _WORD
 
-__all__ = ["drop_things"]
+__all__ = ["drop_things", "noun_after"]
 
 # A capitalised first word, or a word right before: the run after it is named after a person.
 _DEDICATION = frozenset("""
@@ -48,42 +48,38 @@ laboratoires laboratorios laboratori laboratorium labs groupe gruppo grupo grupp
 empresa azienda bedrijf cabinet bufete kanzlei bodegas bodega maison casa verlag editorial éditions edizioni
 uitgeverij brand label firm retailer chain carmaker winery distillery brewery
 """.split())  # noqa: SIM905
+_RIGHT_BEFORE = _DEDICATION | _FIRM_BEFORE
 # an illness or a prize may name its person after a preposition: "maladie de Parkinson", "ziekte van Lyme"
-_OF_WORDS = "syndrome|sindrome|síndrome|syndrom|syndroom|disease|maladie|enfermedad|morbo|malattia|krankheit|ziekte" \
-    "|sclerosis|prix|premio|preis|prijs"
-_DEDICATED_BEFORE = re.compile(
-    r"\b(?:(?:" + "|".join(sorted(_DEDICATION | _FIRM_BEFORE, key=len, reverse=True)) + r")"
-    r"|(?:" + _OF_WORDS + r")\s+(?:de|di|du|des|del|della|van|von|of)(?:\s+(?:la|le|l'))?)\s+$", re.I)
+_OF_WORDS = frozenset("""syndrome sindrome síndrome syndrom syndroom disease maladie enfermedad morbo malattia
+krankheit ziekte sclerosis prix premio preis prijs""".split())  # noqa: SIM905
+_OF = frozenset("de di du des del della van von of".split())  # noqa: SIM905
 # a noun right after the name (lower case; no word that is also a verb here or in another of the six
-# languages, such as "lecture", "range", "test", "watches"): the name is a brand, a product or an eponym
-_THING_NOUNS = (
-    r"disease|syndrome|palsy|surgery|nurses|hospice|wallpaper|candles|mascara|serums|perfumes?|"
-    r"fragrances?|lipsticks?|cosmetics|cabernet|merlot|chardonnay|pinot|shiraz|ros[ée]s?|whisk(?:e)?y|bourbon|"
-    r"vodka|kettles?|toasters?|blenders?|printers?|vacuums?|appliances|dealers?|dealership|outlets?|"
-    r"boutiques?|handbags?|sneakers|jeans|dresses|franchise|foundations|models|escape room|algorithm|"
-    r"simplification|decomposition|transform|filter|distribution|coefficient|polynomials?|splines|"
-    r"tea|pizza|pasta|salad|sauce|sponge|cake|pie|cocktails?|terriers?|spaniels?|retrievers?|charity|beers?|"
-    r"lager|cider|boats|yachts|sandwiches|magazine|pharmacy|pharmacies|restaurants|cookware|cafe|café|bakery|"
-    r"bread|recipes|grill|burgers|coffee|chocolates?|cookies|biscuits|ice cream|shampoo|guitars|pianos|"
-    r"furniture|sofas|mattress(?:es)?|bikes|motorcycles|tractors|tyres|tires|lenses|cameras|headphones|"
-    r"laptops|collection|underwear|swimwear|eyewear|sunglasses|knives|cutlery|stationery|toys")
+# languages, such as "lecture", "range", "test", "watches", "chairs"): the name is a brand, a product
+# or an eponym; "_" joins two-word nouns
+_THING_NOUNS = frozenset(w.replace("_", " ") for w in """
+disease syndrome palsy surgery nurses hospice wallpaper candles mascara serums perfume perfumes fragrance
+fragrances lipstick lipsticks cosmetics cabernet merlot chardonnay pinot shiraz rosé rosés rose roses whisky
+whiskey bourbon vodka kettle kettles toaster toasters blender blenders printer printers vacuum vacuums
+appliances dealer dealers dealership outlet outlets boutique boutiques handbag handbags sneakers jeans dresses
+franchise foundations models escape_room algorithm simplification decomposition transform filter distribution
+coefficient polynomial polynomials splines tea pizza pasta salad sauce sponge cake pie cocktail cocktails
+terrier terriers spaniel spaniels retriever retrievers charity beer beers lager cider boats yachts sandwiches
+magazine pharmacy pharmacies restaurants cookware cafe café bakery bread recipes grill burgers coffee chocolate
+chocolates cookies biscuits ice_cream shampoo guitars pianos furniture sofas mattress mattresses bikes
+motorcycles tractors tyres tires lenses cameras headphones laptops collection underwear swimwear eyewear
+sunglasses knives cutlery stationery toys
+""".split())  # noqa: SIM905
 # an eponym's noun after a possessive ("Bell's palsy", "Ohm's law"); "Priya's test" stays a person
-_EPONYM_NOUNS = (
-    r"disease|syndrome|palsy|chorea|sarcoma|lymphoma|law|theorem|lemma|conjecture|principle|"
-    r"paradox|equation|constant|algorithm|comet|razor")
-_THING_AFTER = re.compile(r"^\s+(?:" + _THING_NOUNS + r")\b")
-_EPONYM_AFTER = re.compile(r"^['’]s\s+(?:" + _EPONYM_NOUNS + r")\b")
-# the same anywhere in the text, with the capitalised run before: its words are a thing in the whole
-# text ("the Douglas Peucker simplification ... Ramer Douglas Peucker in the literature")
-_THING_RUN = re.compile(r"((?:[A-Z][^\W\d_]+[ -]){1,4})(?:" + _THING_NOUNS + r")\b|((?:[A-Z][^\W\d_]+[ -]){0,3}"
-                        r"[A-Z][^\W\d_]+)['’]s\s+(?:" + _EPONYM_NOUNS + r")\b")
+_EPONYM_NOUNS = frozenset("""disease syndrome palsy chorea sarcoma lymphoma law theorem lemma conjecture
+principle paradox equation constant algorithm comet razor""".split())  # noqa: SIM905
+_NEXT_WORDS = re.compile(r"(['’]s)?\s+([^\W\d_]+)(?:\s+([^\W\d_]+))?")
 _CAPITALISED = re.compile(r"(?: [A-Z][^\W\d_]+)*")
 # after a closing or at a line start in French, Spanish, Italian, Dutch, German: an article is no name
 _ARTICLE_FIRST = frozenset("les los las het gli die das".split())  # noqa: SIM905
 # "..., a cocktail", "... is the highest mountain in Britain", "... are the two beers on tap": the
 # sentence says what the run is, and it is a thing
 _IS_A_THING = re.compile(
-    r"^(?:\s+(?:and|&|or)\s+[A-Z][^\W\d_]*(?:\s+[A-Z][^\W\d_]*)*)?"
+    r"(?:\s+(?:and|&|or)\s+[A-Z][^\W\d_]*(?:\s+[A-Z][^\W\d_]*)*)?"
     r"(?:,\s+|\s+(?:is|was|are|were)\s+)(?:a|an|the|one of the|two|three|our|their)\s+(?:[a-z]+\s+){0,2}"
     r"(?:mountain|peak|hill|river|lake|island|capital|city|town|village|county|province|region|district|suburb|"
     r"airport|station|stadium|brand|brands|company|firm|bank|retailer|chain|label|cocktail|cocktails|drink|"
@@ -91,26 +87,30 @@ _IS_A_THING = re.compile(
     r"language|tool|app|product|products|car|cars|search engine|engine|website|site|platform|assistants?|"
     r"chatbot|bot)"
     r"(?=\s*(?:[.,;:!?)]|$)|\s+(?:in|of|on|at|for|with|from|near|by|and|that|which|since)\b)"
-    r"|^(?:\s+(?:and|&|or)\s+[A-Z][^\W\d_]*(?:\s+[A-Z][^\W\d_]*)*)?\s+(?:is|are)\s+(?:on the (?:[a-z]+\s+)?menu|on tap)\b")
+    r"|(?:\s+(?:and|&|or)\s+[A-Z][^\W\d_]*(?:\s+[A-Z][^\W\d_]*)*)?\s+(?:is|are)\s+(?:on the (?:[a-z]+\s+)?menu|on tap)\b")
+_IS_A_START = (",", " is ", " was ", " are ", " were ", " and ", " & ", " or ")
 # "... said it would", "... says its margin": the speaker is a firm or a government
-_IT_SAID = re.compile(r"^\s+(?:said|says|announced|reported)\s+(?:that\s+|on \w+\s+)?(?:its\b|it (?:would|will|plans to|"
+_IT_SAID = re.compile(r"\s+(?:said|says|announced|reported)\s+(?:that\s+|on \w+\s+)?(?:its\b|it (?:would|will|plans to|"
                       r"expects to)\s+(?:cut|raise|close|open|hire|buy|sell|acquire|invest|expand|launch|list|merge|"
                       r"resume|recall|build)\b)")
-_POSSESSIVE_CAP = re.compile(r"^['’]s\s+([A-Z][a-z]+)\b")
-_A_BEFORE = re.compile(
-    r"\b(?:is|was|it's|it’s|bought|buy|buying|got|get|own|owns|drive|drives|drove|wear|wears|wore|drink|"
-    r"drinks|drank|order|ordered|with|and|use|uses|used|prefer|like|love|try|tried|won|win|wins|"
-    r"nominated for|received)\s+an?\s+$", re.I)
+_POSSESSIVE_CAP = re.compile(r"['’]s\s+([A-Z][a-z]+)\b")
+# an English verb and "a"/"an" before: a product ("is a Russell Hobbs", "won an Oscar")
+_A_VERBS = frozenset("""is was it's it’s bought buy buying got get own owns drive drives drove wear wears wore
+drink drinks drank order ordered with and use uses used prefer like love try tried won win wins received
+""".split())  # noqa: SIM905
 # brands written as a possessive given name
-_POSSESSIVE_BRANDS = frozenset("nando wendy denny claire arby chili moe hardee carl dillard levi macy kohl sotheby harrod kellogg".split())  # noqa: SIM905
+_POSSESSIVE_BRANDS = frozenset("""nando wendy denny claire arby chili moe hardee carl dillard levi macy kohl sotheby
+harrod kellogg""".split())  # noqa: SIM905
 
 
-def drop_things(text: str, found: list[Finding], g: Gazetteer) -> list[Finding]:
-    """``found`` without the PERSON findings that the words around them show to be things."""
-    kept = [f for f in found if f.entity != "PERSON" or not _is_thing(text, f.start, f.end, g)]
-    if not kept or _THING_RUN.search(text) is None:
+def drop_things(text: str, found: list[Finding], g: Gazetteer, things: set[str] | None = None) -> list[Finding]:
+    """``found`` without the PERSON findings that the words around them show to be things; ``things``
+    holds the words of capitalised runs the rules already took for things (they are things in the
+    whole text: "the Douglas Peucker simplification ... Ramer Douglas Peucker")."""
+    things = set() if things is None else things  # and here the words of findings a noun after them shows to be things
+    kept = [f for f in found if f.entity != "PERSON" or not _is_thing(text, f.start, f.end, g, things)]
+    if not things or not kept:
         return kept
-    things = {w.lower() for m in _THING_RUN.finditer(text) for w in _WORD.findall(m.group(1) or m.group(2))}
 
     def thing_words(f: Finding) -> bool:
         # the finding and the capitalised words right after it: most of them are the thing's
@@ -121,7 +121,17 @@ def drop_things(text: str, found: list[Finding], g: Gazetteer) -> list[Finding]:
     return [f for f in kept if f.entity != "PERSON" or f.rule == "person_title" or not thing_words(f)]
 
 
-def _is_thing(text: str, start: int, end: int, g: Gazetteer) -> bool:
+def noun_after(text: str, pos: int) -> bool:
+    """A thing noun right after ``pos``, or an eponym's noun after a possessive there."""
+    m = _NEXT_WORDS.match(text, pos, pos + 40)
+    if m is None:
+        return False
+    nouns = _EPONYM_NOUNS if m.group(1) else _THING_NOUNS
+    word = m.group(2)
+    return word in nouns or (m.group(3) is not None and f"{word} {m.group(3)}" in nouns)
+
+
+def _is_thing(text: str, start: int, end: int, g: Gazetteer, things: set[str]) -> bool:
     words = [w.lower() for w in _WORD.findall(text[start:end])]
     core = [w for w in words if w not in _PARTICLES]
     if not core or all(g.is_not_name(w) for w in core):
@@ -131,20 +141,28 @@ def _is_thing(text: str, start: int, end: int, g: Gazetteer) -> bool:
     if core[0] in _DEDICATION and len(core) > 1:
         return True  # "Fort William", "Storm Ciara", "Flughafen Franz Josef Strauß"
     before = text[max(0, start - 40):start]
-    if _DEDICATED_BEFORE.search(before) is not None:
+    if before[-1:].isspace():
+        prev = [w.rsplit("'", 1)[-1].rsplit("’", 1)[-1].lstrip("\"“(") for w in before.lower().split()[-4:]]
+        if prev and (prev[-1] in _RIGHT_BEFORE
+                     or (len(prev) >= 2 and prev[-1] in _OF and prev[-2] in _OF_WORDS)
+                     or (len(prev) >= 3 and prev[-1] in ("la", "le") and prev[-2] in _OF and prev[-3] in _OF_WORDS)):
+            return True  # "estadio Santiago Bernabéu", "syndrome de Gilles de la Tourette"
+        if len(prev) >= 2 and prev[-1] in ("a", "an") and (prev[-2] in _A_VERBS or prev[-3:-1] == ["nominated", "for"]):
+            return True  # "our kettle is a Russell Hobbs"
+    more = _CAPITALISED.match(text, end)  # "Frank Lloyd" of "Frank Lloyd Wright furniture"
+    if noun_after(text, end) or (more is not None and more.end() > end and noun_after(text, more.end())):
+        things.update(words)
+        if more is not None:
+            things.update(w.lower() for w in _WORD.findall(more.group()))
         return True
-    after = text[end:end + 40]
-    more = _CAPITALISED.match(text, end)  # "Frank Lloyd" of "Frank Lloyd Wright houses"
-    later = text[more.end():more.end() + 40] if more is not None else after
-    if _THING_AFTER.match(after) is not None or _EPONYM_AFTER.match(after) is not None \
-            or _THING_AFTER.match(later) is not None or _IT_SAID.match(after) is not None \
-            or _IS_A_THING.match(text[end:end + 60]) is not None:
+    after = text[end:end + 60]
+    if after.startswith(_IS_A_START) and _IS_A_THING.match(after) is not None:
         return True
-    m = _POSSESSIVE_CAP.match(after)
-    if m is not None:
-        low = m.group(1).lower()
-        if g.is_ordinary(low) and not g.is_given(low):
+    if after.startswith(" ") and _IT_SAID.match(after) is not None:
+        return True
+    if after.startswith(("'s", "’s")):
+        m = _POSSESSIVE_CAP.match(after)
+        if m is not None and g.is_ordinary(m.group(1).lower()) and not g.is_given(m.group(1).lower()):
             return True  # "Halley's Comet", "Murphy's Law"
-    if _A_BEFORE.search(before) is not None:
-        return True
-    return len(core) == 1 and core[0] in _POSSESSIVE_BRANDS and after.startswith(("'s", "’s"))
+        return len(core) == 1 and core[0] in _POSSESSIVE_BRANDS
+    return False
