@@ -157,3 +157,20 @@ NOT_FOUND = [
 @pytest.mark.parametrize("text", NOT_FOUND)
 def test_the_same_cues_before_words_are_no_names(text: str) -> None:
     assert values(text) == []
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("cc jmüller on the thread pls", ["jmüller"]),
+    ("@kfischer can you look? ask amehta.", ["kfischer", "amehta"]),
+    ("owner: tgarcia", ["tgarcia"]),
+])
+def test_an_initial_and_a_surname_after_a_cue_is_a_handle(text: str, expected: list[str]) -> None:
+    assert values(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "cc admin, @devops, ping jenkins, @sbrown", "email jmuller@example.com", "see @pytest.fixture",
+    "kfischer wrote the cron job",  # no cue: a word as far as the rules know
+])
+def test_handles_without_a_known_surname_or_a_cue_are_none(text: str) -> None:
+    assert values(text) == []

@@ -589,6 +589,23 @@ def _handles(text: str, g: Gazetteer) -> list[Finding]:
     return found
 
 
+# "cc jmüller", "@kfischer", "ping amehta": an initial and a known surname as one lower-case handle,
+# after "@" or a cue (without one, "kfischer" stays a word: precision first)
+_INITIAL_HANDLE = re.compile(r"(?:(?<![\w.@])@|\b(?:cc|bcc|ping|thanks|thx|ask|tell|assigned to|owner|reviewer)"
+                             r":?\s+@?)([a-z])([a-zà-ÿ]{4,20})(?![\w@-]|\.\w)")
+_HANDLE_HINTS = ("@", "cc", "ping", "thanks", "thx", "ask", "tell", "assigned", "owner", "reviewer")
+
+
+def _initial_handles(text: str, g: Gazetteer) -> list[Finding]:
+    found = []
+    for m in _INITIAL_HANDLE.finditer(text):
+        surname = m.group(2)
+        if g.is_surname(surname) and not g.is_ordinary(surname) and not g.is_not_name(surname) \
+                and not _not_a_person(surname) and surname not in _PLACES:
+            found.append(Finding(m.start(1), m.end(2), "PERSON", Category.PII, 0.6, "person_handle"))
+    return found
+
+
 def find_persons(text: str, *, cells: bool = True) -> list[Finding]:
     """PERSON findings in ``text`` (may overlap each other; the caller resolves overlaps)."""
     if not text:
@@ -601,6 +618,8 @@ def find_persons(text: str, *, cells: bool = True) -> list[Finding]:
     f.found.extend(field_values(text, f.g))
     if "." in text or "_" in text:
         f.found.extend(_handles(text, f.g))
+    if any(h in text for h in _HANDLE_HINTS):
+        f.found.extend(_initial_handles(text, f.g))
     if ":" in text:
         f.found.extend(list_values(text, f.g))
     from kvfence.gateway.protection.detect.recognizers.csv_names import csv_name_cells
