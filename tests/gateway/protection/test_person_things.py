@@ -67,6 +67,9 @@ THINGS = [
     ("a firm's plan after a verb of saying", "Columbus said it would expand the airport."),
     ("a possessive brand", "Macy's said holiday sales fell."),
     ("a prize after 'won an'", "She won an Oscar and two Emmys."),
+    ("a medical eponym", "Ewing sarcoma of the femur; Barrett's oesophagus on endoscopy."),
+    ("a holiday", "Columbus Day parade, then Guy Fawkes Night fireworks."),
+    ("a dedication word first", "Royal Mail and Parcelforce both missed the slot."),
 ]
 
 
@@ -94,6 +97,7 @@ PEOPLE = [
     ("Tendai Moyo and Ana Ruiz are the two reviewers.", ["Tendai Moyo", "Ana Ruiz"]),
     ("hey @dawit can you check? @selamawit says it started after the upgrade", ["dawit", "selamawit"]),
     ("Priya said it would be fine.", ["Priya"]),
+    ("Mrs. Okafor's fracture healed; Priya Raman night shift starts at 8.", ["Okafor", "Priya Raman"]),
 ]
 
 

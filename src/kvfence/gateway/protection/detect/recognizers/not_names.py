@@ -55,6 +55,7 @@ PRODUCTS = frozenset(["jenkins", "kafka", "julia", "ruby", "rust", "ada", "pasca
 
 
 ORG_WORDS = ORG_WORDS | _words("""
+day night eve
 space huis haus maison museo musée museu stichting stiftung fondation fundación fondazione fundação
 prijs preis prix premio prémio allee gasse ufer damm straat laan gracht plein kade steeg singel
 arena bros brothers sons söhne fils hijos figli zonen cie cia associati avocats rechtsanwälte advocaten
@@ -73,7 +74,8 @@ freshfields bruckhaus, taylor wessing, morgan lewis, sidley austin, mayer brown,
 weil gotshal, milbank tweed, shearman sterling, allen gledhill, russell hobbs, morphy richards, laura ashley,
 karen millen, bobbi brown, jo malone, charlotte tilbury, elizabeth arden, helena rubinstein, max factor,
 estée lauder, paul mitchell, john frieda, vidal sassoon, robert mondavi, paul masson, tia maria,
-otto versand, john cooper works, louis dreyfus, pierre fabre, pedro domecq, jan linders,
+john hancock, piper jaffray, stifel nicolaus, janney montgomery scott, keefe bruyette woods, morgan keegan,
+liberty mutual, lincoln national, jackson national, kelly services, otto versand, john cooper works, louis dreyfus, pierre fabre, pedro domecq, jan linders,
 santiago bernabéu, roma termini, milano centrale, napoli centrale, torino porta nuova, henri willig, charlotte amalie, kitty hawk, ted lapidus, jack wills, joe browns,
 baker mckenzie, clifford chance, allen overy, herbert smith, norton rose, simmons simmons, slaughter may,
 jean paul gaultier, giorgio armani, dolce gabbana, salvatore ferragamo, oscar de la renta, carolina herrera,

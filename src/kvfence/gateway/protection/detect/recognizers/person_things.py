@@ -40,7 +40,8 @@ hauptbahnhof hospital ospedale hôpital krankenhaus ziekenhuis klinikum policlin
 gymnasium collège escuela scuola école university universität université università universidad
 universiteit fondation fundación fondazione stiftung stichting foundation premio prix preis prijs prize
 award medal teatro théâtre theater theatre museo musée museum syndrome sindrome síndrome syndrom syndroom
-disease maladie enfermedad morbo malattia krankheit ziekte sclerosis
+disease maladie enfermedad morbo malattia krankheit ziekte sclerosis royal national federal general united
+international global central
 """.split())  # noqa: SIM905
 # a firm's word right before: "les laboratoires Pierre Fabre", "die Firma Otto", "el grupo ..."
 _FIRM_BEFORE = frozenset("""
@@ -67,11 +68,13 @@ terrier terriers spaniel spaniels retriever retrievers charity beer beers lager 
 magazine pharmacy pharmacies restaurants cookware cafe café bakery bread recipes grill burgers coffee chocolate
 chocolates cookies biscuits ice_cream shampoo guitars pianos furniture sofas mattress mattresses bikes
 motorcycles tractors tyres tires lenses cameras headphones laptops collection underwear swimwear eyewear
-sunglasses knives cutlery stationery toys
+sunglasses knives cutlery stationery toys sarcoma lymphoma tumour tumor carcinoma leukaemia leukemia
+catheter maneuver manoeuvre procedure reflex triad phenomenon
 """.split())  # noqa: SIM905
 # an eponym's noun after a possessive ("Bell's palsy", "Ohm's law"); "Priya's test" stays a person
 _EPONYM_NOUNS = frozenset("""disease syndrome palsy chorea sarcoma lymphoma law theorem lemma conjecture
-principle paradox equation constant algorithm comet razor""".split())  # noqa: SIM905
+principle paradox equation constant algorithm comet razor oesophagus esophagus phenomenon thyroiditis
+contracture apple triad encephalopathy""".split())  # noqa: SIM905
 _NEXT_WORDS = re.compile(r"(['’]s)?\s+([^\W\d_]+)(?:\s+([^\W\d_]+))?")
 _CAPITALISED = re.compile(r"(?: [A-Z][^\W\d_]+)*")
 # after a closing or at a line start in French, Spanish, Italian, Dutch, German: an article is no name
