@@ -42,12 +42,12 @@ import torch
 from kvfence.engine.config import EngineConfig, kvfence_home
 from kvfence.engine.core.llm_engine import LLMEngine
 from kvfence.engine.kernels import (
-    MAX_KERNEL_ROWS,
     TILED_MIN_ROWS,
     gemv_kernel_in_use,
     kernel_status,
     reset_kernels,
     tiled_kernel_in_use,
+    tiled_kernel_max_rows,
 )
 from kvfence.engine.llm import LLM
 from kvfence.engine.runner.default_model import BOS, EOT, _build_tokenizer
@@ -348,7 +348,7 @@ def bench_shape(args: argparse.Namespace, shape: str) -> dict[str, Any]:
     kernels = kernel_status()
     products = ", ".join(
         f"{rows}: {'kernel' if used else 'torch (faster here, per the engine calibration)'}"
-        for rows, used in ((f"1-{TILED_MIN_ROWS - 1} rows", gemv_kernel_in_use()), (f"{TILED_MIN_ROWS}-{MAX_KERNEL_ROWS} rows", tiled_kernel_in_use()))
+        for rows, used in ((f"1-{TILED_MIN_ROWS - 1} rows", gemv_kernel_in_use()), (f"{TILED_MIN_ROWS}-{tiled_kernel_max_rows()} rows", tiled_kernel_in_use()))
     )
     ours_dec, torch_dec = ours_decode_kernels_on_off(llm, prompt, decode_tokens)
     del llm

@@ -14,18 +14,21 @@ import torch.nn.functional as F
 from kvfence.engine.kernels import (
     MAX_KERNEL_ROWS,
     TILED_MIN_ROWS,
+    LinearCalibration,
     calibrate_linear,
     gemv_kernel_in_use,
     kernel_status,
     linear,
+    ops,
     reset_kernels,
     rms_norm,
     silu_mul,
     tiled_kernel_in_use,
+    tiled_kernel_max_rows,
     try_rope_,
     use_gemv_kernel,
 )
-from kvfence.engine.kernels.ops import keeps_kernel
+from kvfence.engine.kernels.ops import CALIBRATION_ROWS, keeps_kernel, kernel_runs_products
 from kvfence.engine.layers.rotary import RotaryEmbedding
 from kvfence.engine.llm import LLM
 from kvfence.engine.sampling.sampling_params import SamplingParams
@@ -125,9 +128,14 @@ def test_calibration_keeps_the_faster_of_torch_and_the_kernel_per_form() -> None
     weights = [torch.randn(512, 256, generator=g) for _ in range(8)]
     timings = calibrate_linear(weights, repeats=2)
     assert timings is not None
-    assert min(timings.torch_gemv_s, timings.kernel_gemv_s, timings.torch_tiled_s, timings.kernel_tiled_s) > 0
+    assert min(timings.torch_gemv_s, timings.kernel_gemv_s, *timings.torch_tiled_s, *timings.kernel_tiled_s) > 0
     assert gemv_kernel_in_use() == keeps_kernel(timings.torch_gemv_s, timings.kernel_gemv_s)
-    assert tiled_kernel_in_use() == keeps_kernel(timings.torch_tiled_s, timings.kernel_tiled_s)
+    # sizes timed in order until torch wins one; the kernel keeps the sizes before it
+    assert timings.tiled_rows == CALIBRATION_ROWS[: len(timings.tiled_rows)]
+    won = [keeps_kernel(t, k) for k, t in zip(timings.kernel_tiled_s, timings.torch_tiled_s, strict=True)]
+    assert all(won[:-1]) and (not won[-1] or len(won) == len(CALIBRATION_ROWS))
+    assert tiled_kernel_in_use() == won[0]
+    assert tiled_kernel_max_rows() == (max(r for r, w in zip(timings.tiled_rows, won, strict=True) if w) if won[0] else TILED_MIN_ROWS - 1)
     one, batch = torch.randn(1, 256, generator=g), torch.randn(TILED_MIN_ROWS + 3, 256, generator=g)
     use_gemv_kernel(False, tiled=True)  # torch chosen for one row: exactly F.linear there only
     assert torch.equal(linear(one, weights[0]), F.linear(one, weights[0]))
@@ -143,6 +151,48 @@ def test_calibration_gives_torch_a_form_only_when_it_is_clearly_faster() -> None
     assert keeps_kernel(torch_s=0.9, kernel_s=1.0)  # 10 % faster: not enough
     assert keeps_kernel(torch_s=2.0, kernel_s=1.0)
     assert not keeps_kernel(torch_s=0.5, kernel_s=1.0)  # twice as fast (MKL's sgemm on some CPUs)
+
+
+@needs_kernels
+def test_calibration_keeps_the_small_batches_the_kernel_wins_when_torch_wins_larger_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As on an Intel Xeon with AVX-512: the kernel twice as fast as MKL at 8 rows, level at 32, slower
+    from 64. Batches up to 16 rows must keep the kernel (a single 32-row timing gave them all to MKL)."""
+    timed: list[int] = []
+
+    def fake_time_forms(weights: list[torch.Tensor], rows: int, repeats: int, gen: torch.Generator) -> tuple[float, float]:
+        timed.append(rows)
+        kernel_ms = {1: 4.0, 8: 6.0, 16: 7.0}.get(rows, 20.0)
+        return 5.0e-3 if rows == 1 else 12.0e-3, kernel_ms * 1e-3  # (torch, kernel)
+
+    monkeypatch.setattr(ops, "_time_forms", fake_time_forms)
+    timings = calibrate_linear([torch.randn(64, 32, generator=_gen(3))])
+    assert timings is not None
+    assert timed == [1, 8, 16, 32]  # stops at the first size torch wins
+    assert timings.tiled_rows == (8, 16, 32) and timings.tiled_max_rows == 16
+    assert gemv_kernel_in_use() and tiled_kernel_in_use() and tiled_kernel_max_rows() == 16
+    assert [kernel_runs_products(r) for r in (1, 2, TILED_MIN_ROWS, 8, 16, 17, 32, MAX_KERNEL_ROWS)] == [
+        True, True, True, True, True, False, False, False,
+    ]
+    g = _gen(4)
+    w = torch.randn(40, 24, generator=g)
+    big = torch.randn(17, 24, generator=g)
+    assert torch.equal(linear(big, w), F.linear(big, w))  # torch's product above the limit
+    small = torch.randn(8, 24, generator=g)
+    assert torch.allclose(linear(small, w), F.linear(small, w), rtol=1e-5, atol=1e-5)
+
+
+def test_calibration_limit_is_the_last_size_won_with_every_smaller_one() -> None:
+    def limit(kernel_ms: tuple[float, ...]) -> int:
+        rows = CALIBRATION_ROWS[: len(kernel_ms)]
+        return LinearCalibration(1.0, 1.0, rows, (10.0,) * len(rows), kernel_ms).tiled_max_rows
+
+    assert limit((9.0,) * len(CALIBRATION_ROWS)) == MAX_KERNEL_ROWS
+    assert limit((9.0, 9.0, 13.0)) == CALIBRATION_ROWS[1]
+    assert limit((11.0,)) == CALIBRATION_ROWS[0]  # torch a little faster: the kernel stays
+    assert limit((13.0,)) == TILED_MIN_ROWS - 1  # torch clearly faster
+    assert limit((13.0, 9.0)) == TILED_MIN_ROWS - 1  # a later win does not count
 
 
 @needs_kernels

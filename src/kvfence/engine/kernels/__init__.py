@@ -22,6 +22,7 @@ from kvfence.engine.kernels.ops import (
     rms_norm,
     silu_mul,
     tiled_kernel_in_use,
+    tiled_kernel_max_rows,
     try_rope_,
     use_gemv_kernel,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "rms_norm",
     "silu_mul",
     "tiled_kernel_in_use",
+    "tiled_kernel_max_rows",
     "try_rope_",
     "use_gemv_kernel",
 ]

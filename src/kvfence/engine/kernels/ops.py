@@ -40,13 +40,15 @@ __all__ = [
     "rms_norm",
     "silu_mul",
     "tiled_kernel_in_use",
+    "tiled_kernel_max_rows",
     "try_rope_",
     "use_gemv_kernel",
 ]
 
 MAX_KERNEL_ROWS = 96
 """Most tokens a matrix product runs in the kernel. Above it torch's sgemm (MKL) is as fast on the
-AMD EPYC it was tuned on (one core: kernel 57, MKL 59 GFLOP/s at 128 rows; 46 vs 29 at 24)."""
+AMD EPYC it was tuned on (one core: kernel 57, MKL 59 GFLOP/s at 128 rows; 46 vs 29 at 24). Below it
+:func:`calibrate_linear` may lower the limit (:func:`tiled_kernel_max_rows`) where MKL is faster."""
 
 TILED_MIN_ROWS = 3
 """Fewest rows for the register-tiled form; fewer rows run the dot-product form. Measured on one
@@ -54,8 +56,14 @@ core over a decode step's products (538 MB of weights streamed from memory, 2026
 tiled form prefetches its next panel): equal at 2 rows, tiled 12-15 % less CPU time at 3 and 4,
 30 % at 6. (With weights hot in the caches and without the prefetch it had been equal at 4.)"""
 
-CALIBRATION_ROWS = 32
-"""Batch rows at which :func:`calibrate_linear` times the tiled form against torch."""
+CALIBRATION_ROWS = (8, 16, 32, 64, MAX_KERNEL_ROWS)
+"""Batch rows at which :func:`calibrate_linear` times the tiled form against torch, in this order:
+the kernel keeps batches up to the last of them at which it was faster, every smaller one included.
+
+Why several: torch's small-batch sgemm is not uniformly fast or slow. On an Intel Xeon with AVX-512
+(2026-12-02, one core, a decode step's products streamed from memory) MKL took 107 ms at 8 rows
+against the kernel's 60, was level at 32 and faster from 64 (181 vs 227 ms); timed at 32 rows alone,
+the calibration gave every batch of 3-96 rows to MKL, and B=8 decode ran at 0.64x llama.cpp."""
 
 MIN_PARALLEL_WEIGHTS = 1 << 15
 """Weights (floats) below which the calling thread runs a whole product: sharing costs more.
@@ -64,14 +72,20 @@ Above it the product is shared over ``torch.get_num_threads()`` (OpenMP) threads
 
 class _Backend:
     gemv_kernel = True  # products of 1 .. TILED_MIN_ROWS - 1 rows; calibrate_linear() may choose torch
-    tiled_kernel = True  # products of TILED_MIN_ROWS .. MAX_KERNEL_ROWS rows; likewise
+    tiled_max_rows = MAX_KERNEL_ROWS  # products of TILED_MIN_ROWS .. this many rows; likewise (torch above)
 
 
-def use_gemv_kernel(enabled: bool, *, tiled: bool | None = None) -> None:
+def use_gemv_kernel(enabled: bool, *, tiled: bool | int | None = None) -> None:
     """Use (or not) the kernel for products; ``tiled`` for batches of :data:`TILED_MIN_ROWS` rows and
-    more (default: as ``enabled``). The elementwise kernels are unaffected."""
+    more (default: as ``enabled``): a bool for all of them up to :data:`MAX_KERNEL_ROWS`, or the most
+    rows the kernel takes (torch above). The elementwise kernels are unaffected."""
     _Backend.gemv_kernel = enabled
-    _Backend.tiled_kernel = enabled if tiled is None else tiled
+    if tiled is None:
+        tiled = enabled
+    if isinstance(tiled, bool):
+        _Backend.tiled_max_rows = MAX_KERNEL_ROWS if tiled else TILED_MIN_ROWS - 1
+    else:
+        _Backend.tiled_max_rows = max(TILED_MIN_ROWS - 1, min(MAX_KERNEL_ROWS, tiled))
 
 
 def gemv_kernel_in_use() -> bool:
@@ -80,25 +94,51 @@ def gemv_kernel_in_use() -> bool:
 
 
 def tiled_kernel_in_use() -> bool:
-    """Whether products of :data:`TILED_MIN_ROWS` to :data:`MAX_KERNEL_ROWS` rows run the kernel."""
-    return _Backend.tiled_kernel and cpu_kernels() is not None
+    """Whether products of :data:`TILED_MIN_ROWS` rows and more run the kernel (up to
+    :func:`tiled_kernel_max_rows`)."""
+    return _Backend.tiled_max_rows >= TILED_MIN_ROWS and cpu_kernels() is not None
+
+
+def tiled_kernel_max_rows() -> int:
+    """The most rows a product runs in the tiled kernel (torch above); below :data:`TILED_MIN_ROWS`
+    when the tiled form is off (or the kernels are)."""
+    return _Backend.tiled_max_rows if cpu_kernels() is not None else TILED_MIN_ROWS - 1
+
+
+def _kernel_takes(rows: int) -> bool:
+    # on the hot path; the caller has checked 0 < rows <= MAX_KERNEL_ROWS
+    return _Backend.gemv_kernel if rows < TILED_MIN_ROWS else rows <= _Backend.tiled_max_rows
 
 
 def kernel_runs_products(rows: int) -> bool:
     """Whether :func:`linear` runs a CPU float32 product of ``rows`` rows in the kernel (not torch)."""
     if not 0 < rows <= MAX_KERNEL_ROWS or cpu_kernels() is None:
         return False
-    return _Backend.gemv_kernel if rows < TILED_MIN_ROWS else _Backend.tiled_kernel
+    return _kernel_takes(rows)
 
 
 @dataclass(frozen=True)
 class LinearCalibration:
-    """Best times (seconds) of the same products with torch and with the kernel, per form."""
+    """Best times (seconds) of the same products with torch and with the kernel, per form: one row,
+    then the tiled form at each of ``tiled_rows`` (ascending; the sizes timed, which stop at the first
+    one torch won by :func:`keeps_kernel`'s margin)."""
 
     torch_gemv_s: float
     kernel_gemv_s: float
-    torch_tiled_s: float
-    kernel_tiled_s: float
+    tiled_rows: tuple[int, ...]
+    torch_tiled_s: tuple[float, ...]
+    kernel_tiled_s: tuple[float, ...]
+
+    @property
+    def tiled_max_rows(self) -> int:
+        """The most rows the tiled kernel keeps: the last timed size it kept (:func:`keeps_kernel`),
+        with every one before."""
+        best = TILED_MIN_ROWS - 1
+        for rows, ours, theirs in zip(self.tiled_rows, self.kernel_tiled_s, self.torch_tiled_s, strict=True):
+            if not keeps_kernel(theirs, ours):
+                break
+            best = rows
+        return best
 
 
 def calibrate_linear(
@@ -106,9 +146,10 @@ def calibrate_linear(
 ) -> LinearCalibration | None:
     """Time products over ``weights`` with torch and with the kernel, interleaved, best of
     ``repeats``, at the current thread count: one row over up to ``max_bytes`` of weights (the
-    dot-product form) and :data:`CALIBRATION_ROWS` rows over up to ``tiled_max_bytes`` (the tiled
-    form). Keeps the kernel for each unless torch was clearly faster (:func:`keeps_kernel`);
-    ``None`` when the kernel does not apply.
+    dot-product form) and each of :data:`CALIBRATION_ROWS` rows over up to ``tiled_max_bytes`` (the
+    tiled form), until torch wins one. Keeps the kernel for each form unless torch was clearly faster
+    (:func:`keeps_kernel`): the tiled form up to the last size it kept, torch above; ``None`` when
+    the kernel does not apply.
 
     Why measure: torch's fp32 products are MKL's, which reaches the memory bandwidth for one row
     on some CPUs (Intel Xeon: about 90 % of it, a little ahead of this kernel) and a third of it on
@@ -122,10 +163,20 @@ def calibrate_linear(
         return None
     gen = torch.Generator().manual_seed(0)
     one_row = _time_forms(_take(usable, max_bytes), 1, repeats, gen)
-    tiled = _time_forms(_take(usable, tiled_max_bytes), CALIBRATION_ROWS, repeats, gen)
+    tiled_weights = _take(usable, tiled_max_bytes)
+    sizes: list[int] = []
+    tiled: list[tuple[float, float]] = []
+    for rows in CALIBRATION_ROWS:
+        sizes.append(rows)
+        tiled.append(_time_forms(tiled_weights, rows, repeats, gen))
+        if not keeps_kernel(*tiled[-1]):
+            break
+    timings = LinearCalibration(
+        one_row[0], one_row[1], tuple(sizes), tuple(t for t, _ in tiled), tuple(k for _, k in tiled)
+    )
     _Backend.gemv_kernel = keeps_kernel(one_row[0], one_row[1])
-    _Backend.tiled_kernel = keeps_kernel(tiled[0], tiled[1])
-    return LinearCalibration(one_row[0], one_row[1], tiled[0], tiled[1])
+    _Backend.tiled_max_rows = timings.tiled_max_rows
+    return timings
 
 
 TORCH_MARGIN = 0.8
@@ -157,7 +208,7 @@ def _time_forms(weights: list[torch.Tensor], rows: int, repeats: int, gen: torch
     """Best seconds of torch's and of the kernel's products over ``weights``, ``rows`` rows each."""
     inputs = {w.shape[1]: torch.randn(rows, w.shape[1], generator=gen) for w in weights}
     best = [float("inf"), float("inf")]
-    saved = (_Backend.gemv_kernel, _Backend.tiled_kernel)
+    saved = (_Backend.gemv_kernel, _Backend.tiled_max_rows)
     try:
         with torch.inference_mode():
             # One untimed round first: the first products of a process pay for starting OpenMP's
@@ -168,14 +219,15 @@ def _time_forms(weights: list[torch.Tensor], rows: int, repeats: int, gen: torch
             # (whose passes may leave part of the weights in the caches, or the neighbours busy).
             for round_index in range(repeats + 1):
                 for kernel in (False, True) if round_index % 2 else (True, False):
-                    _Backend.gemv_kernel = _Backend.tiled_kernel = kernel
+                    _Backend.gemv_kernel = kernel
+                    _Backend.tiled_max_rows = MAX_KERNEL_ROWS if kernel else TILED_MIN_ROWS - 1
                     start = time.perf_counter()
                     for w in weights:
                         linear(inputs[w.shape[1]], w)
                     if round_index > 0:
                         best[kernel] = min(best[kernel], time.perf_counter() - start)
     finally:
-        _Backend.gemv_kernel, _Backend.tiled_kernel = saved
+        _Backend.gemv_kernel, _Backend.tiled_max_rows = saved
     return best[0], best[1]
 
 
@@ -210,7 +262,7 @@ def linear(
         or x.dim() != 2
         or weight.dim() != 2
         or not 0 < x.shape[0] <= MAX_KERNEL_ROWS
-        or not (_Backend.gemv_kernel if x.shape[0] < TILED_MIN_ROWS else _Backend.tiled_kernel)
+        or not _kernel_takes(x.shape[0])
         or x.shape[1] != weight.shape[1]
         or weight.numel() == 0
         or not weight.is_contiguous()

@@ -18,9 +18,14 @@ import torch
 
 from kvfence.engine.config import ModelConfig
 from kvfence.engine.core.scheduler import ScheduledSeq
-from kvfence.engine.kernels import calibrate_linear, gemv_kernel_in_use, kernel_status, tiled_kernel_in_use
+from kvfence.engine.kernels import (
+    calibrate_linear,
+    gemv_kernel_in_use,
+    kernel_status,
+    tiled_kernel_in_use,
+    tiled_kernel_max_rows,
+)
 from kvfence.engine.kernels.huge_pages import huge_page_zeros
-from kvfence.engine.kernels.ops import CALIBRATION_ROWS
 from kvfence.engine.layers.attention import AttentionMetadata, PrefillChunk
 from kvfence.engine.layers.rope_lengths import rope_lengths
 from kvfence.engine.layers.window_masks import decode_visibility, prefill_mask, window_binds
@@ -101,13 +106,15 @@ class ModelRunner:
         if device.type == "cpu" and dtype == torch.float32 and kernel_status().enabled:  # built once per machine
             timings = calibrate_linear([m.weight for m in self.model.modules() if isinstance(m, FusedLinear)])
             if timings is not None:
+                tiled = "; ".join(
+                    f"{rows} rows: torch {t * 1e3:.2f} ms, kernel {k * 1e3:.2f} ms"
+                    for rows, t, k in zip(timings.tiled_rows, timings.torch_tiled_s, timings.kernel_tiled_s, strict=True)
+                )
                 log.info(
-                    "decode products, 1 row: torch %.2f ms, kvfence kernel %.2f ms -> %s; %d rows: torch %.2f ms, "
-                    "kernel %.2f ms -> %s",
+                    "decode products, 1 row: torch %.2f ms, kvfence kernel %.2f ms -> %s; %s -> kernel up to %s",
                     timings.torch_gemv_s * 1e3, timings.kernel_gemv_s * 1e3,
-                    "kernel" if gemv_kernel_in_use() else "torch", CALIBRATION_ROWS,
-                    timings.torch_tiled_s * 1e3, timings.kernel_tiled_s * 1e3,
-                    "kernel" if tiled_kernel_in_use() else "torch",
+                    "kernel" if gemv_kernel_in_use() else "torch", tiled,
+                    f"{tiled_kernel_max_rows()} rows, torch above" if tiled_kernel_in_use() else "none (torch)",
                 )
         self.kv_pool = huge_page_zeros(  # decode attention streams it: 2 MiB pages where possible
             (cfg.num_hidden_layers, 2, num_pages + 1, page_size, cfg.num_key_value_heads, cfg.head_dim),
