@@ -203,8 +203,8 @@ class _Finder:
         if j >= len(self.toks):
             return False
         nxt = self.toks[j]
-        if nxt.text.islower() and len(nxt.text) <= 3:
-            return False  # "se", "sa", "ag" in lower case are words ("chiedi a Mariapia se ..."), not "SE", "SA"
+        if nxt.text.islower() and (len(nxt.text) <= 3 or nxt.low in ("day", "night")):
+            return False  # "se", "sa" in lower case are words ("chiedi a Mariapia se ..."), not "SE", "SA"; "Day" counts, "day" not
         gap = self.text[self.toks[j - 1].end:nxt.start]
         if gap.strip() in ("&", "+") or (gap.startswith(("'s ", "’s ")) and nxt.low in _ORG_AFTER):
             return True
