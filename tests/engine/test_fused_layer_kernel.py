@@ -196,6 +196,29 @@ def test_takes_only_what_the_kernel_can_run() -> None:
     assert kernel.takes(five, five_cos, five_sin)
 
 
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_weights_take_every_batch_whatever_a_float32_calibration_chose(dtype: torch.dtype) -> None:
+    """Half weights always run the kernel's products (``linear`` has no torch form for them), so a
+    float32 model's calibration giving products to torch must not take a half model's decode off the
+    fused path (it did when a float32 engine had been built first in the same process)."""
+    w = _layer(64, 4, 2, 16, 96, qkv_bias=False, o_bias=False, mlp_bias=False)
+    half = {k: None if v is None or v.dim() != 2 else v.to(dtype) for k, v in w.items()}
+    half.update({k: w[k] for k in ("input_norm", "post_norm")})
+    kernel = _build(half, 4, 2, 16)
+    assert kernel is not None
+    use_gemv_kernel(False, tiled=False)  # a float32 calibration gave every product form to torch
+    for rows in (1, 2, 5, MAX_KERNEL_ROWS):
+        cos, sin = _rope_tables(rows, 16)
+        assert kernel.takes(torch.randn(rows, 64), cos, sin)
+    big_cos, big_sin = _rope_tables(MAX_KERNEL_ROWS + 1, 16)
+    assert not kernel.takes(torch.randn(MAX_KERNEL_ROWS + 1, 64), big_cos, big_sin)
+    float_kernel = _build(w, 4, 2, 16)
+    assert float_kernel is not None
+    cos, sin = _rope_tables(1, 16)
+    assert not float_kernel.takes(torch.randn(1, 64), cos, sin)  # float32 weights follow the calibration
+
+
 def test_build_refuses_what_the_kernel_cannot_read() -> None:
     w = _layer(64, 4, 2, 16, 96, qkv_bias=False, o_bias=False, mlp_bias=False)
     wrong_heads = DecoderLayerKernel.build(

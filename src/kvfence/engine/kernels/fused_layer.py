@@ -22,7 +22,12 @@ import ctypes
 import torch
 
 from kvfence.engine.kernels.library import HALF_WEIGHT_KINDS, cpu_kernels
-from kvfence.engine.kernels.ops import MIN_PARALLEL_WEIGHTS, TILED_MIN_ROWS, kernel_runs_products
+from kvfence.engine.kernels.ops import (
+    MAX_KERNEL_ROWS,
+    MIN_PARALLEL_WEIGHTS,
+    TILED_MIN_ROWS,
+    kernel_runs_products,
+)
 from kvfence.engine.kernels.packed_weights import PackedWeight, packed_weights_enabled
 
 __all__ = ["DecoderLayerKernel"]
@@ -89,6 +94,9 @@ class DecoderLayerKernel:
         self._pointers = tuple(None if t is None else t.data_ptr() for t in tensors)
         self.num_heads, self.num_kv_heads, self.head_dim = layer.num_heads, layer.num_kv_heads, layer.head_dim
         self.hidden = layer.hidden
+        # half-precision weights always run the kernel's products (torch has no faster form of
+        # them here), whatever a float32 model's calibration chose for float32 products
+        self._half = all(lin.kind != 0 for lin in (layer.qkv, layer.o, layer.gate_up, layer.down))
 
     @classmethod
     def build(
@@ -172,7 +180,8 @@ class DecoderLayerKernel:
 
     def takes(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
         """Whether :meth:`pre` and :meth:`post` run this batch: ``x`` [T, hidden] CPU float32, no
-        autograd, ``T`` in the kernel's range with the kernel chosen for its products, ``cos`` and
+        autograd, ``T`` in the kernel's range with the kernel chosen for its products (half weights:
+        always the kernel's), ``cos`` and
         ``sin`` [T, 1, head_dim / 2] tables with unit stride in the last dimension."""
         rows = x.shape[0] if x.dim() == 2 else 0
         return (
@@ -183,7 +192,7 @@ class DecoderLayerKernel:
             and x.stride(1) == 1
             and x.stride(0) >= self.hidden
             and not (torch.is_grad_enabled() and x.requires_grad)
-            and kernel_runs_products(rows)
+            and (0 < rows <= MAX_KERNEL_ROWS if self._half else kernel_runs_products(rows))
             and cpu_kernels() is self._lib
             and cos.shape == (rows, 1, self.head_dim // 2)
             and sin.shape == cos.shape
