@@ -139,6 +139,15 @@ FOUND = [
     ("a lower-case Italian 'se' is no SE", "Chiedi a Mariapia se il contratto è firmato.", ["Mariapia"]),
     ("a lower-case name before a past verb", "lgtm, wojtek wanted to review too", ["wojtek"]),
     ("a given name the lists lacked", "thanks raj, merged", ["raj"]),
+    ("names that are words are no headline", "Overleg met Joost van Leeuwen en Sanne Bakker op donderdag.",
+     ["Joost van Leeuwen", "Sanne Bakker"]),
+    ("names that are words are no headline", "Besprechung mit Jörg Hoffmann und Katrin Vogel am Donnerstag.",
+     ["Jörg Hoffmann", "Katrin Vogel"]),
+    ("a department word is no headline word", "Guten Tag, ich bin Franziska Weber aus dem Einkauf.",
+     ["Franziska Weber"]),
+    ("a listed hyphenated given name at a sentence start", "Jean-Marc et Solène sont en congé.",
+     ["Jean-Marc", "Solène"]),
+    ("a French role label", "Locataire : Faustine Berthier", ["Faustine Berthier"]),
 ]
 
 
@@ -155,6 +164,9 @@ NOT_FOUND = [
     "Ask Jeeves was a search engine.",
     "Attention Deficit Disorder; Witness Statement; Author Guidelines.",
     "the al-Aqsa mosque",
+    "Crystal Palace beat Aston Villa on Saturday.",
+    "Taft-Hartley notice filed.",
+    "Summer Grant Program Opens Across Europe",
 ]
 
 

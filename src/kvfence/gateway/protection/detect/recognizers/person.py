@@ -143,7 +143,10 @@ def _title_case(text: str, g: Gazetteer) -> bool:
     capitalised = [w for w in words if w[0].isupper()]
     if len(words) < 4 or len(capitalised) < 0.8 * len(words):
         return False
-    return sum(1 for w in capitalised[1:] if g.is_ordinary(w.lower())) >= 2
+    # words-not-names are ordinary only for the name rules (German capitalises "Einkauf", "Danke"), and a
+    # word that is also a name ("Bakker", "Vogel", "Iris") is no evidence of a headline
+    return sum(1 for w in capitalised[1:] if g.is_ordinary(low := w.lower()) and not g.is_not_name(low)
+               and (not g.is_name(low) or g.month_or_day(low))) >= 2
 
 
 class _Finder:
@@ -454,11 +457,12 @@ class _Finder:
         needs a copy", "according to Ingrid", "Sigrid wants"), not after "in"/"at", not in a headline."""
         t = self.toks[i]
         g = self.g
-        if len(t.text) < 3 or not t.text[1:].islower() or not _known(g, t.low, given=True) or g.is_ordinary(t.low) \
+        if len(t.text) < 3 or not (t.text[1:].islower() or ("-" in t.text and g.is_given(t.low) and _title_parts(t.text))) \
+                or not _known(g, t.low, given=True) or g.is_ordinary(t.low) \
                 or g.risky_given(t.low) or t.low in _NOT_ALONE or t.low in _PLACES or _not_a_person(t.low):
             return False
-        if any(g.is_ordinary(p) or g.risky_given(p) for p in _parts(t.low)):
-            return False
+        if not g.is_given(t.low) and any(g.is_ordinary(p) or g.risky_given(p) for p in _parts(t.low)):
+            return False  # "Jean-Marc" is a listed name as a whole, though "marc" is a word
         p = self.toks[i - 1] if i > 0 else None
         if p is not None and (p.cap or p.upper) and self.gap_ok(p, t) \
                 and not (g.is_ordinary(p.low) and not g.is_name(p.low) and self.sentence_start(p)):

@@ -108,7 +108,10 @@ merci, danke, gracias, grazie, bedankt, dank je, dank u, obrigado, obrigada
 _LABEL_CUES = frozenset(c.strip() for c in """
 assigned to, assignee, reviewer, reporter, approver, approved by, reported by, requested by, signed by, author,
 signatory, witness, tenant, landlord, patient, applicant, candidate, guarantor, lessor, lessee, zeuge, zeugin,
-témoin, testigo, testimone, getuige, owner, contact, attn, attention
+témoin, testigo, testimone, getuige, owner, contact, attn, attention, locataire, propriétaire, bailleur,
+signataire, mieter, mieterin, vermieter, vermieterin, inquilino, inquilina, arrendador, arrendatario,
+conduttore, locatore, huurder, verhuurder, patiënt, patiente, paciente, paziente, patientin, empfänger,
+destinataire, destinatario, ontvanger, firmado, firmato, signé, unterschrieben, getekend
 """.replace("\n", " ").split(","))
 # the last word of a closing ("Best,", "Kind regards,", "Yours,", "Saludos,")
 _CLOSING_LAST = frozenset("""best regards yours sincerely grüße gruß cordialement saludos atentamente saluti groeten
