@@ -604,6 +604,13 @@ void kvfence_rope_f32(float* x, long tokens, long token_stride, long heads, long
     });
 }
 
+// The tile the products use, 0 AVX2 or 1 AVX-512 (broadcast_gemm.h), lowered to `wanted` when that
+// is less than what the CPU has (never raised); returns the level now in use. A negative `wanted`
+// only asks.
+long kvfence_gemm_isa(long wanted) {
+    return wanted < 0 ? kvfence_gemm::isa() : kvfence_gemm::set_isa(static_cast<int>(wanted));
+}
+
 void kvfence_argmax_f32(const float* x, long rows, long ld, long cols, long* out) {
     argmax_f32(x, rows, ld, cols, out);
 }

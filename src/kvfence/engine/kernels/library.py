@@ -4,6 +4,10 @@ It applies on x86-64 Linux with AVX2 and FMA and a C++17 compiler; the products 
 OpenMP threads when the compiler is GCC (whose libgomp torch uses), else on the calling thread. When it cannot be used (another
 CPU or OS, no compiler, a failed build or a failed self-check) the reason is logged once and the
 callers in :mod:`.ops` use torch. ``KVFENCE_CPU_KERNELS=0`` turns it off.
+
+The library is built for AVX2; on a CPU with AVX-512F its register-tiled products (batches of 16
+rows and more) run a zmm tile chosen at run time, which gives the AVX2 tile's bits (checked at load:
+where they differ the AVX2 tile is kept). ``KVFENCE_CPU_ISA=avx2`` keeps the AVX2 tile anyway.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import torch.nn.functional as F
 from kvfence.engine.kernels.build import KernelBuildError, build_and_load, find_compiler
 from kvfence.engine.kernels.packed_weights import pack_weight
 
-__all__ = ["HALF_WEIGHT_KINDS", "KernelStatus", "cpu_kernels", "kernel_status", "reset_kernels"]
+__all__ = ["HALF_WEIGHT_KINDS", "KernelStatus", "cpu_kernels", "kernel_status", "reset_kernels", "set_tiled_isa", "tiled_isa"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +70,9 @@ _SIGNATURES: dict[str, list[type]] = {
                                 _c_float_p, ctypes.c_long],
 }
 _RETURNS_STATUS = {"kvfence_decode_step_f32"}  # 0, or a code the caller turns into an exception
+_SIGNATURES["kvfence_gemm_isa"] = [ctypes.c_long]  # wanted level (negative: only ask); returns the level
+
+_ISA_NAMES = ("avx2", "avx512")  # kvfence_gemm_isa's levels
 
 
 @dataclass(frozen=True)
@@ -136,13 +143,64 @@ def _load() -> tuple[KernelStatus, ctypes.CDLL | None]:
         for name, argtypes in _SIGNATURES.items():
             fn = getattr(lib, name)
             fn.argtypes = argtypes
-            fn.restype = ctypes.c_int if name in _RETURNS_STATUS else None
+            fn.restype = ctypes.c_int if name in _RETURNS_STATUS else ctypes.c_long if name == "kvfence_gemm_isa" else None
     except (KernelBuildError, AttributeError) as exc:
         return KernelStatus(False, f"build failed: {exc}"), None
     problem = _self_check(lib)
     if problem is not None:
         return KernelStatus(False, f"self-check failed: {problem}", path), None
-    return KernelStatus(True, "in use" + threads_note, path), lib
+    return KernelStatus(True, f"in use ({_choose_isa(lib)} tiles)" + threads_note, path), lib
+
+
+def _choose_isa(lib: ctypes.CDLL) -> str:
+    """Set the tiled products' instruction set (the best the CPU has, unless ``KVFENCE_CPU_ISA``
+    asks for less) once the AVX-512 tile is shown to give the AVX2 tile's bits; returns its name."""
+    wanted = os.environ.get("KVFENCE_CPU_ISA", "auto").strip().lower() or "auto"
+    if wanted not in (*_ISA_NAMES, "auto"):
+        log.warning("KVFENCE_CPU_ISA=%s is not one of avx2, avx512, auto: using auto", wanted)
+        wanted = "auto"
+    level = int(lib.kvfence_gemm_isa(_ISA_NAMES.index(wanted) if wanted != "auto" else len(_ISA_NAMES)))
+    if level > 0 and not _isa_levels_agree(lib, level):
+        log.warning("CPU kernels: the AVX-512 tile differs from the AVX2 tile here; using AVX2")
+        level = int(lib.kvfence_gemm_isa(0))
+    return _ISA_NAMES[level]
+
+
+def _isa_levels_agree(lib: ctypes.CDLL, level: int) -> bool:
+    """The tiled products at ``level`` give the bits of the AVX2 tile (bias, odd sizes, 1-64+ rows)."""
+    gen = torch.Generator().manual_seed(1)
+    try:
+        for rows, out_features, in_features in ((16, 25, 19), (37, 13, 70), (70, 30, 33)):
+            x = torch.randn(rows, in_features, generator=gen)
+            w = torch.randn(out_features, in_features, generator=gen)
+            b = torch.randn(out_features, generator=gen)
+            got = []
+            for lvl in (0, level):
+                lib.kvfence_gemm_isa(lvl)
+                y = torch.full((rows, out_features), float("nan"))
+                lib.kvfence_linear_f32(x.data_ptr(), rows, x.stride(0), w.data_ptr(), out_features, in_features,
+                                       b.data_ptr(), y.data_ptr(), 1 << 30, 1, 1, None)
+                got.append(y)
+            if not torch.equal(got[0], got[1]):
+                return False
+        return True
+    finally:
+        lib.kvfence_gemm_isa(level)
+
+
+def tiled_isa() -> str | None:
+    """The instruction set of the tiled products (``"avx2"`` or ``"avx512"``), ``None`` without kernels."""
+    lib = cpu_kernels()
+    return None if lib is None else _ISA_NAMES[int(lib.kvfence_gemm_isa(-1))]
+
+
+def set_tiled_isa(name: str) -> str | None:
+    """Run the tiled products with ``name`` (``"avx2"``, or ``"avx512"`` where the CPU has it: never
+    more than it has); returns the one now in use (tests and benchmarks). ``None`` without kernels."""
+    if name not in _ISA_NAMES:
+        raise ValueError(f"unknown instruction set {name!r}: one of {', '.join(_ISA_NAMES)}")
+    lib = cpu_kernels()
+    return None if lib is None else _ISA_NAMES[int(lib.kvfence_gemm_isa(_ISA_NAMES.index(name)))]
 
 
 def _is_gcc(compiler: str) -> bool:
