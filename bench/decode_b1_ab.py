@@ -33,17 +33,29 @@ HERE = Path(__file__).resolve().parent.parent / "src"
 WORKER = r"""
 import json, statistics, sys, time
 import torch
-sys.path.insert(0, sys.argv[4])
 torch.set_num_threads(int(sys.argv[2]))
-from vs_llamacpp import kvfence_decode, kvfence_llm
-from pathlib import Path
-llm = kvfence_llm(Path(sys.argv[1]), sys.argv[3])
-kvfence_decode(llm, 1, tokens=8)  # warm: first products, scratch, page faults
+from kvfence.engine.llm import LLM
+from kvfence.engine.sampling.sampling_params import SamplingParams
+# vs_llamacpp.py's kvfence_llm / kvfence_decode, inlined so that an older tree runs its own engine only
+llm = LLM(model=sys.argv[1], dtype=sys.argv[3], device="cpu", kv_cache_tokens=8192, kv_cache_dtype="float16",
+          max_num_batched_tokens=2048, max_prefill_chunk=512)
+
+def decode(tokens):
+    engine = llm.engine
+    params = SamplingParams(max_tokens=tokens + 1, temperature=0, ignore_eos=True)
+    engine.add_request("d0", [j % 200 + 10 for j in range(32)], params, b"b" * 32)
+    while any(len(o.token_ids) == 0 for o in engine.step()):
+        pass
+    start, generated = time.perf_counter(), 0
+    while engine.has_unfinished_requests():
+        generated += len(engine.step())
+    return generated / (time.perf_counter() - start)
+
+decode(8)  # warm: first products, scratch, page faults
 rates, per_cpu = [], []
-for _ in range(int(sys.argv[5])):
+for _ in range(int(sys.argv[4])):
     cpu = time.process_time()
-    rate = kvfence_decode(llm, 1)
-    rates.append(rate)
+    rates.append(decode(48))
     per_cpu.append(48 / (time.process_time() - cpu))
 print(json.dumps({"tok_s": statistics.median(rates), "tok_per_cpu_s": statistics.median(per_cpu)}))
 """
@@ -51,9 +63,10 @@ print(json.dumps({"tok_s": statistics.median(rates), "tok_per_cpu_s": statistics
 
 def kvfence_run(src: Path, model_dir: Path, dtype: str, threads: int, runs: int) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, "-c", WORKER, str(model_dir), str(threads), dtype, str(Path(__file__).resolve().parent),
-           str(runs)]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    cmd = [sys.executable, "-c", WORKER, str(model_dir), str(threads), dtype, str(runs)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"kvfence run ({src}) failed:\n{done.stderr[-2000:]}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
