@@ -100,9 +100,12 @@ def create_app(
     secret: bytes,
     keyring: KeyRing | None,
     on_fatal: Callable[[BaseException], None] | None = None,
+    freeze_heap: bool = False,
 ) -> Starlette:
     """Build the app. ``engine_factory`` builds the ``LLMEngine`` (in a background thread);
-    ``keyring=None`` serves one local tenant without authentication (``--no-auth``)."""
+    ``keyring=None`` serves one local tenant without authentication (``--no-auth``).
+    ``freeze_heap`` (the ``kvfence serve`` process, not an app embedded in another program): once
+    the model is loaded, ``gc.freeze()`` what the process holds."""
     metrics = ServerMetrics()
     serving = OpenAIServing(config, metrics, secret, keyring)
     holder: dict[str, AsyncEngine] = {}
@@ -120,11 +123,13 @@ def create_app(
                 str(cap.page_size), str(cap.num_pages), str(cap.pool_tokens), str(cap.max_model_len),
                 config.cache_scope.value, str(bool(cap.scrub)).lower(),
             ).set(1)
-            # The model, the engine and every module imported so far live as long as the process:
-            # out of the cyclic collector's reach, so its full collections scan the requests' objects
-            # only (collections were 2.7 % of batch-1 decode CPU). Before attach: ready means frozen.
-            gc.collect()
-            gc.freeze()
+            if freeze_heap:
+                # The model, the engine and every module imported so far live as long as the process:
+                # out of the cyclic collector's reach, so its full collections scan the requests'
+                # objects only (collections were 2.7 % of batch-1 decode CPU). Before attach: ready
+                # means frozen. Not for an embedded app: it freezes its host's objects too.
+                gc.collect()
+                gc.freeze()
             serving.attach(async_engine, model)
             log.info(describe_startup(config, model, len(keyring) if keyring is not None else None))
         except BaseException as exc:

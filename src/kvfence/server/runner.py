@@ -53,7 +53,7 @@ def run_server(config: ServerConfig, engine_config: Any, *, log_level: str = "in
     # "listening on" followed by a failure of the server's own.
     sock = bind_listening_socket(config.host, config.port)
     port = sock.getsockname()[1]
-    app = create_app(config, factory, secret=secret, keyring=keyring, on_fatal=on_fatal)
+    app = create_app(config, factory, secret=secret, keyring=keyring, on_fatal=on_fatal, freeze_heap=True)
     server = HttpServer(app, config=dataclasses.replace(config.http, max_body_bytes=config.max_body_bytes))
     log.info("listening on http://%s:%d (the model loads in the background; requests get 503 until then)",
              config.host, port)
