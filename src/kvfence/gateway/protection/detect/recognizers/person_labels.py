@@ -27,7 +27,7 @@ _FIELD = re.compile(
       |patient(?:[\s_-]?name)?|employee(?:[\s_-]?name)?|recipient|sender|attn|owner|assignee|reporter
       |requester|author|signatory|tenant|landlord|holder|cardholder|account[\s_-]?holder|user[\s_-]?name
       |vorname|nachname|familienname|kunde|ansprechpartner(?:in)?|empfänger|absender|mieter|vermieter
-      |nom|prénom|prenom|destinataire|expéditeur|titulaire|locataire|nombre|apellidos?|destinatario|remitente
+      |nome?|prénom|prenom|destinataire|expéditeur|titulaire|locataire|nombre|apellidos?|destinatario|remitente
       |titular|cognome|mittente|intestatario|voornaam|achternaam|naam|ontvanger|afzender|huurder|klant)
     ["']?\s{0,3}[:=]\s{0,3}["']?
     (?P<value>[^\W\d_][^\W\d_'’.-]*(?:(?:[ .'’-]|\.\s)[^\W\d_]+){0,5}\.?)""")
@@ -36,13 +36,18 @@ _FIELD = re.compile(
 # keys that hold nothing but a name part: their value needs no gazetteer
 _STRONG_KEY = re.compile(r"(?i)first|last|given|family|middle|sur|full|vorname|nachname|familienname|pr[ée]nom"
                          r"|apellido|cognome|voornaam|achternaam")
+_NAME_KEYS = frozenset(["name", "nom", "nome", "nombre", "naam"])
 _NOT_VALUES = frozenset(["null", "none", "unknown", "n/a", "na", "nil", "undefined", "true", "false", "test", "example", "sample"])
 
 
 def field_values(text: str, g: Gazetteer) -> list[Finding]:
     """PERSON findings for the values of name fields ("Name: Priya Raman", ``"first_name": "Priya"``)."""
     found: list[Finding] = []
-    for m in _FIELD.finditer(text):
+    fields = list(_FIELD.finditer(text))
+    # a form with a given-name or surname field: its plain "Nom :" / "Nome:" / "Name:" holds a name part too
+    # ("Nom : Besnard\nPrénom : Anaïs", "Nome: Serena\nCognome: D'Angelo")
+    form = any(_STRONG_KEY.search(m.group("key")) is not None for m in fields)
+    for m in fields:
         start, end = m.span("value")
         value = text[start:end].rstrip(".")
         end = start + len(value)
@@ -56,10 +61,10 @@ def field_values(text: str, g: Gazetteer) -> list[Finding]:
             keep.append(w)
         if not keep:
             continue
-        if not any(_known(g, w.lower(), False) for w in keep) and _STRONG_KEY.search(m.group("key")) is None:
+        strong = _STRONG_KEY.search(m.group("key")) is not None or (form and m.group("key").lower() in _NAME_KEYS)
+        if not any(_known(g, w.lower(), False) for w in keep) and not strong:
             continue
         plain = [w for w in keep if w.lower() not in _PARTICLES]
-        strong = _STRONG_KEY.search(m.group("key")) is not None
         if not strong and (len(plain) < 2 or not any(_known(g, w.lower(), True) for w in plain)):
             continue  # {"name": "Florence"} is a city as often as a person; "Name: Priya Raman" is not
         if all(g.is_ordinary(w.lower()) for w in plain) and not (len(plain) >= 2 and all(w[0].isupper() for w in plain)) \

@@ -47,7 +47,8 @@ international global central
 _FIRM_BEFORE = frozenset("""
 laboratoires laboratorios laboratori laboratorium labs groupe gruppo grupo gruppe société sociedad società
 empresa azienda bedrijf cabinet bufete kanzlei bodegas bodega maison casa verlag editorial éditions edizioni
-uitgeverij brand label firm retailer chain carmaker winery distillery brewery
+uitgeverij brand label firm retailer chain carmaker winery distillery brewery brasserie ristorante trattoria
+pizzeria bistrot
 """.split())  # noqa: SIM905
 _RIGHT_BEFORE = _DEDICATION | _FIRM_BEFORE
 # an illness or a prize may name its person after a preposition: "maladie de Parkinson", "ziekte van Lyme"
@@ -95,7 +96,27 @@ _IS_A_START = (",", " is ", " was ", " are ", " were ", " and ", " & ", " or ")
 # "... said it would", "... says its margin": the speaker is a firm or a government
 _IT_SAID = re.compile(r"\s+(?:said|says|announced|reported)\s+(?:that\s+|on \w+\s+)?(?:its\b|it (?:would|will|plans to|"
                       r"expects to)\s+(?:cut|raise|close|open|hire|buy|sell|acquire|invest|expand|launch|list|merge|"
-                      r"resume|recall|build)\b)")
+                      r"resume|recall|build)\b|it (?:had|has) agreed to (?:buy|acquire|sell|merge)\b)")
+# a firm's context, with no list of firms: a ticker, its shares, its results, a statement that says "it",
+# a spokesperson for it ("Fenwick Ashby (NYSE: FWA)", "Garrison Lowe shares fell", "Marcus Delaney's
+# quarterly revenue", "X said in a statement that it", "a spokesperson for X", "At X, we believe");
+# a person who said something ("Anna Keller said she would call") has none of these
+_FIRM_AFTER = re.compile(
+    r"\s*\((?:NYSE|NASDAQ|Nasdaq|LSE|TSX|ASX|AMEX|OTC|Euronext|Xetra|SIX|BIT|EPA|ETR|AMS|BME)\s*:\s*[A-Z][A-Z0-9.]{0,6}\)"
+    r"|\s+(?:shares|stock)\s+(?:fell|rose|jumped|slid|slipped|dropped|climbed|gained|tumbled|surged|soared|sank|plunged"
+    r"|rallied|were|are|have|closed|opened|traded)\b"
+    r"|['’]s\s+(?:(?:first|second|third|fourth)-quarter|quarterly|annual|full-year|half-year|interim)\s+(?:[a-z-]+\s+)?"
+    r"(?:revenue|revenues|profit|profits|earnings|results|sales|loss|losses|report|dividend|guidance)\b"
+    r"|\s+(?:said|says|confirmed|announced)\s+in\s+(?:a|its)\s+(?:statement|filing|press release|regulatory filing)"
+    r"\s+(?:on\s+\w+\s+)?(?:that\s+)?(?:it|its)\b"
+    r"|\s+(?:announced|declared|raised|cut|approved)\s+(?:a|an|its)\s+(?:[a-z-]+\s+)?(?:dividend|buyback|share buyback)\b"
+    r"|\s+reported\s+(?:record|higher|lower|flat|weaker|stronger)?\s*(?:sales|revenue|revenues|profits?|earnings|results)\b"
+    r"|\s+(?:a annoncé|a indiqué|a confirmé|ha annunciato|ha comunicato|ha dichiarato)\s+(?:dans un communiqué|par voie de"
+    r" communiqué|in una nota|in un comunicato)\b")
+_FIRM_BEFORE_RE = re.compile(
+    r"(?:\b(?:shares|stock|shareholders|investors|analysts)\s+(?:of|in|at)|\bspokes(?:person|man|woman)\s+(?:for|at)"
+    r"|\brepresentative\s+for|\bporte-parole\s+de|\bportavoce\s+di|\bazioni\s+di|\bactions\s+de)\s+$")
+_AT_WE = re.compile(r"(?:^|[.!?\n]\s*)(?:At|Chez|Presso|Bei|Bij|En)\s+$")
 _POSSESSIVE_CAP = re.compile(r"['’]s\s+([A-Z][a-z]+)\b")
 # an English verb and "a"/"an" before: a product ("is a Russell Hobbs", "won an Oscar")
 _A_VERBS = frozenset("""is was it's it’s bought buy buying got get own owns drive drives drove wear wears wore
@@ -163,6 +184,10 @@ def _is_thing(text: str, start: int, end: int, g: Gazetteer, things: set[str]) -
         return True
     if after.startswith(" ") and _IT_SAID.match(after) is not None:
         return True
+    if _FIRM_AFTER.match(after) is not None or _FIRM_BEFORE_RE.search(before) is not None:
+        return True  # a firm: its ticker, shares, results, statement or spokesperson
+    if after.startswith((", we ", ", our ", ", nous ", ", noi ")) and _AT_WE.search(before) is not None:
+        return True  # "At Winslow Carter, we believe ...": the speaker works there, it is a firm
     if after.startswith(("'s", "’s")):
         m = _POSSESSIVE_CAP.match(after)
         if m is not None and g.is_ordinary(m.group(1).lower()) and not g.is_given(m.group(1).lower()):

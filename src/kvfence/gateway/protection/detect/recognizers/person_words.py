@@ -67,6 +67,8 @@ lieber, sehr geehrte, sehr geehrter, cher, chère, estimado, estimada, querido, 
 beste, geachte, thanks, thank you, cheers, regards, best, best regards, kind regards, warm regards,
 sincerely, yours, grüße, gruß, viele grüße, beste grüße, freundliche grüße, mit freundlichen grüßen,
 cordialement, bien à vous, amitiés, saludos, un saludo, atentamente, saluti, cordiali saluti, distinti saluti,
+bonne journée, bonne soirée, bonne fin de journée, bises, bisous, amicalement, à bientôt, un saluto, un abbraccio,
+un caro saluto, a presto, buona giornata, buona serata, baci, saluti cordiali,
 groeten, met vriendelijke groet, hartelijke groet, groetjes, signed, witness, attendees,
 sister, brother, wife, husband, son, daughter, mother, father, mum, mom, dad, aunt, uncle, cousin, niece, nephew,
 grandson, granddaughter, grandmother, grandfather, fiancé, fiancée, girlfriend, boyfriend, friend, neighbour,
@@ -115,7 +117,8 @@ destinataire, destinatario, ontvanger, firmado, firmato, signé, unterschrieben,
 """.replace("\n", " ").split(","))
 # the last word of a closing ("Best,", "Kind regards,", "Yours,", "Saludos,")
 _CLOSING_LAST = frozenset("""best regards yours sincerely grüße gruß cordialement saludos atentamente saluti groeten
-groet groetjes""".split())  # noqa: SIM905
+groet groetjes journée soirée bises bisous amicalement bientôt saluto abbraccio presto giornata serata baci
+cordiali""".split())  # noqa: SIM905
 _CUE_LAST = frozenset(p.split()[-1] for p in _CUES | _STRONG_CUES | _ASK_CUES | _LABEL_CUES)
 
 
