@@ -77,7 +77,7 @@ _EPONYM_NOUNS = frozenset("""disease syndrome palsy chorea sarcoma lymphoma law 
 principle paradox equation constant algorithm comet razor oesophagus esophagus phenomenon thyroiditis
 contracture apple triad encephalopathy""".split())  # noqa: SIM905
 _NEXT_WORDS = re.compile(r"(['’]s)?\s+([^\W\d_]+)(?:\s+([^\W\d_]+))?")
-_CAPITALISED = re.compile(r"(?: [A-Z][^\W\d_]+)*")
+_CAPITALISED = re.compile(r"(?: [A-Z][^\W\d_]+){0,4}")  # bounded: a run of names must not make each finding read to the end
 # after a closing or at a line start in French, Spanish, Italian, Dutch, German: an article is no name
 _ARTICLE_FIRST = frozenset("les los las het gli die das".split())  # noqa: SIM905
 # "..., a cocktail", "... is the highest mountain in Britain", "... are the two beers on tap": the
