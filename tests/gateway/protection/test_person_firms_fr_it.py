@@ -74,6 +74,11 @@ FOUND = [
     ("an Italian sign-off", "A domani.\nA presto,\nLudovica", ["Ludovica"]),
     ("a form's plain name field", "Nom : Besnard\nPrénom : Anaïs\nVille : Rennes", ["Besnard", "Anaïs"]),
     ("a form's plain name field", "Nome: Serena\nCognome: D'Angelo\nCittà: Torino", ["Serena", "D'Angelo"]),
+    ("a title after an elided article", "Appuntamento con l'avv. Benedetti martedì alle 10.", ["Benedetti"]),
+    ("a title after an elided article", "Ho parlato con l'Ing. Moretti ieri.", ["Moretti"]),
+    ("a chat verb of meeting", "ciao, hai sentito davide? non risponde", ["davide"]),
+    ("a chat verb of meeting", "salut, t'as vu mathilde ce matin ?", ["mathilde"]),
+    ("thanks with 'mille'", "grazie mille simone, sei un grande", ["simone"]),
 ]
 
 
@@ -88,6 +93,9 @@ NONE = [
     "Un saluto,\nL'Ufficio Acquisti",
     "Nom: Florence",
     "Nome: Venezia",
+    "J'ai vu Paris hier, puis Florence.",
+    "ho visto Roma e Firenze",
+    "vu le prix, merci",
 ]
 
 
@@ -111,4 +119,4 @@ def test_the_fourth_dev_set() -> None:
     for row in positives:
         got = [(f.start, f.end) for f in resolve_overlaps(find_persons(row["text"]))]
         hit += sum(any(min(e, b) - max(s, a) >= (e - s) / 2 for a, b in got) for s, e, _ in row["spans"])
-    assert labelled >= 80 and hit / labelled >= 0.9
+    assert labelled >= 80 and hit / labelled >= 0.95

@@ -33,6 +33,7 @@ def _after_title(before: str) -> bool:
     if not tail or len(before) - len(before.rstrip()) > 2:
         return False
     last = tail.rsplit(None, 1)[-1].rstrip(".").rsplit(".", 1)[-1].lower()
+    last = last.rsplit("'", 1)[-1].rsplit("’", 1)[-1]  # an elided article: "l'avv. Benedetti", "dall'Ing. Moretti"
     return last in _TITLE_LAST and _TITLE_RE.search(before) is not None
 
 
@@ -52,10 +53,13 @@ applicant, candidate, colleague, manager, my name is, i am, i'm, this is, it's, 
 je m'appelle, me llamo, soy, mi chiamo, sono, ik ben, mijn naam is, ik heet, frag, demande à, pregunta a,
 chiedi a, vraag, witness, attendees, attendee, participants, present, speaker, author, authors, owner,
 assignee, signatory, guarantor, seller, buyer, lessor, lessee, tenant, employer, contractor, zeuge, zeugin,
-teilnehmer, témoin, participants, testigo, asistentes, testimone, partecipanti, getuige, aanwezig, @, met, mit, avec, con, per, via, from, by, and, to, for, und
+teilnehmer, témoin, participants, testigo, asistentes, testimone, partecipanti, getuige, aanwezig, @, met, mit, avec, con, per, via, from, by, and, to, for, und,
+sentito, visto, vu, croisé, chiamato, appelé
 """.replace("\n", " ").split(","))
 # Of these, the weak ones ("to", "and") only with a name that is no word or place.
-_WEAK_CUES = frozenset(["with", "met", "mit", "avec", "con", "per", "via", "from", "by", "and", "to", "for", "und"])
+# "hai sentito davide", "t'as vu mathilde": chat verbs of meeting someone, weak as well
+_WEAK_CUES = frozenset(["with", "met", "mit", "avec", "con", "per", "via", "from", "by", "and", "to", "for", "und",
+                        "sentito", "visto", "vu", "croisé", "chiamato", "appelé"])
 _CUE_WORDS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?|@|(?<=c)/(?=o)")
 
 
@@ -104,7 +108,7 @@ _GROUP_WORDS = frozenset(["team", "all", "everyone", "everybody", "folks", "guys
 # "chiedi a Mariapia", "vraag Jorien"), when it is no word, group, department or product.
 _ASK_CUES = frozenset(c.strip() for c in """
 ask, tell, ping, frag, fragen sie, demande à, demandez à, pregunta a, pregúntale a, chiedi a, chiedete a, vraag,
-merci, danke, gracias, grazie, bedankt, dank je, dank u, obrigado, obrigada
+merci, merci beaucoup, danke, gracias, grazie, grazie mille, mille grazie, bedankt, dank je, dank u, obrigado, obrigada
 """.replace("\n", " ").split(","))
 # Role labels: before two name-shaped words the lists lack ("Assigned to Rangi Parata")
 _LABEL_CUES = frozenset(c.strip() for c in """
