@@ -17,17 +17,36 @@ dropped when
   Artois and Peroni are the two beers on tap", "..., a cocktail");
 - it is one of a few brands written as a possessive given name ("Nando's", "Wendy's");
 - it starts with an article of another language ("Les Achats");
+- it lies inside a known firm or brand named after a person, matched as a whole run of words
+  (``data/firms.txt``: "Baker McKenzie", "Dr. Oetker", "Mr Kipling", "Tío Pepe", "Heinz"), unless a
+  person's title stands right before the run ("Mr. Ford", "Herr Oetker") or a greeting or cue made a
+  one-word given name ("Hi Hema,"); a run with more words is no entry ("Anna Ferrari"); a name that
+  runs on into "von"/"van"/"of" and such a firm keeps only its part before ("Sabine Wolff von
+  Hengeler Mueller");
+- a legal form is its last word or follows it ("Beiersdorf AG", "Otto Group", "Gleiss Lutz GmbH"), or
+  a firm's word starts it ("Kanzlei Hengeler Mueller");
 - its words are, elsewhere in the same text, a thing by the rules above or by the PERSON rules' own ("the Douglas Peucker
   simplification", then "Ramer Douglas Peucker").
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import re
+import unicodedata
+from importlib import resources
 
 from kvfence.gateway.protection.detect.findings import Finding
 from kvfence.gateway.protection.detect.recognizers.gazetteer import Gazetteer
-from kvfence.gateway.protection.detect.recognizers.person_words import _PARTICLES, _WORD
+from kvfence.gateway.protection.detect.recognizers.not_names import FIRMS
+from kvfence.gateway.protection.detect.recognizers.person_words import (
+    _PARTICLES,
+    _TITLES,
+    _WEAK_CUES,
+    _WORD,
+    _cue_before,
+)
 
 __all__ = ["drop_things", "noun_after"]
 
@@ -127,12 +146,116 @@ _POSSESSIVE_BRANDS = frozenset("""nando wendy denny claire arby chili moe hardee
 harrod kellogg""".split())  # noqa: SIM905
 
 
+# --- firms and brands named after people, matched as whole runs of words
+_FIRM_WORD = re.compile(r"[^\W_]+(?:['’][^\W\d_]+)?")
+_FIRM_REACH = 60  # characters read on each side of a finding: bounded, so a text of names stays linear
+_FIRM_MAX = 5  # words in the longest entry
+_CUE_RULES = frozenset(["person_cue", "person_introduced", "person_title", "person_lowercase_cue", "person_field"])
+_OF_FIRM = frozenset("von van of de di da del du bei chez presso bij".split())  # noqa: SIM905
+# legal forms and group words, as written (case matters: "se", "sa" in lower case are words)
+_LEGAL_FORMS = frozenset("""AG GmbH gGmbH KG KGaA OHG SE Inc Inc. Ltd Ltd. LLC LLP PLC plc Corp Corporation Limited SA
+S.A. SAS SARL SpA S.p.A. Srl S.r.l. SL S.L. BV B.V. NV N.V. Group Groep Gruppe Groupe Gruppo Grupo Holding Holdings
+Cie""".split())  # noqa: SIM905
+_LEGAL_AFTER = re.compile(r"(?:,\s?|\s)(\S{2,8})")
+
+
+def _firm_key(word: str) -> str:
+    """One spelling of a word for the firm list: lower case, no accents, no apostrophes."""
+    word = word.lower().replace("'", "").replace("’", "")
+    if word.isascii():
+        return word
+    return "".join(c for c in unicodedata.normalize("NFKD", word) if not unicodedata.combining(c))
+
+
+@functools.cache
+def _firm_runs() -> frozenset[tuple[str, ...]]:
+    lines = resources.files(__name__.rpartition(".")[0]).joinpath("data", "firms.txt").read_text("utf-8").splitlines()
+    entries = [line for line in lines if line.strip() and not line.startswith("#")] + list(FIRMS)
+    return frozenset(k for k in (tuple(_firm_key(w) for w in _FIRM_WORD.findall(e) if w.lower() != "and") for e in entries)
+                     if k)
+
+
+@functools.cache
+def _firm_words() -> frozenset[str]:
+    return frozenset(w for run in _firm_runs() for w in run)
+
+
+def _may_be_firm(text: str, start: int, end: int) -> bool:
+    """Cheap test first: every word of the finding is a firm's word, or every word after a particle
+    in it is ("Sabine Wolff von Hengeler Mueller"); most findings have a word no firm has."""
+    words = _firm_words()
+    if text.startswith(("'s", "’s"), end):
+        end += 2  # "Lloyd" of "Lloyd's of London"
+    inner = [_firm_key(m.group()) for m in _FIRM_WORD.finditer(text, start, end)]
+    if all(w in words for w in inner):
+        return True
+    return any(w in _OF_FIRM and all(v in words for v in inner[k + 1:]) for k, w in enumerate(inner[1:-1], 1))
+
+
+def _firm_span(text: str, start: int, end: int, f: Finding, g: Gazetteer) -> tuple[int, int] | None:
+    """The known firm run (character bounds) that holds the finding, or that a name runs on into after
+    a particle ("... von Hengeler Mueller"); None when there is none, or the words around say person."""
+    if not _may_be_firm(text, start, end):
+        return None
+    lo = max(0, start - _FIRM_REACH)
+    toks = [(m.start(), m.end(), _firm_key(m.group()))
+            for m in _FIRM_WORD.finditer(text, lo, min(len(text), end + _FIRM_REACH))]
+    toks = [t for t in toks if t[2] != "and"]
+    inside = [k for k, t in enumerate(toks) if t[0] < end and t[1] > start]
+    if not inside:
+        return None
+    runs = _firm_runs()
+    k0, k1 = inside[0], inside[-1]
+    for a in range(max(0, k0 - _FIRM_MAX + 1), k1 + 1):
+        for b in range(max(a + 1, k1 + 1 if a <= k0 else a + 1), min(len(toks), a + _FIRM_MAX) + 1):
+            if tuple(t[2] for t in toks[a:b]) not in runs:
+                continue
+            if a > k0:  # the finding runs on into the firm: "Sabine Wolff von Hengeler Mueller"
+                if toks[a - 1][2] in _OF_FIRM and a - 1 > k0:
+                    return toks[a - 1][0], toks[b - 1][1]
+                continue
+            if a > 0 and toks[a - 1][2] in _TITLES and toks[a][2] not in _TITLES \
+                    and text[toks[a - 1][1]:toks[a][0]].strip(" .") == "":
+                return None  # "Mr. Ford", "Herr Oetker": a person's title before the firm's name
+            if b - a == 1 and f.rule in _CUE_RULES and g.is_given(toks[a][2]) \
+                    and _cue_before(text[max(0, toks[a][0] - 40):toks[a][0]]) not in (None, *_WEAK_CUES):
+                return None  # "Hi Hema,": a greeting before a given name that is also a brand ("and Heinz" is none)
+            return toks[a][0], toks[b - 1][1]
+    return None
+
+
+def _legal_form(text: str, start: int, end: int) -> bool:
+    """"Beiersdorf AG", "Otto Group": a legal form or group word ends the finding or follows it."""
+    words = text[start:end].split()
+    if len(words) > 1 and words[-1] in _LEGAL_FORMS:
+        return True
+    m = _LEGAL_AFTER.match(text, end, end + 10)
+    return m is not None and m.group(1).rstrip(",;:)") in _LEGAL_FORMS
+
+
+def _firm_trim(text: str, f: Finding, g: Gazetteer) -> Finding | None:
+    """``f`` without the firm it names or runs on into; None when nothing of a person is left."""
+    if f.entity != "PERSON":
+        return f
+    span = _firm_span(text, f.start, f.end, f, g)
+    if span is None:
+        return None if _legal_form(text, f.start, f.end) else f
+    if span[0] <= f.start:
+        return None
+    cut = text[f.start:span[0]].rstrip()  # the part before "von <firm>"
+    words = _WORD.findall(cut)
+    if not words or (len(words) == 1 and f.rule != "person_title" and not g.is_given(words[0].lower())):
+        return None  # "Rechnung von Aldi": a noun and a firm, no person ("Frau Wolff von ..." keeps "Wolff")
+    return dataclasses.replace(f, end=f.start + len(cut))
+
+
 def drop_things(text: str, found: list[Finding], g: Gazetteer, things: set[str] | None = None) -> list[Finding]:
     """``found`` without the PERSON findings that the words around them show to be things; ``things``
     holds the words of capitalised runs the rules already took for things (they are things in the
     whole text: "the Douglas Peucker simplification ... Ramer Douglas Peucker")."""
     things = set() if things is None else things  # and here the words of findings a noun after them shows to be things
-    kept = [f for f in found if f.entity != "PERSON" or not _is_thing(text, f.start, f.end, g, things)]
+    trimmed = [t for t in (_firm_trim(text, f, g) for f in found) if t is not None]
+    kept = [f for f in trimmed if f.entity != "PERSON" or not _is_thing(text, f.start, f.end, g, things)]
     if not things or not kept:
         return kept
 
@@ -162,8 +285,8 @@ def _is_thing(text: str, start: int, end: int, g: Gazetteer, things: set[str]) -
         return bool(core)
     if words[0] in _ARTICLE_FIRST and len(words) > 1:
         return True  # "Les Achats", "Het Bestuur"
-    if core[0] in _DEDICATION and len(core) > 1:
-        return True  # "Fort William", "Storm Ciara", "Flughafen Franz Josef Strauß"
+    if (core[0] in _DEDICATION or core[0] in _FIRM_BEFORE) and len(core) > 1:
+        return True  # "Fort William", "Storm Ciara", "Flughafen Franz Josef Strauß", "Kanzlei Hengeler Mueller"
     before = text[max(0, start - 40):start]
     if before[-1:].isspace():
         prev = [w.rsplit("'", 1)[-1].rsplit("’", 1)[-1].lstrip("\"“(") for w in before.lower().split()[-4:]]

@@ -37,7 +37,7 @@ def _after_title(before: str) -> bool:
     return last in _TITLE_LAST and _TITLE_RE.search(before) is not None
 
 
-_BRAND_TITLES = frozenset("oetker pepper martens scholl dre seuss fields clean bean robot".split())  # noqa: SIM905
+_BRAND_TITLES = frozenset("pepper dre seuss clean bean robot".split())  # noqa: SIM905
 # Words before a capitalised word that make it a street, not a person ("Via Roma", "Calle Mayor").
 _STREET_WORDS = frozenset("via viale piazza corso calle avenida plaza paseo rue avenue boulevard place rua "  # noqa: SIM905
                           "street road lane straße strasse platz weg".split())
