@@ -54,6 +54,17 @@ def test_the_gateway_install_has_no_engine_stack(gateway_venv: Path) -> None:
         assert "ModuleNotFoundError" in proc.stderr
 
 
+def test_the_install_ships_every_file_the_package_reads(gateway_venv: Path) -> None:
+    # name lists, kernels' sources, templates: a data file the package-data patterns miss is absent from
+    # an installed kvfence (an editable checkout still has it, so only an install shows the gap)
+    src = REPO / "src" / "kvfence"
+    wanted = {p.relative_to(src).as_posix() for p in src.rglob("*")
+              if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts}
+    site = next((gateway_venv / "lib").glob("python3*/site-packages/kvfence"))
+    installed = {p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()}
+    assert wanted and not wanted - installed, sorted(wanted - installed)
+
+
 def test_serve_without_the_engine_extra_names_it(gateway_venv: Path) -> None:
     proc = subprocess.run([str(gateway_venv / "bin/kvfence"), "serve", "--no-auth"], capture_output=True,
                           text=True, env=_clean_env(), cwd=gateway_venv, timeout=120)
