@@ -93,3 +93,31 @@ def test_the_firm_check_reads_a_bounded_window_around_each_finding() -> None:
     elapsed = time.perf_counter() - start
     assert len(found) == 6000
     assert elapsed < 8.0
+
+
+# second round: a hotel or restaurant word before the run, a law of someone, a thing noun first or last
+# in a title-case run, magazines and folklore figures, a thanks word and its intensifier
+THINGS = [
+    ("a hotel word before", "Wir wohnen im Hotel Anna Amalia in Weimar."),
+    ("a law of someone", "Selon la loi de Murphy, tout ira mal."),
+    ("a law of someone", "Secondo la legge di Murphy andrà male."),
+    ("a thing noun first in a title-case run", "Morning Rose Tea Blend, 20 bags."),
+    ("a capitalised thing noun last", "Das Boris Becker Parfüm war ein Flop."),
+    ("a folklore figure", "Ook Zwarte Piet staat op de foto."),
+    ("a magazine", "Ich lese Marie Claire und Elle."),
+    ("a thanks word and its intensifier", "Gracias Totales es el disco del año."),
+]
+
+
+@pytest.mark.parametrize(("why", "text"), THINGS)
+def test_things_written_like_names_are_no_persons(why: str, text: str) -> None:
+    assert values(text) == [], why
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Hi Elle, see you at 3.", ["Elle"]),
+    ("Ask Anna Keller about the Hotel booking.", ["Anna Keller"]),
+    ("Meine Tante Emma Blender kommt morgen.", ["Emma Blender"]),
+])
+def test_people_next_to_those_words_are_still_found(text: str, expected: list[str]) -> None:
+    assert values(text) == expected

@@ -38,7 +38,7 @@ import unicodedata
 from importlib import resources
 
 from kvfence.gateway.protection.detect.findings import Finding
-from kvfence.gateway.protection.detect.recognizers.gazetteer import Gazetteer
+from kvfence.gateway.protection.detect.recognizers.gazetteer import Gazetteer, gazetteer
 from kvfence.gateway.protection.detect.recognizers.not_names import FIRMS
 from kvfence.gateway.protection.detect.recognizers.person_words import (
     _PARTICLES,
@@ -67,18 +67,20 @@ _FIRM_BEFORE = frozenset("""
 laboratoires laboratorios laboratori laboratorium labs groupe gruppo grupo gruppe société sociedad società
 empresa azienda bedrijf cabinet bufete kanzlei bodegas bodega maison casa verlag editorial éditions edizioni
 uitgeverij brand label firm retailer chain carmaker winery distillery brewery brasserie ristorante trattoria
-pizzeria bistrot
+pizzeria bistrot hotel hôtel albergo hostal restaurant restaurante
 """.split())  # noqa: SIM905
 _RIGHT_BEFORE = _DEDICATION | _FIRM_BEFORE
 # an illness or a prize may name its person after a preposition: "maladie de Parkinson", "ziekte van Lyme"
 _OF_WORDS = frozenset("""syndrome sindrome síndrome syndrom syndroom disease maladie enfermedad morbo malattia
-krankheit ziekte sclerosis prix premio preis prijs""".split())  # noqa: SIM905
+krankheit ziekte sclerosis prix premio preis prijs law wet gesetz loi ley legge lei paradox paradoxe paradoja paradosso
+theorem théorème teorema stelling principle principe principio prinzip""".split())  # noqa: SIM905
 _OF = frozenset("de di du des del della van von of".split())  # noqa: SIM905
 # a noun right after the name (lower case; no word that is also a verb here or in another of the six
 # languages, such as "lecture", "range", "test", "watches", "chairs"): the name is a brand, a product
 # or an eponym; "_" joins two-word nouns
 _THING_NOUNS = frozenset(w.replace("_", " ") for w in """
-disease syndrome palsy surgery nurses hospice wallpaper candles mascara serums perfume perfumes fragrance
+disease syndrome palsy surgery nurses hospice wallpaper candles mascara serums perfume perfumes parfum parfums
+parfüm profumo profumi fragrance
 fragrances lipstick lipsticks cosmetics cabernet merlot chardonnay pinot shiraz rosé rosés rose roses whisky
 whiskey bourbon vodka kettle kettles toaster toasters blender blenders printer printers vacuum vacuums
 appliances dealer dealers dealership outlet outlets boutique boutiques handbag handbags sneakers jeans dresses
@@ -98,6 +100,7 @@ contracture apple triad encephalopathy""".split())  # noqa: SIM905
 _NEXT_WORDS = re.compile(r"(['’]s)?\s+([^\W\d_]+)(?:\s+([^\W\d_]+))?")
 _CAPITALISED = re.compile(r"(?: [A-Z][^\W\d_]+){0,4}")  # bounded: a run of names must not make each finding read to the end
 # after a closing or at a line start in French, Spanish, Italian, Dutch, German: an article is no name
+_CAPITALISED_BEFORE = re.compile(r"[A-Z][^\W\d_]+ $")
 _ARTICLE_FIRST = frozenset("les los las het gli die das".split())  # noqa: SIM905
 # "..., a cocktail", "... is the highest mountain in Britain", "... are the two beers on tap": the
 # sentence says what the run is, and it is a thing
@@ -275,6 +278,9 @@ def noun_after(text: str, pos: int) -> bool:
         return False
     nouns = _EPONYM_NOUNS if m.group(1) else _THING_NOUNS
     word = m.group(2)
+    if word[:1].isupper() and word[1:].islower() and not m.group(1):
+        low = word.lower()  # a capitalised noun (German, or a product's title case): "Heidi Klum Parfum"
+        return low in nouns and not gazetteer().is_given(low)
     return word in nouns or (m.group(3) is not None and f"{word} {m.group(3)}" in nouns)
 
 
@@ -285,6 +291,10 @@ def _is_thing(text: str, start: int, end: int, g: Gazetteer, things: set[str]) -
         return bool(core)
     if words[0] in _ARTICLE_FIRST and len(words) > 1:
         return True  # "Les Achats", "Het Bestuur"
+    if len(core) > 1 and core[-1] in _THING_NOUNS and not g.is_given(core[-1]) and not g.is_surname(core[-1]):
+        return True  # "Boris Becker Parfüm": the run took a capitalised noun (German, a title-case product)
+    if core[0] in _THING_NOUNS and len(core) > 1 and _CAPITALISED_BEFORE.search(text, max(0, start - 30), start):
+        return True  # "Tea Blend" of "Summer Rose Tea Blend": a product's title-case name, a noun first
     if (core[0] in _DEDICATION or core[0] in _FIRM_BEFORE) and len(core) > 1:
         return True  # "Fort William", "Storm Ciara", "Flughafen Franz Josef Strauß", "Kanzlei Hengeler Mueller"
     before = text[max(0, start - 40):start]
