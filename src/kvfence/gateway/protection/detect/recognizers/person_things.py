@@ -100,6 +100,9 @@ contracture apple triad encephalopathy""".split())  # noqa: SIM905
 _NEXT_WORDS = re.compile(r"(['’]s)?\s+([^\W\d_]+)(?:\s+([^\W\d_]+))?")
 _CAPITALISED = re.compile(r"(?: [A-Z][^\W\d_]+){0,4}")  # bounded: a run of names must not make each finding read to the end
 # after a closing or at a line start in French, Spanish, Italian, Dutch, German: an article is no name
+# street words written glued to a name in Dutch and German ("Coenstraat", "Goethestraße", "Mozartplatz")
+_STREET_SUFFIXES = ("straat", "straße", "strasse", "gracht", "plein", "kade", "steeg", "singel", "gasse", "platz",
+                    "allee", "laan", "dreef", "ufer", "damm")
 _CAPITALISED_BEFORE = re.compile(r"[A-Z][^\W\d_]+ $")
 _ARTICLE_FIRST = frozenset("les los las het gli die das".split())  # noqa: SIM905
 # "..., a cocktail", "... is the highest mountain in Britain", "... are the two beers on tap": the
@@ -291,6 +294,8 @@ def _is_thing(text: str, start: int, end: int, g: Gazetteer, things: set[str]) -
         return bool(core)
     if words[0] in _ARTICLE_FIRST and len(words) > 1:
         return True  # "Les Achats", "Het Bestuur"
+    if len(core) > 1 and core[-1].endswith(_STREET_SUFFIXES) and len(core[-1]) >= 7 and not g.is_surname(core[-1]):
+        return True  # "Jan Pieterszoon Coenstraat": a street named after a person, its word glued on
     if len(core) > 1 and core[-1] in _THING_NOUNS and not g.is_given(core[-1]) and not g.is_surname(core[-1]):
         return True  # "Boris Becker Parfüm": the run took a capitalised noun (German, a title-case product)
     if core[0] in _THING_NOUNS and len(core) > 1 and _CAPITALISED_BEFORE.search(text, max(0, start - 30), start):
