@@ -124,16 +124,11 @@ class DecodeStepKernel:
         """Whether :meth:`run` runs this batch (the layers' ``takes`` already said yes for ``x``): a
         decode-only step, every token a decode row, slots and a slot mapping the kernel can read."""
         rows = x.shape[0]
-        slots, mapping = meta.decode_slots, meta.slot_mapping
+        mapping = meta.slot_mapping
         return (
             not meta.prefills
             and meta.num_decode_tokens == rows
-            and slots is not None
-            and slots.dim() == 2
-            and slots.shape[0] == rows
-            and slots.dtype == torch.int64
-            and slots.is_cpu
-            and slots.stride(1) == 1
+            and _view_fits(meta, rows)
             and mapping.shape == (rows,)
             and mapping.dtype == torch.int64
             and mapping.is_cpu
@@ -178,6 +173,7 @@ class DecodeStepKernel:
 
 
 def _view_fits(view: AttentionMetadata, rows: int) -> bool:
+    # decode slots the kernel reads: [rows, max slots] int64 on the CPU, unit stride along a row
     slots = view.decode_slots
     return (
         slots is not None

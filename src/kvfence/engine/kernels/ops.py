@@ -233,8 +233,7 @@ def _time_forms(weights: list[torch.Tensor], rows: int, repeats: int, gen: torch
             # (whose passes may leave part of the weights in the caches, or the neighbours busy).
             for round_index in range(repeats + 1):
                 for kernel in (False, True) if round_index % 2 else (True, False):
-                    _Backend.gemv_kernel = kernel
-                    _Backend.tiled_max_rows = MAX_KERNEL_ROWS if kernel else TILED_MIN_ROWS - 1
+                    use_gemv_kernel(kernel)
                     start = time.perf_counter()
                     for w in weights:
                         linear(inputs[w.shape[1]], w)

@@ -18,7 +18,7 @@ import gzip
 from dataclasses import dataclass
 from importlib import resources
 
-__all__ = ["Gazetteer", "gazetteer", "word_list"]
+__all__ = ["Gazetteer", "data_lines", "gazetteer", "word_list"]
 
 # Given names that are, at least as often, a verb, a month, a virtue or a thing at the start of a
 # sentence ("Will Smith" is a name, "Will Johnson attend?" too, but "May Day", "Grant Access" not):
@@ -69,10 +69,16 @@ def _read(name: str) -> frozenset[str]:
     return frozenset(gzip.decompress(_data(name)).decode("utf-8").split())
 
 
-def word_list(package: str, name: str) -> frozenset[str]:
-    """A hand-written list ``data/<name>`` of ``package`` (``#`` lines are comments)."""
+def data_lines(package: str, name: str) -> list[str]:
+    """The lines of a hand-written file ``data/<name>`` of ``package``, without ``#`` comment lines
+    and blank ones."""
     lines = resources.files(package).joinpath("data", name).read_text("utf-8").splitlines()
-    return frozenset(w for line in lines if not line.startswith("#") for w in line.split())
+    return [line for line in lines if line.strip() and not line.startswith("#")]
+
+
+def word_list(package: str, name: str) -> frozenset[str]:
+    """The words of a hand-written list ``data/<name>`` of ``package`` (:func:`data_lines`)."""
+    return frozenset(w for line in data_lines(package, name) for w in line.split())
 
 
 def _supplement(name: str) -> frozenset[str]:

@@ -35,10 +35,9 @@ import dataclasses
 import functools
 import re
 import unicodedata
-from importlib import resources
 
 from kvfence.gateway.protection.detect.findings import Finding
-from kvfence.gateway.protection.detect.recognizers.gazetteer import Gazetteer, gazetteer
+from kvfence.gateway.protection.detect.recognizers.gazetteer import Gazetteer, data_lines, gazetteer
 from kvfence.gateway.protection.detect.recognizers.not_names import FIRMS
 from kvfence.gateway.protection.detect.recognizers.person_words import (
     _PARTICLES,
@@ -175,8 +174,7 @@ def _firm_key(word: str) -> str:
 
 @functools.cache
 def _firm_runs() -> frozenset[tuple[str, ...]]:
-    lines = resources.files(__name__.rpartition(".")[0]).joinpath("data", "firms.txt").read_text("utf-8").splitlines()
-    entries = [line for line in lines if line.strip() and not line.startswith("#")] + list(FIRMS)
+    entries = data_lines(__name__.rpartition(".")[0], "firms.txt") + list(FIRMS)
     return frozenset(k for k in (tuple(_firm_key(w) for w in _FIRM_WORD.findall(e) if w.lower() != "and") for e in entries)
                      if k)
 
