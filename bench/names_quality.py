@@ -109,6 +109,8 @@ def score(rows: list[dict[str, Any]], show: int = 0) -> dict[str, Any]:
     rules: dict[str, dict[str, int]] = {"hard_negative": defaultdict(int), "wrong": defaultdict(int)}
     misses: list[str] = []
     wrong: list[str] = []
+    # per genre ("kind" of a row), totals only: PERSON found/labelled, hard-negative texts flagged/all
+    by_kind: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for row in rows:
         text = row["text"]
         found = [f for f in detector.scan_all([text])[0] if f.entity in TYPES]
@@ -116,6 +118,9 @@ def score(rows: list[dict[str, Any]], show: int = 0) -> dict[str, Any]:
             negatives["texts"] += 1
             negatives["findings"] += len(found)
             negatives["texts_with_findings"] += bool(found)
+            genre = by_kind[row.get("kind", "-")]
+            genre["negatives"] += 1
+            genre["negatives_flagged"] += bool(found)
             wrong.extend(f"NEG {row['id']} {f.entity}: {text[f.start:f.end]!r}" for f in found)
             for f in found:
                 rules["hard_negative"][f.rule] += 1
@@ -127,6 +132,11 @@ def score(rows: list[dict[str, Any]], show: int = 0) -> dict[str, Any]:
             for f in found:
                 if f.entity == kind and not any(2 * _overlap((f.start, f.end), span) >= f.end - f.start for span in g):
                     rules["wrong"][f.rule] += 1
+            if kind == "PERSON":
+                genre = by_kind[row.get("kind", "-")]
+                genre["person_labelled"] += len(g)
+                genre["person_found"] += sum(1 for span in g if any(2 * _overlap(span, q) >= span[1] - span[0]
+                                                                    for q in p))
             for lang in (row.get("lang", "en"), "all"):
                 c = counts[(kind, lang)]
                 c["labelled"] += len(g)
@@ -147,6 +157,7 @@ def score(rows: list[dict[str, Any]], show: int = 0) -> dict[str, Any]:
         table.append({"type": kind, "lang": lang, **c, "recall": recall, "precision": precision})
     detector.close()
     return {"by_type_lang": table, "hard_negatives": negatives, "rules": {k: dict(v) for k, v in rules.items()},
+            "by_kind": {k: dict(v) for k, v in sorted(by_kind.items())},
             "misses": misses[:show], "wrong": wrong[:show]}
 
 
@@ -158,6 +169,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("corpus", nargs="*", type=Path, default=[REPO / "tests/data/pii_names.jsonl"])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--by-kind", action="store_true", help="also print totals per genre (row kind)")
     parser.add_argument("--show", type=int, default=0, help="print up to N misses and wrong findings")
     args = parser.parse_args()
     rows = [row for path in args.corpus for row in read_rows(path)]
@@ -174,6 +186,10 @@ def main() -> None:
     for kind, counts in result["rules"].items():
         if counts:
             print(f"rules of {kind.replace('_', '-')} findings: " + ", ".join(f"{r} {c}" for r, c in sorted(counts.items())))
+    if args.by_kind:
+        for genre, c in result["by_kind"].items():
+            print(f"kind {genre:10} PERSON {c.get('person_found', 0):4d}/{c.get('person_labelled', 0):<4d} "
+                  f"hard negatives flagged {c.get('negatives_flagged', 0)}/{c.get('negatives', 0)}")
     for line in result["misses"] + result["wrong"]:
         print(line)
 
