@@ -68,6 +68,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _PARTICLES,
     _PINYIN_GIVEN,
     _PLACE_BEFORE,
+    _RISKY_CUES,
     _SAY_AFTER,
     _SENTENCE_END,
     _SPEAKER_AFTER,
@@ -324,6 +325,8 @@ class _Finder:
         after = self.text[end:end + 80]
         by_mail = _MAIL_AFTER.match(after) is not None
         cue = _cue_before(self.before(i))
+        if cue == "-" and not self.ends_line(i + len(toks)):
+            cue = None  # "Q3 - Victoria Park" goes on; a signature ends its line
         # an ask verb ("ask Soizic", "chiedi a Mariapia") or a role label before two title-shaped words
         # ("Assigned to Rangi Parata", "Reviewer: Bo-ra Jeong") vouch for names the lists lack too
         # (tried last, when no other rule took the run: known names keep their own rules)
@@ -339,6 +342,11 @@ class _Finder:
             return False  # "Attention Span", "Cheers Mate": a word that is only a surname needs more
         self.add(i, i + len(toks), "person_introduced", 0.75)
         return True
+
+    def ends_line(self, j: int) -> bool:
+        """Whether the line ends after token ``j - 1`` (spaces, or a "!" / "." at most, before it)."""
+        rest = self.text[self.toks[j - 1].end:self.toks[j - 1].end + 4].lstrip(" \t.!")
+        return not rest or rest[0] in "\r\n"
 
     def sentence_start(self, t: _Tok) -> bool:
         before = self.text[max(0, t.start - 3):t.start].rstrip(" \t\"'“(")
@@ -425,16 +433,17 @@ class _Finder:
             self.add(i, i + 1, "person_speaker", 0.65)
             return True
         cue = _cue_before(before)
-        if cue is not None and (before.rstrip().endswith("&") or (cue in ("via", "per") and before.rstrip()[-3:-2].isupper())):
-            cue = None
+        if cue is not None and (before.rstrip().endswith("&") or (cue in ("via", "per") and before.rstrip()[-3:-2].isupper()
+                                                                  and not after.startswith(","))
+                                or (cue == "-" and not self.ends_line(i + 1))):
+            cue = None  # "Via Roma", "Per Olsen"; but "Per Jenna, the client wants ..."
         prev = _CUE_WORDS.findall(before[-16:].lower())
         if prev and prev[-1] in _STREET_WORDS:
             return False
         if cue is not None and (cue not in _WEAK_CUES or (g.is_given(t.low) and not (g.is_ordinary(t.low)
                                                                                or g.risky_given(t.low))
                                                          and t.low not in _NOT_ALONE)) \
-                and (not g.risky_given(t.low) or cue in ("hi", "hey", "hello", "dear", "thanks", "thank you",
-                                                         "cc", "@", "liebe", "lieber", "cher", "chère")):
+                and (not g.risky_given(t.low) or cue in _RISKY_CUES):
             self.add(i, i + 1, "person_cue", 0.7)
             return True
         if len(t.text) >= 3 and _SAY_AFTER.match(after) and not g.risky_given(t.low) and g.is_given(t.low) \

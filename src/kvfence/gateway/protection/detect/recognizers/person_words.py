@@ -54,7 +54,14 @@ je m'appelle, me llamo, soy, mi chiamo, sono, ik ben, mijn naam is, ik heet, fra
 chiedi a, vraag, witness, attendees, attendee, participants, present, speaker, author, authors, owner,
 assignee, signatory, guarantor, seller, buyer, lessor, lessee, tenant, employer, contractor, zeuge, zeugin,
 teilnehmer, témoin, participants, testigo, asistentes, testimone, partecipanti, getuige, aanwezig, @, met, mit, avec, con, per, via, from, by, and, to, for, und,
-sentito, visto, vu, croisé, chiamato, appelé
+sentito, visto, vu, croisé, chiamato, appelé,
+loop in, looping in, looped in, looping, according to, thanks to, merci à, grazie a, gracias a, danke an, dank aan,
+shoutout to, shout out to, kudos to, congrats, congratulations, félicitations, bravo, glückwunsch, felicidades,
+enhorabuena, complimenti, auguri, gefeliciteerd, proficiat, welcome, welcome aboard, welcome back, bienvenue,
+willkommen, bienvenido, bienvenida, benvenuto, benvenuta, welkom, sorry, apologies, désolé, désolée, scusa,
+perdona, happy birthday, joyeux anniversaire, feliz cumpleaños, buon compleanno, backup, back-up, reach out to,
+talk to, speak to, spoke to, rappelle, rappelez, appelle, appelez, contacte, contactez, écris à, dis à, dites à,
+llama a, chiama, frag mal, ruf, vraag even, vraag aan, vraag even aan
 """.replace("\n", " ").split(","))
 # Of these, the weak ones ("to", "and") only with a name that is no word or place.
 # "hai sentito davide", "t'as vu mathilde": chat verbs of meeting someone, weak as well
@@ -65,15 +72,26 @@ _CUE_WORDS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?|@|(?<=c)/(?=o)")
 
 # Greetings and sign-offs: after these a capitalised word the lists lack is a name too ("Hi Tesfaye,",
 # "Best regards,\nOluwadamilare Okafor"), unless it is a word for a group ("Hi Team", "Liebe Kollegen").
-_STRONG_CUES = frozenset(c.strip() for c in """
+# Greetings: before a given name that is also a word ("Hi Will,", "Salut Rose", "Good morning Heather")
+_GREETINGS = frozenset(c.strip() for c in """
 hi, hey, hello, hallo, hola, ciao, salut, bonjour, bonsoir, buongiorno, moin, servus, dear, dearest, liebe, hoi, hej, olá, salve,
 lieber, sehr geehrte, sehr geehrter, cher, chère, estimado, estimada, querido, querida, caro, cara, gentile,
-beste, geachte, thanks, thank you, cheers, regards, best, best regards, kind regards, warm regards,
+beste, geachte, coucou, hiya, howdy, good morning, good afternoon, good evening, guten morgen, guten tag,
+buenos días, buenas tardes, buenas, goedemorgen, goedemiddag
+""".replace("\n", " ").split(","))
+_STRONG_CUES = _GREETINGS | frozenset(c.strip() for c in """
+thanks, thank you, cheers, regards, best, best regards, kind regards, warm regards,
 sincerely, yours, grüße, gruß, viele grüße, beste grüße, freundliche grüße, mit freundlichen grüßen,
 cordialement, bien à vous, amitiés, saludos, un saludo, atentamente, saluti, cordiali saluti, distinti saluti,
 bonne journée, bonne soirée, bonne fin de journée, bises, bisous, amicalement, à bientôt, un saluto, un abbraccio,
 un caro saluto, a presto, buona giornata, buona serata, baci, saluti cordiali,
 groeten, met vriendelijke groet, hartelijke groet, groetjes, signed, witness, attendees,
+talk soon, speak soon, take care, all the best, best wishes, warm wishes, warmly, love, lots of love, xoxo, xo, hugs,
+many thanks, thanks again, thanks in advance, with thanks, à plus, à demain, bonne semaine, bon week-end,
+bon weekend, belle journée, bonne fin de semaine, je t'embrasse, grosses bises, bisou, bien cordialement,
+très cordialement, sincères salutations, salutations, liebe grüße, lg, schöne grüße, herzliche grüße, bis bald,
+bis dann, besos, un beso, abrazos, un abrazo, saludos cordiales, hasta pronto, un bacio, bacioni, a dopo, a domani,
+liefs, tot snel, tot morgen, hartelijke groeten, vriendelijke groeten, -,
 sister, brother, wife, husband, son, daughter, mother, father, mum, mom, dad, aunt, uncle, cousin, niece, nephew,
 grandson, granddaughter, grandmother, grandfather, fiancé, fiancée, girlfriend, boyfriend, friend, neighbour,
 neighbor, colleague, coworker, co-worker, boss, schwester, bruder, ehefrau, ehemann, sohn, tochter, mutter, vater,
@@ -94,12 +112,12 @@ fille, mère, père, oncle, collègue, voisin, voisine, amie, ami, hermana, herm
 madre, padre, tía, tío, prima, primo, compañero, compañera, vecino, vecina, amiga, amigo, sorella, fratello, moglie,
 marito, figlio, figlia, zia, zio, cugino, cugina, collega, vicino, vicina, amica, amico, zus, broer, echtgenote,
 zoon, dochter, moeder, vader, oom, neef, nicht, buurman, buurvrouw, vriendin, vriend""".replace("\n", " ").split(","))
-_SIGN_OFFS = frozenset(c for c in _STRONG_CUES if c not in
-                       ("hi", "hey", "hello", "hallo", "hola", "ciao", "salut", "bonjour", "bonsoir", "buongiorno", "hoi", "hej", "olá", "salve",
-                        "moin", "servus", "dear", "dearest", "liebe", "lieber", "sehr geehrte", "sehr geehrter",
-                        "cher", "chère", "estimado", "estimada", "querido", "querida", "caro", "cara", "gentile",
-                        "beste", "geachte", "witness", "attendees")
+_SIGN_OFFS = frozenset(c for c in _STRONG_CUES if c not in _GREETINGS and c not in ("witness", "attendees")
                        and c not in _ROLE_WORDS)
+# Before a given name that is also a word, a month or a place, only these make it a person: a
+# greeting, thanks, a copy or a mention ("Hi Will,", "Thanks again Summer!", "cc Grace", "@Jordan")
+_RISKY_CUES = _GREETINGS | frozenset(["thanks", "thank you", "thx", "thanks again", "many thanks", "merci", "danke",
+                                      "gracias", "grazie", "bedankt", "cc", "@"])
 _MAIL_AFTER = re.compile(r"[ \t]{0,2}[<(\[][ \t]?(?:mailto:)?[\w.+'-]{1,64}@[\w-]+\.[\w.-]+")
 _GROUP_WORDS = frozenset(["team", "all", "everyone", "everybody", "folks", "guys", "there", "world", "customer", "customers", "colleagues", "equipo", "squadra", "ploeg", "kollegen", "kolleginnen", "kunden", "kundinnen", "freunde", "damen", "herren", "mitglieder", "leute", "alle", "zusammen", "équipe", "equipe", "tous", "todos", "todas", "tutti", "amici", "amigos", "compañeros", "colleghi", "collègues", "collega's", "allemaal", "iedereen", "support", "sales", "admin", "admins", "user", "users", "sir", "madam", "management", "dirección", "direction", "direzione", "directie", "geschäftsleitung", "geschäftsführung", "secretariaat", "secretaría", "segreteria", "secrétariat", "sekretariat", "redaktion", "rédaction", "redacción", "redazione", "redactie", "administration", "verwaltung", "administración", "amministrazione", "administratie", "buchhaltung", "contabilidad", "contabilità", "boekhouding", "comptabilité", "personal", "personalabteilung", "facturación", "fatturazione", "facturation", "kundenservice", "klantenservice", "servicio", "servizio", "service", "grüße", "gruß", "grüsse", "groeten", "groet", "saluti", "saludos", "salutations", "regards", "wishes", "greetings"])
 
@@ -122,7 +140,8 @@ destinataire, destinatario, ontvanger, firmado, firmato, signé, unterschrieben,
 # the last word of a closing ("Best,", "Kind regards,", "Yours,", "Saludos,")
 _CLOSING_LAST = frozenset("""best regards yours sincerely grüße gruß cordialement saludos atentamente saluti groeten
 groet groetjes journée soirée bises bisous amicalement bientôt saluto abbraccio presto giornata serata baci
-cordiali""".split())  # noqa: SIM905
+cordiali soon care wishes warmly love salutations semaine weekend week-end embrasse demain bald dann pronto
+dopo domani snel morgen liefs""".split())  # noqa: SIM905
 _CUE_LAST = frozenset(p.split()[-1] for p in _CUES | _STRONG_CUES | _ASK_CUES | _LABEL_CUES)
 
 
@@ -138,6 +157,14 @@ def _cue_before(before: str) -> str | None:
     gap = before[len(tail):]
     newline = "\n" in gap
     if (len(gap) > 3 and not newline) or gap.count("\n") > 1:
+        return None
+    if tail[-1] in "-–—":
+        # a signature after "-- " on its own line, or after a sentence: "Happy to help! - Tony"
+        rest = tail.rstrip("-–—")
+        dashes = len(tail) - len(rest)
+        if (newline and dashes == 2 and rest.endswith("\n")) \
+                or (not newline and dashes == 1 and rest.endswith(("! ", ". ", "? ", ") "))):
+            return "-"
         return None
     last = tail[-12:].rsplit(None, 1)[-1].lower().lstrip("\"'“‘«(„[")
     if last != "@" and last.replace("’", "'") not in _CUE_LAST:

@@ -1,0 +1,89 @@
+"""PERSON, issue #19 sixth round (N6): names in chat and e-mail text. Greetings, thanks, sign-offs and
+verbs of contact in six languages before a single given name, signatures after a dash, given names that
+are also words after a greeting; each case next to the word uses of the same words, which stay none."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvfence.gateway.protection.detect.findings import resolve_overlaps
+from kvfence.gateway.protection.detect.recognizers.person import find_persons
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def values(text: str) -> list[str]:
+    return [text[f.start:f.end] for f in resolve_overlaps(find_persons(text))]
+
+
+# (text, the names): each was missed before
+CUES = [
+    ("I'll loop in Megan from legal.", ["Megan"]),
+    ("Looping gabe in", ["gabe"]),
+    ("Congrats Tasha on the promotion!!", ["Tasha"]),
+    ("welcome aboard diego 🎉", ["diego"]),
+    ("Sorry Ollie, I missed your call.", ["Ollie"]),
+    ("Owner: Carlos (backup: Nina)", ["Carlos", "Nina"]),
+    ("Per Jenna, the client wants the blue version.", ["Jenna"]),
+    ("Good morning Heather, the parcel arrived.", ["Heather"]),
+    ("Thanks again Summer!", ["Summer"]),
+    ("Merci à Yasmine et Lucas pour l'organisation !", ["Yasmine", "Lucas"]),
+    ("Rappelle Sylvie quand tu peux.", ["Sylvie"]),
+    ("coucou léa ! on se voit ce soir ?", ["léa"]),
+    ("frag mal jonas, der weiß das", ["jonas"]),
+    ("vraag even aan joost of hij komt", ["joost"]),
+]
+SIGN_OFFS = [
+    ("Talk soon,\nJamie", ["Jamie"]),
+    ("Take care,\nPriyanka", ["Priyanka"]),
+    ("À plus,\nBastien", ["Bastien"]),
+    ("Bonne semaine,\nFabien", ["Fabien"]),
+    ("Besos,\nCarmen", ["Carmen"]),
+    ("Liefs,\nSanne", ["Sanne"]),
+    ("xoxo Becca", ["Becca"]),
+    ("Happy to help! - Tony", ["Tony"]),
+    ("Sent from my iPhone\n\n-- \nNathan", ["Nathan"]),
+]
+
+
+@pytest.mark.parametrize(("text", "names"), CUES + SIGN_OFFS, ids=[t[:30] for t, _ in CUES + SIGN_OFFS])
+def test_a_given_name_after_a_chat_cue_or_a_sign_off_is_found(text: str, names: list[str]) -> None:
+    assert values(text) == names
+
+
+# the same words as words: no name
+WORDS = [
+    "Welcome to the help centre.",
+    "Sorry for the late reply, I was travelling.",
+    "Congrats on the launch, team!",
+    "According to the logs the job never started.",
+    "Take care of the backups before Friday.",
+    "Talk soon about the budget?",
+    "I love Paris in the spring.",
+    "Q3 - Victoria Park refurbishment starts in May.",
+    "Results - Summer Sale 2026",
+    "- Rose Garden tickets\n- Amber Room parking",
+    "Good morning, everyone!",
+    "Thanks again for the quick turnaround.",
+    "Per the contract, payment is due in 30 days.",
+    "Backup: nightly at 02:00",
+]
+
+
+@pytest.mark.parametrize("text", WORDS, ids=[t[:30] for t in WORDS])
+def test_the_cue_words_alone_make_no_name(text: str) -> None:
+    assert values(text) == []
+
+
+def test_the_chat_dev_set_keeps_its_figures() -> None:
+    sys.path.insert(0, str(REPO / "bench"))
+    from names_quality import read_markup
+
+    rows = read_markup(REPO / "tests/data/names_chat_dev.txt")
+    labelled = [(row["text"], row["text"][s:e]) for row in rows for s, e, kind in row["spans"] if kind == "PERSON"]
+    assert len(labelled) >= 150
+    hits = sum(1 for text, name in labelled if any(name in v or v in name for v in values(text)))
+    assert hits / len(labelled) >= 0.72
