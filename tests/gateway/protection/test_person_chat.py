@@ -78,6 +78,39 @@ def test_the_cue_words_alone_make_no_name(text: str) -> None:
     assert values(text) == []
 
 
+# short forms the lists lacked, and names whose lower-case word is rare in running text
+SHORT_FORMS = [
+    ("shoutout to kev for fixing the printer lol", ["kev"]),
+    ("grazie fede!", ["fede"]),
+    ("grazie peppe, a domani", ["peppe"]),
+    ("ping maria when you get a sec", ["maria"]),
+    ("ask tom about it, he set up the VPN", ["tom"]),
+    ("hey mike, did the invoice go out?", ["mike"]),
+    ("Chris just pushed a fix, can you check?", ["Chris"]),
+    ("according to gemma the room is free", ["gemma"]),
+]
+
+
+@pytest.mark.parametrize(("text", "names"), SHORT_FORMS, ids=[t[:30] for t, _ in SHORT_FORMS])
+def test_short_forms_and_names_first_are_found(text: str, names: list[str]) -> None:
+    assert values(text) == names
+
+
+# their word uses, and the names kept ordinary on purpose
+NOT_SHORT_FORMS = [
+    "Le lycée Victor Hugo organise une journée portes ouvertes.",
+    "We use Adam with a learning rate of 3e-4.",
+    "ik ben er morgen niet",
+    "a cup of joe and a bloody mary",
+    "Hail Mary pass in the last second",
+]
+
+
+@pytest.mark.parametrize("text", NOT_SHORT_FORMS, ids=[t[:30] for t in NOT_SHORT_FORMS])
+def test_word_uses_of_short_forms_stay_none(text: str) -> None:
+    assert values(text) == []
+
+
 def test_the_chat_dev_set_keeps_its_figures() -> None:
     sys.path.insert(0, str(REPO / "bench"))
     from names_quality import read_markup
@@ -86,4 +119,4 @@ def test_the_chat_dev_set_keeps_its_figures() -> None:
     labelled = [(row["text"], row["text"][s:e]) for row in rows for s, e, kind in row["spans"] if kind == "PERSON"]
     assert len(labelled) >= 150
     hits = sum(1 for text, name in labelled if any(name in v or v in name for v in values(text)))
-    assert hits / len(labelled) >= 0.72
+    assert hits / len(labelled) >= 0.78

@@ -7,7 +7,8 @@ marking names that are ordinary words; the provenance and checksums are in ``dat
 holds in lower case ("wouter", "maarten"); ``data/words_not_names.txt`` takes from the names the service
 words, greetings, vocatives and departments of the six languages that Faker's lists hold ("danke",
 "gracias", "posso", "Legal"): they are ordinary words, never a given name. ``data/given_supplement.txt`` adds romanised given names of cultures those lists miss (South
-Asian, West/East/Southern African, Central Asian, Gaelic, Pacific ...), written for this detector.
+Asian, West/East/Southern African, Central Asian, Gaelic, Pacific ...), ``data/given_short_forms.txt``
+short forms and nicknames of the six languages ("kev", "Becca", "fede"), written for this detector.
 Shipped inside the package: nothing is downloaded. Loaded once per process, when the detector is built (~0.3 s).
 """
 
@@ -89,6 +90,7 @@ def _supplement(name: str) -> frozenset[str]:
 def gazetteer() -> Gazetteer:
     """The shipped gazetteer (read once per process)."""
     not_names = _supplement("words_not_names.txt")
-    given = (_read("given_names.txt.gz") | _supplement("given_supplement.txt")) - not_names
+    given = (_read("given_names.txt.gz") | _supplement("given_supplement.txt")
+             | _supplement("given_short_forms.txt")) - not_names
     ordinary = (_read("ordinary.txt.gz") - _supplement("names_not_words.txt")) | not_names
     return Gazetteer(given, _read("surnames.txt.gz"), ordinary, not_names)
