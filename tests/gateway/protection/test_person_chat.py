@@ -120,3 +120,40 @@ def test_the_chat_dev_set_keeps_its_figures() -> None:
     assert len(labelled) >= 150
     hits = sum(1 for text, name in labelled if any(name in v or v in name for v in values(text)))
     assert hits / len(labelled) >= 0.78
+
+
+# a given name and a surname that is also a place or firm word, where the words around say it is a person
+ORG_WORD_SURNAMES = [
+    ("Please call Jessica Hall before 5 pm about the lease.", ["Jessica Hall"]),
+    ("Meeting with Tom Bank and Sarah Church moved to Thursday.", ["Tom Bank", "Sarah Church"]),
+    ("Contact: Michael Stone, Linda Park", ["Michael Stone", "Linda Park"]),
+    ("Thanks,\nOliver Street", ["Oliver Street"]),
+    ("We had lunch with Peter Lake and his wife.", ["Peter Lake"]),
+    ("Nadia Bridge wrote back this morning.", ["Nadia Bridge"]),
+]
+
+
+@pytest.mark.parametrize(("text", "names"), ORG_WORD_SURNAMES, ids=[t[:30] for t, _ in ORG_WORD_SURNAMES])
+def test_a_surname_that_is_a_place_word_is_a_person_in_a_person_context(text: str, names: list[str]) -> None:
+    assert values(text) == names
+
+
+PLACES = [
+    "We walked through Victoria Park after lunch.",
+    "Main Street Capital raised its dividend again.",
+    "Tickets for the Royal Albert Hall are sold out.",
+    "Deutsche Bank cut its forecast for the euro.",
+    "Contact: Deutsche Bank, Barclays",
+    "Tickets for the Albert Hall go on sale on Monday.",
+    "We went to Albert Park for the race.",
+    "Meet me on George Street, outside the bank.",
+    "Take the exit for Hall Green.",
+    "Grace Church was built in 1846.",
+    "Meeting with Main Street Capital on Friday.",
+    "Cordialement,\nL'équipe commerciale",
+]
+
+
+@pytest.mark.parametrize("text", PLACES, ids=[t[:30] for t in PLACES])
+def test_places_and_firms_on_those_words_stay_none(text: str) -> None:
+    assert values(text) == []

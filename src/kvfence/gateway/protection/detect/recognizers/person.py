@@ -250,6 +250,8 @@ class _Finder:
         middles_ok = all(_known(g, w.low, given=False) or not g.is_ordinary(w.low) for w in words[1:-1])
         if not middles_ok:
             return False
+        if first.low in _ORG_AFTER and g.is_ordinary(first.low) and g.is_ordinary(last.low):
+            return False  # "Hall Green", "Park Royal", "Lake Shore": a place word, then a word ("Park Ji-sung" is a name)
         if not _known(g, first.low, given=True):
             first_ordinary = g.is_ordinary(first.low)
             if first_ordinary or headline:
@@ -294,7 +296,7 @@ class _Finder:
         Jr. Day"), an article is before it ("the Louis Vuitton store"), or "its" follows ("Ford Smith
         cut its forecast": a firm, not a person)."""
         toks = self.toks
-        if any(toks[k].low in _ORG_AFTER for k in range(i + 1, j)):
+        if any(toks[k].low in _ORG_AFTER for k in range(i + 1, j)) and not self.org_word_surname(i, j):
             return True
         prev = _CUE_WORDS.findall(self.before(i, 16).lower())
         if prev and (prev[-1] in _STREET_WORDS or prev[-1] in _ARTICLES) and self.before(i, 1) == " ":
@@ -309,13 +311,41 @@ class _Finder:
             return True
         return _BUSINESS_BEFORE.search(self.before(i, 30)) is not None and not after.startswith(("'s", "’s"))
 
+    def org_word_surname(self, i: int, j: int) -> bool:
+        """A safe given name and a surname that is also a place or firm word, where the words around
+        say it is a person: a person cue before it ("call Jessica Hall", "with Tom Bank", "Thanks,\nOliver
+        Street"), a person listed right before it ("Michael Stone, Linda Park") or a verb of saying after
+        it. "Victoria Park", "Grace Church" (a given name that is also a place or word), "Main Street
+        Capital", "Royal Albert Hall" (more words) and "the Albert Hall" (an article) stay places."""
+        if j - i != 2:
+            return False
+        g = self.g
+        first, last = self.toks[i], self.toks[i + 1]
+        if not (_name_shaped(first.text) and _name_shaped(last.text) and "-" not in last.text) \
+                or not g.is_given(first.low) or g.risky_given(first.low) or g.is_ordinary(first.low) \
+                or first.low in _PLACES or first.low in _ORG_AFTER or _not_a_person(first.low) \
+                or not g.is_surname(last.low) or noun_after(self.text, last.end):
+            return False
+        after = self.text[last.end:last.end + 24]
+        if after.startswith(("'s", "’s")):
+            return False  # "Albert Hall's roof"
+        cue = _cue_before(self.before(i))
+        if cue is not None and cue not in ("to", "for", "by", "from", "via", "per", "and", "und", "-"):
+            return True
+        k = i - 1
+        if k >= 0 and self.toks[k].text in ("and", "und", "et", "y", "e", "en", "or"):
+            k -= 1  # "and" is a token when a name list holds it
+        if k >= 0 and k in self.taken and _LIST_GAP.match(self.text[self.toks[k].end:first.start]):
+            return True  # "Contact: Michael Stone, Linda Park", "with Tom Bank and Sarah Church"
+        return _SPOKE_AFTER.match(after) is not None or after.startswith((" said", " says"))
+
     def introduced(self, i: int, j: int, asked: bool = False) -> bool:
         """A run after a greeting or sign-off, or right before its own e-mail address, is a name even
         when the lists lack it: "Hi Tesfaye,", "Regards,\nOluwadamilare Okafor", "Ifeoma Nwosu <i.n@x.org>"."""
         toks = self.toks[i:j][:4]
         g = self.g
-        if toks[0].low in _ARTICLES:
-            return False  # "Cordialement,\nLes Achats": a department, not a person
+        if toks[0].low in _ARTICLES or (toks[0].low[:2] == "l'" and g.is_ordinary(toks[0].low[2:])):
+            return False  # "Cordialement,\nLes Achats", "L'équipe commerciale": a department, not a person
         words = [t for t in toks if t.low not in _PARTICLES and not _initial(self.text, t)]
         if not words or any(len(t.text) < 2 or _not_a_person(t.low) or t.low in _GROUP_WORDS or g.month_or_day(t.low)
                             or t.low in _PLACES or t.low in _NOT_ALONE
