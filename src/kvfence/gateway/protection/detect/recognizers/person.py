@@ -40,7 +40,11 @@ from kvfence.gateway.protection.detect.recognizers.not_names import FIRMS as _NO
 from kvfence.gateway.protection.detect.recognizers.not_names import NOT_ALONE as _NOT_ALONE
 from kvfence.gateway.protection.detect.recognizers.not_names import ORG_WORDS as _ORG_AFTER
 from kvfence.gateway.protection.detect.recognizers.not_names import PLACES as _PLACES
-from kvfence.gateway.protection.detect.recognizers.person_labels import field_values, list_values
+from kvfence.gateway.protection.detect.recognizers.person_labels import (
+    action_owners,
+    field_values,
+    list_values,
+)
 from kvfence.gateway.protection.detect.recognizers.person_mentions import link_mentions
 from kvfence.gateway.protection.detect.recognizers.person_things import drop_things, noun_after
 from kvfence.gateway.protection.detect.recognizers.person_words import (
@@ -66,6 +70,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _NOUN_AFTER,
     _ORG_SHAPE,
     _PARTICLES,
+    _PINYIN,
     _PINYIN_GIVEN,
     _PLACE_BEFORE,
     _RISKY_CUES,
@@ -93,6 +98,7 @@ __all__ = ["find_persons", "link_mentions"]
 
 
 _VOUCHING_CUES = _ASK_CUES | _LABEL_CUES
+_BULLET_BEFORE = re.compile(r"(?:^|\n)[ \t]*[-*•][ \t]+$")
 _ARABIC_PARTICLE = re.compile(r"^(?:al|el|ul|bin|ibn|abu|abd)-[A-Z][a-z]")
 
 
@@ -253,9 +259,11 @@ class _Finder:
         if first.low in _ORG_AFTER and g.is_ordinary(first.low) and g.is_ordinary(last.low):
             return False  # "Hall Green", "Park Royal", "Lake Shore": a place word, then a word ("Park Ji-sung" is a name)
         if not _known(g, first.low, given=True):
-            first_ordinary = g.is_ordinary(first.low)
-            if first_ordinary or headline:
-                return False
+            # a Chinese surname that is also a word ("Wang", "Sun", "Ma") before a pinyin given name
+            chinese = first.low in _CHINESE_SURNAMES and first.low != "he" and len(words) == 2 \
+                and _PINYIN.match(last.low) is not None and g.is_given(last.low) and not g.risky_alone(last.low)
+            if (g.is_ordinary(first.low) and not chinese) or headline or first.low in _PLACES:
+                return False  # "Kyoto Gion", "Osaka Namba": a city, then its district
             # surname first (Chinese, Japanese, Korean, Vietnamese, Hungarian): "Tanaka Hiroshi", "Zhang Wei"
             if g.is_surname(first.low) and _known(g, last.low, given=True) and not g.risky_given(last.low):
                 return True
@@ -418,6 +426,9 @@ class _Finder:
             if k > i and k - i >= 2 and i in self.taken:
                 i = k
                 continue
+            if upper and j == i + 1 and (k := self.upper_surname_first(i)):
+                i = k
+                continue
             if self.single(i, upper):
                 i += 1
                 continue
@@ -425,6 +436,25 @@ class _Finder:
                 i = j
                 continue
             i += 1
+
+    def upper_surname_first(self, i: int) -> int:
+        """A surname in capitals before the given names, as forms, labels and lists write it ("DUPONT
+        Marie", "NGUYEN Thi Hoa", "WANG Xiaoling"): the index past the name, or 0."""
+        toks, g = self.toks, self.g
+        t = toks[i]
+        if i + 1 >= len(toks) or not toks[i + 1].cap or not self.gap_ok(t, toks[i + 1]) or len(t.text) < 2 \
+                or not g.is_surname(t.low) or (g.is_ordinary(t.low) and t.low not in _CHINESE_SURNAMES) \
+                or t.low in _PLACES or _not_a_person(t.low) or t.low in _NOT_ALONE:
+            return 0
+        k = i + 1
+        while k < len(toks) and k - i <= 3 and toks[k].cap and not toks[k].upper and self.gap_ok(toks[k - 1], toks[k]) \
+                and _known(g, toks[k].low, given=True) and not g.risky_given(toks[k].low) \
+                and not _not_a_person(toks[k].low) and toks[k].low not in _PLACES:
+            k += 1
+        if k == i + 1 or self.org_after(k) or self.thing_run(i, k):
+            return 0
+        self.add(i, k, "person_full_name", 0.8)
+        return k
 
     def title_particle(self, i: int) -> None:
         j = i
@@ -524,7 +554,10 @@ class _Finder:
         if prev and (prev[-1] in _PLACE_BEFORE or prev[-1] in _ARTICLES or prev[-1] in ("our", "this"))\
                 and before.endswith(" "):
             return False  # "in Kingston", "the Kennedy room", "a Mercedes"
-        if before.rstrip().endswith(("&", "#", "/", "\\", "-", "_", ".")) and not before.endswith((". ", ".\n")):
+        # a bullet at the line start, then the name and a verb: "- Kenji has the keys", "* Ingrid will call"
+        bullet = _BULLET_BEFORE.search(before) is not None and _LOWER_VERB_AFTER.match(after) is not None
+        if before.rstrip().endswith(("&", "#", "/", "\\", "-", "_", ".")) and not before.endswith((". ", ".\n")) \
+                and not bullet:
             return False
         if self.sentence_start(t) and _LOWER_AFTER.match(after) is None:
             return False
@@ -534,7 +567,6 @@ class _Finder:
 
     # --- "Hannah, Rafael and Mei": a known given name listed right after a name ---
     def continue_lists(self) -> None:
-        g = self.g
         ends = {f.end: f for f in self.found}
         for i, t in enumerate(self.toks):
             if i in self.taken or i == 0 or not t.cap or len(t.text) < 2:
@@ -542,11 +574,30 @@ class _Finder:
             prev = self.toks[i - 1]
             if (i - 1) not in self.taken or prev.end not in ends or not _LIST_GAP.match(self.text[prev.end:t.start]):
                 continue
-            if g.is_given(t.low) and not g.risky_given(t.low) and not _not_a_person(t.low) and t.low not in _PLACES \
-                    and not self.org_after(i + 1) and not (i + 1 < len(self.toks) and self.toks[i + 1].cap
-                                                           and self.gap_ok(t, self.toks[i + 1])):
+            if self.listed(i):
                 self.add(i, i + 1, "person_listed", 0.6)
                 ends[t.end] = self.found[-1]
+        # and before one: "Rania, Omar and Yasmin are the hosts" (a sentence start takes no lone name)
+        starts = {f.start for f in self.found}
+        for i in range(len(self.toks) - 2, -1, -1):
+            k = i + 1
+            if not self.toks[k].cap and k + 1 < len(self.toks):
+                k += 1  # past a lower-case "and" that the lists hold as a name
+            t, nxt = self.toks[i], self.toks[k]
+            if i in self.taken or not t.cap or len(t.text) < 2 or k not in self.taken or nxt.start not in starts \
+                    or not _LIST_GAP.match(self.text[t.end:nxt.start]) or (i > 0 and self.toks[i - 1].cap
+                                                                          and self.gap_ok(self.toks[i - 1], t)):
+                continue
+            if self.listed(i):
+                self.add(i, i + 1, "person_listed", 0.6)
+                starts.add(t.start)
+
+    def listed(self, i: int) -> bool:
+        """A known given name that is no word, place or product, alone, next to a name in a list."""
+        t, g = self.toks[i], self.g
+        return g.is_given(t.low) and not g.risky_given(t.low) and not _not_a_person(t.low) and t.low not in _PLACES \
+            and not self.org_after(i + 1) and not (i + 1 < len(self.toks) and self.toks[i + 1].cap
+                                                   and self.gap_ok(t, self.toks[i + 1]))
 
     # --- "Raman, Priya" ---
     def surname_comma_given(self) -> None:
@@ -586,7 +637,13 @@ class _Finder:
                     and _STAMPED_LINE.search(self.before(i)) and self.text.startswith(": ", t.end):
                 self.add(i, i + 1, "person_lowercase_acts", 0.6)  # "[10:22] maxime: ok": a chat log's speaker
                 continue
-            if g.is_ordinary(t.low) or not g.is_given(t.low) or g.risky_given(t.low):
+            if g.is_ordinary(t.low) or g.risky_given(t.low):
+                continue
+            if not g.is_given(t.low):
+                # "hey nguyen", "thanks okafor": a surname that is no word, right after a greeting or thanks
+                if len(t.text) >= 4 and g.is_surname(t.low) and t.low not in _PLACES and not _not_a_person(t.low) \
+                        and _cue_before(self.before(i)) in _RISKY_CUES and not self.text.startswith(("-", "."), t.end):
+                    self.add(i, i + 1, "person_lowercase_cue", 0.55)
                 continue
             nxt = toks[i + 1] if i + 1 < len(toks) else None
             pair = (nxt is not None and nxt.text.islower() and self.gap_ok(t, nxt) and len(nxt.text) >= 3
@@ -685,6 +742,8 @@ def find_persons(text: str, *, cells: bool = True) -> list[Finding]:
     f.found.extend(_initial_handles(text, f.g))
     if ":" in text:
         f.found.extend(list_values(text, f.g))
+    if " to " in text or " will " in text:
+        f.found.extend(action_owners(text, f.g))
     from kvfence.gateway.protection.detect.recognizers.csv_names import csv_name_cells
 
     if cells:

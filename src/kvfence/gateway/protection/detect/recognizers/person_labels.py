@@ -1,5 +1,6 @@
 """PERSON in labelled places: the value of a name field ("Name: Priya Raman", ``"last_name":
-"Park"``, "Nachname: Keller") and the people after a list label ("Attendees:", "Aanwezig:", "cc:").
+"Park"``, "Nachname: Keller"), the people after a list label ("Attendees:", "Aanwezig:", "cc:") and the
+owner of an action item in minutes ("AI: Wei to send the slides", "- Kenji to book the room").
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _not_a_person,
 )
 
-__all__ = ["field_values", "list_values"]
+__all__ = ["action_owners", "field_values", "list_values"]
 
 _FIELD = re.compile(
     r"""(?ix)(?:^|(?<=[\s{,;"'(\[]))
@@ -114,4 +115,34 @@ def list_values(text: str, g: Gazetteer) -> list[Finding]:
             if len(plain) == 1 and (len(plain[0]) < 3 or (g.is_ordinary(lows[0]) and not g.is_name(lows[0]))):
                 continue
             found.append(Finding(start + at, start + at + len(value), "PERSON", Category.PII, 0.7, "person_list"))
+    return found
+
+
+# an action item: a bullet or an action label at the line start, a name, then "to" / "will" and a verb
+_ACTION = re.compile(
+    r"(?m)^[ \t]*(?:[-*•][ \t]+(?:\[[ xX]?\][ \t]+)?|(?:AI|A/I|Action(?:[ \t]item)?s?|ACTION(?:[ \t]ITEM)?S?|TODO|To-?do"
+    r"|Next[ \t]steps?)[ \t]*:[ \t]*(?:[-*•][ \t]*)?)@?(?P<name>[^\W\d_][^\W\d_'’-]{1,30}(?:[ \t][^\W\d_][^\W\d_'’-]{0,30}){0,2})"
+    r"[ \t]+(?:to|will|should|must|is[ \t]to)[ \t]+[a-z]")
+
+
+def action_owners(text: str, g: Gazetteer) -> list[Finding]:
+    """The owner of an action item in minutes ("AI: Wei to send the slides", "- Kenji to book the room",
+    "Action: Nguyen Thi Lan will call"): a known given name that is no English month, verb or place
+    ("May", "Will", "Paris"), or a run of capitalised name words whose first is a known name."""
+    found: list[Finding] = []
+    for m in _ACTION.finditer(text):
+        words = m.group("name").split()
+        lows = [w.lower() for w in words]
+        first = lows[0]
+        if not all(w[:1].isupper() and (w[1:].islower() or "-" in w) for w in words) \
+                or any(_not_a_person(w) or w in _GROUP_WORDS or w in _ORG_AFTER or g.is_not_name(w) for w in lows):
+            continue
+        if len(words) == 1:
+            if not g.is_given(first) or g.risky_alone(first) or (g.month_or_day(first) and g.is_ordinary(first)):
+                continue
+        elif not _known(g, first, True) and not (g.is_surname(first) and _known(g, lows[-1], True)):
+            continue
+        if " ".join(lows) in _NOT_PEOPLE or not all(_known(g, w, False) or not g.is_ordinary(w) for w in lows):
+            continue
+        found.append(Finding(m.start("name"), m.end("name"), "PERSON", Category.PII, 0.65, "person_action"))
     return found

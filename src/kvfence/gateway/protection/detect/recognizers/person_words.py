@@ -17,7 +17,7 @@ def _not_a_person(low: str) -> bool:
 
 
 _WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]{2,}|-[^\W\d_]+)*")
-_PARTICLES = frozenset(["van", "von", "der", "den", "de", "del", "della", "dello", "degli", "di", "da", "das", "dos", "du", "le", "la", "bin", "binti", "ibn", "al", "el", "ter", "ten", "zu", "zur", "vom", "d'", "st"])
+_PARTICLES = frozenset(["van", "von", "der", "den", "de", "del", "della", "dello", "degli", "di", "da", "das", "dos", "du", "le", "la", "bin", "binti", "bint", "binte", "ibn", "los", "las", "dela", "delos", "af", "ap", "al", "el", "ter", "ten", "zu", "zur", "vom", "d'", "st"])
 _TITLES = frozenset(["mr", "mrs", "ms", "mx", "miss", "dr", "prof", "sir", "dame", "lord", "lady", "herr", "frau", "fr", "hr", "m", "mme", "mlle", "madame", "monsieur", "mademoiselle", "sr", "sra", "srta", "señor", "señora", "señorita", "don", "doña", "dott", "dottssa", "dott.ssa", "sig", "sigra", "sig.ra", "signor", "signora", "signore", "dhr", "mevr", "mw", "mej", "heer", "mevrouw", "meneer", "mijnheer", "herrn", "docteur", "professeur", "maître", "maitre", "doctor", "doctora", "professor", "professora", "dra", "lic", "avv", "arch", "drs", "ir", "me", "ing", "rev", "capt", "col", "gen", "sgt", "insp", "det", "judge"])
 # Only with a cue word: "M." is also an initial, "Fr." also Friday/Father.
 _TITLE_RE = re.compile(
@@ -41,8 +41,15 @@ _BRAND_TITLES = frozenset("pepper dre seuss clean bean robot".split())  # noqa: 
 # Words before a capitalised word that make it a street, not a person ("Via Roma", "Calle Mayor").
 _STREET_WORDS = frozenset("via viale piazza corso calle avenida plaza paseo rue avenue boulevard place rua "  # noqa: SIM905
                           "street road lane straße strasse platz weg".split())
+# Greetings of other languages: before a name, never a closing ("Merhaba Mehmet", "Shalom Yael", "Xin chào Lan")
+_OTHER_GREETINGS = frozenset(c.strip() for c in """
+merhaba, selam, salaam, shalom, namaste, namaskar, vanakkam, marhaba, ahlan, jambo, habari, sawubona, kumusta,
+kamusta, xin chào, chào, annyeong, konnichiwa, ni hao, nǐ hǎo, hei, moi, terve, hallå, hejsan, goddag, dzień dobry,
+cześć, czesc, ahoj, dobrý den, szia, szervusz, jó napot, geia sou, yassou, yia sou, kalimera, zdravo, privet,
+selamat pagi, selamat siang, selamat sore, selamat malam, halo, bom dia, boa tarde, boa noite, oi
+""".replace("\n", " ").split(","))
 # Words before a name that make a single known name a person: greetings, sign-offs, asking someone.
-_CUES = frozenset(c.strip() for c in """
+_CUES = _OTHER_GREETINGS | frozenset(c.strip() for c in """
 hi, hey, hello, hallo, hola, ciao, salut, bonjour, bonsoir, buongiorno, buenos días, moin, servus, dear, hoi, hej, olá, salve,
 dearest, liebe, lieber, sehr geehrte, sehr geehrter, cher, chère, estimado, estimada, querido, querida, caro,
 cara, gentile, beste, geachte, thanks, thank you, thx, cheers, regards, danke, merci, gracias, grazie, bedankt,
@@ -73,7 +80,7 @@ _CUE_WORDS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?|@|(?<=c)/(?=o)")
 # Greetings and sign-offs: after these a capitalised word the lists lack is a name too ("Hi Tesfaye,",
 # "Best regards,\nOluwadamilare Okafor"), unless it is a word for a group ("Hi Team", "Liebe Kollegen").
 # Greetings: before a given name that is also a word ("Hi Will,", "Salut Rose", "Good morning Heather")
-_GREETINGS = frozenset(c.strip() for c in """
+_GREETINGS = _OTHER_GREETINGS | frozenset(c.strip() for c in """
 hi, hey, hello, hallo, hola, ciao, salut, bonjour, bonsoir, buongiorno, moin, servus, dear, dearest, liebe, hoi, hej, olá, salve,
 lieber, sehr geehrte, sehr geehrter, cher, chère, estimado, estimada, querido, querida, caro, cara, gentile,
 beste, geachte, coucou, hiya, howdy, good morning, good afternoon, good evening, guten morgen, guten tag,
@@ -101,7 +108,11 @@ madre, padre, tía, tío, prima, primo, compañero, compañera, vecino, vecina, 
 marito, figlio, figlia, zia, zio, cugino, cugina, collega, vicino, vicina, amica, amico, zus, broer, echtgenote,
 zoon, dochter, moeder, vader, oom, neef, nicht, buurman, buurvrouw, vriendin, vriend,
 ship to, deliver to, bill to, sold to, attn, attention, recipient, c/o, co, empfänger, destinataire,
-destinatario, ontvanger, z. hd, zhd
+destinatario, ontvanger, z. hd, zhd,
+pozdrawiam, z poważaniem, s pozdravem, üdvözlettel, saygılarımla, selamlar, hälsningar, med vänlig hälsning,
+vänliga hälsningar, mvh, vennlig hilsen, hilsen, med venlig hilsen, terveisin, ystävällisin terveisin, atenciosamente,
+abraço, abraços, cumprimentos, salam hangat, hormat saya, salam, shukran, shukriya, dhanyavaad, dziękuję, děkuji,
+köszönöm, teşekkürler, tack, takk, kiitos, spasibo, hvala, toda, toda raba, arigato, kamsahamnida
 """.replace("\n", " ").split(","))
 _ROLE_WORDS = frozenset(c.strip() for c in """
 sister, brother, wife, husband, son, daughter, mother, father, mum, mom, dad, aunt, uncle, cousin, niece, nephew,
@@ -210,12 +221,17 @@ def _known(g: Gazetteer, low: str, given: bool) -> bool:
     parts = _parts(low)
     if len(parts) > 1:
         if given:
-            return all(g.is_given(p) for p in parts)
+            # "Da-eun", "Su-bin": a Korean given name of two syllables, one of them a known name part
+            return all(g.is_given(p) for p in parts) or (len(parts) == 2 and "-" in low and any(
+                g.is_given(p) for p in parts) and all(_KOREAN_SYLLABLE.match(p) for p in parts))
         # O'Brien, D'Angelo, al-Sayed, Smith-Jones, Kierkegaard-Holm: a known part carries the name
         if g.is_name(parts[-1]) and all(len(p) <= 3 or g.is_name(p) for p in parts[:-1]):
             return True
-        return len(parts) == 2 and any(g.is_surname(p) and not g.is_ordinary(p) for p in parts) \
-            and not any(g.is_ordinary(p) for p in parts)
+        # a double-barrelled surname with one known surname, the other part a name or no word
+        # ("Oyelowo-Smith", "Kierkegaard-Holm"; not "Rolls-Royce": "rolls" is a word)
+        return len(parts) == 2 and any(g.is_surname(p) for p in parts) \
+            and not any(g.is_ordinary(p) and not g.is_name(p) for p in parts) \
+            and any(not g.is_ordinary(p) for p in parts)
     return False
 
 
@@ -257,6 +273,13 @@ lei hou long tao gu mao hao gong shao wan qian dai mo kong xiang""".split())  # 
 _PINYIN_GIVEN = re.compile(
     r"^(?=.{4,})(?:(?:zh|ch|sh|[bpmfdtnlgkhjqxrzcsyw])?(?:iang|iong|uang|ang|eng|ing|ong|ian|iao|uai|uan|ai|ei|ao"
     r"|ou|an|en|in|un|ia|ie|iu|ua|uo|ui|ue|er|a|o|e|i|u|ü)){2,3}$")
+# one romanised Korean syllable (revised romanisation and the usual spellings: "Da", "eun", "yeon", "Hoon", "woo")
+_KOREAN_SYLLABLE = re.compile(r"^(?:kk|tt|pp|ss|jj|ch|[gkndrmbsjtphyw])?(?:yae|yeo|wae|ae|ya|eo|ye|wa|oe|yo|wo|we|wi|yu|eu|ui|oo|ee"
+                              r"|a|e|o|u|i)(?:ng|[kntlmp])?$")
+# one to three pinyin syllables ("Fang", "Li", "Meiling"): a given name after a Chinese surname
+_PINYIN = re.compile(
+    r"^(?:(?:zh|ch|sh|[bpmfdtnlgkhjqxrzcsyw])?(?:iang|iong|uang|ang|eng|ing|ong|ian|iao|uai|uan|ai|ei|ao"
+    r"|ou|an|en|in|un|ia|ie|iu|ua|uo|ui|ue|er|a|o|e|i|u|ü)){1,3}$")
 _ORG_SHAPE = re.compile(r"(?:bank|kasse|versicherung|werke?|gruppe|markt|logistik|verlag|holding|bahn|stadtwerke"
                         r"|galerie|galeries|tech|soft|ware|systems|media|labs|works)$")
 # a user handle "lucia.moreno", "kwame_asante": a known given name and a known surname, no word
