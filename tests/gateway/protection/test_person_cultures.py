@@ -58,6 +58,8 @@ NONE = [
     "Take the train from Osaka Namba to Kyoto Gion.",  # a city, then its district
     "Action items\n- May to September: closed\n- Finance to review the budget\n- Marketing will send the flyers",
     "Selamat pagi semua, the office is closed today.",
+    "Arigato Gozaimasu for the feedback.",  # a thanks, not a sign-off before a name
+    "Gado Gado and Soto Ayam from the warung on Jalan Sudirman.",  # a street named after a person
 ]
 
 

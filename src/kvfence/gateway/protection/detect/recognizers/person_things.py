@@ -59,7 +59,7 @@ gymnasium collège escuela scuola école university universität université uni
 universiteit fondation fundación fondazione stiftung stichting foundation premio prix preis prijs prize
 award medal teatro théâtre theater theatre museo musée museum syndrome sindrome síndrome syndrom syndroom
 disease maladie enfermedad morbo malattia krankheit ziekte sclerosis royal national federal general united
-international global central
+international global central jalan jl
 """.split())  # noqa: SIM905
 # a firm's word right before: "les laboratoires Pierre Fabre", "die Firma Otto", "el grupo ..."
 _FIRM_BEFORE = frozenset("""

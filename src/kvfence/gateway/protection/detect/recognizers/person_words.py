@@ -112,7 +112,7 @@ destinatario, ontvanger, z. hd, zhd,
 pozdrawiam, z poważaniem, s pozdravem, üdvözlettel, saygılarımla, selamlar, hälsningar, med vänlig hälsning,
 vänliga hälsningar, mvh, vennlig hilsen, hilsen, med venlig hilsen, terveisin, ystävällisin terveisin, atenciosamente,
 abraço, abraços, cumprimentos, salam hangat, hormat saya, salam, shukran, shukriya, dhanyavaad, dziękuję, děkuji,
-köszönöm, teşekkürler, tack, takk, kiitos, spasibo, hvala, toda, toda raba, arigato, kamsahamnida
+köszönöm, teşekkürler, tack, takk, kiitos, spasibo, hvala, toda, toda raba
 """.replace("\n", " ").split(","))
 _ROLE_WORDS = frozenset(c.strip() for c in """
 sister, brother, wife, husband, son, daughter, mother, father, mum, mom, dad, aunt, uncle, cousin, niece, nephew,
