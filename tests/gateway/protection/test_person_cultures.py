@@ -52,6 +52,15 @@ FOUND = [
     ("Farzaneh Mohammadi replied that Doron Avraham had paid.", ["Farzaneh Mohammadi", "Doron Avraham"]),
     ("Our partners, with Thilini Wickramasinghe, will visit in May.", ["Thilini Wickramasinghe"]),
     ("From: Deepa Chatterjee\nTo: Nandita Banerjee\nSubject: leave", ["Deepa Chatterjee", "Nandita Banerjee"]),
+    ("The interns this summer are Siddhi, Aanya and Kabir Malhotra.", ["Siddhi", "Aanya", "Kabir Malhotra"]),
+    # two initials or more before a surname the lists lack
+    ("Prepared by J. P. Habimana for the board of directors.", ["J. P. Habimana"]),
+    # an action label after a sentence on the same line
+    ("AI: Farhan to chase the supplier. AI: Mei to update the wiki.", ["Farhan", "Mei"]),
+    # "Surname, Given" with the surname's particles first
+    ("Owners\nvan der Merwe, Pieter\nde la Cruz, Maria", ["van der Merwe, Pieter", "de la Cruz, Maria"]),
+    # a dish named like a person next to a person
+    ("Tom Yum is a good soup but Tom Yates is my colleague.", ["Tom Yates"]),
 ]
 
 NONE = [
@@ -60,6 +69,16 @@ NONE = [
     "Selamat pagi semua, the office is closed today.",
     "Arigato Gozaimasu for the feedback.",  # a thanks, not a sign-off before a name
     "Gado Gado and Soto Ayam from the warung on Jalan Sudirman.",  # a street named after a person
+    # dishes, greetings and places of other cultures written like names (data/things_named_like_people.txt)
+    "Tom Yum Goong and Pad See Ew for two, extra spicy.",
+    "Jalebi, Gulab Jamun and Ras Malai for dessert.",
+    "Ramadan Kareem from all of us at the Dubai office.",
+    "Salam Alaikum and welcome to the Doha office.",
+    "Angkor Wat and Ta Prohm are two hours from Siem Reap.",
+    # a market, a street of another language after the run
+    "Pho Bo and Banh Mi from the stall near Ben Thanh Market, please.",
+    "Smørrebrød and a Carlsberg at the café on Karl Johans gate.",
+    "See the U. S. Army report.",
 ]
 
 
@@ -78,15 +97,18 @@ def test_a_word_of_its_own_language_is_no_name_without_its_accents() -> None:
     assert values("Según Rocío, la reunión es mañana.") == ["Rocío"]
 
 
-def test_the_sixth_dev_set() -> None:
+def test_the_seventh_dev_set() -> None:
     sys.path.insert(0, str(REPO / "bench"))
     from names_quality import read_markup
 
     rows = read_markup(REPO / "tests/data/names_cultures_dev.txt")
+    negatives = [row["text"] for row in rows if row["negative"]]
+    flagged = [text for text in negatives if values(text)]
+    assert len(negatives) >= 120 and len(flagged) <= 1  # "Kaya toast and Milo": a drink named like a person
     positives = [row for row in rows if not row["negative"]]
     labelled = sum(len(row["spans"]) for row in positives)
     hit = 0
     for row in positives:
         got = [(f.start, f.end) for f in resolve_overlaps(find_persons(row["text"]))]
         hit += sum(any(min(e, b) - max(s, a) >= (e - s) / 2 for a, b in got) for s, e, _ in row["spans"])
-    assert labelled >= 300 and hit / labelled >= 0.97
+    assert labelled >= 400 and hit / labelled >= 0.97

@@ -65,6 +65,8 @@ theorem lemma conjecture hypothesis inequality series integral function matrix s
 index coefficient ratio rule cycle code cipher machine lymphoma reflex sign maneuver manoeuvre
 workshop conference summit festival expo forum galeries galerie galleria galería magasins
 airport terminal boulevard blvd highway freeway expressway tunnel pier harbour harbor port
+market markets bazaar souk mall temple mosque pagoda shrine palace tomb mausoleum monastery
+gate gata gatan gade vej vei veien vägen katu utca caddesi sokak marg chowk
 """)
 
 FIRMS = FIRMS | _phrases("""

@@ -242,7 +242,12 @@ class _Finder:
         if g.month_or_day(last.low):
             return False
         if len(words) == 1:  # "J. Smith", "J. R. R. Tolkien": initials before a known surname
-            return toks[0] is not first and g.is_surname(last.low) and not g.is_ordinary(last.low)
+            if toks[0] is first or g.is_ordinary(last.low):
+                return False
+            # two initials or more before a surname the lists lack: "J. P. Habimana", "A. K. Obuya"
+            return g.is_surname(last.low) or (len(initials) >= 2 and len(last.text) >= 4 and _title_parts(last.text)
+                                              and last.low not in _PLACES and not _not_a_person(last.low)
+                                              and not self.headline(first.start))
         if toks[0] is not first:
             return False
         if _not_a_person(first.low) or _not_a_person(last.low):
@@ -609,8 +614,13 @@ class _Finder:
                 continue
             if not (a.cap or a.upper) or not (b.cap or b.upper):
                 continue
-            lead = self.text[max(0, a.start - 2):a.start]
-            if not (a.start == 0 or lead.endswith(("\n", '"', "'", ",", ";", "\t", "|", ": ", "; ")) or lead.endswith(", ")):
+            first = i  # "van der Merwe, Pieter", "du Plessis, Anri": the surname's particles first
+            while first > 0 and i - first < 3 and toks[first - 1].low in _PARTICLES and not toks[first - 1].cap \
+                    and self.gap_ok(toks[first - 1], toks[first]):
+                first -= 1
+            lead = self.text[max(0, toks[first].start - 2):toks[first].start]
+            if not (toks[first].start == 0 or lead.endswith(("\n", '"', "'", ",", ";", "\t", "|", ": ", "; "))
+                    or lead.endswith(", ")):
                 continue
             # a surname the lists lack before a known given name, in a quoted cell: '"Oyelowo, Adaeze",'
             quoted_cell = lead.endswith('"') and a.text[1:].islower() and not g.is_ordinary(a.low) and len(a.text) >= 3
@@ -624,7 +634,7 @@ class _Finder:
             tail = self.text[toks[end - 1].end:toks[end - 1].end + 2]
             if tail and tail[0] not in "\n\",;\t|)" and not tail.startswith(" ("):
                 continue
-            self.add(i, end, "person_surname_given", 0.8)
+            self.add(first, end, "person_surname_given", 0.8)
 
     # --- lower-case names in chat ---
     def lowercase(self) -> None:

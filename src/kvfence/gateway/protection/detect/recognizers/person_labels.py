@@ -120,8 +120,10 @@ def list_values(text: str, g: Gazetteer) -> list[Finding]:
 
 # an action item: a bullet or an action label at the line start, a name, then "to" / "will" and a verb
 _ACTION = re.compile(
-    r"(?m)^[ \t]*(?:[-*•][ \t]+(?:\[[ xX]?\][ \t]+)?|(?:AI|A/I|Action(?:[ \t]item)?s?|ACTION(?:[ \t]ITEM)?S?|TODO|To-?do"
-    r"|Next[ \t]steps?)[ \t]*:[ \t]*(?:[-*•][ \t]*)?)@?(?P<name>[^\W\d_][^\W\d_'’-]{1,30}(?:[ \t][^\W\d_][^\W\d_'’-]{0,30}){0,2})"
+    r"(?m)(?:^[ \t]*[-*•][ \t]+(?:\[[ xX]?\][ \t]+)?"  # a bullet at the line start, or an action label there or after a sentence
+    r"|(?:^[ \t]*|(?<=[.;!] ))(?:AI|A/I|Action(?:[ \t]item)?s?|ACTION(?:[ \t]ITEM)?S?|TODO|To-?do|Next[ \t]steps?)"
+    r"[ \t]*:[ \t]*(?:[-*•][ \t]*)?)"
+    r"@?(?P<name>[^\W\d_][^\W\d_'’-]{1,30}(?:[ \t][^\W\d_][^\W\d_'’-]{0,30}){0,2})"
     r"[ \t]+(?:to|will|should|must|is[ \t]to)[ \t]+[a-z]")
 
 

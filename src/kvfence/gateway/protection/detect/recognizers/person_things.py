@@ -18,7 +18,9 @@ dropped when
 - it is one of a few brands written as a possessive given name ("Nando's", "Wendy's");
 - it starts with an article of another language ("Les Achats");
 - it lies inside a known firm or brand named after a person, matched as a whole run of words
-  (``data/firms.txt``: "Baker McKenzie", "Dr. Oetker", "Mr Kipling", "Tío Pepe", "Heinz"), unless a
+  (``data/firms.txt``: "Baker McKenzie", "Dr. Oetker", "Mr Kipling", "Tío Pepe", "Heinz"), or a dish,
+  greeting or place of another culture written like a name (``data/things_named_like_people.txt``:
+  "Tom Yum", "Bok Choy", "Ramadan Kareem", "Siem Reap"), unless a
   person's title stands right before the run ("Mr. Ford", "Herr Oetker") or a greeting or cue made a
   one-word given name ("Hi Hema,"); a run with more words is no entry ("Anna Ferrari"); a name that
   runs on into "von"/"van"/"of" and such a firm keeps only its part before ("Sabine Wolff von
@@ -174,7 +176,8 @@ def _firm_key(word: str) -> str:
 
 @functools.cache
 def _firm_runs() -> frozenset[tuple[str, ...]]:
-    entries = data_lines(__name__.rpartition(".")[0], "firms.txt") + list(FIRMS)
+    package = __name__.rpartition(".")[0]
+    entries = data_lines(package, "firms.txt") + data_lines(package, "things_named_like_people.txt") + list(FIRMS)
     return frozenset(k for k in (tuple(_firm_key(w) for w in _FIRM_WORD.findall(e) if w.lower() != "and") for e in entries)
                      if k)
 
