@@ -59,6 +59,10 @@ FOUND = [
     ("AI: Farhan to chase the supplier. AI: Mei to update the wiki.", ["Farhan", "Mei"]),
     # "Surname, Given" with the surname's particles first
     ("Owners\nvan der Merwe, Pieter\nde la Cruz, Maria", ["van der Merwe, Pieter", "de la Cruz, Maria"]),
+    # a German noun before "von" and a given name is no part of the name
+    ("Hallo Emre,\nanbei die Unterlagen von Ayşe Yılmaz.", ["Emre", "Ayşe Yılmaz"]),
+    ("Ciao Ionuț,\nil preventivo di Bogdan Popa. Xhensila Hoxha lo ha già visto.",
+     ["Ionuț", "Bogdan Popa", "Xhensila Hoxha"]),
     # a dish named like a person next to a person
     ("Tom Yum is a good soup but Tom Yates is my colleague.", ["Tom Yates"]),
 ]
@@ -74,6 +78,7 @@ NONE = [
     "Jalebi, Gulab Jamun and Ras Malai for dessert.",
     "Ramadan Kareem from all of us at the Dubai office.",
     "Salam Alaikum and welcome to the Doha office.",
+    "Frohes Zuckerfest und Bayram Mubarek an alle Kolleginnen!",
     "Angkor Wat and Ta Prohm are two hours from Siem Reap.",
     # a market, a street of another language after the run
     "Pho Bo and Banh Mi from the stall near Ben Thanh Market, please.",
@@ -104,11 +109,12 @@ def test_the_seventh_dev_set() -> None:
     rows = read_markup(REPO / "tests/data/names_cultures_dev.txt")
     negatives = [row["text"] for row in rows if row["negative"]]
     flagged = [text for text in negatives if values(text)]
-    assert len(negatives) >= 120 and len(flagged) <= 1  # "Kaya toast and Milo": a drink named like a person
+    # "Kaya toast and Milo" (a drink named like a person), "cena da Zhang Ji" (a restaurant: "at Zhang Ji's")
+    assert len(negatives) >= 140 and len(flagged) <= 2
     positives = [row for row in rows if not row["negative"]]
     labelled = sum(len(row["spans"]) for row in positives)
     hit = 0
     for row in positives:
         got = [(f.start, f.end) for f in resolve_overlaps(find_persons(row["text"]))]
         hit += sum(any(min(e, b) - max(s, a) >= (e - s) / 2 for a, b in got) for s, e, _ in row["spans"])
-    assert labelled >= 400 and hit / labelled >= 0.97
+    assert labelled >= 480 and hit / labelled >= 0.97

@@ -281,7 +281,11 @@ class _Finder:
             if g.is_name(first.low) and surname_known and not surname_ordinary \
                     and _cue_before(self.before(first_index)) not in (None, *_WEAK_CUES):
                 return True
-            # a given name the lists lack before a known surname: "Tesfaye Bekele", "Oluwadamilare Okafor"
+            # a given name the lists lack before a known surname: "Tesfaye Bekele", "Oluwadamilare Okafor";
+            # not a noun before "von"/"de" and a given name ("die Unterlagen von Ayşe Yılmaz": the name starts there)
+            if len(toks) > 2 and toks[1].low in _PARTICLES and _known(g, toks[2].low, given=True) \
+                    and not g.is_surname(toks[2].low):
+                return False
             return (not g.is_name(first.low) and surname_known and not surname_ordinary and first.text[1:].islower()
                     and len(first.text) >= 3 and (not self.sentence_start(first)
                                                   or _SPOKE_AFTER.match(self.text[last.end:last.end + 20]) is not None
