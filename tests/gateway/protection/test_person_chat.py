@@ -157,3 +157,43 @@ PLACES = [
 @pytest.mark.parametrize("text", PLACES, ids=[t[:30] for t in PLACES])
 def test_places_and_firms_on_those_words_stay_none(text: str) -> None:
     assert values(text) == []
+
+
+# a given name that is also a word before a verb of saying or wanting; lower-case names in chat before a
+# verb, after a question's auxiliary or an @
+VERBS = [
+    ("Will said he'd be late, start without him.", ["Will"]),
+    ("Frank wants the numbers by noon.", ["Frank"]),
+    ("Rose a appelé : elle sera en retard.", ["Rose"]),
+    ("Grace replied that the quote is fine.", ["Grace"]),
+    ("can tunde review this before lunch?", ["tunde"]),
+    ("did priya send the deck yet", ["priya"]),
+    ("brb, sam needs me", ["sam"]),
+    ("jake and tyler are driving, mia takes the train", ["jake", "mia"]),
+    ("salut @marine t'as le lien du drive ?", ["marine"]),
+]
+
+
+@pytest.mark.parametrize(("text", "names"), VERBS, ids=[t[:30] for t, _ in VERBS])
+def test_a_name_before_a_verb_in_chat_is_found(text: str, names: list[str]) -> None:
+    assert values(text) == names
+
+
+NOT_VERBS = [
+    "Chase said its profit rose in the third quarter.",
+    "China said on Monday that talks would resume.",
+    "Bill needs to be paid by Friday.",
+    "Hope is not a strategy.",
+    "can anyone review this before lunch?",
+    "is there a fix for the login bug?",
+    "did you see the ticket?",
+    "@here standup in 5",
+    "@channel the build is red",
+    "mail it to ops@marine.com please",
+    "the mia a casa è lontana",
+]
+
+
+@pytest.mark.parametrize("text", NOT_VERBS, ids=[t[:30] for t in NOT_VERBS])
+def test_word_uses_before_verbs_stay_none(text: str) -> None:
+    assert values(text) == []

@@ -51,6 +51,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _AFTER_NAME,
     _ARTICLES,
     _ASK_CUES,
+    _AUX_BEFORE,
     _BRAND_TITLES,
     _BUSINESS_AFTER,
     _BUSINESS_BEFORE,
@@ -65,6 +66,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _LIST_GAP,
     _LIST_GAP_OF,
     _LOWER_AFTER,
+    _LOWER_SHORT_AFTER,
     _LOWER_VERB_AFTER,
     _MAIL_AFTER,
     _NOUN_AFTER,
@@ -75,6 +77,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _PLACE_BEFORE,
     _RISKY_CUES,
     _SAY_AFTER,
+    _SAYS_AS_A_PLACE,
     _SENTENCE_END,
     _SPEAKER_AFTER,
     _SPOKE_AFTER,
@@ -86,6 +89,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _VOCATIVE_AFTER,
     _WEAK_CUES,
     _WORD,
+    _WORD_NAME_SAYS,
     _after_title,
     _cue_before,
     _known,
@@ -99,6 +103,7 @@ __all__ = ["find_persons", "link_mentions"]
 
 _VOUCHING_CUES = _ASK_CUES | _LABEL_CUES
 _BULLET_BEFORE = re.compile(r"(?:^|\n)[ \t]*[-*•][ \t]+$")
+_LIST_WORDS = frozenset(["and", "und", "et", "y", "e", "en", "or", "oder", "ou", "o", "of"])
 _ARABIC_PARTICLE = re.compile(r"^(?:al|el|ul|bin|ibn|abu|abd)-[A-Z][a-z]")
 
 
@@ -349,12 +354,20 @@ class _Finder:
         cue = _cue_before(self.before(i))
         if cue is not None and cue not in ("to", "for", "by", "from", "via", "per", "and", "und", "-"):
             return True
-        k = i - 1
-        if k >= 0 and self.toks[k].text in ("and", "und", "et", "y", "e", "en", "or"):
-            k -= 1  # "and" is a token when a name list holds it
-        if k >= 0 and k in self.taken and _LIST_GAP.match(self.text[self.toks[k].end:first.start]):
+        k = self.listed_after(i)
+        if k is not None and k in self.taken:
             return True  # "Contact: Michael Stone, Linda Park", "with Tom Bank and Sarah Church"
         return _SPOKE_AFTER.match(after) is not None or after.startswith((" said", " says"))
+
+    def listed_after(self, i: int) -> int | None:
+        """The token that token ``i`` follows in a list ("Hannah, Rafael and Mei"), if any; "and" is
+        itself a token when a name list holds it."""
+        k = i - 1
+        if k >= 0 and self.toks[k].text in _LIST_WORDS:
+            k -= 1
+        if k >= 0 and _LIST_GAP.match(self.text[self.toks[k].end:self.toks[i].start]):
+            return k
+        return None
 
     def introduced(self, i: int, j: int, asked: bool = False) -> bool:
         """A run after a greeting or sign-off, or right before its own e-mail address, is a name even
@@ -519,6 +532,12 @@ class _Finder:
                 and not before.rstrip().endswith("&") and not self.headline(t.start):
             self.add(i, i + 1, "person_said", 0.6)
             return True
+        if g.risky_given(t.low) and g.is_ordinary(t.low) and g.is_given(t.low) and t.text[1:].islower() \
+                and not g.month_or_day(t.low) and t.low not in _SAYS_AS_A_PLACE and t.low not in _PLACES \
+                and t.low not in _NOT_ALONE and not _not_a_person(t.low) and _WORD_NAME_SAYS.match(after) \
+                and not before.rstrip().endswith(("&", "the", "The")) and not self.headline(t.start):
+            self.add(i, i + 1, "person_said", 0.55)  # "Will said he'd be late", "Frank wants the numbers"
+            return True
         if len(t.text) >= 4 and _SPOKE_AFTER.match(after) and g.is_surname(t.low) and not g.is_ordinary(t.low) \
                 and t.text[1:].islower() and t.low not in _PLACES and t.low not in _NOT_ALONE \
                 and not before.rstrip().endswith("&") and not self.headline(t.start):
@@ -580,8 +599,8 @@ class _Finder:
         for i, t in enumerate(self.toks):
             if i in self.taken or i == 0 or not t.cap or len(t.text) < 2:
                 continue
-            prev = self.toks[i - 1]
-            if (i - 1) not in self.taken or prev.end not in ends or not _LIST_GAP.match(self.text[prev.end:t.start]):
+            k = self.listed_after(i)
+            if k is None or k not in self.taken or self.toks[k].end not in ends:
                 continue
             if self.listed(i):
                 self.add(i, i + 1, "person_listed", 0.6)
@@ -651,6 +670,13 @@ class _Finder:
                     and _STAMPED_LINE.search(self.before(i)) and self.text.startswith(": ", t.end):
                 self.add(i, i + 1, "person_lowercase_acts", 0.6)  # "[10:22] maxime: ok": a chat log's speaker
                 continue
+            if t.start > 0 and self.text[t.start - 1] == "@" and g.is_given(t.low) and not g.month_or_day(t.low) \
+                    and not _not_a_person(t.low) and t.low not in _GROUP_WORDS and not g.is_not_name(t.low) \
+                    and t.low not in ("here", "channel", "room", "bot") \
+                    and (t.start < 2 or not (self.text[t.start - 2].isalnum() or self.text[t.start - 2] in "._-")) \
+                    and not self.text.startswith((".", "@"), t.end) and not self.text[t.end:t.end + 1].isalnum():
+                self.add(i, i + 1, "person_lowercase_cue", 0.6)  # "@marine t'as le lien ?": a mention is a person
+                continue
             if g.is_ordinary(t.low) or g.risky_given(t.low):
                 continue
             if not g.is_given(t.low):
@@ -667,7 +693,7 @@ class _Finder:
                 self.add(i, i + 2, "person_lowercase", 0.6)
             elif cue is not None and (cue not in _WEAK_CUES or len(t.text) >= 4) and not _not_a_person(t.low):
                 self.add(i, i + 1, "person_lowercase_cue", 0.6)
-            elif len(t.text) >= 4 and not _not_a_person(t.low) and t.low not in _PLACES and self.lower_acts(i):
+            elif not _not_a_person(t.low) and t.low not in _PLACES and self.lower_acts(i):
                 self.add(i, i + 1, "person_lowercase_acts", 0.55)
 
     def lower_acts(self, i: int) -> bool:
@@ -677,9 +703,14 @@ class _Finder:
         after = self.text[t.end:t.end + 30]
         if _LINE_START.search(self.before(i)) and (after.startswith((": ", ":\n")) or _VOCATIVE_AFTER.match(after)):
             return True  # "kofi: on it", "kofi, can you ...", "kofi pls check"
+        if _AUX_BEFORE.search(self.before(i, 12)) and re.match(r"\s[a-z]{3,}\b", after) \
+                and not re.match(r"\s(?:and|or|the|a|an|to|of|in|on|at|for|you|it)\b", after):
+            return True  # "can tunde review this", "did maria send the deck"
         m = _LOWER_VERB_AFTER.match(after)
         if m is None:
             return False
+        if len(t.text) < 4 and (m.group(1) in _LOWER_SHORT_AFTER or not m.group(1)):
+            return False  # "sam needs me", "mia takes the train", but not "mia a", "ana e"
         if m.group(1) in ("and", "&", "or", "und", "et", "y", "e", "en"):
             # "sven and ingrid are": the other one must be a name that acts too
             k = next((k for k in range(i + 1, min(i + 3, len(self.toks))) if self.toks[k].start >= t.end + m.end()),
@@ -735,6 +766,8 @@ def _initial_handles(text: str, g: Gazetteer) -> list[Finding]:
         if m is None:
             continue
         surname = m.group(2)
+        if g.is_ordinary(m.group()) or g.is_given(m.group()):
+            continue  # "@channel", "ping marcus": a word or a given name, not c. Hannel, m. Arcus
         if g.is_surname(surname) and not g.is_ordinary(surname) and not g.is_not_name(surname) \
                 and not _not_a_person(surname) and surname not in _PLACES:
             found.append(Finding(m.start(1), m.end(2), "PERSON", Category.PII, 0.6, "person_handle"))

@@ -202,6 +202,17 @@ _SAY_AFTER = re.compile(
     r"|heeft)\b)")
 
 
+# after a given name that is also a word ("Will", "Grace", "Frank", "Rose"): only a verb of saying
+# or wanting makes it a person ("Will said he'd be late", "Frank wants the numbers", "Rose a appelé")
+_WORD_NAME_SAYS = re.compile(
+    r"^\s(?:said|says|wrote|writes|replied|asked|asks|told|mentioned|agreed|suggested|thinks|wants|texted|emailed"
+    r"|messaged|a dit|a écrit|a appelé|a demandé|a répondu|sagt|sagte|schrieb|fragte|meinte|dijo|escribió|preguntó"
+    r"|ha detto|ha scritto|ha chiamato|zei|schreef|vroeg|zegt)\b")
+# given names that are also words but name a place, a firm or a team when they "say" something
+_SAYS_AS_A_PLACE = frozenset("""boston china chase madison phoenix kent wellington nelson lorraine savannah siena
+sierra troy aurora sterling rust star sky spring storm king prince duke""".split())  # noqa: SIM905
+
+
 def _title_parts(word: str) -> bool:
     """Each part is capitalised and the rest lower case ("Farsi", "Al-Farsi", "O'Connell", "al-Amin")."""
     parts = [p for p in re.split(r"[-'’]", word) if p]
@@ -262,7 +273,13 @@ _PLACE_BEFORE = frozenset("in at near im nach à au aux nel nella".split())  # n
 _LOWER_VERB_AFTER = re.compile(
     r"^(?:['’]s\s|\s(is|was|has|had|will|would|can|could|should|said|says|already|just|are|were|did|does|"
     r"wrote|merged|reviewed|fixed|pushed|thinks|wants|wanted|needs|needed|asked|told|agreed|approved|sent|knows|"
-    r"ist|hat|war|sagt|est|a|dit|es|ha|dice|heeft|zegt|and|&|or|und|et|y|e|en)\b)")
+    r"ist|hat|war|sagt|est|a|dit|es|ha|dice|heeft|zegt|and|&|or|und|et|y|e|en|"
+    r"takes|took|gets|got|goes|went|left|joined|called|texted|messaged|replied|booked|paid|arrived|arrives|comes|"
+    r"came|starts|started|finished|brought|mentioned|might|must|can't|won't|doesn't|didn't|isn't|wasn't|hasn't)\b)")
+# the short verbs and the words of a list: after a three-letter name they say too little ("mia a", "ana e")
+_LOWER_SHORT_AFTER = frozenset(["a", "es", "ha", "e", "y", "en", "et", "and", "&", "or", "und", "est"])
+# "can tunde review this", "did maria send it": a question's auxiliary right before a lower-case name
+_AUX_BEFORE = re.compile(r"(?:^|[\n.!?,;]\s*|\s)(?:can|could|did|does|has|have|is|was|will|would|should)\s$")
 _STAMPED_LINE = re.compile(r"(?:^|\n)[ \t]*(?:\[[^\]\n]{1,24}\]|\d{1,2}:\d{2}(?::\d{2})?)[ \t]*(?:<)?$")
 _VOCATIVE_AFTER = re.compile(r"^(?:,\s|\s(?:can|could|would|pls|plz|please|are|r|u|do|did|have)\s)")
 _CHINESE_SURNAMES = frozenset("""wang li zhang liu chen yang huang zhao wu zhou xu sun ma zhu hu guo he gao lin luo
