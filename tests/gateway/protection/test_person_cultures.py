@@ -2,8 +2,8 @@
 in a female or patronymic form (looked up by the form the lists hold), double-barrelled surnames with
 one unknown part, Korean and Chinese given names after their surname, surnames in capitals before the
 given names, particles (bint, de los), greetings of other languages, lists and action items in minutes,
-and given and surnames the lists lacked. Each case failed before; the cities and labels after it must
-stay no person."""
+the roles of minutes, and given and surnames the lists lacked. Most cases failed before (the rest
+guard their neighbours); the cities, dishes, greetings and labels after them must stay no person."""
 
 from __future__ import annotations
 
@@ -63,6 +63,13 @@ FOUND = [
     ("Hallo Emre,\nanbei die Unterlagen von Ayşe Yılmaz.", ["Emre", "Ayşe Yılmaz"]),
     ("Ciao Ionuț,\nil preventivo di Bogdan Popa. Xhensila Hoxha lo ha già visto.",
      ["Ionuț", "Bogdan Popa", "Xhensila Hoxha"]),
+    # the roles of minutes: a label, or a role and "by"
+    ("Chair: Adaora Nwachukwu-Eze\nScribe: Thabo Mokoena\nTimekeeper: Mahlet Gebru",
+     ["Adaora Nwachukwu-Eze", "Thabo Mokoena", "Mahlet Gebru"]),
+    ("Follow-ups: Tendai (budget), Chipo (venue)", ["Tendai", "Chipo"]),
+    ("Organiser: Bolormaa Ganbaatar\nSponsor: Batbayar Dorj", ["Bolormaa Ganbaatar", "Batbayar Dorj"]),
+    ("Led by Tahmina Chowdhury and Ashfaq Rahman, the workshop covered onboarding.",
+     ["Tahmina Chowdhury", "Ashfaq Rahman"]),
     # a dish named like a person next to a person
     ("Tom Yum is a good soup but Tom Yates is my colleague.", ["Tom Yates"]),
 ]
@@ -84,6 +91,12 @@ NONE = [
     "Pho Bo and Banh Mi from the stall near Ben Thanh Market, please.",
     "Smørrebrød and a Carlsberg at the café on Karl Johans gate.",
     "See the U. S. Army report.",
+    # role labels that hold departments, places, acronyms, firms; a title at the end of its line
+    "Chair: Finance\nScribe: HR\nFacilitator: Legal",
+    "Host: Lagos office\nModerator: TBC",
+    "Organiser: Events Committee\nSponsor: Safaricom",
+    "Owner: Platform Team\nReviewer: Security Guild\nStatus: open",
+    "Also present: Ministry of Health, UNICEF",
 ]
 
 
@@ -110,11 +123,11 @@ def test_the_seventh_dev_set() -> None:
     negatives = [row["text"] for row in rows if row["negative"]]
     flagged = [text for text in negatives if values(text)]
     # "Kaya toast and Milo" (a drink named like a person), "cena da Zhang Ji" (a restaurant: "at Zhang Ji's")
-    assert len(negatives) >= 140 and len(flagged) <= 2
+    assert len(negatives) >= 150 and len(flagged) <= 2
     positives = [row for row in rows if not row["negative"]]
     labelled = sum(len(row["spans"]) for row in positives)
     hit = 0
     for row in positives:
         got = [(f.start, f.end) for f in resolve_overlaps(find_persons(row["text"]))]
         hit += sum(any(min(e, b) - max(s, a) >= (e - s) / 2 for a, b in got) for s, e, _ in row["spans"])
-    assert labelled >= 480 and hit / labelled >= 0.97
+    assert labelled >= 520 and hit / labelled >= 0.97

@@ -11,6 +11,7 @@ from kvfence.gateway.protection.detect.findings import Category, Finding
 from kvfence.gateway.protection.detect.recognizers.gazetteer import Gazetteer
 from kvfence.gateway.protection.detect.recognizers.not_names import FIRMS as _NOT_PEOPLE
 from kvfence.gateway.protection.detect.recognizers.not_names import ORG_WORDS as _ORG_AFTER
+from kvfence.gateway.protection.detect.recognizers.not_names import PLACES as _PLACES
 from kvfence.gateway.protection.detect.recognizers.person_words import (
     _GROUP_WORDS,
     _PARTICLES,
@@ -82,7 +83,12 @@ _LIST_LABEL = re.compile(
     r"(?im)(?:^|(?<=[\s(]))(?:attendees|participants|present|apologies|absent|invitees|speakers|panelists"
     r"|teilnehmer(?:innen)?|anwesend|entschuldigt|abwesend|participants|présents|presents|excusés|invités"
     r"|asistentes|participantes|presentes|ausentes|invitados|partecipanti|presenti|assenti|invitati"
-    r"|aanwezig|afwezig|deelnemers|genodigden|cc|bcc)[ \t]*:[ \t]*(?P<items>[^\n]{1,400})")
+    r"|aanwezig|afwezig|deelnemers|genodigden|cc|bcc"
+    # the roles of minutes and events: "Chair: Adaora Nwachukwu-Eze", "Follow-ups: Tendai (budget)"
+    r"|chairs?|chairperson|scribe|facilitators?|hosts?|moderators?|timekeeper|presenters?|note[ -]?takers?"
+    r"|minute[ -]?takers?|organi[sz]ers?|sponsors?|mentors?|mentees?|drivers?|co-drivers?|interviewers?|reviewers?"
+    r"|approvers?|follow[ -]ups?|regrets|guests|also[ \t]present|in[ \t]attendance|on[ -]call(?:[ \t]this[ \t]week)?"
+    r"|trainers?|coordinators?|secretary|treasurer|rapporteur|convenor)[ \t]*:[ \t]*(?P<items>[^\n]{1,400})")
 _LIST_SPLIT = re.compile(r"\s*(?:[,;/]|\band\b|\bund\b|\bet\b|\by\b|\be\b|\ben\b|&)\s*")
 _LIST_ITEM = re.compile(r"^[^\W\d_][\w'’.-]*(?:\s+[^\W\d_][\w'’.-]*){0,4}$")
 
@@ -112,8 +118,10 @@ def list_values(text: str, g: Gazetteer) -> list[Finding]:
                 continue
             if not any(_known(g, w, False) for w in lows) and any(g.is_ordinary(w) for w in lows):
                 continue
-            if len(plain) == 1 and (len(plain[0]) < 3 or (g.is_ordinary(lows[0]) and not g.is_name(lows[0]))):
-                continue
+            if any(w in _PLACES or g.is_not_name(w) or (g.is_ordinary(w) and not g.is_name(w)) for w in lows):
+                continue  # "Lagos office", "Events Committee", "Security Guild": a place, a word, a department
+            if len(plain) == 1 and (len(plain[0]) < 3 or not _known(g, lows[0], False) or plain[0].isupper()):
+                continue  # "Safaricom", "UNICEF", "TBC": one word is a name only when the lists know it
             found.append(Finding(start + at, start + at + len(value), "PERSON", Category.PII, 0.7, "person_list"))
     return found
 

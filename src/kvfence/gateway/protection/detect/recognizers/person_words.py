@@ -30,8 +30,8 @@ _TITLE_LAST = frozenset(w.split(".")[-1] for w in _TITLES) | {"m", "fr", "don", 
 
 def _after_title(before: str) -> bool:
     tail = before[-14:].rstrip()
-    if not tail or len(before) - len(before.rstrip()) > 2:
-        return False
+    if not tail or len(before) - len(before.rstrip()) > 2 or "\n" in before[len(before.rstrip()):]:
+        return False  # a title ends its line: "Scribe: HR\nFacilitator" (HR is no "Hr.")
     last = tail.rsplit(None, 1)[-1].rstrip(".").rsplit(".", 1)[-1].lower()
     last = last.rsplit("'", 1)[-1].rsplit("’", 1)[-1]  # an elided article: "l'avv. Benedetti", "dall'Ing. Moretti"
     return last in _TITLE_LAST and _TITLE_RE.search(before) is not None
@@ -146,7 +146,9 @@ signatory, witness, tenant, landlord, patient, applicant, candidate, guarantor, 
 témoin, testigo, testimone, getuige, owner, contact, attn, attention, locataire, propriétaire, bailleur,
 signataire, mieter, mieterin, vermieter, vermieterin, inquilino, inquilina, arrendador, arrendatario,
 conduttore, locatore, huurder, verhuurder, patiënt, patiente, paciente, paziente, patientin, empfänger,
-destinataire, destinatario, ontvanger, firmado, firmato, signé, unterschrieben, getekend
+destinataire, destinatario, ontvanger, firmado, firmato, signé, unterschrieben, getekend,
+led by, chaired by, hosted by, presented by, organised by, organized by, moderated by, facilitated by,
+sponsored by, minutes by, prepared by, reviewed by, submitted by
 """.replace("\n", " ").split(","))
 # the last word of a closing ("Best,", "Kind regards,", "Yours,", "Saludos,")
 _CLOSING_LAST = frozenset("""best regards yours sincerely grüße gruß cordialement saludos atentamente saluti groeten
