@@ -20,7 +20,7 @@ from kvfence.gateway.protection.detect.concatenated import joined_literals
 from kvfence.gateway.protection.detect.encoded import decoded_runs
 from kvfence.gateway.protection.detect.findings import Finding, resolve_overlaps
 from kvfence.gateway.protection.detect.normalise import fold
-from kvfence.gateway.protection.detect.recognizers.address_intl import extend_address
+from kvfence.gateway.protection.detect.recognizers.address_parts import extend_address
 from kvfence.gateway.protection.detect.recognizers.person import find_persons, link_mentions
 from kvfence.gateway.protection.detect.recognizers.pii import PII_RULES, PRIVATE_IP_RULES
 from kvfence.gateway.protection.detect.recognizers.secrets import SECRET_RULES

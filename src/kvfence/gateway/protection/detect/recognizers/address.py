@@ -9,9 +9,10 @@ A street written without its type word ("12 Acacia", "Jungfernstieg 7", "Unter d
 found only with the rest of the address after it (US: town, state and ZIP; UK: town and postcode;
 DE: postcode and a town that ends the line), since "Kapitel 3" or "Room 12" alone is no address; a
 German street opened by a preposition ("Am Alten Markt 3", "An der Alster 5") is also found after a
-cue word. Post-office boxes ("PO Box 123", "P.O. Box", "Post Office Box", "Postfach", "Postbus",
-"Boîte postale", "Casella postale", "Apartado de correos") are found on their own; the French
-abbreviation "BP 45" (also blood pressure, a company) only with its postcode and town or after a cue.
+cue word. The French box abbreviations "BP 45", "CS 30001", "TSA 70011" (BP is also blood
+pressure, a company) are found only with their postcode and town or after a cue; the other
+post-office boxes, which need neither, are one rule of ``address_intl.py`` with every country's tail.
+The US, UK and German tails are exported for it (``US_TAIL``, ``UK_TAIL``).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from __future__ import annotations
 import re
 
 from kvfence.gateway.protection.detect.findings import Category
+from kvfence.gateway.protection.detect.recognizers.address_parts import TOWN
 from kvfence.gateway.protection.detect.scanner import Rule
 
-__all__ = ["ADDRESS_CUES", "ADDRESS_RULES"]
+__all__ = ["ADDRESS_CUES", "ADDRESS_RULES", "UK_TAIL", "US_TAIL"]
 
 _PII = Category.PII
 
@@ -32,41 +34,58 @@ ADDRESS_CUES = ("address", "addr", "live at", "lives at", "living at", "located 
 
 _CAP = r"[A-Z][A-Za-z'’.-]{0,30}"                               # a capitalised word of a street or town name
 _US_TYPE = (r"(?:Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|Ct|Place|Pl|Way|Terrace"
-            r"|Ter|Parkway|Pkwy|Circle|Cir|Highway|Hwy|Square|Sq|Trail|Trl)")
-_UNIT = r"(?:,?\s{1,3}(?:Apt|Apartment|Suite|Ste|Unit|Fl|Floor|#)\.?\s{0,3}#?[\w-]{1,6})?"
+            r"|Ter|Parkway|Pkwy|Circle|Cir|Highway|Hwy|Square|Sq|Trail|Trl|Loop|Mall|Plaza|Alley|Pike|Row)")
+# a street word: capitalised, or an ordinal ("5th Ave", "W 38th St")
+_US_WORD = rf"(?:{_CAP}|\d{{1,3}}(?:st|nd|rd|th))"
+# the house number: digits, or a number word ("One Microsoft Way")
+_US_NUMBER = r"(?:\d{1,6}[A-Z]?|One|Two|Three|Four|Five|Six|Seven|Eight|Nine|Ten)"
+_UNIT = (r"(?:,?\s{1,3}(?:(?:Apt|Apartment|Suite|Ste|Unit|Fl|Floor|#)\.?\s{0,3}#?[\w-]{1,6}"
+         r"|\d{1,3}(?:st|nd|rd|th)\s(?:Floor|Fl\.?)))?")
 _US_STATE = (r"(?:A[KLRZ]|C[AOT]|D[CE]|FL|GA|HI|I[ADLN]|K[SY]|LA|M[ADEINOST]|N[CDEHJMVY]|O[HKR]|PA|RI|S[CD]|T[NX]"
              r"|UT|V[AT]|W[AIVY])")
-_US_STREET = (rf"\b\d{{1,6}}[A-Z]?\s{{1,3}}(?:[NSEW]\.?\s{{1,3}})?(?:{_CAP}\s{{1,3}}){{1,4}}{_US_TYPE}\b\.?"
+_US_STREET = (rf"\b{_US_NUMBER}\s{{1,3}}(?:[NSEW]\.?\s{{1,3}})?(?:{_US_WORD}\s{{1,3}}){{1,4}}{_US_TYPE}\b\.?"
               rf"(?:\s{{1,3}}(?:[NS][EW]|[NSEW])\b)?{_UNIT}")
-_US_TAIL = rf",?\s{{1,3}}(?:{_CAP}\s{{1,3}}){{0,3}}{_CAP},?\s{{1,3}}{_US_STATE}\s{{1,3}}\d{{5}}(?:-\d{{4}})?\b"
+_US_STATE_NAME = (r"(?:Alabama|Alaska|Arizona|Arkansas|California|Colorado|Connecticut|Delaware|Florida|Georgia"
+                  r"|Hawaii|Idaho|Illinois|Indiana|Iowa|Kansas|Kentucky|Louisiana|Maine|Maryland|Massachusetts"
+                  r"|Michigan|Minnesota|Mississippi|Missouri|Montana|Nebraska|Nevada|New Hampshire|New Jersey"
+                  r"|New Mexico|New York|North Carolina|North Dakota|Ohio|Oklahoma|Oregon|Pennsylvania|Rhode Island"
+                  r"|South Carolina|South Dakota|Tennessee|Texas|Utah|Vermont|Virginia|Washington|West Virginia"
+                  r"|Wisconsin|Wyoming)")
+# ", Springfield, IL 62704", a CSV row's ",Asheville,NC,28801", a state written out ("Maryland 20852")
+_US_TOWN_STATE_ZIP = (rf"(?:{_CAP}\s{{1,3}}){{0,3}}{_CAP}(?:,\s{{0,3}}|\s{{1,3}})(?:{_US_STATE}|{_US_STATE_NAME})"
+                      r"(?:,\s{0,3}|\s{1,3})\d{5}(?:-\d{4})?\b")
+US_TAIL = rf"(?:,\s{{0,3}}|\s{{1,3}}){_US_TOWN_STATE_ZIP}"
 
 _UK_TYPE = (r"(?:Street|Road|Lane|Avenue|Close|Crescent|Drive|Gardens|Place|Square|Terrace|Way|Court|Grove|Hill"
             r"|Mews|Row|Walk|Park|Rise|View|Green|Parade)")
 _UK_POSTCODE = r"(?:[A-PR-UWYZ][A-HK-Y]?\d[A-Z\d]?\s?\d[ABD-HJLNP-UW-Z]{2})"
 _UK_STREET = rf"\b\d{{1,4}}[A-Za-z]?,?\s{{1,3}}(?:{_CAP}\s{{1,3}}){{1,3}}{_UK_TYPE}\b"
-_UK_TAIL = rf"(?:,\s{{0,3}}(?:{_CAP}\s{{0,3}}){{1,3}}){{0,2}},?\s{{1,3}}{_UK_POSTCODE}\b"
+# the town lines before the postcode, each after a comma or on a line of its own
+_UK_LINE = r"(?:,[ \t]{0,3}\n?[ \t]{0,3}|[ \t]{0,3}\n[ \t]{0,3})"
+UK_TAIL = rf"(?:{_UK_LINE}(?:{_CAP}[ \t]{{0,3}}){{1,3}}){{0,3}}(?:,?\s{{1,3}}|{_UK_LINE}){_UK_POSTCODE}\b"
 
 _DE_TYPE = r"(?:straße|strasse|str\.|weg|allee|platz|gasse|damm|ufer|chaussee|steig|pfad)"
 _DE_WORD_TYPE = r"(?:Straße|Strasse|Str\.|Weg|Allee|Platz|Gasse|Ring|Damm|Ufer|Chaussee)"
 _DE_NAME = (rf"(?:[A-ZÄÖÜ][a-zäöüß]{{1,30}}(?:-[A-ZÄÖÜ]?[a-zäöüß]{{1,30}}){{0,4}}?(?:{_DE_TYPE}|-{_DE_WORD_TYPE})"
             rf"|(?:[A-ZÄÖÜ][\wäöüß.-]{{0,30}}\s{{1,3}}){{1,3}}{_DE_WORD_TYPE})")
 _DE_STREET = rf"\b{_DE_NAME}\s{{0,3}}\d{{1,4}}(?:\s?[a-z])?(?:\s?[-/]\s?\d{{1,4}}[a-z]?)?\b"
-_DE_TAIL = r",?\s{1,3}(?:D-)?\d{5}\s{1,3}[A-ZÄÖÜ][\wäöüß-]{1,30}(?:\s{1,3}(?:am|an der|im|in|bei)\s{1,3}[A-ZÄÖÜ][\wäöüß-]{1,30})?"
+_DE_TAIL = rf",?\s{{1,3}}(?:D-)?\d{{5}}\s{{1,3}}{TOWN}"
 
 _FR_TYPE = (r"(?:rue|avenue|av\.|boulevard|bd|place|chemin|allée|allee|impasse|quai|route|cours|square|passage"
             r"|faubourg|rond-point)")
 _FR_STREET = (rf"\b\d{{1,4}}(?:\s?(?:bis|ter|[A-C]))?,?\s{{1,3}}{_FR_TYPE}\s{{1,3}}(?:(?:de\s{{1,3}}la|de\s{{1,3}}l'|du|des|de|d'|la|le|les)\s{{0,3}})?"
               rf"[A-ZÉÈ][\w'’-]{{0,30}}(?:\s{{1,3}}(?:de\s{{1,3}}la|de\s{{1,3}}l'|du|des|de|d'|la|le|les|et|[A-ZÉÈ][\w'’-]{{0,30}})){{0,4}}"
               r"(?![\w'’-])")
-_FR_TAIL = r",?\s{1,3}\d{5}\s{1,3}[A-ZÉÈ][\w'’-]{0,30}(?:[\s-]{1,3}[A-ZÉÈ][\w'’-]{0,30}){0,3}"
+# the rule is case-blind ("12 Rue", "12 rue"), its town is not ("44000 Nantes ce soir" ends at Nantes)
+_FR_TAIL = rf"(?:,?\s{{1,3}}|;)\d{{5}}(?:\s{{1,3}}|;)(?-i:{TOWN})(?:\s(?-i:Cedex)(?:\s\d{{1,2}})?)?"
 
 
 # --- streets without a type word: the postcode tail is required (it is what makes them addresses) ---
 _LINE_END = r"(?=\s{0,3}(?:[,.;:)\]]|\n|$|(?:USA|U\.S\.A?\.?|United States|UK|United Kingdom|Germany|Deutschland)\b))"
 _US_BARE = rf"\b\d{{1,6}}[A-Z]?\s{{1,3}}(?:[NSEW]\.?\s{{1,3}})?(?:{_CAP}\s{{1,3}}){{0,3}}{_CAP}{_UNIT}"
-_US_BARE_TAIL = (rf",\s{{1,3}}(?:{_CAP}\s{{1,3}}){{0,3}}{_CAP},?\s{{1,3}}{_US_STATE}\s{{1,3}}\d{{5}}(?:-\d{{4}})?\b")
+_US_BARE_TAIL = rf"(?:,\s{{0,3}}|[ \t]{{0,3}}\n[ \t]{{0,3}}){_US_TOWN_STATE_ZIP}"
 _UK_BARE = rf"\b\d{{1,4}}[A-Za-z]?,?\s{{1,3}}(?:{_CAP}\s{{1,3}}){{0,2}}{_CAP}"
-_UK_BARE_TAIL = rf"(?:,\s{{0,3}}(?:{_CAP}\s{{0,3}}){{1,3}}){{1,2}},?\s{{1,3}}{_UK_POSTCODE}\b"
+_UK_BARE_TAIL = rf"(?:{_UK_LINE}(?:{_CAP}[ \t]{{0,3}}){{1,3}}){{1,3}}(?:,?\s{{1,3}}|{_UK_LINE}){_UK_POSTCODE}\b"
 _DE_PREP = (r"(?:Am|Im|Zum|Zur|Beim|An\s{1,3}(?:der|den|dem)|In\s{1,3}(?:der|den|dem)|Auf\s{1,3}(?:der|den|dem)"
             r"|Unter\s{1,3}(?:den|der|dem)|Hinter\s{1,3}(?:der|den|dem)|Vor\s{1,3}(?:der|den|dem)|Alte[rs]?|Neue[rs]?)")
 _DE_CAPW = r"[A-ZÄÖÜ][a-zäöüß]{1,30}(?:-[A-ZÄÖÜ][a-zäöüß]{1,30}){0,3}"
@@ -78,18 +97,11 @@ _DE_BARE_END = (r"(?:stieg|markt|ring|graben|berg|hof|feld|tor|kamp|wall|deich|b
                 r"|park|werder|wald|weide|linden|kamp|kanal|hafen|mühle|brunnen|hang|blick|pfad|gang)")
 _DE_BARE = (rf"\b(?:{_DE_CAPW}\s{{1,3}}){{0,2}}[A-ZÄÖÜ][a-zäöüß-]{{0,30}}{_DE_BARE_END}\s{{1,3}}\d{{1,4}}"
             r"(?:\s?[a-z])?")
-_DE_BARE_TAIL = rf",\s{{1,3}}(?:D-)?\d{{5}}\s{{1,3}}[A-ZÄÖÜ][\wäöüß-]{{1,30}}(?:\s{{1,3}}(?:am|an der|im|in|bei)\s{{1,3}}[A-ZÄÖÜ][\wäöüß-]{{1,30}})?{_LINE_END}"
+_DE_BARE_TAIL = rf",\s{{1,3}}(?:D-)?\d{{5}}\s{{1,3}}{TOWN}{_LINE_END}"
 
-# --- post-office boxes ---
-_BOX_NUMBER = r"\d{1,6}(?:\s\d{2,4}){0,2}\b"
-_PO_BOX = (r"\b(?:P\.?\s?O\.?\s{0,3}Box|Post\s{1,3}Office\s{1,3}Box|POB|Postfach|Postbus|Bo[iî]te\s{1,3}postale"
-           r"|Casella\s{1,3}postale|Apartado(?:\s{1,3}de\s{1,3}correos)?|Apdo\.)"
-           rf"\s{{0,3}}(?:No\.?\s{{0,3}}|Nr\.?\s{{0,3}}|n°\s{{0,3}}|#\s{{0,3}})?{_BOX_NUMBER}")
-_BOX_TAIL = (rf"(?:,?\s{{1,3}}(?:{_CAP}\s{{1,3}}){{0,3}}{_CAP},?\s{{1,3}}{_US_STATE}\s{{1,3}}\d{{5}}(?:-\d{{4}})?\b"
-             rf"|,?\s{{1,3}}(?:{_CAP},?\s{{0,3}}){{0,2}}{_UK_POSTCODE}\b"
-             r"|,?\s{1,3}\d{4}\s?[A-Z]{2}\s{1,3}[A-Z][\w'’-]{1,30}"  # Dutch: 1000 AB Amsterdam
-             r"|,?\s{1,3}(?:[–-]\s{1,3})?(?:[DF]-)?\d{4,5}\s{1,3}[A-ZÄÖÜÉÈ][\w'’äöüß-]{1,30}(?:\s{1,3}Cedex(?:\s\d{1,2})?)?)")
-_FR_BP = (r"\bB\.?\s?P\.?\s{0,3}\d{1,5}\b(?!\s?/|\s?mm|\s?%)")
+# --- the French box abbreviations: BP (boîte postale), CS (course spéciale), TSA (tri service arrivée) ---
+_FR_BOX_TAIL = rf",?\s{{1,3}}(?:[–-]\s{{1,3}})?(?:F-)?\d{{5}}\s{{1,3}}{TOWN}(?:\s{{1,3}}Cedex(?:\s\d{{1,2}})?)?"
+_FR_BP = r"\b(?:B\.?\s?P\.?|CS|TSA)\s{0,3}\d{1,5}\b(?!\s?/|\s?mm|\s?%)"
 
 
 def _rule(country: str, street: str, tail: str, flags: int = 0) -> Rule:
@@ -98,8 +110,8 @@ def _rule(country: str, street: str, tail: str, flags: int = 0) -> Rule:
 
 
 ADDRESS_RULES: list[Rule] = [
-    _rule("us", _US_STREET, _US_TAIL),
-    _rule("uk", _UK_STREET, _UK_TAIL),
+    _rule("us", _US_STREET, US_TAIL),
+    _rule("uk", _UK_STREET, UK_TAIL),
     _rule("de", _DE_STREET, _DE_TAIL),
     _rule("fr", _FR_STREET, _FR_TAIL, re.IGNORECASE),
     # a street without its type word: only with the rest of the address
@@ -107,9 +119,7 @@ ADDRESS_RULES: list[Rule] = [
     Rule("address_uk_bare", "POSTAL_ADDRESS", _PII, re.compile(_UK_BARE + _UK_BARE_TAIL), score=0.7),
     Rule("address_de_bare", "POSTAL_ADDRESS", _PII, re.compile(_DE_BARE + _DE_BARE_TAIL), score=0.7),
     _rule("de_prep", _DE_PREP_STREET, _DE_TAIL),
-    # post-office boxes: the box words are unambiguous; "BP 45" needs its postcode and town, or a cue
-    Rule("address_po_box", "POSTAL_ADDRESS", _PII, re.compile(f"{_PO_BOX}(?:{_BOX_TAIL})?", re.IGNORECASE),
-         score=0.8, hints=("box", "postfach", "postbus", "postale", "apartado", "apdo", "pob")),
-    Rule("address_fr_bp", "POSTAL_ADDRESS", _PII, re.compile(f"{_FR_BP}(?P<tail>{_BOX_TAIL})?"), score=0.7,
-         context=ADDRESS_CUES, needs_context=True, context_waived_by="tail", hints=("bp", "b.p")),
+    # "BP 45" needs its postcode and town, or a cue (the other boxes: address_intl.py)
+    Rule("address_fr_bp", "POSTAL_ADDRESS", _PII, re.compile(f"{_FR_BP}(?P<tail>{_FR_BOX_TAIL})?"), score=0.7,
+         context=ADDRESS_CUES, needs_context=True, context_waived_by="tail", hints=("bp", "b.p", "cs", "tsa")),
 ]

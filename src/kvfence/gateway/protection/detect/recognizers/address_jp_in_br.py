@@ -20,19 +20,20 @@ from __future__ import annotations
 import re
 
 from kvfence.gateway.protection.detect.findings import Category
+from kvfence.gateway.protection.detect.recognizers.address_parts import CAPW as _CAPW
+from kvfence.gateway.protection.detect.recognizers.address_parts import IN_STATES as _IN_STATES
+from kvfence.gateway.protection.detect.recognizers.address_parts import LINE_BREAK as _SEP
+from kvfence.gateway.protection.detect.recognizers.address_parts import S as _S
 from kvfence.gateway.protection.detect.scanner import Anchor, Rule
 
-__all__ = ["JP_IN_BR_ADDRESS_RULES"]
+__all__ = ["BR_TAIL", "JP_IN_BR_ADDRESS_RULES"]
 
 _PII = Category.PII
-_S = r"[ \t]{1,3}"
-_SEP = r"(?:,[ \t]{0,3}\n?[ \t]{0,3}|[ \t]{0,3}\n[ \t]{0,3})"
-_CAPW = r"[A-ZÀ-ÖØ-Þ][\w'’.-]{0,30}"
 _WORDS = rf"{_CAPW}(?:{_S}(?:de|da|do|das|dos|e)?[ \t]?{_CAPW}){{0,4}}"
 
 # --- Japan ---
 _JP_BLOCK = r"\d{1,4}(?:-\d{1,4}){1,2}"
-_JP_AREA = r"[A-Z][a-zōū]{1,20}(?:-(?:cho|chō|machi|dori|dōri))?"
+_JP_AREA = r"[A-Z][a-zōū]{1,20}(?:-[A-Z][a-zōū]{1,20})?(?:-(?:cho|chō|machi|dori|dōri))?"  # Nishi-Shinjuku
 _JP_WARD = r"[A-Z][a-zōū]{1,20}-(?:ku|shi|gun|cho|chō|machi|mura)"
 _JP_PREF = r"[A-Z][a-zōū]{1,20}(?:-(?:to|fu|ken))?"
 _JP_ROMAN = re.compile(
@@ -44,23 +45,21 @@ _JP_SCRIPT = re.compile(
     rf"[{_JP_KANA}0-9０-９\-−－ー丁目番地号の]{{2,40}}")
 
 # --- India ---
-_IN_STATES = (r"(?:Andhra Pradesh|Arunachal Pradesh|Assam|Bihar|Chhattisgarh|Goa|Gujarat|Haryana|Himachal Pradesh"
-              r"|Jharkhand|Karnataka|Kerala|Madhya Pradesh|Maharashtra|Manipur|Meghalaya|Mizoram|Nagaland|Odisha"
-              r"|Punjab|Rajasthan|Sikkim|Tamil Nadu|Telangana|Tripura|Uttar Pradesh|Uttarakhand|West Bengal|Delhi"
-              r"|Jammu and Kashmir|Ladakh|Puducherry|Chandigarh)")
 _IN_CITIES = (r"(?:Mumbai|Bombay|New Delhi|Delhi|Bengaluru|Bangalore|Chennai|Madras|Hyderabad|Kolkata|Calcutta|Pune"
               r"|Ahmedabad|Jaipur|Lucknow|Chandigarh|Kochi|Cochin|Gurugram|Gurgaon|Noida|Indore|Bhopal|Nagpur|Surat"
               r"|Vadodara|Coimbatore|Mysuru|Mysore|Visakhapatnam|Thiruvananthapuram|Patna|Bhubaneswar|Guwahati"
               r"|Dehradun|Kanpur|Varanasi|Agra|Amritsar|Ludhiana|Nashik|Thane|Navi Mumbai|Madurai|Mangaluru)")
 # a house token with its word ("Flat 302", "No. 12", "#45"), a block letter ("B-12"), or a number
 # that starts the line
-_IN_HOUSE = (r"(?:(?:(?:Flat|House|Plot|Door|Shop|Office|Villa|Apt\.?)[ \t]?(?:No\.?[ \t]?)?|No\.?[ \t]?|#[ \t]?)"
-             r"(?:[A-Z]{1,2}[ \t]?-[ \t]?)?|[A-Z]{1,2}[ \t]?-[ \t]?|(?m:^)[ \t]*)\d{1,5}[A-Z]?(?:/\d{1,4})?")
+_IN_HOUSE = (r"(?:(?:(?:(?:Flat|House|Plot|Door|Shop|Office|Villa|Apt\.?)[ \t]?(?:No\.?[ \t]?)?|No\.?[ \t]?|#[ \t]?)"
+             r"(?:[A-Z]{1,2}[ \t]?-[ \t]?)?|[A-Z]{1,2}[ \t]?-[ \t]?|(?m:^)[ \t]*|(?<=:[ \t]))\d{1,5}[A-Z]?(?:[/-]\d{1,4})?"
+             # a first line without a number: "Station Road, Jaipur 302006"
+             r"|(?:[A-Z][a-z]{1,20}[ \t]){1,2}(?:Road|Marg|Street|Lane|Nagar|Chowk|Bazaar|Bazar))")
 _IN_PART = rf"(?:{_CAPW}|\d{{1,3}}(?:st|nd|rd|th)|Road[ \t]No\.?[ \t]?\d{{1,3}}|Sector[ \t]\d{{1,3}}[A-Z]?|Phase[ \t][IVX\d]{{1,4}})"
 _IN_LINE = rf"{_IN_PART}(?:[ \t]{{1,2}}(?:{_IN_PART}|\d{{1,3}}))*"
 _IN_PIN = r"(?:PIN(?:[ \t]?Code)?[ \t]?:?[ \t]?)?[1-8]\d{2}[ \t]?\d{3}\b"
 _IN_ADDRESS = re.compile(
-    rf"\b{_IN_HOUSE}{_SEP}(?:{_IN_LINE}{_SEP}){{1,5}}{_IN_LINE}(?:{_SEP}{_IN_STATES})?"
+    rf"\b{_IN_HOUSE}{_SEP}(?:{_IN_LINE}{_SEP}){{0,5}}{_IN_LINE}(?:{_SEP}{_IN_STATES})?"
     rf"(?:,?[ \t]{{1,3}}[-–][ \t]{{1,3}}|,[ \t]{{0,3}}|[ \t]{{1,3}}|[ \t]{{0,3}}\n[ \t]{{0,3}}){_IN_PIN}")
 _IN_NEEDS = re.compile(rf"{_IN_STATES}|{_IN_CITIES}|PIN")
 # a street or locality word: what makes the parts a street line, not "Chapter 3, Section 12"
@@ -75,10 +74,12 @@ _BR_NAME = rf"(?:(?:de|da|do|das|dos)[ \t])?{_WORDS}"
 _BR_COMPLEMENT = (r"(?:(?:,[ \t]{0,3}|[ \t]{1,3}[-–][ \t]{1,3}|[ \t]{1,3})(?i:apto\.?|apartamento|ap\.?|sala|bloco|bl\.?|casa"
                   r"|conjunto|cj\.?|andar|loja|fundos)[ \t]?[\w-]{1,6}){0,3}")
 _BR_CEP = r"(?:CEP:?[ \t]?)?\d{5}-?\d{3}\b"
+# the district and town, the state's letters and the CEP (also after a "Caixa Postal": address_intl.py)
+BR_TAIL = (rf"(?:(?:,[ \t]{{0,3}}|[ \t]{{1,3}}[-–][ \t]{{1,3}}|[ \t]{{0,3}}\n[ \t]{{0,3}}){_BR_NAME}){{1,2}}"
+           rf"(?:[ \t]{{0,3}}[-/–,][ \t]{{0,3}}){_BR_UF}\b(?:[,;][ \t]{{0,3}}|[ \t]{{1,3}}[-–]?[ \t]{{0,3}}|[ \t]{{0,3}}\n[ \t]{{0,3}})"
+           rf"{_BR_CEP}")
 _BR_ADDRESS = re.compile(
-    rf"\b{_BR_TYPE}{_S}{_BR_NAME},?[ \t]{{1,3}}(?:n[º°o]\.?[ \t]?)?\d{{1,5}}[A-Z]?{_BR_COMPLEMENT}"
-    rf"(?:(?:,[ \t]{{0,3}}|[ \t]{{1,3}}[-–][ \t]{{1,3}}|[ \t]{{0,3}}\n[ \t]{{0,3}}){_BR_NAME}){{1,2}}"
-    rf"(?:[ \t]{{0,3}}[-/–,][ \t]{{0,3}}){_BR_UF}\b(?:,[ \t]{{0,3}}|[ \t]{{1,3}}[-–]?[ \t]{{0,3}}|[ \t]{{0,3}}\n[ \t]{{0,3}}){_BR_CEP}")
+    rf"\b{_BR_TYPE}{_S}{_BR_NAME},?[ \t]{{1,3}}(?:n[º°o]\.?[ \t]?)?\d{{1,5}}[A-Z]?{_BR_COMPLEMENT}{BR_TAIL}")
 
 
 def _indian(candidate: str) -> bool:
