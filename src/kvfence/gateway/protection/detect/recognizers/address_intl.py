@@ -43,12 +43,12 @@ from kvfence.gateway.protection.detect.recognizers.address_parts import (
     EU_POSTCODE,
     LINE_BREAK,
     MX_REGION,
+    NOT_COUNTED,
     SEP,
     TOWN,
     UPPER,
     S,
 )
-from kvfence.gateway.protection.detect.recognizers.gazetteer import gazetteer
 from kvfence.gateway.protection.detect.scanner import Anchor, Rule
 
 __all__ = ["INTL_ADDRESS_RULES"]
@@ -66,18 +66,23 @@ _NUMBER = (r"(?:\d{1,5}[a-zA-Z]?(?:[ \t]?[/-][ \t]?(?:\d{1,4}[a-zA-Z]?|[A-Z]\b|I
            r"(?:[ \t]?(?:bis|ter|hs|huis|bg|\d-?hoog))?|s/n|S/N)"
            rf"(?:(?:,?[ \t]{{1,3}}|[ \t]?/[ \t]?){_NUMBER_PART}){{0,3}}")
 
-_PREFIX_TYPE = (r"(?:(?i:Calle|Avda\.|Avenida|Av\.|Plaza|Pza\.|Paseo|Passeig|Camino|Carrer|Carretera|Ronda|Rambla"
-                r"|Travesía|Travessera|Avinguda|Glorieta|Calzada|Calz\.|Blvd\.|Bulevar|Prolongación"
-                r"|Via|V\.le|Viale|Piazza|P\.za|Piazzale|Corso|C\.so|Largo|Vicolo|Strada|Lungomare|Lungarno|Borgo|Contrada"
-                r"|Rua|R\.|Travessa|Praça|Estrada|Alameda|Rue|Avenue|Boulevard|Bd|Place|Chemin|Allée|Impasse|Quai|Route"
-                r"|Chaussée|Square|Passage|Rond-point|Laan)|C/|C\.|P[ºo]\.?|ul\.|ulica|al\.|aleja|pl\.|plac|os\.|osiedle)")
+# the street word first, capitalised or not ("Via Roma", "via Roma", "VIA ROMA"): the list as it is, in lower
+# and in upper case (literals; a case-blind group or a [Vv] class would make the rule try every word three
+# times slower)
+_PREFIX_WORDS = ("Calle|Avda\\.|Avenida|Av\\.|Plaza|Pza\\.|Paseo|Passeig|Camino|Carrer|Carretera|Ronda|Rambla|Travesía"
+                 "|Travessera|Avinguda|Glorieta|Calzada|Calz\\.|Blvd\\.|Bulevar|Prolongación|Via|V\\.le|Viale|Piazza|P\\.za"
+                 "|Piazzale|Corso|C\\.so|Largo|Vicolo|Strada|Lungomare|Lungarno|Borgo|Contrada|Rua|R\\.|Travessa|Praça"
+                 "|Estrada|Alameda|Rue|Avenue|Boulevard|Bd|Place|Chemin|Allée|Impasse|Quai|Route|Chaussée|Square"
+                 "|Passage|Rond-point|Laan")
+_PREFIX_TYPE = (f"(?:{_PREFIX_WORDS}|{_PREFIX_WORDS.lower()}|{_PREFIX_WORDS.upper()}"
+                r"|C/|C\.|P[ºo]\.?|ul\.|ulica|al\.|aleja|pl\.|plac|os\.|osiedle)")
 _SUFFIX = (r"(?:straße|strasse|str\.|gasse|weg|allee|platz|ring|damm|ufer|steig|markt|graben|zeile|gürtel|kai|lände"
            r"|straat|laan|gracht|plein|kade|singel|dijk|dreef|steeg|pad|baan|wal|hof|park|markt|plantsoen"
            r"|gatan|vägen|gränd|torget|backen|stigen|leden|gade|vej|veien|gata|vägen)")
 # an adjective before a compound street ("Landstraßer Hauptstraße", "Alte Jakobstraße")
 _ADJECTIVE = rf"(?:[{UPPER}][\w'’-]{{1,30}}er|Alte|Große|Grosse|Neue|Lange|Hohe|Obere|Untere|Kleine|Breite){S}"
-_SUFFIX_STREET = (rf"(?:(?:{_ADJECTIVE})?[{UPPER}][\wäöüßåéè-]{{0,30}}{_SUFFIX}"
-                  rf"|[{UPPER}][\w-]{{0,30}}-(?:Straße|Strasse|Str\.|Weg|Allee|Platz|Gasse|Ring|Damm|Ufer)"
+_SUFFIX_STREET = (rf"(?:(?:{_ADJECTIVE})?[{UPPER}][\wäöüßåéè-]{{0,30}}"
+                  rf"(?:{_SUFFIX}|-(?:Straße|Strasse|Str\.|Weg|Allee|Platz|Gasse|Ring|Damm|Ufer))"
                   rf"|(?:[{UPPER}][\wäöüß.-]{{1,30}}{S}){{1,2}}"
                   r"(?:Straße|Strasse|Str\.|Gasse|Weg|Allee|Platz|Ring|Damm|Ufer|Gürtel|Markt|Laan|Straat|Plein"
                   r"|gate|gata|gade|vej|vei|veien|allé|plass|torg))")
@@ -124,9 +129,9 @@ _SG_ADDRESS = (rf"\b(?:(?:Blk|Block)[ \t])?\d{{1,5}}[A-Z]?{S}(?:(?:{CAPW}|\d{{1,
                rf"(?:{S}|{LINE_BREAK})Singapore[ \t]{{1,3}}\d{{6}}\b")
 
 # a Dutch street without its type word, with a Dutch postcode ("Damrak 1, 1012 LG Amsterdam"), or a
-# Belgian one with its box ("Meir 50 bus 3, 2000 Antwerpen"); its first word is no word of the dictionaries
-# ("Model 3, 2024 EV Range")
-_BARE_STREET = rf"\b[{UPPER}][\w'’-]{{2,30}}(?:{S}[{UPPER}][\w'’-]{{2,30}})?{S}\d{{1,5}}[a-zA-Z]?(?:-(?:I{{1,3}}|IV|hs|\d{{1,4}}))?"
+# Belgian one with its box ("Meir 50 bus 3, 2000 Antwerpen"); its first word is no counted noun ("Model 3,
+# 2024 EV Range": Dutch streets are often plain words, "Dam 1", "Markt 12", so a dictionary would not do)
+_BARE_STREET = rf"\b{NOT_COUNTED}[{UPPER}][\w'’-]{{2,30}}(?:{S}[{UPPER}][\w'’-]{{2,30}})?{S}\d{{1,5}}[a-zA-Z]?(?:-(?:I{{1,3}}|IV|hs|\d{{1,4}}))?"
 # (the letters are no era, union or acronym: "Kapitel 3, 2000 AD Verlag", "Version 2, 2023 EU Report"), and the
 # town ends its line or sentence
 _NL_LETTERS = r"(?!SA|SD|SS|AD|BC|EU|UK|US|AI|IT|HR|PR|QA|VS|OK|TV|PC|ID)[A-Z]{2}"
@@ -134,10 +139,6 @@ _NL_BE_BARE = (rf"{_BARE_STREET}(?:{SEP}\d{{4}}[ \t]?{_NL_LETTERS}|[ \t]{{1,3}}(
                rf"(?:[ \t]{{1,3}}|,){TOWN}"
                r"(?=[ \t]{0,3}(?:[,.;:)\]]|\n|$|Nederland|The Netherlands|Netherlands|België|Belgique|Belgium))")
 
-
-
-def _named_street(candidate: str) -> bool:
-    return not gazetteer().is_ordinary(candidate.split(None, 1)[0].lower())
 
 
 # post-office boxes: the box words alone, or with the tail of any country
@@ -156,7 +157,11 @@ _PO_BOX = (rf"\b(?i:{BOX_WORDS})[ \t]{{0,3}}(?:No\.?[ \t]{{0,3}}|Nr\.?[ \t]{{0,3
 # only in windows before and after those, not over every number and capitalised word of a prompt
 _NUMBERS = Anchor(re.compile(r"(?<!\w)(?:\d{4,5}|\d{2}-\d{3}|\d{3} \d{2}|\d{4}-\d{3}|\d{4} ?[A-Z]{2})(?![\w-])"
                              r"|\b[A-Z]\d[A-Z] ?\d[A-Z]\d\b|\b(?:[AC-FHKNPRTV-Y]\d{2}|D6W) ?[0-9AC-FHKNPRTV-Y]{4}\b"
-                             r"|\bDublin \d|\bSingapore \d{6}\b"), before=200, after=60)
+                             r"|\bDublin \d"), before=200, after=60)
+# the rules of one country's mark run only around it
+_SINGAPORE = Anchor(re.compile(r"Singapore[ \t]{1,3}\d{6}\b"), before=160, after=20)
+_MEXICO = Anchor(_MX_MARK, before=200, after=120)
+_DUTCH_POSTCODE = Anchor(re.compile(r"\d{4}[ \t]?[A-Z]{2}\b|b(?:us|te)[ \t]?\w"), before=80, after=60)
 
 INTL_ADDRESS_RULES: list[Rule] = [
     Rule("address_eu_prefix_street", "POSTAL_ADDRESS", _PII,
@@ -165,20 +170,18 @@ INTL_ADDRESS_RULES: list[Rule] = [
     Rule("address_eu_suffix_street", "POSTAL_ADDRESS", _PII,
          re.compile(rf"\b{_SUFFIX_STREET}[ \t]{{1,3}}{_NUMBER}{_EU_TAIL}"), score=0.8,
          anchor=_NUMBERS),
-    Rule("address_nl_be_bare", "POSTAL_ADDRESS", _PII, re.compile(_NL_BE_BARE), score=0.7, anchor=_NUMBERS,
-         validate=_named_street),
-    Rule("address_ca", "POSTAL_ADDRESS", _PII,
-         re.compile(rf"(?:{_EN_STREET}|{_FR_CA_STREET})(?:,?[ \t]{{1,3}}(?:Apt|Suite|Unit|Ste|#)\.?[ \t]?[\w-]{{1,6}})?{_CA_TAIL}"),
+    Rule("address_nl_be_bare", "POSTAL_ADDRESS", _PII, re.compile(_NL_BE_BARE), score=0.7, anchor=_DUTCH_POSTCODE),
+    # one pass over the English street lines for the four countries' tails
+    Rule("address_ca_au_ie_nz", "POSTAL_ADDRESS", _PII,
+         re.compile(rf"(?:{_EN_STREET}|{_FR_CA_STREET})(?:,?[ \t]{{1,3}}(?:Apt|Suite|Unit|Ste|#)\.?[ \t]?[\w-]{{1,6}})?"
+                    rf"(?:{_CA_TAIL}|{_AU_TAIL}|{_IE_TAIL}|{_NZ_TAIL})|{_EN_NUMBERLESS}{_IE_TAIL}"),
          score=0.8, anchor=_NUMBERS),
-    Rule("address_au", "POSTAL_ADDRESS", _PII, re.compile(rf"{_EN_STREET}{_AU_TAIL}"), score=0.8, anchor=_NUMBERS),
-    Rule("address_ie", "POSTAL_ADDRESS", _PII, re.compile(rf"(?:{_EN_STREET}|{_EN_NUMBERLESS}){_IE_TAIL}"), score=0.8,
-         anchor=_NUMBERS),
-    Rule("address_nz", "POSTAL_ADDRESS", _PII, re.compile(rf"{_EN_STREET}{_NZ_TAIL}"), score=0.75, anchor=_NUMBERS),
-    Rule("address_mx", "POSTAL_ADDRESS", _PII, re.compile(_MX_ADDRESS), score=0.8, anchor=_NUMBERS,
+    Rule("address_mx", "POSTAL_ADDRESS", _PII, re.compile(_MX_ADDRESS), score=0.8, anchor=_MEXICO,
          validate=lambda value: _MX_MARK.search(value) is not None),
-    Rule("address_sg", "POSTAL_ADDRESS", _PII, re.compile(_SG_ADDRESS), score=0.8, anchor=_NUMBERS),
+    Rule("address_sg", "POSTAL_ADDRESS", _PII, re.compile(_SG_ADDRESS), score=0.8, anchor=_SINGAPORE),
     Rule("address_po_box", "POSTAL_ADDRESS", _PII, re.compile(_PO_BOX), score=0.8,
+         # a rural route and a military box say "Box" too
          hints=("box", "postfach", "postbus", "postboks", "postale", "postal", "apartado", "apdo", "pob", "bag",
-                "pocztowa", "cp", "c.p", "rr", "r.r", "hc", "rural", "psc", "cmr", "unit")),
+                "pocztowa", "cp ", "c.p.")),
     *JP_IN_BR_ADDRESS_RULES,  # Japan, India, Brazil (address_jp_in_br.py)
 ]

@@ -23,6 +23,7 @@ __all__ = [
     "IN_STATES",
     "LINE_BREAK",
     "MX_REGION",
+    "NOT_COUNTED",
     "SEP",
     "TOWN",
     "UPPER",
@@ -44,6 +45,12 @@ TOWN = rf"{_TOWN_WORD}(?:{_TOWN_JOIN}{_TOWN_WORD}){{0,2}}"
 
 EU_POSTCODE = (r"(?:(?:D|A|AT|CH|B|BE|F|I|E|NL|L|LU|PL|S|SE|P|PT|DK|N|NO|FI|CZ|SK|HU|HR|SI)-[ \t]?)?"
                r"(?:\d{4}[ \t]?[A-Z]{2}|\d{4}-\d{3}|\d{2}-\d{3}|\d{3}[ \t]\d{2}|\d{5}|\d{4})")
+
+# a noun that counts things before its number is no street name ("Model 3", "Kapitel 3", "Room 12")
+NOT_COUNTED = (r"(?!(?:Model|Version|Release|Build|Chapter|Kapitel|Section|Page|Seite|Figure|Table|Level|Room|Stage"
+               r"|Phase|Step|Part|Round|Season|Episode|Series|Volume|Vol|Issue|Item|Order|Invoice|Ticket|Sprint|Week"
+               r"|Year|Day|Top|Rank|Game|Match|Track|Unit|Suite|Floor|Gate|Platform|Terminal|Box|Lot|Batch|Firefox"
+               r"|Windows|Android|Python|Java|Node|Rule|Article|Artikel|Art|Paragraph|Absatz)\b)")
 
 # the words of a post-office box (its number follows)
 BOX_WORDS = (r"(?:P\.?[ \t]?O\.?[ \t]{0,3}Box|Post[ \t]{1,3}Office[ \t]{1,3}Box|POB|GPO[ \t]Box|Locked[ \t]Bag"
