@@ -101,7 +101,7 @@ _LINE_AFTER = re.compile(
 def extend_address(text: str, start: int, end: int) -> tuple[int, int]:
     """An address span with the unit, floor and building lines before it and the region and country
     lines after it."""
-    before = _LINES_BEFORE.search(text, max(0, start - 100), start)
+    before = _LINES_BEFORE.search(text, max(0, start - 100), start)  # leftmost: the longest extension
     if before is not None and before.end() == start:
         start = before.start()
     for _ in range(2):  # a region, then a country ("Monterrey, N.L., México")
