@@ -70,6 +70,9 @@ FOUND = [
     ("Organiser: Bolormaa Ganbaatar\nSponsor: Batbayar Dorj", ["Bolormaa Ganbaatar", "Batbayar Dorj"]),
     ("Led by Tahmina Chowdhury and Ashfaq Rahman, the workshop covered onboarding.",
      ["Tahmina Chowdhury", "Ashfaq Rahman"]),
+    # tickets and passports: SURNAME/GIVEN and a title, a label with a parenthesis
+    ("Passenger: OKAFOR/CHIDI MR\nPAX 2: NGUYEN/VAN HUNG MR", ["OKAFOR/CHIDI", "NGUYEN/VAN HUNG"]),
+    ("Family name (as in passport): AL-SAYED\nGiven name(s): MARIAM", ["AL-SAYED", "MARIAM"]),
     # a dish named like a person next to a person
     ("Tom Yum is a good soup but Tom Yates is my colleague.", ["Tom Yates"]),
 ]
@@ -97,6 +100,9 @@ NONE = [
     "Organiser: Events Committee\nSponsor: Safaricom",
     "Owner: Platform Team\nReviewer: Security Guild\nStatus: open",
     "Also present: Ministry of Health, UNICEF",
+    # no passenger without a title or two known names; placeholders in a name column
+    "Use TCP/IP, AND/OR and CI/CD; PAX: N/A",
+    "Full Name,Department\nVacant,Finance\nTo be hired,Design",
 ]
 
 
@@ -123,11 +129,11 @@ def test_the_seventh_dev_set() -> None:
     negatives = [row["text"] for row in rows if row["negative"]]
     flagged = [text for text in negatives if values(text)]
     # "Kaya toast and Milo" (a drink named like a person), "cena da Zhang Ji" (a restaurant: "at Zhang Ji's")
-    assert len(negatives) >= 150 and len(flagged) <= 2
+    assert len(negatives) >= 160 and len(flagged) <= 2
     positives = [row for row in rows if not row["negative"]]
     labelled = sum(len(row["spans"]) for row in positives)
     hit = 0
     for row in positives:
         got = [(f.start, f.end) for f in resolve_overlaps(find_persons(row["text"]))]
         hit += sum(any(min(e, b) - max(s, a) >= (e - s) / 2 for a, b in got) for s, e, _ in row["spans"])
-    assert labelled >= 520 and hit / labelled >= 0.97
+    assert labelled >= 560 and hit / labelled >= 0.97

@@ -11,6 +11,7 @@ import csv
 import re
 
 from kvfence.gateway.protection.detect.findings import Category, Finding
+from kvfence.gateway.protection.detect.recognizers.person_labels import NOT_VALUES
 
 __all__ = ["csv_name_cells"]
 
@@ -106,7 +107,7 @@ def csv_name_cells(text: str) -> list[Finding]:
                         if k < len(spans):
                             start, end = spans[k]
                             value = stripped[start:end]
-                            if value and _CELL_OK.match(value) and len(value) <= 60 \
+                            if value and _CELL_OK.match(value) and len(value) <= 60 and value.lower() not in NOT_VALUES \
                                     and (k in strong or _looks_like_a_person(value)):
                                 found.append(Finding(offset + start, offset + end, "PERSON", Category.PII,
                                                      0.8, "person_csv_column"))

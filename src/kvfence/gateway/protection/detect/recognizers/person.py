@@ -44,6 +44,7 @@ from kvfence.gateway.protection.detect.recognizers.person_labels import (
     action_owners,
     field_values,
     list_values,
+    ticket_names,
 )
 from kvfence.gateway.protection.detect.recognizers.person_mentions import link_mentions
 from kvfence.gateway.protection.detect.recognizers.person_things import drop_things, noun_after
@@ -791,6 +792,8 @@ def find_persons(text: str, *, cells: bool = True) -> list[Finding]:
         f.found.extend(list_values(text, f.g))
     if " to " in text or " will " in text:
         f.found.extend(action_owners(text, f.g))
+    if "/" in text:
+        f.found.extend(ticket_names(text, f.g))
     from kvfence.gateway.protection.detect.recognizers.csv_names import csv_name_cells
 
     if cells:

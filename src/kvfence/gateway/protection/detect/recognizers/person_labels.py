@@ -1,6 +1,7 @@
 """PERSON in labelled places: the value of a name field ("Name: Priya Raman", ``"last_name":
-"Park"``, "Nachname: Keller"), the people after a list label ("Attendees:", "Aanwezig:", "cc:") and the
-owner of an action item in minutes ("AI: Wei to send the slides", "- Kenji to book the room").
+"Park"``, "Nachname: Keller", "Family name (as in passport): AL-SAYED"), the people after a list label
+("Attendees:", "Aanwezig:", "cc:", "Chair:"), the owner of an action item in minutes ("AI: Wei to send
+the slides", "- Kenji to book the room") and a ticket's passenger name ("OKAFOR/CHIDI MR").
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _not_a_person,
 )
 
-__all__ = ["action_owners", "field_values", "list_values"]
+__all__ = ["NOT_VALUES", "action_owners", "field_values", "list_values", "ticket_names"]
 
 _FIELD = re.compile(
     r"""(?ix)(?:^|(?<=[\s{,;"'(\[]))
@@ -31,6 +32,7 @@ _FIELD = re.compile(
       |vorname|nachname|familienname|kunde|ansprechpartner(?:in)?|empfänger|absender|mieter|vermieter
       |nome?|prénom|prenom|destinataire|expéditeur|titulaire|locataire|nombre|apellidos?|destinatario|remitente
       |titular|cognome|mittente|intestatario|voornaam|achternaam|naam|ontvanger|afzender|huurder|klant)
+    (?:\(s\))?(?:[ \t]?\([^()\n]{1,30}\))?  # "Given name(s)", "Family name (as in passport)"
     ["']?\s{0,3}[:=]\s{0,3}["']?
     (?P<value>[^\W\d_][^\W\d_'’.-]*(?:(?:[ .'’-]|\.\s)[^\W\d_]+){0,5}\.?)""")
 
@@ -39,7 +41,11 @@ _FIELD = re.compile(
 _STRONG_KEY = re.compile(r"(?i)first|last|given|family|middle|sur|full|vorname|nachname|familienname|pr[ée]nom"
                          r"|apellido|cognome|voornaam|achternaam")
 _NAME_KEYS = frozenset(["name", "nom", "nome", "nombre", "naam"])
-_NOT_VALUES = frozenset(["null", "none", "unknown", "n/a", "na", "nil", "undefined", "true", "false", "test", "example", "sample"])
+# values that say no one is named (a field's, a name column's cell): "Vacant", "To be hired", "TBD"
+NOT_VALUES = frozenset(["null", "none", "unknown", "n/a", "na", "nil", "undefined", "true", "false", "test", "example",
+                        "sample", "vacant", "vacancy", "tbd", "tba", "tbc", "to be hired", "to be confirmed",
+                        "to be announced", "to be appointed", "open position", "hiring", "anonymous", "redacted",
+                        "withheld", "various"])
 
 
 def field_values(text: str, g: Gazetteer) -> list[Finding]:
@@ -70,7 +76,7 @@ def field_values(text: str, g: Gazetteer) -> list[Finding]:
         if not strong and (len(plain) < 2 or not any(_known(g, w.lower(), True) for w in plain)):
             continue  # {"name": "Florence"} is a city as often as a person; "Name: Priya Raman" is not
         if all(g.is_ordinary(w.lower()) for w in plain) and not (len(plain) >= 2 and all(w[0].isupper() for w in plain)) \
-                and not (strong and plain and plain[0][0].isupper() and plain[0].lower() not in _NOT_VALUES):
+                and not (strong and plain and plain[0][0].isupper() and plain[0].lower() not in NOT_VALUES):
             continue  # "Name: Unknown", "owner: admin"; but "last_name": "Park"
         if len(keep) < len(words):
             cut = value.find(keep[-1], sum(len(w) for w in keep[:-1])) + len(keep[-1])
@@ -155,4 +161,27 @@ def action_owners(text: str, g: Gazetteer) -> list[Finding]:
         if " ".join(lows) in _NOT_PEOPLE or not all(_known(g, w, False) or not g.is_ordinary(w) for w in lows):
             continue
         found.append(Finding(m.start("name"), m.end("name"), "PERSON", Category.PII, 0.65, "person_action"))
+    return found
+
+
+# a passenger name as tickets, boarding passes and booking systems write it: SURNAME/GIVEN NAMES and a title
+_TICKET_TITLES = "(?:MR|MRS|MS|MISS|MSTR|DR|PROF|CHD|INF)"
+_TICKET_NAME = re.compile(
+    r"(?<![\w/])(?P<name>[A-Z][A-Z'-]{1,30}/[A-Z][A-Z'-]{0,30}(?: (?!" + _TICKET_TITLES + r"(?![\w/]))[A-Z][A-Z'-]{0,30}){0,3})"
+    r"(?: ?(?P<title>" + _TICKET_TITLES + r"))?(?![\w/])")
+
+
+def ticket_names(text: str, g: Gazetteer) -> list[Finding]:
+    """Passenger names written "SURNAME/GIVEN TITLE" ("OKAFOR/CHIDI MR", "NGUYEN/THI LAN MS"): with the
+    title, or with a surname and a given name the lists know ("AND/OR", "TCP/IP" are neither)."""
+    found: list[Finding] = []
+    for m in _TICKET_NAME.finditer(text):
+        surname, _, given = m.group("name").lower().partition("/")
+        first = given.split()[0] if given else ""
+        if m.group("title") is None and not (_known(g, surname, False) and _known(g, first, True)
+                                             and not g.is_ordinary(surname) and not g.is_ordinary(first)):
+            continue
+        if len(surname) < 2 or not first or g.is_not_name(surname) or _not_a_person(surname):
+            continue
+        found.append(Finding(m.start("name"), m.end("name"), "PERSON", Category.PII, 0.8, "person_ticket"))
     return found
