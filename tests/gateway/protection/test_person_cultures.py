@@ -73,6 +73,10 @@ FOUND = [
     # tickets and passports: SURNAME/GIVEN and a title, a label with a parenthesis
     ("Passenger: OKAFOR/CHIDI MR\nPAX 2: NGUYEN/VAN HUNG MR", ["OKAFOR/CHIDI", "NGUYEN/VAN HUNG"]),
     ("Family name (as in passport): AL-SAYED\nGiven name(s): MARIAM", ["AL-SAYED", "MARIAM"]),
+    # "Surname, Given" with a middle initial; bare "last" and "first" headers side by side
+    ("Name;Team\nOkafor, Chidi A.;Risk", ["Okafor, Chidi A."]),
+    ("id|last|first\n1|Papadopoulos-Schmidt|Eleni\n2|Kowalska-Nowak|Joanna",
+     ["Papadopoulos-Schmidt", "Eleni", "Kowalska-Nowak", "Joanna"]),
     # a dish named like a person next to a person
     ("Tom Yum is a good soup but Tom Yates is my colleague.", ["Tom Yates"]),
 ]
@@ -103,6 +107,9 @@ NONE = [
     # no passenger without a title or two known names; placeholders in a name column
     "Use TCP/IP, AND/OR and CI/CD; PAX: N/A",
     "Full Name,Department\nVacant,Finance\nTo be hired,Design",
+    "first,last\n2024-01-01,2024-03-01\nmorning,evening\nMonday,Friday",
+    "Rolls-Royce, Mercedes-Benz and Harley-Davidson sponsor the show.",
+    "city,country\nLagos, Nigeria\nParis, France\nHanoi, Vietnam",
 ]
 
 
@@ -129,11 +136,11 @@ def test_the_seventh_dev_set() -> None:
     negatives = [row["text"] for row in rows if row["negative"]]
     flagged = [text for text in negatives if values(text)]
     # "Kaya toast and Milo" (a drink named like a person), "cena da Zhang Ji" (a restaurant: "at Zhang Ji's")
-    assert len(negatives) >= 160 and len(flagged) <= 2
+    assert len(negatives) >= 170 and len(flagged) <= 2
     positives = [row for row in rows if not row["negative"]]
     labelled = sum(len(row["spans"]) for row in positives)
     hit = 0
     for row in positives:
         got = [(f.start, f.end) for f in resolve_overlaps(find_persons(row["text"]))]
         hit += sum(any(min(e, b) - max(s, a) >= (e - s) / 2 for a, b in got) for s, e, _ in row["spans"])
-    assert labelled >= 560 and hit / labelled >= 0.97
+    assert labelled >= 590 and hit / labelled >= 0.97

@@ -11,7 +11,9 @@ import csv
 import re
 
 from kvfence.gateway.protection.detect.findings import Category, Finding
+from kvfence.gateway.protection.detect.recognizers.gazetteer import gazetteer
 from kvfence.gateway.protection.detect.recognizers.person_labels import NOT_VALUES
+from kvfence.gateway.protection.detect.recognizers.person_words import _WORD, _known
 
 __all__ = ["csv_name_cells"]
 
@@ -40,8 +42,11 @@ def _header_columns(line: str) -> tuple[str, list[int], set[int]] | None:
             continue
         cells = [c.strip().strip('"').strip() for c in line.split(delim)]
         cols = [k for k, cell in enumerate(cells) if _HEADER_WORDS.match(cell)]
+        lows = [cell.lower() for cell in cells]
+        if "first" in lows and "last" in lows:  # "id|last|first": a pair of bare name-part headers
+            cols = sorted(set(cols) | {lows.index("first"), lows.index("last")})
         if cols and len(cells) >= 2:
-            strong = {k for k in cols if _STRONG_HEADER.search(cells[k])}
+            strong = {k for k in cols if _HEADER_WORDS.match(cells[k]) and _STRONG_HEADER.search(cells[k])}
             # "nom,prénom", "cognome,nome", "nombre;apellidos": beside a name-part column, a bare
             # "nom" / "nome" / "nombre" / "name" column holds a name part too
             return delim, cols, set(cols) if strong else strong
@@ -82,6 +87,15 @@ def _looks_like_a_person(value: str) -> bool:
     return any(f.start == 0 and f.end >= len(value.rstrip(". ")) for f in find_persons(value, cells=False))
 
 
+def _name_words(value: str) -> bool:
+    """Capitalised words that the lists know as names, none of them an ordinary word that is no name
+    ("Papadopoulos-Schmidt", "Eleni" under "last" and "first"; not "morning")."""
+    g = gazetteer()
+    words = _WORD.findall(value)
+    return bool(words) and all(w[:1].isupper() and _known(g, w.lower(), False) and not g.month_or_day(w.lower())
+                               and not (g.is_ordinary(w.lower()) and not g.is_name(w.lower())) for w in words)
+
+
 def csv_name_cells(text: str) -> list[Finding]:
     """PERSON findings for the cells of name columns in every CSV table of ``text``."""
     if not any(d in text for d in _DELIMS):
@@ -108,7 +122,7 @@ def csv_name_cells(text: str) -> list[Finding]:
                             start, end = spans[k]
                             value = stripped[start:end]
                             if value and _CELL_OK.match(value) and len(value) <= 60 and value.lower() not in NOT_VALUES \
-                                    and (k in strong or _looks_like_a_person(value)):
+                                    and (k in strong or _looks_like_a_person(value) or _name_words(value)):
                                 found.append(Finding(offset + start, offset + end, "PERSON", Category.PII,
                                                      0.8, "person_csv_column"))
         if header is None:

@@ -655,7 +655,10 @@ class _Finder:
             end = i + 2
             if end < len(toks) and toks[end].cap and self.gap_ok(b, toks[end]) and g.is_given(toks[end].low):
                 end += 1
-            tail = self.text[toks[end - 1].end:toks[end - 1].end + 2]
+            if end < len(toks) and _initial(self.text, toks[end]) and self.text[toks[end - 1].end:toks[end].start] == " ":
+                end += 1  # a middle initial: "Okafor, Chidi A."
+            tail_at = toks[end - 1].end + (1 if _initial(self.text, toks[end - 1]) else 0)
+            tail = self.text[tail_at:tail_at + 2]
             if tail and tail[0] not in "\n\",;\t|)" and not tail.startswith(" ("):
                 continue
             self.add(first, end, "person_surname_given", 0.8)
