@@ -119,7 +119,7 @@ def test_the_chat_dev_set_keeps_its_figures() -> None:
     labelled = [(row["text"], row["text"][s:e]) for row in rows for s, e, kind in row["spans"] if kind == "PERSON"]
     assert len(labelled) >= 150
     hits = sum(1 for text, name in labelled if any(name in v or v in name for v in values(text)))
-    assert hits / len(labelled) >= 0.78
+    assert hits / len(labelled) >= 0.88
 
 
 # a given name and a surname that is also a place or firm word, where the words around say it is a person
@@ -197,3 +197,53 @@ NOT_VERBS = [
 @pytest.mark.parametrize("text", NOT_VERBS, ids=[t[:30] for t in NOT_VERBS])
 def test_word_uses_before_verbs_stay_none(text: str) -> None:
     assert values(text) == []
+
+
+# the second batch's classes: reply headers, chat exports, vocatives and requests, copy notes,
+# self-introductions, "X and I", greetings to two people, "Surname, Given" in a mail header
+SECOND_BATCH = [
+    ("El mar, 3 dic 2026 a las 9:14, Lucía Pérez (<lucia@example.es>) escribió:", ["Lucía Pérez"]),
+    ("12/03/2026, 09:14 - Marta: ok see you there", ["Marta"]),
+    ("<kofi> lol that's the wrong branch", ["kofi"]),
+    ("Hi Jess & Tom,\n\nattached are the minutes.", ["Jess", "Tom"]),
+    ("Grace, can you take the 3pm call?", ["Grace"]),
+    ("This is Hope from accounts, returning your call.", ["Hope"]),
+    ("Dawn from payroll called about your timesheet.", ["Dawn"]),
+    ("Hunter and I will handle the demo.", ["Hunter"]),
+    ("Sarah (cc'd) will send the invoice.", ["Sarah"]),
+    ("ty omar!!", ["omar"]),
+    ("Merci Hugo pour le dossier !", ["Hugo"]),
+    ("Hugo m'a dit que la salle était prise.", ["Hugo"]),
+    ("Bises à Léo !", ["Léo"]),
+    ("Bonne journée à vous,\nChantal", ["Chantal"]),
+    ("To: Smith, Will\nSubject: RE: lease", ["Smith, Will"]),
+    ("Best regards,\nDr. Helen Park", ["Helen Park"]),
+    ("Can you forward this to Ben Church?", ["Ben Church"]),
+]
+
+
+@pytest.mark.parametrize(("text", "names"), SECOND_BATCH, ids=[t[:30] for t, _ in SECOND_BATCH])
+def test_the_second_batch_classes_are_found(text: str, names: list[str]) -> None:
+    assert values(text) == names
+
+
+NOT_SECOND_BATCH = [
+    "Hugo is a static site generator written in Go.",
+    "Pascal and Ada are taught in year one.",
+    "Sue from accounting is not involved here, it's a typo for 'due'.",
+    "Hope, as they say, is not a plan.",
+    "It's Summer, finally!",
+    "I bought a jacket at River Island.",
+    "Liberty London has a new window display.",
+    "Procter & Gamble and Marks & Spencer reported results.",
+    "In 2026, the board met twice.",
+]
+
+
+@pytest.mark.parametrize("text", NOT_SECOND_BATCH, ids=[t[:30] for t in NOT_SECOND_BATCH])
+def test_the_second_batch_word_uses_stay_none(text: str) -> None:
+    assert values(text) == []
+
+
+def test_cc_of_given_names_is_no_surname_given_pair() -> None:
+    assert sorted(set(values("cc: Emma, Liam"))) == ["Emma", "Liam"]

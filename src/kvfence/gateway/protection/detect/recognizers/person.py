@@ -50,6 +50,7 @@ from kvfence.gateway.protection.detect.recognizers.person_mentions import link_m
 from kvfence.gateway.protection.detect.recognizers.person_things import drop_things, noun_after
 from kvfence.gateway.protection.detect.recognizers.person_words import (
     _AFTER_NAME,
+    _AND_I_AFTER,
     _ARTICLES,
     _ASK_CUES,
     _AUX_BEFORE,
@@ -57,10 +58,12 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _BUSINESS_AFTER,
     _BUSINESS_BEFORE,
     _CHINESE_SURNAMES,
-    _CUE_WORDS,
     _CUES,
+    _FROM_TEAM,
+    _GREETINGS,
     _GROUP_WORDS,
     _HANDLE,
+    _INTRO_CUES,
     _ITS_AFTER,
     _LABEL_CUES,
     _LINE_START,
@@ -70,12 +73,15 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _LOWER_SHORT_AFTER,
     _LOWER_VERB_AFTER,
     _MAIL_AFTER,
+    _MARKER_AFTER,
     _NOUN_AFTER,
     _ORG_SHAPE,
     _PARTICLES,
+    _PEOPLE_FIRST,
     _PINYIN,
     _PINYIN_GIVEN,
     _PLACE_BEFORE,
+    _REQUEST_AFTER,
     _RISKY_CUES,
     _SAY_AFTER,
     _SAYS_AS_A_PLACE,
@@ -89,6 +95,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _TITLES,
     _VOCATIVE_AFTER,
     _WEAK_CUES,
+    _WITH_I_BEFORE,
     _WORD,
     _WORD_NAME_SAYS,
     _after_title,
@@ -97,6 +104,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _not_a_person,
     _parts,
     _title_parts,
+    _word_right_before,
 )
 
 __all__ = ["find_persons", "link_mentions"]
@@ -104,6 +112,11 @@ __all__ = ["find_persons", "link_mentions"]
 
 _VOUCHING_CUES = _ASK_CUES | _LABEL_CUES
 _BULLET_BEFORE = re.compile(r"(?:^|\n)[ \t]*[-*•][ \t]+$")
+# the label of a field right before a value: "To: ", "cc: ", "Attendees: "
+_LABEL_BEFORE = re.compile(r"(?:^|\n|\s)([A-Za-zÀ-ÿ-]{1,14})\s?:[ \t]*$")
+_MAIL_HEADERS = frozenset(["from", "to", "sent", "reply-to", "de", "à", "a", "an", "von", "para", "da", "van", "aan", "envoyé"])
+_LIST_LABELS = frozenset(["cc", "bcc", "attendees", "participants", "present", "présents", "teilnehmer", "asistentes",
+                          "partecipanti", "aanwezig"])
 _LIST_WORDS = frozenset(["and", "und", "et", "y", "e", "en", "or", "oder", "ou", "o", "of"])
 _ARABIC_PARTICLE = re.compile(r"^(?:al|el|ul|bin|ibn|abu|abd)-[A-Z][a-z]")
 
@@ -321,8 +334,8 @@ class _Finder:
         toks = self.toks
         if any(toks[k].low in _ORG_AFTER for k in range(i + 1, j)) and not self.org_word_surname(i, j):
             return True
-        prev = _CUE_WORDS.findall(self.before(i, 16).lower())
-        if prev and (prev[-1] in _STREET_WORDS or prev[-1] in _ARTICLES) and self.before(i, 1) == " ":
+        prev = _word_right_before(self.before(i, 16))
+        if prev in _STREET_WORDS or prev in _ARTICLES:
             return True
         after = self.text[toks[j - 1].end:toks[j - 1].end + 40]
         m = _SUFFIX_THEN.match(after)
@@ -345,14 +358,19 @@ class _Finder:
         g = self.g
         first, last = self.toks[i], self.toks[i + 1]
         if not (_name_shaped(first.text) and _name_shaped(last.text) and "-" not in last.text) \
-                or not g.is_given(first.low) or g.risky_given(first.low) or g.is_ordinary(first.low) \
+                or not g.is_given(first.low) or g.risky_given(first.low) \
                 or first.low in _PLACES or first.low in _ORG_AFTER or _not_a_person(first.low) \
                 or not g.is_surname(last.low) or noun_after(self.text, last.end):
             return False
         after = self.text[last.end:last.end + 24]
         if after.startswith(("'s", "’s")):
             return False  # "Albert Hall's roof"
-        cue = _cue_before(self.before(i))
+        before = self.before(i)
+        if _after_title(before):
+            return True  # "Dr. Helen Park"
+        cue = _cue_before(before)
+        if g.is_ordinary(first.low):
+            return cue is not None and cue not in _WEAK_CUES and cue != "-"  # "forward this to Ben Church"
         if cue is not None and cue not in ("to", "for", "by", "from", "via", "per", "and", "und", "-"):
             return True
         k = self.listed_after(i)
@@ -504,24 +522,33 @@ class _Finder:
                 return False
             self.add(i, k, "person_title", 0.85)
             return True
-        if not _known(g, t.low, given=False) or self.org_after(i + 1) or j - i >= 2 or _not_a_person(t.low) \
-                or t.low in _PLACES:
+        cue = _cue_before(before)
+        if not _known(g, t.low, given=False) or (self.org_after(i + 1) and not self.greeted_pair(i, cue)) \
+                or j - i >= 2 or (_not_a_person(t.low) and t.low not in _PEOPLE_FIRST) or t.low in _PLACES:
             return False  # "Hello Berlin!"
         if g.is_ordinary(t.low) and not g.is_given(t.low):
             return False
         after = self.text[t.end:t.end + 24]
+        if _not_a_person(t.low) and (cue is None or cue in _WEAK_CUES) and not _WORD_NAME_SAYS.match(after):
+            return False  # "Hugo" alone, "Pascal and Ada are taught": the software
         if j == i + 1 and g.is_given(t.low) and not g.risky_given(t.low) and not g.is_ordinary(t.low) \
                 and _LINE_START.search(before) and _SPEAKER_AFTER.match(after):
             # a chat speaker ("Priya: on it", "[10:32] Priya: ok") or a vocative ("Priya, can you ...")
             self.add(i, i + 1, "person_speaker", 0.65)
             return True
-        cue = _cue_before(before)
+        if self.word_name(t) and (_MARKER_AFTER.match(after) or _AND_I_AFTER.match(after)
+                                  or _WITH_I_BEFORE.search(before)
+                                  or (_LINE_START.search(before) and _REQUEST_AFTER.match(after))
+                                  or (cue in _INTRO_CUES and after.startswith((" from ", " de ", " von ")))
+                                  or (_FROM_TEAM.match(after) and (self.sentence_start(t) or cue is not None))):
+            # "Sarah (cc'd)", "Hunter and I", "Grace, can you ...", "This is Hope from accounts", "Dawn from payroll"
+            self.add(i, i + 1, "person_cue", 0.65)
+            return True
         if cue is not None and (before.rstrip().endswith("&") or (cue in ("via", "per") and before.rstrip()[-3:-2].isupper()
                                                                   and not after.startswith(","))
                                 or (cue == "-" and not self.ends_line(i + 1))):
             cue = None  # "Via Roma", "Per Olsen"; but "Per Jenna, the client wants ..."
-        prev = _CUE_WORDS.findall(before[-16:].lower())
-        if prev and prev[-1] in _STREET_WORDS:
+        if _word_right_before(before) in _STREET_WORDS:
             return False
         if cue is not None and (cue not in _WEAK_CUES or (g.is_given(t.low) and not (g.is_ordinary(t.low)
                                                                                or g.risky_given(t.low))
@@ -548,6 +575,20 @@ class _Finder:
             self.add(i, i + 1, "person_given", 0.55)
             return True
         return False
+
+    def word_name(self, t: _Tok) -> bool:
+        """A known given name, also a word or one that the lists find risky ("Grace", "Will", "Hope",
+        "Hunter"), or any safe one; not a month, a place, a brand or a product."""
+        g, low = self.g, t.low
+        return g.is_given(low) and t.text[1:].islower() and not g.month_or_day(low) and low not in _SAYS_AS_A_PLACE \
+            and low not in _PLACES and low not in _NOT_ALONE and (not _not_a_person(low) or low in _PEOPLE_FIRST)
+
+    def greeted_pair(self, i: int, cue: str | None) -> bool:
+        """"Hi Jess & Tom,": two known given names joined by "&" after a greeting are people, not a firm."""
+        if cue not in _GREETINGS or i + 1 >= len(self.toks):
+            return False
+        nxt = self.toks[i + 1]
+        return self.text[self.toks[i].end:nxt.start] == " & " and self.g.is_given(nxt.low) and self.g.is_given(self.toks[i].low)
 
     def given_alone(self, i: int, before: str, after: str) -> bool:
         """A lone given name without a cue, in running text: a known given name that is no word, no
@@ -579,10 +620,9 @@ class _Finder:
                     and (not g.is_name(nxt.low) or (g.is_ordinary(nxt.low) and not g.is_given(nxt.low))
                          or nxt.low in _PLACES or g.month_or_day(nxt.low) or _not_a_person(nxt.low)):
                 return False
-        prev = _CUE_WORDS.findall(before[-16:].lower())
-        if prev and (prev[-1] in _PLACE_BEFORE or prev[-1] in _ARTICLES or prev[-1] in ("our", "this"))\
-                and before.endswith(" "):
-            return False  # "in Kingston", "the Kennedy room", "a Mercedes"
+        prev = _word_right_before(before)
+        if prev in _PLACE_BEFORE or prev in _ARTICLES or prev in ("our", "this"):
+            return False  # "in Kingston", "the Kennedy room", "a Mercedes" (not "a las 9:14, Lucía")
         # a bullet at the line start, then the name and a verb: "- Kenji has the keys", "* Ingrid will call"
         bullet = _BULLET_BEFORE.search(before) is not None and _LOWER_VERB_AFTER.match(after) is not None
         if before.rstrip().endswith(("&", "#", "/", "\\", "-", "_", ".")) and not before.endswith((". ", ".\n")) \
@@ -648,10 +688,15 @@ class _Finder:
                 continue
             # a surname the lists lack before a known given name, in a quoted cell: '"Oyelowo, Adaeze",'
             quoted_cell = lead.endswith('"') and a.text[1:].islower() and not g.is_ordinary(a.low) and len(a.text) >= 3
-            if not ((_known(g, a.low, False) or quoted_cell) and g.is_given(b.low)) or g.is_ordinary(b.low) \
-                    or g.is_ordinary(a.low) \
-                    or g.risky_given(b.low) or g.risky_given(a.low):
+            label = _LABEL_BEFORE.search(self.text, max(0, toks[first].start - 24), toks[first].start)
+            # "To: Smith, Will": a mail header's "Surname, Given" takes a given name that is also a word
+            risky_ok = label is not None and label.group(1).lower() in _MAIL_HEADERS and not g.month_or_day(b.low)
+            if not ((_known(g, a.low, False) or quoted_cell) and g.is_given(b.low)) or (g.is_ordinary(b.low) and not risky_ok) \
+                    or (g.is_ordinary(a.low) and not risky_ok) \
+                    or (g.risky_given(b.low) and not risky_ok) or g.risky_given(a.low):
                 continue
+            if label is not None and label.group(1).lower() in _LIST_LABELS and g.is_given(a.low):
+                continue  # "cc: Emma, Liam", "Attendees: Thomas, Anna": a list of given names
             end = i + 2
             if end < len(toks) and toks[end].cap and self.gap_ok(b, toks[end]) and g.is_given(toks[end].low):
                 end += 1
@@ -705,8 +750,10 @@ class _Finder:
         already merged it", "tomasz is on it", "sven and ingrid are out")."""
         t = self.toks[i]
         after = self.text[t.end:t.end + 30]
-        if _LINE_START.search(self.before(i)) and (after.startswith((": ", ":\n")) or _VOCATIVE_AFTER.match(after)):
-            return True  # "kofi: on it", "kofi, can you ...", "kofi pls check"
+        before = self.before(i)
+        if _LINE_START.search(before) and (after.startswith((": ", ":\n")) or _VOCATIVE_AFTER.match(after)
+                                           or (before.endswith("<") and after.startswith("> "))):
+            return True  # "kofi: on it", "kofi, can you ...", "kofi pls check", "<kofi> lol"
         if _AUX_BEFORE.search(self.before(i, 12)) and re.match(r"\s[a-z]{3,}\b", after) \
                 and not re.match(r"\s(?:and|or|the|a|an|to|of|in|on|at|for|you|it)\b", after):
             return True  # "can tunde review this", "did maria send the deck"

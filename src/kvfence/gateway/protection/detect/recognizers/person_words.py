@@ -16,6 +16,11 @@ def _not_a_person(low: str) -> bool:
     return low in _SOFTWARE
 
 
+# products named like people that are given names first in the six languages: a cue or a verb of
+# saying makes them a person ("Merci Hugo !", "Hugo m'a dit"); alone they stay products
+_PEOPLE_FIRST = frozenset(["hugo", "pascal", "julia", "ada", "luigi"])
+
+
 _WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]{2,}|-[^\W\d_]+)*")
 _PARTICLES = frozenset(["van", "von", "der", "den", "de", "del", "della", "dello", "degli", "di", "da", "das", "dos", "du", "le", "la", "bin", "binti", "bint", "binte", "ibn", "los", "las", "dela", "delos", "af", "ap", "al", "el", "ter", "ten", "zu", "zur", "vom", "d'", "st"])
 _TITLES = frozenset(["mr", "mrs", "ms", "mx", "miss", "dr", "prof", "sir", "dame", "lord", "lady", "herr", "frau", "fr", "hr", "m", "mme", "mlle", "madame", "monsieur", "mademoiselle", "sr", "sra", "srta", "señor", "señora", "señorita", "don", "doña", "dott", "dottssa", "dott.ssa", "sig", "sigra", "sig.ra", "signor", "signora", "signore", "dhr", "mevr", "mw", "mej", "heer", "mevrouw", "meneer", "mijnheer", "herrn", "docteur", "professeur", "maître", "maitre", "doctor", "doctora", "professor", "professora", "dra", "lic", "avv", "arch", "drs", "ir", "me", "ing", "rev", "capt", "col", "gen", "sgt", "insp", "det", "judge"])
@@ -68,7 +73,9 @@ enhorabuena, complimenti, auguri, gefeliciteerd, proficiat, welcome, welcome abo
 willkommen, bienvenido, bienvenida, benvenuto, benvenuta, welkom, sorry, apologies, désolé, désolée, scusa,
 perdona, happy birthday, joyeux anniversaire, feliz cumpleaños, buon compleanno, backup, back-up, reach out to,
 talk to, speak to, spoke to, rappelle, rappelez, appelle, appelez, contacte, contactez, écris à, dis à, dites à,
-llama a, chiama, frag mal, ruf, vraag even, vraag aan, vraag even aan
+llama a, chiama, frag mal, ruf, vraag even, vraag aan, vraag even aan, adding, add, added, ty, tysm, thnx, tnx, np,
+forward to, forward this to, forward it to, send to, send this to, send it to, sent to, sent it to, write to,
+reply to, pass it to, hand it to, bises à, bisous à, sag, dile a, digli
 """.replace("\n", " ").split(","))
 # Of these, the weak ones ("to", "and") only with a name that is no word or place.
 # "hai sentito davide", "t'as vu mathilde": chat verbs of meeting someone, weak as well
@@ -98,7 +105,8 @@ many thanks, thanks again, thanks in advance, with thanks, à plus, à demain, b
 bon weekend, belle journée, bonne fin de semaine, je t'embrasse, grosses bises, bisou, bien cordialement,
 très cordialement, sincères salutations, salutations, liebe grüße, lg, schöne grüße, herzliche grüße, bis bald,
 bis dann, besos, un beso, abrazos, un abrazo, saludos cordiales, hasta pronto, un bacio, bacioni, a dopo, a domani,
-liefs, tot snel, tot morgen, hartelijke groeten, vriendelijke groeten, -,
+liefs, tot snel, tot morgen, hartelijke groeten, vriendelijke groeten, -, journée à vous, journée à toi,
+soirée à vous, soirée à toi, semaine à vous, semaine à toi,
 sister, brother, wife, husband, son, daughter, mother, father, mum, mom, dad, aunt, uncle, cousin, niece, nephew,
 grandson, granddaughter, grandmother, grandfather, fiancé, fiancée, girlfriend, boyfriend, friend, neighbour,
 neighbor, colleague, coworker, co-worker, boss, schwester, bruder, ehefrau, ehemann, sohn, tochter, mutter, vater,
@@ -154,7 +162,7 @@ sponsored by, minutes by, prepared by, reviewed by, submitted by
 _CLOSING_LAST = frozenset("""best regards yours sincerely grüße gruß cordialement saludos atentamente saluti groeten
 groet groetjes journée soirée bises bisous amicalement bientôt saluto abbraccio presto giornata serata baci
 cordiali soon care wishes warmly love salutations semaine weekend week-end embrasse demain bald dann pronto
-dopo domani snel morgen liefs""".split())  # noqa: SIM905
+dopo domani snel morgen liefs vous toi""".split())  # noqa: SIM905
 _CUE_LAST = frozenset(p.split()[-1] for p in _CUES | _STRONG_CUES | _ASK_CUES | _LABEL_CUES)
 
 
@@ -201,7 +209,27 @@ _SAY_AFTER = re.compile(
     r"^(?:'s\b|’s\b|\s(?:said|says|wrote|writes|asked|asks|replied|told|mentioned|confirmed|agreed|suggested"
     r"|approved|signed|joined|called|emailed|noted|thinks|reported|requested|explained|added|will|can|has|had"
     r"|is|was|sagt|sagte|schrieb|meinte|hat|ist|dit|a dit|écrit|dijo|escribió|ha detto|ha scritto|zei|schreef"
-    r"|heeft)\b)")
+    r"|heeft|m'a dit|m’a dit|m'a écrit|nous a dit|m'a appelé|mi ha detto|me dijo|hat mir gesagt)\b)")
+# after a name, a copy note or pronouns say it is a person: "Sarah (cc'd)", "Tom Ellis (he/him)"
+_MARKER_AFTER = re.compile(r"^\s?\((?:cc'?d|cc|in cc|en copie|en cc|in copia|in kopie|she/her|he/him|they/them"
+                           r"|elle|il|sie/ihr|er/ihm)\)", re.I)
+# "Hunter and I", "Camille et moi": a person with the writer
+_AND_I_AFTER = re.compile(r"^\s(?:and I|and me|et moi|und ich|y yo|e io|en ik)\b")
+_WITH_I_BEFORE = re.compile(r"(?:\b(?:[Mm]e and|I and|[Mm]oi et|[Ii]ch und|[Yy]o y|[Ii]o e|[Ii]k en))\s$")
+# "Grace, can you ...", "Will, could you ...": a vocative, then a request
+_REQUEST_AFTER = re.compile(r"^,\s(?:can|could|would|will|do|did|are|have) you\b|^,\s(?:please|pls|peux-tu|tu peux"
+                            r"|pouvez-vous|kannst du|können sie|puedes|puoi|kun je|kunt u)\b", re.I)
+# after "this is" / "it's" / "ich bin" ...: "This is Hope from accounts", "it's Amber from the dental practice"
+_INTRO_CUES = frozenset(["this is", "it's", "i am", "i'm", "my name is", "je suis", "c'est", "ich bin", "soy",
+                         "sono", "ik ben"])
+# a team and a verb of contact after a name: "Dawn from payroll called", "Bill from IT rang"
+_FROM_TEAM = re.compile(r"^\s(?:from|de|du|von|aus|da|van|del)\s(?:the\s|la\s|l'|der\s|dem\s|el\s|il\s|de\s)?"
+                        r"(?:accounts|accounting|finance|payroll|hr|it|legal|sales|marketing|support|procurement|ops"
+                        r"|operations|reception|facilities|security|engineering|billing|compliance|office|team|desk"
+                        r"|compta|comptabilité|rh|buchhaltung|personal|vertrieb|einkauf|contabilidad|ventas|rrhh"
+                        r"|contabilità|vendite|boekhouding|verkoop|inkoop)\s(?:called|emailed|phoned|rang|wrote|asked|said"
+                        r"|says|sent|stopped by|came by|dropped by|replied|mentioned|confirmed|is on the line|a appelé|a dit"
+                        r"|hat angerufen|ha chiamato|llamó|belde)\b", re.I)
 
 
 # after a given name that is also a word ("Will", "Grace", "Frank", "Rose"): only a verb of saying
@@ -209,10 +237,20 @@ _SAY_AFTER = re.compile(
 _WORD_NAME_SAYS = re.compile(
     r"^\s(?:said|says|wrote|writes|replied|asked|asks|told|mentioned|agreed|suggested|thinks|wants|texted|emailed"
     r"|messaged|a dit|a écrit|a appelé|a demandé|a répondu|sagt|sagte|schrieb|fragte|meinte|dijo|escribió|preguntó"
-    r"|ha detto|ha scritto|ha chiamato|zei|schreef|vroeg|zegt)\b")
+    r"|ha detto|ha scritto|ha chiamato|zei|schreef|vroeg|zegt|m'a dit|m’a dit|m'a écrit|nous a dit|m'a appelé)\b")
 # given names that are also words but name a place, a firm or a team when they "say" something
 _SAYS_AS_A_PLACE = frozenset("""boston china chase madison phoenix kent wellington nelson lorraine savannah siena
 sierra troy aurora sterling rust star sky spring storm king prince duke""".split())  # noqa: SIM905
+
+
+_LAST_WORD = re.compile(r"(?<![\w'’])([^\W\d_]+(?:['’][^\W\d_]+)?) $")
+
+
+def _word_right_before(before: str) -> str | None:
+    """The word that ends one space before a name ("in", "the", "via"), lower-cased; none when a
+    number or punctuation stands between ("a las 9:14, Lucía")."""
+    m = _LAST_WORD.search(before[-24:])
+    return m.group(1).lower().replace("’", "'") if m is not None else None
 
 
 def _title_parts(word: str) -> bool:
@@ -282,7 +320,10 @@ _LOWER_VERB_AFTER = re.compile(
 _LOWER_SHORT_AFTER = frozenset(["a", "es", "ha", "e", "y", "en", "et", "and", "&", "or", "und", "est"])
 # "can tunde review this", "did maria send it": a question's auxiliary right before a lower-case name
 _AUX_BEFORE = re.compile(r"(?:^|[\n.!?,;]\s*|\s)(?:can|could|did|does|has|have|is|was|will|would|should)\s$")
-_STAMPED_LINE = re.compile(r"(?:^|\n)[ \t]*(?:\[[^\]\n]{1,24}\]|\d{1,2}:\d{2}(?::\d{2})?)[ \t]*(?:<)?$")
+# a chat export's date and time before the speaker: "12/03/2026, 09:14 - ", "3/12/26, 9:14 PM - "
+_EXPORT_STAMP = r"\d{1,2}[/.]\d{1,2}[/.]\d{2,4},?[ \t]+\d{1,2}:\d{2}(?::\d{2})?(?:[ \t]?[AaPp][Mm])?[ \t]+[-–][ \t]+"
+_STAMPED_LINE = re.compile(r"(?:^|\n)[ \t]*(?:\[[^\]\n]{1,24}\]|\d{1,2}:\d{2}(?::\d{2})?)[ \t]*(?:<)?$"
+                           rf"|(?:^|\n)[ \t]*{_EXPORT_STAMP}$")
 _VOCATIVE_AFTER = re.compile(r"^(?:,\s|\s(?:can|could|would|pls|plz|please|are|r|u|do|did|have)\s)")
 _CHINESE_SURNAMES = frozenset("""wang li zhang liu chen yang huang zhao wu zhou xu sun ma zhu hu guo he gao lin luo
 zheng liang xie song tang han feng deng cao peng zeng xiao tian dong yuan pan cai jiang yu du ye cheng wei su lü
@@ -303,8 +344,9 @@ _ORG_SHAPE = re.compile(r"(?:bank|kasse|versicherung|werke?|gruppe|markt|logisti
                         r"|galerie|galeries|tech|soft|ware|systems|media|labs|works)$")
 # a user handle "lucia.moreno", "kwame_asante": a known given name and a known surname, no word
 _HANDLE = re.compile(r"(?<![\w.@/:+-])([a-z]{3,20})[._]([a-z]{3,20})(?![\w@]|\.[a-z]|-)")
-_LINE_START = re.compile(r"(?:^|\n)[ \t]*(?:\[[^\]\n]{1,24}\][ \t]*|\d{1,2}:\d{2}(?::\d{2})?[ \t]+|[-*•>][ \t]*)?$")
-_SPEAKER_AFTER = re.compile(r"^(?::(?:[ \t]|$)|,[ \t][a-zà-ÿ])")  # "Priya: ok", "Priya, can you"
+_LINE_START = re.compile(r"(?:^|\n)[ \t]*(?:\[[^\]\n]{1,24}\][ \t]*|\d{1,2}:\d{2}(?::\d{2})?[ \t]+|[-*•>][ \t]*"
+                         rf"|{_EXPORT_STAMP}|<)?$")  # "<" of an IRC log's "<kofi> lol"
+_SPEAKER_AFTER = re.compile(r"^(?::(?:[ \t]|$)|,[ \t][a-zà-ÿ]|>[ \t])")  # "Priya: ok", "Priya, can you", "<Priya> ok"
 _LIST_GAP = re.compile(r"^(?:,[ \t]?| (?:and|und|et|y|e|en|&|or|oder|ou|o|of) |, (?:and|und|et|y|e|en) |/ ?)$")
 # the same, a preposition allowed after it: "Enel e di Leonardo", "Airbus et de Dassault"
 _LIST_GAP_OF = re.compile(r"^(?:,[ \t]?| (?:and|und|et|y|e|en|&|or|oder|ou|o) |, (?:and|und|et|y|e|en) |/ ?)"
