@@ -60,6 +60,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _CHINESE_SURNAMES,
     _CUES,
     _FROM_TEAM,
+    _FUNCTION_WORDS,
     _GREETINGS,
     _GROUP_WORDS,
     _HANDLE,
@@ -118,6 +119,7 @@ _MAIL_HEADERS = frozenset(["from", "to", "sent", "reply-to", "de", "à", "a", "a
 _LIST_LABELS = frozenset(["cc", "bcc", "attendees", "participants", "present", "présents", "teilnehmer", "asistentes",
                           "partecipanti", "aanwezig"])
 _LIST_WORDS = frozenset(["and", "und", "et", "y", "e", "en", "or", "oder", "ou", "o", "of"])
+_KOREAN_GIVEN = re.compile(r" [A-Z][a-z]{1,3}-[a-z]{2,4}\b")  # "In Ji-won", "Um Tae-ho": a surname before it
 _ARABIC_PARTICLE = re.compile(r"^(?:al|el|ul|bin|ibn|abu|abd)-[A-Z][a-z]")
 
 
@@ -145,7 +147,8 @@ class _Tok:
 
 
 def _tokens(text: str, g: Gazetteer) -> list[_Tok]:
-    """The words that can be part of a name: capitalised or all-caps words, particles, known names.
+    """The words that can be part of a name: capitalised or all-caps words (no function words),
+    particles, known names.
     Other lower-case words are left out; the gaps between kept words then hold them, so a run never
     jumps over one (and most words of a long prompt cost one set lookup)."""
     toks = []
@@ -153,6 +156,8 @@ def _tokens(text: str, g: Gazetteer) -> list[_Tok]:
     for m in _WORD.finditer(text):
         word = m.group()
         if word[0].isupper():
+            if word.lower() in _FUNCTION_WORDS and _KOREAN_GIVEN.match(text, m.end()) is None:
+                continue  # "In Amman", "Goods In": a run holds no function word (but "In Ji-won")
             toks.append(_Tok(m.start(), m.end(), word, word.lower().replace("’", "'")))
         elif word in _PARTICLES or word in given or word in surnames \
                 or ("-" in word and _ARABIC_PARTICLE.match(word) is not None):
@@ -183,20 +188,19 @@ class _Finder:
         self.found: list[Finding] = []
         self.taken: set[int] = set()  # token indexes inside an accepted name
         self.things: set[str] = set()  # words of runs that a noun after them shows to be things
-        self._headlines: dict[int, bool] = {}
+        self._headlines: dict[tuple[int, int], bool] = {}
 
     def headline(self, pos: int) -> bool:
-        """Whether the line (or, in a long line, the 100 characters) around ``pos`` is a headline."""
+        """Whether the line around ``pos`` is a headline: its first 100 characters for a word in them,
+        else the 100 characters each side of the word; the same answer whichever word asks first."""
         text = self.text
-        start = max(text.rfind("\n", 0, pos) + 1, pos - 100)
-        key = start if start == text.rfind("\n", 0, pos) + 1 else -1
-        if key >= 0 and key in self._headlines:
-            return self._headlines[key]
-        end = text.find("\n", pos, pos + 100)
-        result = _title_case(text[start: pos + 100 if end < 0 else end], self.g)
-        if key >= 0:
-            self._headlines[key] = result
-        return result
+        start = max(text.rfind("\n", max(0, pos - 100), pos) + 1, pos - 100)
+        at = start if text[start - 1:start] in ("", "\n") else pos  # the line's start, or the word
+        end = text.find("\n", at, at + 100)
+        key = (start, min(len(text), at + 100) if end < 0 else end)
+        if key not in self._headlines:
+            self._headlines[key] = _title_case(text[key[0]:key[1]], self.g)
+        return self._headlines[key]
 
     def gap_ok(self, a: _Tok, b: _Tok) -> bool:
         gap = self.text[a.end:b.start]
@@ -310,8 +314,8 @@ class _Finder:
                                                   or _SPOKE_AFTER.match(self.text[last.end:last.end + 20]) is not None
                                                   or self.text.startswith((" said", " says"), last.end)))
         if g.risky_given(first.low) or headline:
-            if surname_known and not surname_ordinary:
-                return True
+            if surname_known and not surname_ordinary and not (headline and (first.low in _PLACES or last.low in _PLACES)):
+                return True  # in a headline a place is a place: "France Edge Germany"
             # "Mark Brown", "Grace Hopper invented", "and Will Smith are": a common surname that is
             # also a word, after a given name that is too, then a lower-case word or punctuation
             # ("Grant Access to", "Rose Garden" hold no such surname)
@@ -334,6 +338,8 @@ class _Finder:
         toks = self.toks
         if any(toks[k].low in _ORG_AFTER for k in range(i + 1, j)) and not self.org_word_surname(i, j):
             return True
+        if j - i >= 3 and toks[i].low in _PLACES and toks[j - 1].low in _PLACES:
+            return True  # "France Edge Germany": a place at each end
         prev = _word_right_before(self.before(i, 16))
         if prev in _STREET_WORDS or prev in _ARTICLES:
             return True

@@ -23,6 +23,23 @@ _PEOPLE_FIRST = frozenset(["hugo", "pascal", "julia", "ada", "luigi"])
 
 _WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]{2,}|-[^\W\d_]+)*")
 _PARTICLES = frozenset(["van", "von", "der", "den", "de", "del", "della", "dello", "degli", "di", "da", "das", "dos", "du", "le", "la", "bin", "binti", "bint", "binte", "ibn", "los", "las", "dela", "delos", "af", "ap", "al", "el", "ter", "ten", "zu", "zur", "vom", "d'", "st"])
+# Function words of the six languages (prepositions, conjunctions, articles, determiners), capitalised
+# at a sentence start or in a Title Case headline: never part of a name ("In Amman", "Goods In", "Laut
+# Jonas Weber", "Jordan And Georgia"). Not here: particles ("De", "Van", "La", "Ten"), words that start or
+# join surnames ("de los Santos", "de las Heras", "Op de Beeck", "Uit den Bogaard", "Bij de Vaate", "zum
+# Winkel", "Aus der Fünten", "von dem Bussche", "van het Groenewoud"), and function words that are also
+# given names or surnames of some culture ("My", "Do", "An", "Ma", "Per", "Una", "Esa", "Les", "Alla",
+# "Nel", "Om", "Con", "Im", "Um", "Au", "Dat", "Or"; "Y" is an initial).
+_FUNCTION_WORDS = frozenset("""
+in on at the and of for with from by into onto upon about within without than but nor if when while after
+before during since until because this that these those our your their its his her
+laut für mit nach über unter und oder aber auch seit durch gegen ohne wegen trotz während bis beim ins die ein
+eine einen einem eines unser unsere ihr ihre diese dieser dieses wir sie
+selon pour avec sans chez sous dans et mais par en aux une notre votre leur ce cette ces nous vous ils elles
+según para sobre entre hacia desde hasta por unos unas nuestro nuestra este estos
+secondo senza sulla anche il gli questo questa nostro nostra ogni presso verso dopo circa
+volgens voor zonder naar onder door tegen maar ook met tot sinds tijdens een onze ons jullie deze dit
+""".split())  # noqa: SIM905
 _TITLES = frozenset(["mr", "mrs", "ms", "mx", "miss", "dr", "prof", "sir", "dame", "lord", "lady", "herr", "frau", "fr", "hr", "m", "mme", "mlle", "madame", "monsieur", "mademoiselle", "sr", "sra", "srta", "señor", "señora", "señorita", "don", "doña", "dott", "dottssa", "dott.ssa", "sig", "sigra", "sig.ra", "signor", "signora", "signore", "dhr", "mevr", "mw", "mej", "heer", "mevrouw", "meneer", "mijnheer", "herrn", "docteur", "professeur", "maître", "maitre", "doctor", "doctora", "professor", "professora", "dra", "lic", "avv", "arch", "drs", "ir", "me", "ing", "rev", "capt", "col", "gen", "sgt", "insp", "det", "judge"])
 # Only with a cue word: "M." is also an initial, "Fr." also Friday/Father.
 _TITLE_RE = re.compile(
