@@ -23,6 +23,13 @@ CASES = [
     ("a capitalised function word is no name part", "PRIYA RAMAN AND TOM BECKER", ["PRIYA RAMAN", "TOM BECKER"]),
     ("a place at each end of a run", "France Edge Germany In Six Nations Thriller", []),
     ("a place at each end of a run", "Italy Stun England At Wembley", []),
+    ("a key that names a thing", '{"brand": "Martin Keller", "category": "shoes"}', []),
+    ("a key that names a thing", '{"flavour": "Salted Caramel", "author_org": "Harper Wilson"}', []),
+    ("a key that names a thing", "Hersteller: Jonas Berger\nModell: X5", []),
+    ("a key that names a thing", "Depot: Carter Haulage\nDriver: Tom Becker", ["Tom Becker"]),
+    ("a key that names a thing", '{"owner": "Priya Raman", "company_name": "Rowan Ellis"}', ["Priya Raman"]),
+    ("a CSV column that holds things", "sku,product,city\n1,Evelyn Desk,Alba\n2,Lucia Lamp,Siena", []),
+    ("a CSV column that holds things", "customer;stad\nPriya Raman;Alba\nTom Becker;Giulia", ["Priya Raman", "Tom Becker"]),
 ]
 
 
@@ -37,6 +44,7 @@ KEPT = [
     ("Florence Mbeki flies to Florence in August.", None),
     ("This Agreement is made between Priya Raman and Tom Becker.", "Priya Raman"),
     ("Tenancy Agreement Between Priya Raman And Tom Becker", "Tom Becker"),
+    ("Please contact our supplier: Anna Keller.", "Anna Keller"),  # prose, not a label
 ]
 
 

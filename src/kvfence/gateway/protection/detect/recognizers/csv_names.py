@@ -1,21 +1,25 @@
-"""Names in CSV text: the cells of a column whose header says it holds names.
+"""Names in CSV text: the cells of a column whose header says it holds names, and the cells of a
+column whose header says it holds things.
 
 A CSV attachment carries names in columns ("first_name", "Nachname", "nom", "Customer"), often
 lower-case, surname-first or from no list; the header says what the column holds, so every cell of
-such a column that looks like a name (letters, at most five words, no digits or ``@``) is one.
+such a column that looks like a name (letters, at most five words, no digits or ``@``) is one. A
+column headed "city", "product", "brand" or "Lieferant" holds no person, whatever its cells look
+like ("Alba", "Carter Office Supplies"): ``person_things.py`` drops a finding inside one.
 """
 
 from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Callable, Iterator
 
 from kvfence.gateway.protection.detect.findings import Category, Finding
 from kvfence.gateway.protection.detect.recognizers.gazetteer import gazetteer
-from kvfence.gateway.protection.detect.recognizers.person_labels import NOT_VALUES
+from kvfence.gateway.protection.detect.recognizers.person_labels import NOT_VALUES, thing_header
 from kvfence.gateway.protection.detect.recognizers.person_words import _WORD, _known
 
-__all__ = ["csv_name_cells"]
+__all__ = ["csv_name_cells", "csv_thing_cells"]
 
 _HEADER_WORDS = re.compile(
     r"(?i)^(?:full[ _-]?name|first[ _-]?name|last[ _-]?name|given[ _-]?names?|family[ _-]?name|middle[ _-]?name"
@@ -36,16 +40,33 @@ _CELL_OK = re.compile(r"^[^\W\d_][^\W\d_ .,'’-]*(?:[ .,'’-]{1,2}[^\W\d_]+){0
 _DELIMS = (",", ";", "\t", "|")
 
 
-def _header_columns(line: str) -> tuple[str, list[int], set[int]] | None:
+_Columns = tuple[str, list[int], set[int]]  # a header's delimiter, its columns, the strong ones
+
+
+def _header_cells(line: str) -> Iterator[tuple[str, list[str]]]:
+    """Each delimiter that splits ``line`` into two or more cells, with the cells."""
     for delim in _DELIMS:
-        if delim not in line:
-            continue
-        cells = [c.strip().strip('"').strip() for c in line.split(delim)]
+        if delim in line:
+            cells = [c.strip().strip('"').strip() for c in line.split(delim)]
+            if len(cells) >= 2:
+                yield delim, cells
+
+
+def _thing_columns(line: str) -> _Columns | None:
+    for delim, cells in _header_cells(line):
+        cols = [k for k, cell in enumerate(cells) if thing_header(cell)]
+        if cols:
+            return delim, cols, set(cols)
+    return None
+
+
+def _header_columns(line: str) -> _Columns | None:
+    for delim, cells in _header_cells(line):
         cols = [k for k, cell in enumerate(cells) if _HEADER_WORDS.match(cell)]
         lows = [cell.lower() for cell in cells]
         if "first" in lows and "last" in lows:  # "id|last|first": a pair of bare name-part headers
             cols = sorted(set(cols) | {lows.index("first"), lows.index("last")})
-        if cols and len(cells) >= 2:
+        if cols:
             strong = {k for k in cols if _HEADER_WORDS.match(cells[k]) and _STRONG_HEADER.search(cells[k])}
             # "nom,prénom", "cognome,nome", "nombre;apellidos": beside a name-part column, a bare
             # "nom" / "nome" / "nombre" / "name" column holds a name part too
@@ -96,13 +117,11 @@ def _name_words(value: str) -> bool:
                                and not (g.is_ordinary(w.lower()) and not g.is_name(w.lower())) for w in words)
 
 
-def csv_name_cells(text: str) -> list[Finding]:
-    """PERSON findings for the cells of name columns in every CSV table of ``text``."""
-    if not any(d in text for d in _DELIMS):
-        return []
-    found: list[Finding] = []
+def _column_cells(text: str, header_of: Callable[[str], _Columns | None]) -> Iterator[tuple[int, int, bool]]:
+    """The non-empty cells (start, end, strong) of the columns that ``header_of`` finds in the header
+    line of every CSV table of ``text``."""
     offset = 0
-    header: tuple[str, list[int], set[int], int] | None = None  # delimiter, name columns, strong ones, cells
+    header: tuple[str, list[int], set[int], int] | None = None  # delimiter, columns, strong ones, cells
     for line in text.split("\n"):
         stripped = line.rstrip("\r")
         if header is not None:
@@ -118,16 +137,31 @@ def csv_name_cells(text: str) -> list[Finding]:
                     header = None
                 else:
                     for k in cols:
-                        if k < len(spans):
-                            start, end = spans[k]
-                            value = stripped[start:end]
-                            if value and _CELL_OK.match(value) and len(value) <= 60 and value.lower() not in NOT_VALUES \
-                                    and (k in strong or _looks_like_a_person(value) or _name_words(value)):
-                                found.append(Finding(offset + start, offset + end, "PERSON", Category.PII,
-                                                     0.8, "person_csv_column"))
+                        if k < len(spans) and spans[k][1] > spans[k][0]:
+                            yield offset + spans[k][0], offset + spans[k][1], k in strong
         if header is None:
-            spotted = _header_columns(stripped)
+            spotted = header_of(stripped)
             if spotted is not None:
-                header = (spotted[0], spotted[1], spotted[2], len(stripped.split(spotted[0])))
+                header = (*spotted, len(stripped.split(spotted[0])))
         offset += len(line) + 1
+
+
+def csv_name_cells(text: str) -> list[Finding]:
+    """PERSON findings for the cells of name columns in every CSV table of ``text``."""
+    if not any(d in text for d in _DELIMS):
+        return []
+    found: list[Finding] = []
+    for start, end, strong in _column_cells(text, _header_columns):
+        value = text[start:end]
+        if _CELL_OK.match(value) and len(value) <= 60 and value.lower() not in NOT_VALUES \
+                and (strong or _looks_like_a_person(value) or _name_words(value)):
+            found.append(Finding(start, end, "PERSON", Category.PII, 0.8, "person_csv_column"))
     return found
+
+
+def csv_thing_cells(text: str) -> list[tuple[int, int]]:
+    """The cells (start, end) of columns whose header names a thing ("city", "product", "brand",
+    "Lieferant") in every CSV table of ``text``."""
+    if not any(d in text for d in _DELIMS):
+        return []
+    return [(start, end) for start, end, _ in _column_cells(text, _thing_columns)]

@@ -1,7 +1,9 @@
 """PERSON in labelled places: the value of a name field ("Name: Priya Raman", ``"last_name":
 "Park"``, "Nachname: Keller", "Family name (as in passport): AL-SAYED"), the people after a list label
 ("Attendees:", "Aanwezig:", "cc:", "Chair:"), the owner of an action item in minutes ("AI: Wei to send
-the slides", "- Kenji to book the room") and a ticket's passenger name ("OKAFOR/CHIDI MR").
+the slides", "- Kenji to book the room") and a ticket's passenger name ("OKAFOR/CHIDI MR"); and the
+labels that say their value names a thing ("brand", "city", "Lieferant", ``"author_org"``), which
+``person_things.py`` and ``csv_names.py`` read.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _not_a_person,
 )
 
-__all__ = ["NOT_VALUES", "action_owners", "field_values", "list_values", "ticket_names"]
+__all__ = ["NOT_VALUES", "action_owners", "field_values", "list_values", "thing_header", "thing_key_before", "ticket_names"]
 
 _FIELD = re.compile(
     r"""(?ix)(?:^|(?<=[\s{,;"'(\[]))
@@ -35,6 +37,47 @@ _FIELD = re.compile(
     (?:\(s\))?(?:[ \t]?\([^()\n]{1,30}\))?  # "Given name(s)", "Family name (as in passport)"
     ["']?\s{0,3}[:=]\s{0,3}["']?
     (?P<value>[^\W\d_][^\W\d_'’.-]*(?:(?:[ .'’-]|\.\s)[^\W\d_]+){0,5}\.?)""")
+
+
+# Keys, labels and column headers whose value names a thing, in six languages: a brand, a product, a
+# firm, a place, a depot, a team, a project, a title, a flavour ("brand", "author_org", "company_name",
+# "Lieferant", "ville", "città"; "Ontvanger", "team" and "label" are none: they hold people as often). Its last
+# word decides ("author_org" is a firm, "org_contact" no key of this kind).
+_THING_WORDS = frozenset("""
+brand brands marke marque marca merk product products produkt produit producto prodotto artikel article articolo
+artículo articulo item sku company firma unternehmen société societe entreprise empresa azienda società societa
+bedrijf org organisation organization organisatie organización organizacion organizzazione employer supplier
+vendor lieferant fournisseur proveedor fornitore leverancier manufacturer maker hersteller fabricant fabricante
+produttore fabrikant store shop laden filiale magasin boutique tienda negozio winkel city town stadt ort ville
+ciudad città citta stad plaats gemeente country land pays país pais paese region regio región regione depot
+dépôt warehouse lager entrepôt almacén magazzino magazijn hotel venue airport station department abteilung
+département departement departamento reparto afdeling project projekt projet proyecto progetto title titel
+titre título titulo titolo flavour flavor geschmack saveur sabor gusto smaak model modell modèle modele modelo
+modello category kategorie catégorie categorie categoría categoria publisher verlag éditeur editeur editorial
+editore uitgever carrier spediteur transporteur transportista vettore vervoerder bank school hospital campaign
+course genre dish drink wine beer menu
+""".split())  # noqa: SIM905
+_KEY_SUFFIXES = frozenset(["name", "names", "title", "label"])
+_KEY_WORDS = "|".join(sorted(_THING_WORDS, key=len, reverse=True))
+# at a line's start (after a bullet), in JSON or a table: a label, not prose ("our supplier: Anna Keller")
+_THING_KEY_BEFORE = re.compile(
+    rf"""(?i)(?:^|(?<=[\n{{,;"'(\[|\t]))[ \t]{{0,3}}(?:[-*•][ \t]{{1,3}})?["']?(?:[^\W\d_]+[_ -])?(?:{_KEY_WORDS})"""
+    r"""(?:[_ -]?(?:name|names|title|label))?["']?[ \t]{0,3}[:=][ \t]{0,3}["']?$""")
+
+
+def thing_key_before(text: str, start: int) -> bool:
+    """A key or label that names a thing ends right before ``start``: ``"brand": "``, "Ville : "."""
+    if not text[max(0, start - 5):start].rstrip(" \t\"'").endswith((":", "=")):
+        return False  # the common case, decided without the regex
+    return _THING_KEY_BEFORE.search(text, max(0, start - 40), start) is not None
+
+
+def thing_header(cell: str) -> bool:
+    """A CSV header cell that names a thing ("city", "product", "Lieferant", "supplier_name")."""
+    words = cell.lower().replace("-", " ").replace("_", " ").split()
+    if len(words) > 1 and words[-1] in _KEY_SUFFIXES:
+        words.pop()
+    return 0 < len(words) <= 2 and words[-1] in _THING_WORDS
 
 
 # keys that hold nothing but a name part: their value needs no gazetteer

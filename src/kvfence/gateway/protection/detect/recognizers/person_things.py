@@ -28,19 +28,24 @@ dropped when
 - a legal form is its last word or follows it ("Beiersdorf AG", "Otto Group", "Gleiss Lutz GmbH"), or
   a firm's word starts it ("Kanzlei Hengeler Mueller");
 - its words are, elsewhere in the same text, a thing by the rules above or by the PERSON rules' own ("the Douglas Peucker
-  simplification", then "Ramer Douglas Peucker").
+  simplification", then "Ramer Douglas Peucker");
+- it is the value of a key or label that names a thing (``"brand": "Cherry Garcia"``, "Ville : Alba",
+  ``"author_org"``), or a cell of a CSV column whose header does ("city", "product", "Lieferant").
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import re
 import unicodedata
 
 from kvfence.gateway.protection.detect.findings import Finding
+from kvfence.gateway.protection.detect.recognizers.csv_names import csv_thing_cells
 from kvfence.gateway.protection.detect.recognizers.gazetteer import Gazetteer, data_lines, gazetteer
 from kvfence.gateway.protection.detect.recognizers.not_names import FIRMS
+from kvfence.gateway.protection.detect.recognizers.person_labels import thing_key_before
 from kvfence.gateway.protection.detect.recognizers.person_words import (
     _PARTICLES,
     _TITLES,
@@ -262,7 +267,15 @@ def drop_things(text: str, found: list[Finding], g: Gazetteer, things: set[str] 
     whole text: "the Douglas Peucker simplification ... Ramer Douglas Peucker")."""
     things = set() if things is None else things  # and here the words of findings a noun after them shows to be things
     trimmed = [t for t in (_firm_trim(text, f, g) for f in found) if t is not None]
-    kept = [f for f in trimmed if f.entity != "PERSON" or not _is_thing(text, f.start, f.end, g, things)]
+    cells = csv_thing_cells(text) if trimmed else []
+    starts = [a for a, _ in cells]
+
+    def in_thing_cell(f: Finding) -> bool:
+        k = bisect.bisect_right(starts, f.start) - 1
+        return k >= 0 and f.end <= cells[k][1]
+
+    kept = [f for f in trimmed if f.entity != "PERSON" or not (in_thing_cell(f) or thing_key_before(text, f.start)
+                                                               or _is_thing(text, f.start, f.end, g, things))]
     if not things or not kept:
         return kept
 
