@@ -53,6 +53,8 @@ FOUND = [
     ("Our partners, with Thilini Wickramasinghe, will visit in May.", ["Thilini Wickramasinghe"]),
     ("From: Deepa Chatterjee\nTo: Nandita Banerjee\nSubject: leave", ["Deepa Chatterjee", "Nandita Banerjee"]),
     ("The interns this summer are Siddhi, Aanya and Kabir Malhotra.", ["Siddhi", "Aanya", "Kabir Malhotra"]),
+    ("I'll loop in Oluwadamilola once the numbers are final; I spoke to Meseret this morning.",
+     ["Oluwadamilola", "Meseret"]),
     # two initials or more before a surname the lists lack
     ("Prepared by J. P. Habimana for the board of directors.", ["J. P. Habimana"]),
     # an action label after a sentence on the same line
@@ -135,12 +137,12 @@ def test_the_seventh_dev_set() -> None:
     rows = read_markup(REPO / "tests/data/names_cultures_dev.txt")
     negatives = [row["text"] for row in rows if row["negative"]]
     flagged = [text for text in negatives if values(text)]
-    # "Kaya toast and Milo" (a drink named like a person), "cena da Zhang Ji" (a restaurant: "at Zhang Ji's")
-    assert len(negatives) >= 170 and len(flagged) <= 2
+    # "Milo" twice (a drink and a given name), "cena da Zhang Ji" (a restaurant: "at Zhang Ji's")
+    assert len(negatives) >= 180 and len(flagged) <= 3
     positives = [row for row in rows if not row["negative"]]
     labelled = sum(len(row["spans"]) for row in positives)
     hit = 0
     for row in positives:
         got = [(f.start, f.end) for f in resolve_overlaps(find_persons(row["text"]))]
         hit += sum(any(min(e, b) - max(s, a) >= (e - s) / 2 for a, b in got) for s, e, _ in row["spans"])
-    assert labelled >= 590 and hit / labelled >= 0.97
+    assert labelled >= 620 and hit / labelled >= 0.97

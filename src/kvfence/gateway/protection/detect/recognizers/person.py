@@ -384,6 +384,15 @@ class _Finder:
             return True  # "Contact: Michael Stone, Linda Park", "with Tom Bank and Sarah Church"
         return _SPOKE_AFTER.match(after) is not None or after.startswith((" said", " says"))
 
+    def listed_before(self, i: int) -> int | None:
+        """The token that follows token ``i`` in a list ("Rania, Omar and Yasmin"), if any."""
+        k = i + 1
+        if k < len(self.toks) and self.toks[k].text in _LIST_WORDS:
+            k += 1
+        if k < len(self.toks) and _LIST_GAP.match(self.text[self.toks[i].end:self.toks[k].start]):
+            return k
+        return None
+
     def listed_after(self, i: int) -> int | None:
         """The token that token ``i`` follows in a list ("Hannah, Rafael and Mei"), if any; "and" is
         itself a token when a name list holds it."""
@@ -655,13 +664,11 @@ class _Finder:
         # and before one: "Rania, Omar and Yasmin are the hosts" (a sentence start takes no lone name)
         starts = {f.start for f in self.found}
         for i in range(len(self.toks) - 2, -1, -1):
-            k = i + 1
-            if not self.toks[k].cap and k + 1 < len(self.toks):
-                k += 1  # past a lower-case "and" that the lists hold as a name
-            t, nxt = self.toks[i], self.toks[k]
-            if i in self.taken or not t.cap or len(t.text) < 2 or k not in self.taken or nxt.start not in starts \
-                    or not _LIST_GAP.match(self.text[t.end:nxt.start]) or (i > 0 and self.toks[i - 1].cap
-                                                                          and self.gap_ok(self.toks[i - 1], t)):
+            t = self.toks[i]
+            k = self.listed_before(i)
+            if i in self.taken or not t.cap or len(t.text) < 2 or k is None or k not in self.taken \
+                    or self.toks[k].start not in starts \
+                    or (i > 0 and self.toks[i - 1].cap and self.gap_ok(self.toks[i - 1], t)):
                 continue
             if self.listed(i):
                 self.add(i, i + 1, "person_listed", 0.6)
