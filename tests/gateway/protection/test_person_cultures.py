@@ -138,11 +138,11 @@ def test_the_seventh_dev_set() -> None:
     negatives = [row["text"] for row in rows if row["negative"]]
     flagged = [text for text in negatives if values(text)]
     # "Milo" twice (a drink and a given name), "cena da Zhang Ji" (a restaurant: "at Zhang Ji's")
-    assert len(negatives) >= 180 and len(flagged) <= 3
+    assert len(negatives) >= 190 and len(flagged) <= 3
     positives = [row for row in rows if not row["negative"]]
     labelled = sum(len(row["spans"]) for row in positives)
     hit = 0
     for row in positives:
         got = [(f.start, f.end) for f in resolve_overlaps(find_persons(row["text"]))]
         hit += sum(any(min(e, b) - max(s, a) >= (e - s) / 2 for a, b in got) for s, e, _ in row["spans"])
-    assert labelled >= 620 and hit / labelled >= 0.97
+    assert labelled >= 640 and hit / labelled >= 0.97
