@@ -81,6 +81,10 @@ POSITIVES = [
      "45/2, 1st Main, 3rd Block, Koramangala, Bengaluru 560034"),
     ("JP hyphenated area", "4-2-8 Shiba-Koen, Minato-ku, Tokyo 105-0011", "4-2-8 Shiba-Koen, Minato-ku, Tokyo 105-0011"),
     ("IE no number", "Main Street, Kenmare, Co. Kerry, V93 X2P4", "Main Street, Kenmare, Co. Kerry, V93 X2P4"),
+    # a house or building name and a street without a number, with the full postcode
+    ("UK house name", "Ivy Cottage\nMill Lane\nUpper Slaughter\nCheltenham\nGL54 2JD", "Ivy Cottage\nMill Lane\nUpper Slaughter\nCheltenham\nGL54 2JD"),
+    ("IE building", "Apt 7, The Granary, Kilkenny, Co. Kilkenny, R95 BX12", "Apt 7, The Granary, Kilkenny, Co. Kilkenny, R95 BX12"),
+    ("FR appt", "Appt 12, 5 rue Nationale, 59000 Lille", "Appt 12, 5 rue Nationale, 59000 Lille"),
     # countries of their own
     ("NZ", "Office: 18 Cuba Street, Te Aro, Wellington 6011", "18 Cuba Street, Te Aro, Wellington 6011"),
     ("SG", "Blk 88 Tampines Ave 1, #03-12, Singapore 520088", "Blk 88 Tampines Ave 1, #03-12, Singapore 520088"),
@@ -114,6 +118,8 @@ NEGATIVES = [
     "PO 12345 matches invoice 9876; CP 3 du BTS",
     "Our 5th Avenue flagship opened in 2019 with 300 staff",
     "Postfach voll, 8021 Mails ungelesen",
+    "Abbey Road is on the cover, London NW8 is the district",
+    "Canary Wharf Group reported 12 lettings in 2024",
 ]
 
 

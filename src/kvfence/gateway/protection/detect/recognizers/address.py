@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 
 from kvfence.gateway.protection.detect.findings import Category
-from kvfence.gateway.protection.detect.recognizers.address_parts import TOWN
-from kvfence.gateway.protection.detect.scanner import Rule
+from kvfence.gateway.protection.detect.recognizers.address_parts import BUILDING_WORD, TOWN
+from kvfence.gateway.protection.detect.scanner import Anchor, Rule
 
 __all__ = ["ADDRESS_CUES", "ADDRESS_RULES", "UK_TAIL", "US_TAIL"]
 
@@ -86,6 +86,11 @@ _US_BARE = rf"\b\d{{1,6}}[A-Z]?\s{{1,3}}(?:[NSEW]\.?\s{{1,3}})?(?:{_CAP}\s{{1,3}
 _US_BARE_TAIL = rf"(?:,\s{{0,3}}|[ \t]{{0,3}}\n[ \t]{{0,3}}){_US_TOWN_STATE_ZIP}"
 _UK_BARE = rf"\b\d{{1,4}}[A-Za-z]?,?\s{{1,3}}(?:{_CAP}\s{{1,3}}){{0,2}}{_CAP}"
 _UK_BARE_TAIL = rf"(?:{_UK_LINE}(?:{_CAP}[ \t]{{0,3}}){{1,3}}){{1,3}}(?:,?\s{{1,3}}|{_UK_LINE}){_UK_POSTCODE}\b"
+# a street or building line without a number, then town lines and the full postcode: "Church Lane\nLittle
+# Snoring\nFakenham\nNR21 0JE" (the house name before it joins it as a building line)
+_UK_NUMBERLESS = rf"\b(?:{_CAP}[ \t]{{1,3}}){{1,3}}(?:{_UK_TYPE}|Lane|Quay|{BUILDING_WORD})\b"
+_UK_NUMBERLESS_TAIL = rf"(?:{_UK_LINE}(?:{_CAP}[ \t]{{0,3}}){{1,3}}){{1,3}}(?:,?[ \t]{{1,3}}|{_UK_LINE}){_UK_POSTCODE}\b"
+_UK_POSTCODES = Anchor(re.compile(rf"{_UK_POSTCODE}\b"), before=160, after=0)
 _DE_PREP = (r"(?:Am|Im|Zum|Zur|Beim|An\s{1,3}(?:der|den|dem)|In\s{1,3}(?:der|den|dem)|Auf\s{1,3}(?:der|den|dem)"
             r"|Unter\s{1,3}(?:den|der|dem)|Hinter\s{1,3}(?:der|den|dem)|Vor\s{1,3}(?:der|den|dem)|Alte[rs]?|Neue[rs]?)")
 _DE_CAPW = r"[A-ZÄÖÜ][a-zäöüß]{1,30}(?:-[A-ZÄÖÜ][a-zäöüß]{1,30}){0,3}"
@@ -118,6 +123,8 @@ ADDRESS_RULES: list[Rule] = [
     Rule("address_us_bare", "POSTAL_ADDRESS", _PII, re.compile(_US_BARE + _US_BARE_TAIL), score=0.7),
     Rule("address_uk_bare", "POSTAL_ADDRESS", _PII, re.compile(_UK_BARE + _UK_BARE_TAIL), score=0.7),
     Rule("address_de_bare", "POSTAL_ADDRESS", _PII, re.compile(_DE_BARE + _DE_BARE_TAIL), score=0.7),
+    Rule("address_uk_numberless", "POSTAL_ADDRESS", _PII, re.compile(_UK_NUMBERLESS + _UK_NUMBERLESS_TAIL), score=0.7,
+         anchor=_UK_POSTCODES),
     _rule("de_prep", _DE_PREP_STREET, _DE_TAIL),
     # "BP 45" needs its postcode and town, or a cue (the other boxes: address_intl.py)
     Rule("address_fr_bp", "POSTAL_ADDRESS", _PII, re.compile(f"{_FR_BP}(?P<tail>{_FR_BOX_TAIL})?"), score=0.7,

@@ -39,6 +39,7 @@ from kvfence.gateway.protection.detect.recognizers.address import UK_TAIL, US_TA
 from kvfence.gateway.protection.detect.recognizers.address_jp_in_br import BR_TAIL, JP_IN_BR_ADDRESS_RULES
 from kvfence.gateway.protection.detect.recognizers.address_parts import (
     BOX_WORDS,
+    BUILDING_WORD,
     CAPW,
     EU_POSTCODE,
     LINE_BREAK,
@@ -107,13 +108,15 @@ _CA_TAIL = (rf"{_CA_STATION}{SEP}{TOWN},?[ \t]{{1,3}}(?:{_CA_PROV}|\({_CA_PROV}\
             rf"{_CA_POSTCODE}\b")
 _AU_STATE = r"(?:NSW|VIC|Vic|QLD|Qld|WA|SA|TAS|Tas|ACT|NT)"
 _AU_TAIL = rf"{SEP}{TOWN}(?:[ \t]{{1,3}}{TOWN})?,?[ \t]{{1,3}}{_AU_STATE}[ \t]{{1,3}}\d{{4}}\b"
-_EIRCODE = r"(?:[AC-FHKNPRTV-Y]\d{2}|D6W)[ \t]?[0-9AC-FHKNPRTV-Y]{4}"
+# the routing key has its letters; the four characters after it are taken as any letters and digits
+_EIRCODE = r"(?:[AC-FHKNPRTV-Y]\d{2}|D6W)[ \t]?[0-9A-Z]{4}"
 _IE_TAIL = (rf"(?:{SEP}{TOWN}){{0,2}}(?:{SEP}(?:Co\.|County){S}{CAPW})?(?:{SEP}{_EIRCODE}\b|"
             rf"{SEP}Dublin[ \t]\d{{1,2}}\b(?:{SEP}{_EIRCODE}\b)?)")
 # New Zealand: suburb and rural delivery parts, then the town and a four-digit postcode
 _NZ_TAIL = rf"(?:{LINE_BREAK}(?:RD[ \t]\d{{1,2}}|{TOWN})){{0,2}}{LINE_BREAK}{TOWN}[ \t]{{1,3}}\d{{4}}\b"
-# an Irish street line without a number, with its Eircode: "Main Street, Dingle, Co. Kerry, V92 FD89"
-_EN_NUMBERLESS = rf"\b(?:{CAPW}{S}){{1,3}}{_EN_TYPE}\b"
+# an Irish street or building line without a number, with its Eircode: "Main Street, Dingle, Co. Kerry, V92
+# FD89", "The Maltings, Bray, Co. Wicklow, A98 C5D6" (a house named "The ..." is a building line of its own)
+_EN_NUMBERLESS = rf"\b(?:(?:{CAPW}{S}){{1,3}}(?:{_EN_TYPE}|{BUILDING_WORD})|The{S}(?:{CAPW}{S}){{0,2}}{CAPW})\b"
 
 # Mexico: the street and number, the colonia and other parts, the C.P. and town, then the state
 _MX_STREET = rf"(?:(?:{_PREFIX_TYPE}{S})?{_NAME}|Calle[ \t]\d{{1,3}}(?:[ \t][A-Z])?)"
@@ -155,9 +158,11 @@ _PO_BOX = (rf"\b(?i:{BOX_WORDS})[ \t]{{0,3}}(?:No\.?[ \t]{{0,3}}|Nr\.?[ \t]{{0,3
 
 # every form ends in a postcode of its country's shape (or a PO box number before one): the rules run
 # only in windows before and after those, not over every number and capitalised word of a prompt
-_NUMBERS = Anchor(re.compile(r"(?<!\w)(?:\d{4,5}|\d{2}-\d{3}|\d{3} \d{2}|\d{4}-\d{3}|\d{4} ?[A-Z]{2})(?![\w-])"
-                             r"|\b[A-Z]\d[A-Z] ?\d[A-Z]\d\b|\b(?:[AC-FHKNPRTV-Y]\d{2}|D6W) ?[0-9AC-FHKNPRTV-Y]{4}\b"
-                             r"|\bDublin \d"), before=200, after=60)
+# (each branch starts with the character it needs and looks behind after it: sre then skips ahead to the
+# next digit or capital instead of trying a lookbehind at every character, 2.5-4x faster)
+_NUMBERS = Anchor(re.compile(r"\d(?<!\w\d)(?:\d{3,4}|\d-\d{3}|\d{2} \d{2}|\d{3}-\d{3}|\d{3} ?[A-Z]{2})(?![\w-])"
+                             r"|[A-Z](?<!\w[A-Z])(?:\d[A-Z] ?\d[A-Z]\d\b|(?<=[AC-FHKNPRTV-Y])\d{2} ?[0-9A-Z]{4}\b"
+                             r"|(?<=D)6W ?[0-9A-Z]{4}\b|(?<=D)ublin \d)"), before=200, after=60)
 # the rules of one country's mark run only around it
 _SINGAPORE = Anchor(re.compile(r"Singapore[ \t]{1,3}\d{6}\b"), before=160, after=20)
 _MEXICO = Anchor(_MX_MARK, before=200, after=120)

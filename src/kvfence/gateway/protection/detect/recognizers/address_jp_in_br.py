@@ -87,7 +87,8 @@ def _indian(candidate: str) -> bool:
 
 
 # the rules run only around a postcode of one of the three shapes
-_POSTCODES = Anchor(re.compile(r"(?<![\w-])(?:\d{3}[-−－]\d{4}|\d{5}-\d{3}|[1-8]\d{2} ?\d{3})(?![\w-])"),
+# (the first digit, then the lookbehind: sre skips ahead to digits, as in address_intl.py's anchor)
+_POSTCODES = Anchor(re.compile(r"\d(?<![\w-]\d)(?:\d{2}[-−－]\d{4}|\d{4}-\d{3}|(?<=[1-8])\d{2} ?\d{3})(?![\w-])"),
                     before=220, after=80)
 
 JP_IN_BR_ADDRESS_RULES: list[Rule] = [

@@ -18,6 +18,7 @@ import re
 
 __all__ = [
     "BOX_WORDS",
+    "BUILDING_WORD",
     "CAPW",
     "EU_POSTCODE",
     "IN_STATES",
@@ -58,18 +59,19 @@ BOX_WORDS = (r"(?:P\.?[ \t]?O\.?[ \t]{0,3}Box|Post[ \t]{1,3}Office[ \t]{1,3}Box|
              r"|Caixa[ \t]Postal|Apartado(?:[ \t]{1,3}(?:de[ \t]{1,3}correos|postal))?|Apdo\.|Skrytka[ \t]pocztowa)")
 
 # --- the lines before the street: a unit, a floor, a building; each ends in a separator ---
-_UNIT_WORD = (r"(?i:Flat|Unit|Apt\.?|Apartment|Suite|Ste\.?|Appartement|Apartamento|Wohnung|Shop|Level|Office|Room|Rm\.?"
+_UNIT_WORD = (r"(?i:Flat|Unit|Apt\.?|Appt\.?|Appart\.?|Apartment|Suite|Ste\.?|Appartement|Apartamento|Wohnung|Whg\.|Top|Door"
+              r"|Dept\.?|Depto\.?|Interior|Shop|Level|Office|Room|Rm\.?"
               r"|Bldg\.?|Building|Bâtiment|Bât\.|Escalier|Esc\.|Entrée|Block|Blk|Villa|Penthouse|Lot)")
 # a unit's number has a digit or is one letter ("Flat B"): "Studio Bianchi," is a firm, not a unit
 _UNIT = (rf"(?:\b{_UNIT_WORD}[ \t]{{1,2}}(?:[A-Z]?\d[\w./-]{{0,6}}|[A-Z])(?![\w])"
          r"|#[ \t]?\d{1,4}[A-Za-z]?(?:-\d{1,4})?)")
 _FLOOR = (r"\b(?:\d{1,3}(?:st|nd|rd|th|e|er|º|ª)|Ground|First|Second|Third|Fourth|Fifth|Top|Upper|Lower|Basement)"
           r"[ \t](?:Floor|floor|étage)(?:[ \t]Flat)?")
-_BUILDING_WORD = (r"(?:House|Court|Cottage|Tower|Towers|Building|Centre|Center|Plaza|Mansions|Lodge|Farm|Estate|Park"
+BUILDING_WORD = (r"(?:House|Court|Cottage|Tower|Towers|Building|Centre|Center|Plaza|Mansions|Lodge|Farm|Estate|Park"
                   r"|Apartments|Residency|Heights|Chambers|Hall|Manor|Barn|Mill|Rectory|Vicarage|Villas|Wharf"
-                  r"|Complex|Arcade|Exchange|Works|Yard|Buildings|Point|Gate|Hills)")
+                  r"|Complex|Arcade|Exchange|Works|Yard|Buildings|Point|Gate|Hills|Maltings|Studios|Lofts|Residences)")
 _NOT_BUILDING_NAME = r"(?!(?:To|At|In|On|Our|New|Ship|Send|Deliver|Delivery|Address|Mail|Office|Visit|Attn|Dear)\b)"
-_BUILDING = (rf"(?:\b(?:{_NOT_BUILDING_NAME}[{UPPER}][\w'’&.-]{{0,30}}[ \t]){{0,3}}{_BUILDING_WORD}"
+_BUILDING = (rf"(?:\b(?:{_NOT_BUILDING_NAME}[{UPPER}][\w'’&.-]{{0,30}}[ \t]){{0,3}}{BUILDING_WORD}"
              r"(?:[ \t](?:\d{1,3}F|[A-Z]|\d{1,2}))?"
              rf"|\b(?:Résidence|Lotissement|Immeuble|Domaine|Hameau|Lieu-dit|ZA|ZI|ZAC|ZAE|Parc)[ \t]"
              rf"(?:(?:du|de\sla|des|de|d'|l'|les|le|la)[ \t]?)?[{UPPER}][\w'’-]{{0,30}}(?:[ \t][{UPPER}][\w'’-]{{0,30}}){{0,2}})")
