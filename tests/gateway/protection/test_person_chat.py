@@ -247,3 +247,23 @@ def test_the_second_batch_word_uses_stay_none(text: str) -> None:
 
 def test_cc_of_given_names_is_no_surname_given_pair() -> None:
     assert sorted(set(values("cc: Emma, Liam"))) == ["Emma", "Liam"]
+
+
+# a lower-case given name that is also a word, addressed after a greeting, thanks, cc or ping
+ADDRESSED = [
+    ("hey grace, u around?", ["grace"]),
+    ("thx mark!", ["mark"]),
+    ("cc will", ["will"]),
+    ("hi sandy 👋", ["sandy"]),
+]
+NOT_ADDRESSED = ["thanks, will do", "hey man!", "thanks love", "hi june!", "ok will check tmrw", "hey there!"]
+
+
+@pytest.mark.parametrize(("text", "names"), ADDRESSED, ids=[t for t, _ in ADDRESSED])
+def test_a_lower_case_word_name_addressed_in_chat_is_found(text: str, names: list[str]) -> None:
+    assert values(text) == names
+
+
+@pytest.mark.parametrize("text", NOT_ADDRESSED)
+def test_lower_case_words_after_chat_cues_stay_none(text: str) -> None:
+    assert values(text) == []

@@ -49,6 +49,7 @@ from kvfence.gateway.protection.detect.recognizers.person_labels import (
 from kvfence.gateway.protection.detect.recognizers.person_mentions import link_mentions
 from kvfence.gateway.protection.detect.recognizers.person_things import drop_things, noun_after
 from kvfence.gateway.protection.detect.recognizers.person_words import (
+    _ADDRESSED_AFTER,
     _AFTER_NAME,
     _AND_I_AFTER,
     _ARTICLES,
@@ -57,6 +58,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _BRAND_TITLES,
     _BUSINESS_AFTER,
     _BUSINESS_BEFORE,
+    _CHAT_CUES,
     _CHINESE_SURNAMES,
     _CUES,
     _FROM_TEAM,
@@ -95,6 +97,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _SUFFIX_THEN,
     _TITLES,
     _VOCATIVE_AFTER,
+    _VOCATIVES,
     _WEAK_CUES,
     _WITH_I_BEFORE,
     _WORD,
@@ -740,6 +743,11 @@ class _Finder:
                 self.add(i, i + 1, "person_lowercase_cue", 0.6)  # "@marine t'as le lien ?": a mention is a person
                 continue
             if g.is_ordinary(t.low) or g.risky_given(t.low):
+                if g.is_given(t.low) and not g.month_or_day(t.low) and not _not_a_person(t.low) \
+                        and t.low not in _PLACES and t.low not in _SAYS_AS_A_PLACE and t.low not in _VOCATIVES \
+                        and t.low not in _GROUP_WORDS and not g.is_not_name(t.low) \
+                        and _cue_before(self.before(i)) in _CHAT_CUES and _ADDRESSED_AFTER.match(self.text[t.end:t.end + 3]):
+                    self.add(i, i + 1, "person_lowercase_cue", 0.55)  # "hey grace,", "thx mark!", "cc will"
                 continue
             if not g.is_given(t.low):
                 # "hey nguyen", "thanks okafor": a surname that is no word, right after a greeting or thanks

@@ -236,6 +236,13 @@ _WITH_I_BEFORE = re.compile(r"(?:\b(?:[Mm]e and|I and|[Mm]oi et|[Ii]ch und|[Yy]o
 # "Grace, can you ...", "Will, could you ...": a vocative, then a request
 _REQUEST_AFTER = re.compile(r"^,\s(?:can|could|would|will|do|did|are|have) you\b|^,\s(?:please|pls|peux-tu|tu peux"
                             r"|pouvez-vous|kannst du|können sie|puedes|puoi|kun je|kunt u)\b", re.I)
+# a lower-case given name that is also a word, addressed in chat: after a greeting, thanks, "cc", "ping",
+# "ask" or "tell", and before punctuation, a line end or an emoji ("hey grace,", "thx mark!", "cc will");
+# "thanks, will do", "hey man!", "thanks love" stay words
+_CHAT_CUES = _RISKY_CUES | frozenset(["ping", "ask", "tell", "ty"])
+_ADDRESSED_AFTER = re.compile(r"^(?:$|[,!?.:;)]|[ \t]*\n|[ \t]+[\U0001F300-\U0001FAFF\u2600-\u27BF])")
+_VOCATIVES = frozenset("""man boss doc love babe baby honey hon darling champ lady friend sunshine bud gang soon guy
+fella son king queen prince star dude bro sis pal mate buddy chief sweetie kiddo""".split())  # noqa: SIM905
 # after "this is" / "it's" / "ich bin" ...: "This is Hope from accounts", "it's Amber from the dental practice"
 _INTRO_CUES = frozenset(["this is", "it's", "i am", "i'm", "my name is", "je suis", "c'est", "ich bin", "soy",
                          "sono", "ik ben"])
