@@ -30,6 +30,23 @@ CASES = [
     ("a key that names a thing", '{"owner": "Priya Raman", "company_name": "Rowan Ellis"}', ["Priya Raman"]),
     ("a CSV column that holds things", "sku,product,city\n1,Evelyn Desk,Alba\n2,Lucia Lamp,Siena", []),
     ("a CSV column that holds things", "customer;stad\nPriya Raman;Alba\nTom Becker;Giulia", ["Priya Raman", "Tom Becker"]),
+    ("a project word before", "Projekt Hermes startet im Juni, Projekt Minerva im Herbst.", []),
+    ("a project word before", "Il progetto Aurora è in ritardo; il progetto Vittoria parte a luglio.", []),
+    ("a project word before", "Frau Anna Keller (Projekt Phoenix) ruft an.", ["Anna Keller"]),
+    ("a holiday's day word first", "La Fête de Jeanne d'Arc a lieu en mai.", []),
+    ("a holiday's day word first", "El Día de Reyes la oficina está cerrada.", []),
+    ("a dedication word, then 'de'", "Aeropuerto de Adolfo Suárez Madrid-Barajas, terminal 4.", []),
+    ("a shop word before or after", "Bäckerei Schulz und Metzgerei Wagner öffnen um 7.", []),
+    ("a shop word before or after", "Lieferung an Müller Drogerie, Filiale Nord.", []),
+    ("a product noun after, six languages", "Una caja de Don Simón zumo, por favor.", []),
+    ("a product noun after, six languages", "Tante Betty soep en Unox rookworst.", []),
+    ("a street word inside the run", "Destinatario: Esselunga Viale Monza", []),
+    ("a street word inside the run", "Ontvanger: Jumbo Rue Royale", []),
+    ("a street word inside the run", "Empfänger: Mario Rossi Viale Monza", ["Mario Rossi"]),
+    ("a god's or brand's name as a list item is no speaker", "Status\n- Orion: on track\n- Hermes: waiting for QA", []),
+    ("an article before 'said'", "The Fed said rates would stay on hold.", []),
+    ("'according to' is a weak cue", "According to Gartner, spending on cloud will grow.", []),
+    ("'according to' is a weak cue", "According to Ingrid, the build is green.", ["Ingrid"]),
 ]
 
 

@@ -550,8 +550,10 @@ class _Finder:
         if _not_a_person(t.low) and (cue is None or cue in _WEAK_CUES) and not _WORD_NAME_SAYS.match(after):
             return False  # "Hugo" alone, "Pascal and Ada are taught": the software
         if j == i + 1 and g.is_given(t.low) and not g.risky_given(t.low) and not g.is_ordinary(t.low) \
-                and _LINE_START.search(before) and _SPEAKER_AFTER.match(after):
-            # a chat speaker ("Priya: on it", "[10:32] Priya: ok") or a vocative ("Priya, can you ...")
+                and _LINE_START.search(before) and _SPEAKER_AFTER.match(after) \
+                and (t.low not in _NOT_ALONE or _STAMPED_LINE.search(before) is not None):
+            # a chat speaker ("Priya: on it", "[10:32] Priya: ok") or a vocative ("Priya, can you ..."); a
+            # god's, place's or brand's name only in a stamped chat line ("- Apollo: load tests" is a project)
             self.add(i, i + 1, "person_speaker", 0.65)
             return True
         if self.word_name(t) and (_MARKER_AFTER.match(after) or _AND_I_AFTER.match(after)
@@ -575,7 +577,8 @@ class _Finder:
             self.add(i, i + 1, "person_cue", 0.7)
             return True
         if len(t.text) >= 3 and _SAY_AFTER.match(after) and not g.risky_given(t.low) and g.is_given(t.low) \
-                and not before.rstrip().endswith("&") and not self.headline(t.start):
+                and not before.rstrip().endswith("&") and _word_right_before(before) not in _ARTICLES \
+                and not self.headline(t.start):  # "the Fed said", "die Bahn sagte": a body, not a person
             self.add(i, i + 1, "person_said", 0.6)
             return True
         if g.risky_given(t.low) and g.is_ordinary(t.low) and g.is_given(t.low) and t.text[1:].islower() \

@@ -25,6 +25,8 @@ dropped when
   one-word given name ("Hi Hema,"); a run with more words is no entry ("Anna Ferrari"); a name that
   runs on into "von"/"van"/"of" and such a firm keeps only its part before ("Sabine Wolff von
   Hengeler Mueller");
+- a street word ("Viale", "Rue", "Avenida") stands inside it after one word: a firm and its address
+  ("Esselunga Viale Piave"); after two or more the name keeps its part before ("Mario Rossi Viale Monza");
 - a legal form is its last word or follows it ("Beiersdorf AG", "Otto Group", "Gleiss Lutz GmbH"), or
   a firm's word starts it ("Kanzlei Hengeler Mueller");
 - its words are, elsewhere in the same text, a thing by the rules above or by the PERSON rules' own ("the Douglas Peucker
@@ -56,7 +58,8 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
 
 __all__ = ["drop_things", "noun_after"]
 
-# A capitalised first word, or a word right before: the run after it is named after a person.
+# A capitalised first word, or a word right before: the run after it is named after a person, or is a
+# project's or a holiday's name ("Project Athena", "projet Apollon", "Día de Reyes", "Fête de Jeanne").
 _DEDICATION = frozenset("""
 fort port mount mt lake cape bay san santa santo são sankt saint ste hurricane storm typhoon cyclone
 tropical ouragan tempête huracán tormenta uragano tempesta orkaan sturm airport aeropuerto aeroporto
@@ -67,14 +70,24 @@ universiteit fondation fundación fondazione stiftung stichting foundation premi
 award medal teatro théâtre theater theatre museo musée museum syndrome sindrome síndrome syndrom syndroom
 disease maladie enfermedad morbo malattia krankheit ziekte sclerosis royal national federal general united
 international global central jalan jl
+project projekt projet proyecto progetto programme programma programa operation opération operación operazione
+operatie codename mission missione misión missie
+día jour giorno fête fiesta festa feast noche nuit notte
 """.split())  # noqa: SIM905
+# shops, in six languages: a firm's word before or after a surname ("Bäckerei Schulz", "Müller Drogerie",
+# "Pharmacie Dupont", "Farmacia Rossi", "Slagerij Jansen")
+_SHOP_WORDS = """drogerie apotheke bäckerei metzgerei konditorei optik autohaus reisebüro buchhandlung blumenladen
+getränkemarkt möbelhaus friseur pharmacie boulangerie boucherie pâtisserie librairie quincaillerie fleuriste
+farmacia panadería carnicería pastelería librería ferretería floristería panetteria macelleria pasticceria
+libreria ferramenta gelateria fioreria apotheek bakkerij slagerij boekhandel bloemist drogisterij kapsalon
+banketbakkerij""".split()  # noqa: SIM905
 # a firm's word right before: "les laboratoires Pierre Fabre", "die Firma Otto", "el grupo ..."
 _FIRM_BEFORE = frozenset("""
 laboratoires laboratorios laboratori laboratorium labs groupe gruppo grupo gruppe société sociedad società
 empresa azienda bedrijf cabinet bufete kanzlei bodegas bodega maison casa verlag editorial éditions edizioni
 uitgeverij brand label firm retailer chain carmaker winery distillery brewery brasserie ristorante trattoria
 pizzeria bistrot hotel hôtel albergo hostal restaurant restaurante
-""".split())  # noqa: SIM905
+""".split()) | frozenset(_SHOP_WORDS)  # noqa: SIM905
 _RIGHT_BEFORE = _DEDICATION | _FIRM_BEFORE
 # an illness or a prize may name its person after a preposition: "maladie de Parkinson", "ziekte van Lyme"
 _OF_WORDS = frozenset("""syndrome sindrome síndrome syndrom syndroom disease maladie enfermedad morbo malattia
@@ -98,7 +111,11 @@ chocolates cookies biscuits ice_cream shampoo guitars pianos furniture sofas mat
 motorcycles tractors tyres tires lenses cameras headphones laptops collection underwear swimwear eyewear
 sunglasses knives cutlery stationery toys sarcoma lymphoma tumour tumor carcinoma leukaemia leukemia
 catheter maneuver manoeuvre procedure reflex triad phenomenon
-""".split())  # noqa: SIM905
+zumo soep soupe sopa zuppa suppe saft jus succo vino vin wein wijn bier birra cerveza bière sidra cidre koffie
+kaffee caffè thé tee tè té thee chocolade schokolade cioccolato chocolat nudeln ravioli tortellini salsa soße
+saus käse kaas queso formaggio fromage biscotti koekjes kekse jamón schinken jambon prosciutto rookworst wurst
+worst schuhe chaussures zapatos scarpe schoenen crème creme crema
+""".split()) | frozenset(_SHOP_WORDS)  # noqa: SIM905
 # an eponym's noun after a possessive ("Bell's palsy", "Ohm's law"); "Priya's test" stays a person
 _EPONYM_NOUNS = frozenset("""disease syndrome palsy chorea sarcoma lymphoma law theorem lemma conjecture
 principle paradox equation constant algorithm comet razor oesophagus esophagus phenomenon thyroiditis
@@ -109,6 +126,8 @@ _CAPITALISED = re.compile(r"(?: [A-Z][^\W\d_]+){0,4}")  # bounded: a run of name
 # street words written glued to a name in Dutch and German ("Coenstraat", "Goethestraße", "Mozartplatz")
 _STREET_SUFFIXES = ("straat", "straße", "strasse", "gracht", "plein", "kade", "steeg", "singel", "gasse", "platz",
                     "allee", "laan", "dreef", "ufer", "damm")
+# street words that are no surname or middle name, inside a run: a street follows ("Esselunga Viale Piave")
+_STREET_INSIDE = frozenset("viale avenida paseo rue rua travessa vicolo strada straße strasse chaussée".split())  # noqa: SIM905
 _CAPITALISED_BEFORE = re.compile(r"[A-Z][^\W\d_]+ $")
 _ARTICLE_FIRST = frozenset("les los las het gli die das".split())  # noqa: SIM905
 # "..., a cocktail", "... is the highest mountain in Britain", "... are the two beers on tap": the
@@ -261,12 +280,25 @@ def _firm_trim(text: str, f: Finding, g: Gazetteer) -> Finding | None:
     return dataclasses.replace(f, end=f.start + len(cut))
 
 
+def _street_trim(text: str, f: Finding) -> Finding | None:
+    """``f`` without the street that a run of words ran on into ("Mario Rossi" of "Mario Rossi Viale
+    Monza"); None when one word is left before the street: a firm and its address ("Esselunga Viale Piave")."""
+    if f.entity != "PERSON":
+        return f
+    words = list(_WORD.finditer(text, f.start, f.end))
+    cut = next((k for k, m in enumerate(words[1:-1], 1) if m.group().lower() in _STREET_INSIDE), None)
+    if cut is None:
+        return f
+    return dataclasses.replace(f, end=words[cut - 1].end()) if cut >= 2 else None
+
+
 def drop_things(text: str, found: list[Finding], g: Gazetteer, things: set[str] | None = None) -> list[Finding]:
     """``found`` without the PERSON findings that the words around them show to be things; ``things``
     holds the words of capitalised runs the rules already took for things (they are things in the
     whole text: "the Douglas Peucker simplification ... Ramer Douglas Peucker")."""
     things = set() if things is None else things  # and here the words of findings a noun after them shows to be things
     trimmed = [t for t in (_firm_trim(text, f, g) for f in found) if t is not None]
+    trimmed = [t for t in (_street_trim(text, f) for f in trimmed) if t is not None]
     cells = csv_thing_cells(text) if trimmed else []
     starts = [a for a, _ in cells]
 
@@ -320,9 +352,9 @@ def _is_thing(text: str, start: int, end: int, g: Gazetteer, things: set[str]) -
     if before[-1:].isspace():
         prev = [w.rsplit("'", 1)[-1].rsplit("’", 1)[-1].lstrip("\"“(") for w in before.lower().split()[-4:]]
         if prev and (prev[-1] in _RIGHT_BEFORE
-                     or (len(prev) >= 2 and prev[-1] in _OF and prev[-2] in _OF_WORDS)
+                     or (len(prev) >= 2 and prev[-1] in _OF and (prev[-2] in _OF_WORDS or prev[-2] in _DEDICATION))
                      or (len(prev) >= 3 and prev[-1] in ("la", "le") and prev[-2] in _OF and prev[-3] in _OF_WORDS)):
-            return True  # "estadio Santiago Bernabéu", "syndrome de Gilles de la Tourette"
+            return True  # "estadio Santiago Bernabéu", "syndrome de Gilles de la Tourette", "Estación de Atocha"
         if len(prev) >= 2 and prev[-1] in ("a", "an") and (prev[-2] in _A_VERBS or prev[-3:-1] == ["nominated", "for"]):
             return True  # "our kettle is a Russell Hobbs"
     more = _CAPITALISED.match(text, end)  # "Frank Lloyd" of "Frank Lloyd Wright furniture"

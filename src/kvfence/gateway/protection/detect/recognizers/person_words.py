@@ -96,8 +96,9 @@ reply to, pass it to, hand it to, bises à, bisous à, sag, dile a, digli
 """.replace("\n", " ").split(","))
 # Of these, the weak ones ("to", "and") only with a name that is no word or place.
 # "hai sentito davide", "t'as vu mathilde": chat verbs of meeting someone, weak as well
+# "according to" names a firm, an analyst or a paper as often as a person ("according to Gartner")
 _WEAK_CUES = frozenset(["with", "met", "mit", "avec", "con", "per", "via", "from", "by", "and", "to", "for", "und",
-                        "sentito", "visto", "vu", "croisé", "chiamato", "appelé"])
+                        "sentito", "visto", "vu", "croisé", "chiamato", "appelé", "according to"])
 _CUE_WORDS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?|@|(?<=c)/(?=o)")
 
 
