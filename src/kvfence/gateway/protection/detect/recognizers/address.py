@@ -38,8 +38,9 @@ _US_TYPE = (r"(?:Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Co
 # a street word: capitalised, or an ordinal ("5th Ave", "W 38th St")
 _US_WORD = rf"(?:{_CAP}|\d{{1,3}}(?:st|nd|rd|th))"
 # the house number: digits, or a number word ("One Microsoft Way")
-_US_NUMBER = r"(?:\d{1,6}[A-Z]?|One|Two|Three|Four|Five|Six|Seven|Eight|Nine|Ten)"
-_UNIT = (r"(?:,?\s{1,3}(?:(?:Apt|Apartment|Suite|Ste|Unit|Fl|Floor|#)\.?\s{0,3}#?[\w-]{1,6}"
+_US_NUMBER = r"(?:\d{1,6}(?:[-–]\d{1,6})?[A-Z]?|One|Two|Three|Four|Five|Six|Seven|Eight|Nine|Ten)"  # 123-125, 37-12
+# a unit word is a whole word: "Fl" is no floor in ", Flushing"
+_UNIT = (r"(?:,?\s{1,3}(?:(?:(?:Apt|Apartment|Suite|Ste|Unit|Fl|Floor)\b|#)\.?\s{0,3}#?[\w-]{1,6}"
          r"|\d{1,3}(?:st|nd|rd|th)\s(?:Floor|Fl\.?)))?")
 _US_STATE = (r"(?:A[KLRZ]|C[AOT]|D[CE]|FL|GA|HI|I[ADLN]|K[SY]|LA|M[ADEINOST]|N[CDEHJMVY]|O[HKR]|PA|RI|S[CD]|T[NX]"
              r"|UT|V[AT]|W[AIVY])")
@@ -59,7 +60,9 @@ US_TAIL = rf"(?:,\s{{0,3}}|\s{{1,3}}){_US_TOWN_STATE_ZIP}"
 _UK_TYPE = (r"(?:Street|Road|Lane|Avenue|Close|Crescent|Drive|Gardens|Place|Square|Terrace|Way|Court|Grove|Hill"
             r"|Mews|Row|Walk|Park|Rise|View|Green|Parade)")
 _UK_POSTCODE = r"(?:[A-PR-UWYZ][A-HK-Y]?\d[A-Z\d]?\s?\d[ABD-HJLNP-UW-Z]{2})"
-_UK_STREET = rf"\b\d{{1,4}}[A-Za-z]?,?\s{{1,3}}(?:{_CAP}\s{{1,3}}){{1,3}}{_UK_TYPE}\b"
+# a house number, a range of them ("14-16 Station Road") or one with a letter
+_UK_NUMBER = r"\d{1,4}(?:[-–]\d{1,4})?[A-Za-z]?"
+_UK_STREET = rf"\b{_UK_NUMBER},?\s{{1,3}}(?:{_CAP}\s{{1,3}}){{1,3}}{_UK_TYPE}\b"
 # the town lines before the postcode, each after a comma or on a line of its own
 _UK_LINE = r"(?:,[ \t]{0,3}\n?[ \t]{0,3}|[ \t]{0,3}\n[ \t]{0,3})"
 UK_TAIL = rf"(?:{_UK_LINE}(?:{_CAP}[ \t]{{0,3}}){{1,3}}){{0,3}}(?:,?\s{{1,3}}|{_UK_LINE}){_UK_POSTCODE}\b"
@@ -73,7 +76,7 @@ _DE_TAIL = rf",?\s{{1,3}}(?:D-)?\d{{5}}\s{{1,3}}{TOWN}"
 
 _FR_TYPE = (r"(?:rue|avenue|av\.|boulevard|bd|place|chemin|allée|allee|impasse|quai|route|cours|square|passage"
             r"|faubourg|rond-point)")
-_FR_STREET = (rf"\b\d{{1,4}}(?:\s?(?:bis|ter|[A-C]))?,?\s{{1,3}}{_FR_TYPE}\s{{1,3}}(?:(?:de\s{{1,3}}la|de\s{{1,3}}l'|du|des|de|d'|la|le|les)\s{{0,3}})?"
+_FR_STREET = (rf"\b\d{{1,4}}(?:[-–]\d{{1,4}})?(?:\s?(?:bis|ter|[A-C]))?,?\s{{1,3}}{_FR_TYPE}\s{{1,3}}(?:(?:de\s{{1,3}}la|de\s{{1,3}}l'|du|des|de|d'|la|le|les)\s{{0,3}})?"
               rf"[A-ZÉÈ][\w'’-]{{0,30}}(?:\s{{1,3}}(?:de\s{{1,3}}la|de\s{{1,3}}l'|du|des|de|d'|la|le|les|et|[A-ZÉÈ][\w'’-]{{0,30}})){{0,4}}"
               r"(?![\w'’-])")
 # the rule is case-blind ("12 Rue", "12 rue"), its town is not ("44000 Nantes ce soir" ends at Nantes)
@@ -84,7 +87,7 @@ _FR_TAIL = rf"(?:,?\s{{1,3}}|;)\d{{5}}(?:\s{{1,3}}|;)(?-i:{TOWN})(?:\s(?-i:Cedex
 _LINE_END = r"(?=\s{0,3}(?:[,.;:)\]]|\n|$|(?:USA|U\.S\.A?\.?|United States|UK|United Kingdom|Germany|Deutschland)\b))"
 _US_BARE = rf"\b\d{{1,6}}[A-Z]?\s{{1,3}}(?:[NSEW]\.?\s{{1,3}})?(?:{_CAP}\s{{1,3}}){{0,3}}{_CAP}{_UNIT}"
 _US_BARE_TAIL = rf"(?:,\s{{0,3}}|[ \t]{{0,3}}\n[ \t]{{0,3}}){_US_TOWN_STATE_ZIP}"
-_UK_BARE = rf"\b\d{{1,4}}[A-Za-z]?,?\s{{1,3}}(?:{_CAP}\s{{1,3}}){{0,2}}{_CAP}"
+_UK_BARE = rf"\b{_UK_NUMBER},?\s{{1,3}}(?:{_CAP}\s{{1,3}}){{0,2}}{_CAP}"
 _UK_BARE_TAIL = rf"(?:{_UK_LINE}(?:{_CAP}[ \t]{{0,3}}){{1,3}}){{1,3}}(?:,?\s{{1,3}}|{_UK_LINE}){_UK_POSTCODE}\b"
 # a street or building line without a number, then town lines and the full postcode: "Church Lane\nLittle
 # Snoring\nFakenham\nNR21 0JE" (the house name before it joins it as a building line)
