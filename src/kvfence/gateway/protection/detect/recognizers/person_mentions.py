@@ -11,6 +11,7 @@ import re
 from kvfence.gateway.protection.detect.findings import Category, Finding
 from kvfence.gateway.protection.detect.recognizers.gazetteer import gazetteer
 from kvfence.gateway.protection.detect.recognizers.not_names import PLACES as _PLACES
+from kvfence.gateway.protection.detect.recognizers.person_things import drop_things
 from kvfence.gateway.protection.detect.recognizers.person_words import (
     _PARTICLES,
     _WORD,
@@ -73,6 +74,7 @@ def link_mentions(texts: list[str], per_text: list[list[Finding]]) -> list[list[
                     f = Finding(f.start, f.end, f.entity, f.category, f.score, f.rule, value=name)
             linked.append(f)
         if pattern is not None:
+            mentions: list[Finding] = []
             spans = sorted((f.start, f.end) for f in found)
             starts = [s for s, _ in spans]
             ends = list(itertools.accumulate((e for _, e in spans), max))  # ends[k]: furthest end of spans[:k+1]
@@ -86,7 +88,9 @@ def link_mentions(texts: list[str], per_text: list[list[Finding]]) -> list[list[
                 if k and ends[k - 1] > m.start():
                     continue  # inside (or across) a finding already made
                 name = canonical(frozenset([word.lower()]))
-                linked.append(Finding(m.start(), m.end(), "PERSON", Category.PII, 0.6, "person_mention",
-                                      value=name))
+                mentions.append(Finding(m.start(), m.end(), "PERSON", Category.PII, 0.6, "person_mention",
+                                        value=name))
+            # a mention passes the last test too: "Victoria" of "the Victoria line" is none
+            linked.extend(drop_things(text, mentions, g))
         out.append(sorted(linked, key=lambda f: f.start) if len(linked) != len(found) else linked)
     return out
