@@ -540,11 +540,11 @@ class _Finder:
                 return False
             self.add(i, k, "person_title", 0.85)
             return True
-        cue = _cue_before(before)
-        if not _known(g, t.low, given=False) or (self.org_after(i + 1) and not self.greeted_pair(i, cue)) \
-                or j - i >= 2 or (_not_a_person(t.low) and t.low not in _PEOPLE_FIRST) or t.low in _PLACES:
+        if not _known(g, t.low, given=False) or j - i >= 2 or (_not_a_person(t.low) and t.low not in _PEOPLE_FIRST) \
+                or t.low in _PLACES or (g.is_ordinary(t.low) and not g.is_given(t.low)):
             return False  # "Hello Berlin!"
-        if g.is_ordinary(t.low) and not g.is_given(t.low):
+        cue = _cue_before(before)
+        if self.org_after(i + 1) and not self.greeted_pair(i, cue):
             return False
         after = self.text[t.end:t.end + 24]
         if _not_a_person(t.low) and (cue is None or cue in _WEAK_CUES) and not _WORD_NAME_SAYS.match(after):
