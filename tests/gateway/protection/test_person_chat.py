@@ -267,3 +267,9 @@ def test_a_lower_case_word_name_addressed_in_chat_is_found(text: str, names: lis
 @pytest.mark.parametrize("text", NOT_ADDRESSED)
 def test_lower_case_words_after_chat_cues_stay_none(text: str) -> None:
     assert values(text) == []
+
+
+def test_a_signed_full_name_may_start_with_a_place_name() -> None:
+    assert values("Bien à vous,\nFlorence Petit") == ["Florence Petit"]
+    assert values("Best,\nSydney Office") == []
+    assert values("Kind regards,\nVictoria Station") == []

@@ -89,6 +89,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _SAY_AFTER,
     _SAYS_AS_A_PLACE,
     _SENTENCE_END,
+    _SIGN_OFFS,
     _SPEAKER_AFTER,
     _SPOKE_AFTER,
     _STAMPED_LINE,
@@ -414,8 +415,13 @@ class _Finder:
         if toks[0].low in _ARTICLES or (toks[0].low[:2] == "l'" and g.is_ordinary(toks[0].low[2:])):
             return False  # "Cordialement,\nLes Achats", "L'équipe commerciale": a department, not a person
         words = [t for t in toks if t.low not in _PARTICLES and not _initial(self.text, t)]
+        # "Bien à vous,\nFlorence Petit": a given name that is also a place starts a signed full name
+        signed = len(words) == 2 and "\n" in self.before(i, 3) and self.ends_line(i + len(toks)) \
+            and g.is_given(words[0].low) and _known(g, words[1].low, given=False) and words[1].low not in _PLACES \
+            and _NOUN_AFTER.match(" " + words[1].text) is None \
+            and _cue_before(self.before(i)) in _SIGN_OFFS
         if not words or any(len(t.text) < 2 or _not_a_person(t.low) or t.low in _GROUP_WORDS or g.month_or_day(t.low)
-                            or t.low in _PLACES or t.low in _NOT_ALONE
+                            or ((t.low in _PLACES or t.low in _NOT_ALONE) and not (signed and t is words[0]))
                             or (g.is_ordinary(t.low) and not g.is_name(t.low)) or t.low in _ORG_AFTER for t in words):
             return False
         end = toks[-1].end
