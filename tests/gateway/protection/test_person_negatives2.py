@@ -12,7 +12,6 @@ from kvfence.gateway.protection.detect.detector import build_detector
 from kvfence.gateway.protection.detect.findings import resolve_overlaps
 from kvfence.gateway.protection.detect.recognizers.person import find_persons
 
-
 REPO = Path(__file__).resolve().parents[3]
 
 
