@@ -14,12 +14,9 @@ import pytest
 
 from kvfence.gateway.protection.detect.findings import resolve_overlaps
 from kvfence.gateway.protection.detect.recognizers.person import find_persons
+from tests.gateway.protection.person_spans import values
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-def values(text: str) -> list[str]:
-    return [text[f.start:f.end] for f in resolve_overlaps(find_persons(text))]
 
 
 FOUND = [

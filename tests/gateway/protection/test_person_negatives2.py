@@ -9,14 +9,9 @@ from pathlib import Path
 import pytest
 
 from kvfence.gateway.protection.detect.detector import build_detector
-from kvfence.gateway.protection.detect.findings import resolve_overlaps
-from kvfence.gateway.protection.detect.recognizers.person import find_persons
+from tests.gateway.protection.person_spans import values
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-def values(text: str) -> list[str]:
-    return [text[f.start:f.end] for f in resolve_overlaps(find_persons(text))]
 
 
 # (class, text, the people in it): each text made a wrong PERSON finding on the tree before the round
