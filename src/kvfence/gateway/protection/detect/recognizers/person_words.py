@@ -62,7 +62,11 @@ def _after_title(before: str) -> bool:
 _BRAND_TITLES = frozenset("pepper dre seuss clean bean robot".split())  # noqa: SIM905
 # Words before a capitalised word that make it a street, not a person ("Via Roma", "Calle Mayor").
 _STREET_WORDS = frozenset("via viale piazza corso calle avenida plaza paseo rue avenue boulevard place rua "  # noqa: SIM905
-                          "street road lane straße strasse platz weg".split())
+                          "street road lane straße strasse platz weg "
+                          # the other street words of French, Italian, Spanish, Catalan, German and Dutch
+                          # addresses ("allée Marie Curie", "quai Jean Moulin", "Vicolo Giuseppe Verdi")
+                          "allée quai impasse chemin square esplanade parvis vicolo largo lungomare travessa "
+                          "carrer rambla avinguda allee gasse ufer damm straat laan plein gracht kade".split())
 # Greetings of other languages: before a name, never a closing ("Merhaba Mehmet", "Shalom Yael", "Xin chào Lan")
 _OTHER_GREETINGS = frozenset(c.strip() for c in """
 merhaba, selam, salaam, shalom, namaste, namaskar, vanakkam, marhaba, ahlan, jambo, habari, sawubona, kumusta,
