@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvfence.engine.llm import LLM
-from kvfence.engine.runner.model_runner import _runs
+from kvfence.engine.runner.scrub import page_runs as _runs
 
 
 def test_runs_group_consecutive_pages() -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kvfence.engine.runner.loader import checkpoint_files
+from kvfence.engine.runner.checkpoint import checkpoint_files
 
 __all__ = ["ChecksumPool", "model_identity"]
 

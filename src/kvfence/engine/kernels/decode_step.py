@@ -27,6 +27,7 @@ import torch
 from kvfence.engine.kernels import paged_attention
 from kvfence.engine.kernels.fused_layer import DecoderLayerKernel
 from kvfence.engine.kernels.library import HALF_WEIGHT_KINDS, cpu_kernels
+from kvfence.engine.kernels.loading import KvDecodeView, KvLayerAttention
 
 if TYPE_CHECKING:
     from kvfence.engine.layers.attention import AttentionMetadata
@@ -34,18 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["DecodeStepKernel"]
 
 _KV_KINDS = {torch.float32: 0, **HALF_WEIGHT_KINDS}
-
-
-class _View(ctypes.Structure):
-    # the field order of KvDecodeView in decode_f32.cpp
-    _fields_ = [("slots", ctypes.c_void_p), ("slots_stride", ctypes.c_long), ("begin", ctypes.c_void_p),
-                ("end", ctypes.c_void_p)]
-
-
-class _LayerAttention(ctypes.Structure):
-    # the field order of KvLayerAttention in decode_f32.cpp
-    _fields_ = [("k_cache", ctypes.c_void_p), ("v_cache", ctypes.c_void_p), ("num_slots", ctypes.c_long),
-                ("kv_kind", ctypes.c_long), ("view", ctypes.c_long), ("scale", ctypes.c_float)]
 
 
 def _pool_fits(k_cache: torch.Tensor, v_cache: torch.Tensor, kernel: DecoderLayerKernel) -> bool:
@@ -82,11 +71,11 @@ class DecodeStepKernel:
         self._caches = tuple(kv_caches)
         self._pointers = tuple((k.data_ptr(), v.data_ptr()) for k, v in kv_caches)
         self._addresses = (ctypes.c_void_p * len(layers))(*(layer.address for layer in layers))
-        self._attention = (_LayerAttention * len(layers))(*(
-            _LayerAttention(k.data_ptr(), v.data_ptr(), k.shape[0], _KV_KINDS[k.dtype], 0, scale)
+        self._attention = (KvLayerAttention * len(layers))(*(
+            KvLayerAttention(k.data_ptr(), v.data_ptr(), k.shape[0], _KV_KINDS[k.dtype], 0, scale)
             for (k, v), scale in zip(kv_caches, scales, strict=True)
         ))
-        self._views = (_View * 2)()
+        self._views = (KvDecodeView * 2)()
         self._overridden: frozenset[int] = frozenset()
         self.hidden = layers[0].hidden
 
@@ -157,7 +146,7 @@ class DecodeStepKernel:
             begin, end = view.decode_bounds()
             begin, end = begin.contiguous(), end.contiguous()
             kept.append((begin, end))
-            self._views[i] = _View(slots.data_ptr(), slots.stride(0), begin.data_ptr(), end.data_ptr())
+            self._views[i] = KvDecodeView(slots.data_ptr(), slots.stride(0), begin.data_ptr(), end.data_ptr())
         rows = x.shape[0]
         out = torch.empty(rows, self.hidden, dtype=torch.float32)
         status = self._call(

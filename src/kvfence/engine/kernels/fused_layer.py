@@ -22,6 +22,7 @@ import ctypes
 import torch
 
 from kvfence.engine.kernels.library import HALF_WEIGHT_KINDS, cpu_kernels
+from kvfence.engine.kernels.loading import KvDecoderLayer, KvLinear
 from kvfence.engine.kernels.ops import (
     MAX_KERNEL_ROWS,
     MIN_PARALLEL_WEIGHTS,
@@ -31,38 +32,6 @@ from kvfence.engine.kernels.ops import (
 from kvfence.engine.kernels.packed_weights import PackedWeight, packed_weights_enabled
 
 __all__ = ["DecoderLayerKernel"]
-
-
-class _Linear(ctypes.Structure):
-    _fields_ = [
-        ("weight", ctypes.c_void_p),
-        ("bias", ctypes.c_void_p),
-        ("packed", ctypes.c_void_p),
-        ("out", ctypes.c_long),
-        ("in_", ctypes.c_long),
-        ("kind", ctypes.c_long),  # how the weight is stored: 0 float32, else HALF_WEIGHT_KINDS
-    ]
-
-
-class _Layer(ctypes.Structure):
-    # the field order of KvDecoderLayer in decode_f32.cpp
-    _fields_ = [
-        ("qkv", _Linear),
-        ("o", _Linear),
-        ("gate_up", _Linear),
-        ("down", _Linear),
-        ("input_norm", ctypes.c_void_p),
-        ("post_norm", ctypes.c_void_p),
-        ("eps", ctypes.c_float),
-        ("hidden", ctypes.c_long),
-        ("num_heads", ctypes.c_long),
-        ("num_kv_heads", ctypes.c_long),
-        ("head_dim", ctypes.c_long),
-        ("min_parallel_weights", ctypes.c_long),
-        ("broadcast_rows", ctypes.c_long),
-        ("q_norm", ctypes.c_void_p),
-        ("k_norm", ctypes.c_void_p),
-    ]
 
 
 def _usable(t: torch.Tensor | None, shape: tuple[int, ...], *, half_ok: bool = False) -> bool:
@@ -82,7 +51,7 @@ class DecoderLayerKernel:
     def __init__(
         self,
         lib: ctypes.CDLL,
-        layer: _Layer,
+        layer: KvDecoderLayer,
         tensors: tuple[torch.Tensor | None, ...],
         packed: tuple[PackedWeight, ...] = (),
     ) -> None:
@@ -144,7 +113,7 @@ class DecoderLayerKernel:
         ]
         for ((weight, bias), shape), panels in zip(expected, packed, strict=True):
             linears.append(
-                _Linear(
+                KvLinear(
                     weight.data_ptr(),
                     None if bias is None else bias.data_ptr(),
                     None if panels is None else panels.panels.data_ptr(),
@@ -153,7 +122,7 @@ class DecoderLayerKernel:
                     HALF_WEIGHT_KINDS.get(weight.dtype, 0),
                 )
             )
-        layer = _Layer(
+        layer = KvDecoderLayer(
             *linears, input_norm.data_ptr(), post_norm.data_ptr(), eps, hidden, num_heads, num_kv_heads, head_dim,
             MIN_PARALLEL_WEIGHTS, TILED_MIN_ROWS,
             *((None, None) if head_norms is None else (t.data_ptr() for t in head_norms)),

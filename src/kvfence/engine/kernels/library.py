@@ -16,7 +16,6 @@ import ctypes
 import logging
 import os
 import platform
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,53 +23,19 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from kvfence.engine.kernels.build import KernelBuildError, build_and_load, find_compiler
+from kvfence.engine.kernels.build import KernelBuildError, find_compiler
+from kvfence.engine.kernels.loading import BASE_FLAGS, WEIGHT_KINDS, is_gcc, load_library
 from kvfence.engine.kernels.packed_weights import pack_weight
 
 __all__ = ["HALF_WEIGHT_KINDS", "KernelStatus", "cpu_kernels", "kernel_status", "reset_kernels", "set_tiled_isa", "tiled_isa"]
 
 log = logging.getLogger(__name__)
 
-_SOURCE = Path(__file__).with_name("decode_f32.cpp")
 _OFF_VALUES = {"0", "false", "off", "no"}
 
-_c_float_p = ctypes.c_void_p
-
-HALF_WEIGHT_KINDS = {torch.bfloat16: 1, torch.float16: 2}
+HALF_WEIGHT_KINDS = {torch.bfloat16: WEIGHT_KINDS["bfloat16"], torch.float16: WEIGHT_KINDS["float16"]}
 """Half-precision weight dtypes the products read directly (``kind`` in ``decode_f32.cpp``'s
 ``linear_typed``): each weight widened to float32 as it is loaded, every sum in float32."""
-_SIGNATURES: dict[str, list[type]] = {
-    # x, rows, ldx, w, out, in, bias, y, min_parallel_weights, threads, broadcast_rows, packed
-    "kvfence_linear_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, _c_float_p, ctypes.c_long, ctypes.c_long,
-                           _c_float_p, _c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, _c_float_p],
-    # x, rows, ldx, dim, weight, eps, out, threads
-    "kvfence_rms_norm_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, _c_float_p, ctypes.c_float,
-                             _c_float_p, ctypes.c_long],
-    # gate_up, rows, inter, out, threads
-    "kvfence_silu_mul_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, _c_float_p, ctypes.c_long],
-    # x, tokens, token_stride, heads, head_dim, cos, sin, table_stride, threads
-    "kvfence_rope_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long, _c_float_p,
-                         _c_float_p, ctypes.c_long, ctypes.c_long],
-    # x, rows, ldx, w, weight kind (0 f32, 1 bf16, 2 f16), out, in, bias, y, min_parallel_weights, threads,
-    # broadcast_rows, packed
-    "kvfence_linear_typed": [_c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
-                             ctypes.c_long, _c_float_p, _c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long,
-                             _c_float_p],
-    # x, rows, ld, cols, out (int64)
-    "kvfence_argmax_f32": [_c_float_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_void_p],
-    # layer, x, rows, ldx, cos, sin, table_stride, qkv, threads
-    "kvfence_layer_pre_f32": [ctypes.c_void_p, _c_float_p, ctypes.c_long, ctypes.c_long, _c_float_p, _c_float_p,
-                              ctypes.c_long, _c_float_p, ctypes.c_long],
-    # layer, attn, rows, ld_attn, x, ldx, out, threads
-    "kvfence_layer_post_f32": [ctypes.c_void_p, _c_float_p, ctypes.c_long, ctypes.c_long, _c_float_p, ctypes.c_long,
-                               _c_float_p, ctypes.c_long],
-    # layers, attention, num_layers, views, x, rows, ldx, cos, sin, table_stride, slot_mapping, out, threads
-    "kvfence_decode_step_f32": [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, _c_float_p,
-                                ctypes.c_long, ctypes.c_long, _c_float_p, _c_float_p, ctypes.c_long, ctypes.c_void_p,
-                                _c_float_p, ctypes.c_long],
-}
-_RETURNS_STATUS = {"kvfence_decode_step_f32"}  # 0, or a code the caller turns into an exception
-_SIGNATURES["kvfence_gemm_isa"] = [ctypes.c_long]  # wanted level (negative: only ask); returns the level
 
 _ISA_NAMES = ("avx2", "avx512")  # kvfence_gemm_isa's levels
 
@@ -127,23 +92,19 @@ def _load() -> tuple[KernelStatus, ctypes.CDLL | None]:
     capability = torch.backends.cpu.get_cpu_capability()
     if not capability.startswith(("AVX2", "AVX512")):
         return KernelStatus(False, f"need AVX2 and FMA, torch reports CPU capability {capability}"), None
-    flags = ["-O3", "-std=c++17", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off"]
+    flags = list(BASE_FLAGS)
     threads_note = ""
     compiler = find_compiler()
     if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
         threads_note = " (products on one thread: torch does not use OpenMP here)"
-    elif compiler is not None and not _is_gcc(compiler):
+    elif compiler is not None and not is_gcc(compiler):
         # Only GCC's OpenMP runtime (libgomp) is the one torch uses, shared by the loader, so the
         # products run on torch's own threads; another runtime would fight them for the cores.
         threads_note = f" (products on one thread: {compiler} is not GCC, set CXX=g++)"
     else:
         flags.append("-fopenmp")
     try:
-        lib, path = build_and_load(_SOURCE, flags)
-        for name, argtypes in _SIGNATURES.items():
-            fn = getattr(lib, name)
-            fn.argtypes = argtypes
-            fn.restype = ctypes.c_int if name in _RETURNS_STATUS else ctypes.c_long if name == "kvfence_gemm_isa" else None
+        lib, path = load_library(flags)
     except (KernelBuildError, AttributeError) as exc:
         return KernelStatus(False, f"build failed: {exc}"), None
     problem = _self_check(lib)
@@ -201,15 +162,6 @@ def set_tiled_isa(name: str) -> str | None:
         raise ValueError(f"unknown instruction set {name!r}: one of {', '.join(_ISA_NAMES)}")
     lib = cpu_kernels()
     return None if lib is None else _ISA_NAMES[int(lib.kvfence_gemm_isa(_ISA_NAMES.index(name)))]
-
-
-def _is_gcc(compiler: str) -> bool:
-    try:
-        done = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    text = done.stdout.lower()
-    return "clang" not in text and ("gcc" in text or "g++" in text or "free software foundation" in text)
 
 
 def _self_check(lib: ctypes.CDLL) -> str | None:

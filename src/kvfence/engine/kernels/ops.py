@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from kvfence.engine.kernels.library import HALF_WEIGHT_KINDS, cpu_kernels
+from kvfence.engine.kernels.loading import MIN_PARALLEL_WEIGHTS, TILED_MIN_ROWS
 
 __all__ = [
     "CALIBRATION_ROWS",
@@ -50,12 +51,6 @@ MAX_KERNEL_ROWS = 96
 AMD EPYC it was tuned on (one core: kernel 57, MKL 59 GFLOP/s at 128 rows; 46 vs 29 at 24). Below it
 :func:`calibrate_linear` may lower the limit (:func:`tiled_kernel_max_rows`) where MKL is faster."""
 
-TILED_MIN_ROWS = 3
-"""Fewest rows for the register-tiled form; fewer rows run the dot-product form. Measured on one
-core over a decode step's products (538 MB of weights streamed from memory, 2026-11-30, since the
-tiled form prefetches its next panel): equal at 2 rows, tiled 12-15 % less CPU time at 3 and 4,
-30 % at 6. (With weights hot in the caches and without the prefetch it had been equal at 4.)"""
-
 CALIBRATION_ROWS = (8, 16, 32, 64, MAX_KERNEL_ROWS)
 """Batch rows at which :func:`calibrate_linear` times the tiled form against torch, in this order:
 the kernel keeps batches up to the last of them at which it was faster, every smaller one included.
@@ -64,11 +59,6 @@ Why several: torch's small-batch sgemm is not uniformly fast or slow. On an Inte
 (2026-12-02, one core, a decode step's products streamed from memory) MKL took 107 ms at 8 rows
 against the kernel's 60, was level at 32 and faster from 64 (181 vs 227 ms); timed at 32 rows alone,
 the calibration gave every batch of 3-96 rows to MKL, and B=8 decode ran at 0.64x llama.cpp."""
-
-MIN_PARALLEL_WEIGHTS = 1 << 15
-"""Weights (floats) below which the calling thread runs a whole product: sharing costs more.
-Above it the product is shared over ``torch.get_num_threads()`` (OpenMP) threads."""
-
 
 class _Backend:
     gemv_kernel = True  # products of 1 .. TILED_MIN_ROWS - 1 rows; calibrate_linear() may choose torch

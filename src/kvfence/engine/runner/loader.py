@@ -13,10 +13,7 @@ is allocated besides the weights.
 from __future__ import annotations
 
 import importlib
-import itertools
-import json
 import logging
-import os
 import re
 from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
@@ -28,6 +25,7 @@ import torch
 from kvfence.engine.config import ModelConfig
 from kvfence.engine.models.families import FAMILIES
 from kvfence.engine.models.llama import FusedLinear, LlamaForCausalLM
+from kvfence.engine.runner.checkpoint import SafetensorsFile, checkpoint_files
 from kvfence.errors import ModelLoadError
 
 __all__ = ["BOUNCE_BYTES", "SafetensorsReader", "checkpoint_files", "load_model", "model_class"]
@@ -47,42 +45,6 @@ _FUSED = {
 _PROJECTION = re.compile(r"^(.*\.)(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)\.(weight|bias)$")
 _IGNORED = re.compile(r"rotary_emb\.inv_freq$|\.masked_bias$")
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
-
-
-def checkpoint_files(model_dir: Path) -> list[Path]:
-    """The weight files of ``model_dir``: safetensors (single, sharded by index, or any ``*.safetensors``),
-    else PyTorch ``.bin`` files (read with ``weights_only``: no pickled code runs). :class:`ModelLoadError`
-    names what is missing."""
-    for index_name, single_name, pattern in (
-        ("model.safetensors.index.json", "model.safetensors", "*.safetensors"),
-        ("pytorch_model.bin.index.json", "pytorch_model.bin", "*.bin"),
-    ):
-        index = model_dir / index_name
-        if index.is_file():
-            return _indexed_files(model_dir, index)
-        single = model_dir / single_name
-        if single.is_file():
-            return [single]
-        files = sorted(f for f in model_dir.glob(pattern) if f.name != "training_args.bin")
-        if files:
-            return files
-    raise ModelLoadError(
-        f"model directory {str(model_dir)!r} has no model.safetensors (nor sharded *.safetensors with "
-        "model.safetensors.index.json, nor pytorch_model.bin): no weights to load"
-    )
-
-
-def _indexed_files(model_dir: Path, index: Path) -> list[Path]:
-    try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        names = sorted(set(weight_map.values()))
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-        raise ModelLoadError(f"cannot read {index}: {exc}") from exc
-    files = [model_dir / name for name in names]
-    for f in files:
-        if not f.is_file():
-            raise ModelLoadError(f"{index.name} lists {f.name}, which is missing from {str(model_dir)!r}")
-    return files
 
 
 def _open_checkpoint(path: Path) -> AbstractContextManager[_TensorSource]:
@@ -128,7 +90,6 @@ class _StateDict:
 BOUNCE_BYTES = 8 << 20
 """Most bytes of a tensor held outside its parameter while it is converted to the parameter's dtype."""
 
-_MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
 _SAFETENSORS_DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
@@ -136,123 +97,44 @@ _SAFETENSORS_DTYPES = {
 }
 
 
-class SafetensorsReader:
-    """One safetensors file, read tensor by tensor with ``readinto`` (no memory map).
-
-    The header is checked before any tensor is read: known dtypes, byte ranges inside the file
-    that match the shapes, no overlaps. A bad file is a :class:`ModelLoadError` naming it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        try:
-            self._file = open(path, "rb")  # noqa: SIM115 - closed by __exit__ / close
-        except OSError as exc:
-            raise ModelLoadError(f"cannot open {path}: {exc}") from exc
-        try:
-            self._entries, self._data_start = self._read_header()
-        except BaseException:
-            self._file.close()
-            raise
+class SafetensorsReader(SafetensorsFile):
+    """One safetensors file (header checked by :class:`~.checkpoint.SafetensorsFile`), read tensor by
+    tensor into torch tensors with ``readinto`` (no memory map)."""
 
     def __enter__(self) -> SafetensorsReader:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._file.close()
-
-    def keys(self) -> Iterable[str]:
-        return self._entries.keys()
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return self._entries[name][1]
-
     def dtype(self, name: str) -> torch.dtype:
-        return self._entries[name][0]
+        return _SAFETENSORS_DTYPES[self.entries[name].dtype]
 
     def read_into(self, name: str, dest: torch.Tensor) -> None:
         """Fill ``dest`` (the tensor's shape, any dtype and device) with tensor ``name``."""
-        dtype, shape, begin, end = self._entries[name]
+        dtype, shape = self.dtype(name), self.shape(name)
         if tuple(dest.shape) != shape:
             raise ModelLoadError(f"{self.path}: tensor {name} has shape {shape}, the destination {tuple(dest.shape)}")
         numel = dest.numel()
         if numel == 0:
             return
-        self._file.seek(self._data_start + begin)
+        entry = self.seek_tensor(name)
+        size = entry.end - entry.begin
         if dest.dtype == dtype and dest.is_cpu and dest.is_contiguous():
-            self._read_exact(_bytes_of(dest), end - begin, name)  # straight into the parameter
+            self.read_exact(_bytes_of(dest), size, name)  # straight into the parameter
             return
         flat = dest.view(-1) if dest.is_contiguous() else None
-        size = end - begin
         item = size // numel
         step = max(1, BOUNCE_BYTES // item)
         bounce = torch.empty(min(step, numel), dtype=dtype)
         with torch.no_grad():
             if flat is None:  # a strided destination: convert through a whole-tensor copy (never hit by the loader)
                 whole = torch.empty(shape, dtype=dtype)
-                self._read_exact(_bytes_of(whole), size, name)
+                self.read_exact(_bytes_of(whole), size, name)
                 dest.copy_(whole)
                 return
             for start in range(0, numel, step):
                 n = min(step, numel - start)
                 chunk = bounce[:n]
-                self._read_exact(_bytes_of(chunk), n * item, name)
+                self.read_exact(_bytes_of(chunk), n * item, name)
                 flat[start : start + n].copy_(chunk)
-
-    def _read_exact(self, buffer: memoryview, nbytes: int, name: str) -> None:
-        got = 0
-        while got < nbytes:
-            n = self._file.readinto(buffer[got:nbytes])
-            if not n:
-                raise ModelLoadError(f"{self.path}: tensor {name} is cut short ({got} of {nbytes} bytes)")
-            got += n
-
-    def _read_header(self) -> tuple[dict[str, tuple[torch.dtype, tuple[int, ...], int, int]], int]:
-        where = str(self.path)
-        prefix = self._file.read(8)
-        if len(prefix) != 8:
-            raise ModelLoadError(f"{where} is not a safetensors file (shorter than its header length)")
-        header_len = int.from_bytes(prefix, "little")
-        file_size = os.fstat(self._file.fileno()).st_size
-        if header_len > _MAX_HEADER_BYTES or 8 + header_len > file_size:
-            raise ModelLoadError(f"{where} is not a safetensors file (header length {header_len})")
-        try:
-            header = json.loads(self._file.read(header_len))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ModelLoadError(f"{where}: the safetensors header is not JSON ({exc})") from exc
-        if not isinstance(header, dict):
-            raise ModelLoadError(f"{where}: the safetensors header is not a JSON object")
-        data_start, data_size = 8 + header_len, file_size - 8 - header_len
-        entries: dict[str, tuple[torch.dtype, tuple[int, ...], int, int]] = {}
-        for name, info in header.items():
-            if name == "__metadata__":
-                continue
-            try:
-                dtype = _SAFETENSORS_DTYPES[info["dtype"]]
-                shape = tuple(int(d) for d in info["shape"])
-                begin, end = (int(o) for o in info["data_offsets"])
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ModelLoadError(
-                    f"{where}: tensor {name} has an unsupported or malformed entry {info!r} (dtypes: "
-                    f"{', '.join(_SAFETENSORS_DTYPES)})"
-                ) from exc
-            numel = 1
-            for d in shape:
-                if d < 0:
-                    raise ModelLoadError(f"{where}: tensor {name} has a negative dimension {shape}")
-                numel *= d
-            nbytes = numel * torch.empty((), dtype=dtype).element_size()
-            if not 0 <= begin <= end <= data_size or end - begin != nbytes:
-                raise ModelLoadError(
-                    f"{where}: tensor {name} claims bytes {begin}..{end} of {data_size} for {nbytes} bytes of data"
-                )
-            entries[name] = (dtype, shape, begin, end)
-        spans = sorted((b, e) for _, _, b, e in entries.values() if e > b)
-        if any(e0 > b1 for (_, e0), (b1, _) in itertools.pairwise(spans)):
-            raise ModelLoadError(f"{where}: tensors overlap in the file")
-        return entries, data_start
 
 
 def _bytes_of(t: torch.Tensor) -> memoryview:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 import torch
 
@@ -31,8 +29,9 @@ from kvfence.engine.layers.rope_lengths import rope_lengths
 from kvfence.engine.layers.window_masks import decode_visibility, prefill_mask, window_binds
 from kvfence.engine.models.llama import FusedLinear
 from kvfence.engine.runner.loader import load_model
+from kvfence.engine.runner.scrub import ScrubLedger, page_runs, scrub_released
 from kvfence.engine.sampling.prompt_logprobs import PromptScores, positions_to_score, score_positions
-from kvfence.errors import ConfigError, IsolationViolation
+from kvfence.errors import ConfigError
 
 __all__ = ["ModelRunner", "ScrubLedger", "resolve_device", "torch_dtype"]
 
@@ -61,15 +60,6 @@ def resolve_device(name: str) -> torch.device:
         if device.index is not None and device.index >= count:
             raise ConfigError(f"--device {name}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
     return device
-
-
-class ScrubLedger(Protocol):
-    """What the runner needs of the page ledger (:class:`~kvfence.engine.kv.page_ledger.PageLedger`)."""
-
-    @property
-    def num_pending_scrub(self) -> int: ...
-
-    def flush_scrub(self, zero_fill: Callable[[list[int]], None]) -> None: ...
 
 
 class ModelRunner:
@@ -157,9 +147,7 @@ class ModelRunner:
         pass and no handoff ever touches the pool while a released page still holds its old KV.
         Loops call it too, after releasing pages, so stale KV does not sit in an idle pool.
         """
-        self.ledger.flush_scrub(self.scrub)
-        if self.ledger.num_pending_scrub:  # only a zero_fill that swallowed pages could leave any
-            raise IsolationViolation(f"{self.ledger.num_pending_scrub} released pages are still owed their zero-fill")
+        scrub_released(self.ledger, self.scrub)
 
     def scrub(self, pages: list[int]) -> None:
         """Zero-fill ``pages`` in every layer, K and V (invariant I2). Runs before the next forward."""
@@ -169,7 +157,7 @@ class ModelRunner:
         by_page = self.kv_pool.view(self.kv_pool.shape[0] * 2, self.num_pages + 1, -1)  # [layers*2, pages, page]
         if self.device.type == "cpu":
             # One strided memset per run of consecutive pages: twice index_fill_'s speed on CPU.
-            for first, last in _runs(pages):
+            for first, last in page_runs(pages):
                 by_page[:, first : last + 1].zero_()
         else:
             by_page.index_fill_(1, torch.tensor(pages, dtype=torch.long, device=self.device), 0)  # one launch
@@ -315,14 +303,3 @@ class ModelRunner:
             pos = torch.arange(context, device=dev)
             context_slots = table[pos // ps] * ps + pos % ps
         return PrefillChunk(token_start, token_start + n, context_slots, prefill_mask(start, context, window, dev))
-
-
-def _runs(pages: list[int]) -> list[tuple[int, int]]:
-    """Sorted runs of consecutive page ids, as ``(first, last)`` pairs."""
-    runs: list[tuple[int, int]] = []
-    for page in sorted(set(pages)):
-        if runs and page == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], page)
-        else:
-            runs.append((page, page))
-    return runs
