@@ -93,6 +93,8 @@ class DisaggregatedEngine:
         if isinstance(config, EngineConfig):
             config = DisaggConfig(engine=config)
         self.config = config
+        if config.engine.runtime != "torch":  # the handoff carries torch generator states and pool bytes
+            raise ConfigError("--disagg runs on --runtime torch only")
         # The decode pool: the model runner, its page ledger and scheduler, and the step every engine runs.
         self.core = EngineCore(config.engine)
         self.runner = self.core.runner
@@ -268,7 +270,7 @@ class DisaggregatedEngine:
             raise InvalidParameterError(f"request id {request_id!r} is already in use", param="request_id")
         vocab = self.model_config.vocab_size
         check_prompt(prompt_token_ids, vocab, scope_key)
-        check_params(params, vocab)  # one choice per request, logit-bias ids in the vocabulary
+        check_params(params, vocab, self.core.runtime)  # one choice per request, logit-bias ids in the vocabulary
         if params.logits_processors:
             # The first token is sampled on the prefill worker, which cannot run a caller's code.
             raise InvalidParameterError(
@@ -302,7 +304,7 @@ class DisaggregatedEngine:
                         self.page_nbytes, vocab, self.key),
             self._ledger,
         )
-        state = RequestState.create(seq, self.tokenizer, self.runner.device)
+        state = RequestState.create(seq, self.tokenizer, self.core.runtime)
         self._requests[request_id] = _Request(
             seq=seq, detokenizer=state.detokenizer, generator=state.generator, logprobs=state.logprobs,
             banned_until_min_tokens=state.banned_until_min_tokens, scope_key=scope_key, receiver=receiver,

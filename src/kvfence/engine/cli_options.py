@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from kvfence.engine.config import EngineConfig
+from kvfence.engine.config import SUPPORTED_RUNTIMES, EngineConfig
 from kvfence.engine.runner.dtype_names import DTYPE_ALIASES, parse_dtype
 from kvfence.errors import ConfigError
 
@@ -76,6 +76,10 @@ _OPTIONS = [
                  help="KV pool dtype: 'auto' is the model's dtype; bfloat16/float16 (bf16, fp16, half) under a "
                       "float32 model halve the pool's bytes per token, K/V rounded on write."),
     click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N]."),
+    click.option("--runtime", type=click.Choice(list(SUPPORTED_RUNTIMES)), default="torch", show_default=True,
+                 help="What computes: torch (PyTorch, CPU or CUDA, every model family) or native (kvfence's CPU "
+                      "kernels from NumPy, no PyTorch in the process: about 220 MB less memory; Llama, Qwen2, "
+                      "Mistral, Qwen3; no custom logits processors, structured outputs or prompt logprobs)."),
     click.option("--max-num-seqs", type=int, default=64, show_default=True,
                  help="Most sequences decoded together in one batch."),
     click.option("--max-num-batched-tokens", type=int, default=2048, show_default=True,
@@ -117,7 +121,7 @@ def generation_config_option(fn: F) -> F:
 
 # The parameter names the options above add to a command's keyword arguments.
 ENGINE_OPTION_NAMES = ("model", "max_model_len", "kv_cache_tokens", "kv_cache_memory", "page_size", "dtype",
-                       "kv_cache_dtype", "device", "max_num_seqs", "max_num_batched_tokens", "max_prefill_chunk", "num_threads",
+                       "kv_cache_dtype", "device", "runtime", "max_num_seqs", "max_num_batched_tokens", "max_prefill_chunk", "num_threads",
                        "unsafe_no_scrub", "prefix_cache_tokens", "prefix_cache_scope_tokens",
                        "unsafe_shared_prefix_cache", "verify_isolation")
 
@@ -138,10 +142,12 @@ def engine_config(opts: dict[str, Any], **extra: Any) -> EngineConfig:
         kv_cache_tokens=opts["kv_cache_tokens"],
         kv_cache_memory=parse_size(str(memory)) if memory is not None else None,
         page_size=opts["page_size"],
-        dtype=parse_dtype(opts["dtype"], opts["model"], opts["device"]),  # type: ignore[arg-type]
+        # native runs on the CPU: "auto" must not ask torch whether a GPU exists
+        dtype=parse_dtype(opts["dtype"], opts["model"], "cpu" if opts["runtime"] == "native" else opts["device"]),  # type: ignore[arg-type]
         # the same spellings as --dtype; "auto" stays "auto" (the model's dtype)
         kv_cache_dtype=DTYPE_ALIASES[opts["kv_cache_dtype"].lower()],  # type: ignore[arg-type]
         device=opts["device"],
+        runtime=opts["runtime"],
         max_num_seqs=opts["max_num_seqs"],
         max_num_batched_tokens=opts["max_num_batched_tokens"],
         max_prefill_chunk=opts["max_prefill_chunk"],

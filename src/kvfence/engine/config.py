@@ -17,6 +17,7 @@ __all__ = [
     "SUPPORTED_ARCHITECTURES",
     "SUPPORTED_DTYPES",
     "SUPPORTED_KV_CACHE_DTYPES",
+    "SUPPORTED_RUNTIMES",
     "EngineConfig",
     "ModelConfig",
     "kvfence_home",
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 
 DType = Literal["float32", "bfloat16", "float16"]
 KVCacheDType = Literal["auto", "float32", "bfloat16", "float16"]
+Runtime = Literal["torch", "native"]
+SUPPORTED_RUNTIMES = ("torch", "native")
 
 
 @dataclass
@@ -54,6 +57,10 @@ class EngineConfig:
     ``dtype``; ``"bfloat16"`` or ``"float16"`` under a float32 model store K/V rounded to 2 bytes
     (half the pool memory and half the bytes decode attention reads; attention itself still
     computes in float32 over the rounded values). Greedy outputs then may differ from float32 K/V.
+
+    ``runtime`` is what computes: ``"torch"`` (PyTorch, CPU or CUDA, every family) or ``"native"``
+    (the CPU kernels driven from NumPy, no PyTorch in the process: about 220 MB less resident
+    memory; Llama-family models; see :mod:`kvfence.engine.core.runtime`).
     """
 
     model: str | None = None
@@ -74,6 +81,7 @@ class EngineConfig:
     verify_isolation: bool = False
     seed: int = 0
     num_threads: int | None = None
+    runtime: Runtime = "torch"
 
     def __post_init__(self) -> None:
         if self.model is not None and not str(self.model).strip():
@@ -95,6 +103,12 @@ class EngineConfig:
         _positive("max_num_batched_tokens", self.max_num_batched_tokens)
         _positive("max_prefill_chunk", self.max_prefill_chunk)
         _positive_or_none("num_threads", self.num_threads)
+        if self.runtime not in SUPPORTED_RUNTIMES:
+            raise ConfigError(f"runtime must be one of {', '.join(SUPPORTED_RUNTIMES)}, got {self.runtime!r}")
+        if self.runtime == "native":
+            if self.device not in ("auto", "cpu"):
+                raise ConfigError(f"runtime 'native' runs on the CPU only, got device {self.device!r} (use --runtime torch)")
+            self.device = "cpu"  # resolved here: asking torch whether CUDA exists would import it
         if isinstance(self.dtype, str):  # vLLM's spellings and "auto" (the Python API takes them too)
             self.dtype = parse_dtype(self.dtype, self.model, self.device)  # type: ignore[assignment]
         if self.dtype not in SUPPORTED_DTYPES:

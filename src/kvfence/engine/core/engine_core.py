@@ -17,30 +17,28 @@ list inside every call that reads or writes the pool
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
-
-import torch
+from typing import TYPE_CHECKING, Protocol
 
 from kvfence.engine.config import EngineConfig, ModelConfig
 from kvfence.engine.core.fault_isolation import rewind_on_failure, run_isolating_faults
 from kvfence.engine.core.outputs import EngineStats
+from kvfence.engine.core.runtime import Runner, Runtime, load_runtime
 from kvfence.engine.core.scheduler import ScheduledSeq, Scheduler, SchedulerConfig, SchedulerOutput
 from kvfence.engine.core.sequence import FinishReason, Sequence
 from kvfence.engine.kv.block_manager import BlockManager, PageState
 from kvfence.engine.kv.capacity import Capacity, plan_capacity
 from kvfence.engine.layers.rope_lengths import rope_length_threshold
-from kvfence.engine.layers.sampler import SampledToken, SampleRow, sample
 from kvfence.engine.runner.default_model import ensure_default_model
-from kvfence.engine.runner.loader import checkpoint_files
 from kvfence.engine.runner.model_path import resolve_model_dir
-from kvfence.engine.runner.model_runner import ModelRunner, resolve_device, torch_dtype
-from kvfence.engine.sampling.prompt_logprobs import PromptScores
+from kvfence.engine.sampling.sample_rows import Generator, SampledToken, SampleRow
 from kvfence.engine.text.tokenizer import Tokenizer
 from kvfence.errors import IsolationViolation
+
+if TYPE_CHECKING:
+    from kvfence.engine.sampling.prompt_logprobs import PromptScores
 
 __all__ = ["EngineCore", "StepRequest", "StepResult"]
 
@@ -51,7 +49,7 @@ class StepRequest(Protocol):
     """What :meth:`EngineCore.step` reads and updates on each scheduled request."""
 
     @property
-    def generator(self) -> torch.Generator | None: ...
+    def generator(self) -> Generator | None: ...
 
     @property
     def logprobs(self) -> list[dict[int, float]] | None: ...
@@ -82,8 +80,7 @@ class EngineCore:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        if config.num_threads is not None:
-            torch.set_num_threads(config.num_threads)
+        self.runtime: Runtime = load_runtime(config)  # the array library: torch, or native (no torch)
         model_dir = resolve_model_dir(config.model) if config.model is not None else ensure_default_model()
         self.model_dir = model_dir
         self.model_config = ModelConfig.from_dir(model_dir)
@@ -92,18 +89,15 @@ class EngineCore:
             self.model_name = config.model  # a hub id found in the local cache is served by that id
         self.is_random_weights = self.model_config.is_random_weights
         self.tokenizer = Tokenizer.from_dir(model_dir, extra_eos_token_ids=self.model_config.eos_token_ids)
-        device = resolve_device(config.device)
-        dtype = torch_dtype(config.dtype)
-        kv_dtype = torch_dtype(config.resolved_kv_cache_dtype)
-        element_size = torch.empty(0, dtype=kv_dtype).element_size()
+        runtime = self.runtime
         self.capacity: Capacity = plan_capacity(
             max_position_embeddings=self.model_config.max_context_len,  # RoPE scaling may stretch it
-            kv_bytes_per_token=self.model_config.kv_bytes_per_token * element_size,
+            kv_bytes_per_token=self.model_config.kv_bytes_per_token * runtime.kv_element_size,
             page_size=config.page_size,
             max_model_len=config.max_model_len,
             kv_cache_tokens=config.kv_cache_tokens,
             kv_cache_memory=config.kv_cache_memory,
-            available_memory=_default_pool_memory(device, model_dir),
+            available_memory=runtime.pool_memory(model_dir),
             max_num_seqs=config.max_num_seqs,
             scrub=config.scrub,
             prefix_cache_tokens=config.prefix_cache_tokens,
@@ -115,16 +109,13 @@ class EngineCore:
             flush_above_pages=self.capacity.prefix_cache_flush_above_pages,
             unsafe_shared_prefix_cache=config.unsafe_shared_prefix_cache,
         )
-        self.runner = ModelRunner(
+        self.runner: Runner = runtime.runner(
             model_dir,
             self.model_config,
             max_len=self.capacity.max_model_len,
             num_pages=self.capacity.num_pages,
             page_size=config.page_size,
-            dtype=dtype,
-            device=device,
             ledger=self.block_manager.ledger,  # the runner zero-fills its scrub list before each pool access (I2)
-            kv_dtype=kv_dtype,
         )
         if self.capacity.prefix_cache_flush_above_pages is not None and not config.unsafe_shared_prefix_cache:
             flush_above = self.capacity.prefix_cache_flush_above_pages * config.page_size
@@ -137,14 +128,14 @@ class EngineCore:
                 self.capacity.prefix_cache_pages * config.page_size, flush_above,
             )
         self.scheduler = self._scheduler(self.capacity.max_model_len)
-        self.generator = torch.Generator(device=device).manual_seed(config.seed)
+        self.generator = runtime.generator(config.seed)
         self.isolation_incidents = 0
         if self.is_random_weights:
             log.warning("model %s has RANDOM WEIGHTS (built-in test model): its output is gibberish", self.model_name)
         log.info(
-            "engine ready: model=%s device=%s dtype=%s kv_cache_dtype=%s max_model_len=%d pool=%d tokens "
+            "engine ready: model=%s runtime=%s device=%s dtype=%s kv_cache_dtype=%s max_model_len=%d pool=%d tokens "
             "(%d pages of %d) scrub=%s prefix cache=%s",
-            self.model_name, device, config.dtype, config.resolved_kv_cache_dtype, self.capacity.max_model_len,
+            self.model_name, runtime.name, runtime.device_name, config.dtype, config.resolved_kv_cache_dtype, self.capacity.max_model_len,
             self.capacity.pool_tokens, self.capacity.num_pages, config.page_size,
             "on" if config.scrub else "OFF (UNSAFE)",
             "ONE LRU FOR ALL SCOPES (UNSAFE)" if config.unsafe_shared_prefix_cache else
@@ -169,7 +160,8 @@ class EngineCore:
         self.scheduler = self._scheduler(max_model_len)
 
     @property
-    def device(self) -> torch.device:
+    def device(self) -> object:
+        """The runner's device (a ``torch.device`` under the torch runtime)."""
         return self.runner.device
 
     # ---- requests ----------------------------------------------------------------------------
@@ -273,7 +265,8 @@ class EngineCore:
                     items, logits = self.runner.execute(group, scores)
                 else:  # the common batch: the runner's plain call
                     items, logits = self.runner.execute(group)
-                tokens = sample(logits, [requests[it.seq.request_id].sample_row() for it in items], self.generator)
+                rows = [requests[it.seq.request_id].sample_row() for it in items]
+                tokens = self.runtime.sample(logits, rows, self.generator)
             for it, tok in zip(items, tokens, strict=True):
                 req_logprobs = requests[it.seq.request_id].logprobs
                 if req_logprobs is not None and tok.logprobs is not None:
@@ -323,15 +316,3 @@ class EngineCore:
         """Debug/test helper: True when ``pages`` (default: every free page) are all zero in the pool."""
         return self.runner.pages_are_zero(self.free_pages() if pages is None else list(pages))
 
-
-def _default_pool_memory(device: torch.device, model_dir: Path) -> int:
-    """Bytes the default KV pool may take: a quarter of RAM on CPU, half of what the weights leave on GPU."""
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        weights = sum(f.stat().st_size for f in checkpoint_files(model_dir))
-        return max(0, (free - weights) // 2)
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        total = 8 << 30
-    return total // 4

@@ -25,12 +25,12 @@ from kvfence.engine.core.requests import (
     check_prompt,
     seeded_generator,
 )
+from kvfence.engine.core.runtime import Runner
 from kvfence.engine.core.scheduler import Scheduler
 from kvfence.engine.core.sequence import FinishReason, Sequence, SequenceStatus
 from kvfence.engine.kv.block_manager import BlockManager
 from kvfence.engine.kv.capacity import Capacity
 from kvfence.engine.kv.shared_prefill import SharedPrefill
-from kvfence.engine.runner.model_runner import ModelRunner
 from kvfence.engine.sampling.prompt_logprobs import PromptScores, append_prompt_logprobs
 from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.engine.text.tokenizer import Tokenizer
@@ -86,7 +86,7 @@ class LLMEngine:
         return self.core.capacity
 
     @property
-    def runner(self) -> ModelRunner:
+    def runner(self) -> Runner:
         return self.core.runner
 
     @property
@@ -120,13 +120,13 @@ class LLMEngine:
         if request_id in self._requests:
             raise InvalidParameterError(f"request id {request_id!r} is already in use", param="request_id")
         check_prompt(prompt_token_ids, self.model_config.vocab_size, scope_key)
-        check_params(params, self.model_config.vocab_size)
+        check_params(params, self.model_config.vocab_size, self.core.runtime)
         seq = Sequence(request_id, prompt_token_ids, scope_key, params)
         if self._shared_prefill.hold(seq):
             self.scheduler.check_admissible(seq.num_prompt_tokens, params.max_tokens)  # I3 now, queued later
         else:
             self.scheduler.add(seq)
-        self._requests[request_id] = RequestState.create(seq, self.tokenizer, self.runner.device)
+        self._requests[request_id] = RequestState.create(seq, self.tokenizer, self.core.runtime)
 
     def abort_request(self, request_id: str) -> None:
         """Abort a request; its pages are released and zero-filled now (I2). Unknown id: no-op."""

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-
-import torch
+from typing import TYPE_CHECKING
 
 from kvfence.engine.core.outputs import RequestOutput
 from kvfence.engine.core.sequence import FinishReason, Sequence
-from kvfence.engine.layers.sampler import SampleRow
+from kvfence.engine.sampling.sample_rows import Generator, SampleRow
 from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.engine.text.detokenizer import IncrementalDetokenizer
 from kvfence.engine.text.tokenizer import Tokenizer
 from kvfence.errors import InvalidParameterError
+
+if TYPE_CHECKING:
+    from kvfence.engine.core.runtime import Runtime
 
 __all__ = [
     "RequestState", "advance_text", "banned_until_min_tokens", "check_params", "check_prompt", "seeded_generator",
@@ -32,17 +34,17 @@ class RequestState:
 
     seq: Sequence
     detokenizer: IncrementalDetokenizer
-    generator: torch.Generator | None
+    generator: Generator | None
     logprobs: list[dict[int, float]] | None = None
     banned_until_min_tokens: list[int] = field(default_factory=list)
 
     @classmethod
-    def create(cls, seq: Sequence, tokenizer: Tokenizer, device: torch.device) -> RequestState:
+    def create(cls, seq: Sequence, tokenizer: Tokenizer, runtime: Runtime) -> RequestState:
         params = seq.params
         return cls(
             seq=seq,
             detokenizer=IncrementalDetokenizer.for_params(tokenizer, seq.prompt_token_ids, params),
-            generator=seeded_generator(params, device),
+            generator=seeded_generator(params, runtime),
             logprobs=[] if params.logprobs is not None else None,
             banned_until_min_tokens=banned_until_min_tokens(params, tokenizer.eos_token_ids),
         )
@@ -91,8 +93,9 @@ def check_prompt(prompt_token_ids: list[int], vocab_size: int, scope_key: bytes)
         raise InvalidParameterError("scope_key must not be empty", param="scope_key")
 
 
-def check_params(params: SamplingParams, vocab_size: int) -> None:
-    """Request checks that need the model: one choice per engine request, logit-bias ids in the vocabulary."""
+def check_params(params: SamplingParams, vocab_size: int, runtime: Runtime) -> None:
+    """Request checks that need the model: one choice per engine request, logit-bias ids in the vocabulary,
+    nothing the runtime cannot sample."""
     if params.num_sequences != 1:
         raise InvalidParameterError(
             "an engine request samples one choice; expand n / best_of with parallel_sampling.choice_params "
@@ -102,11 +105,12 @@ def check_params(params: SamplingParams, vocab_size: int) -> None:
     if bad is not None:
         raise InvalidParameterError(f"logit_bias token id {bad} is outside the vocabulary [0, {vocab_size})",
                                     param="logit_bias")
+    runtime.check_params(params)
 
 
-def seeded_generator(params: SamplingParams, device: torch.device) -> torch.Generator | None:
+def seeded_generator(params: SamplingParams, runtime: Runtime) -> Generator | None:
     """The request's own random generator when it has a seed (so its samples do not depend on the batch)."""
-    return None if params.seed is None else torch.Generator(device=device).manual_seed(params.seed)
+    return None if params.seed is None else runtime.generator(params.seed)
 
 
 def banned_until_min_tokens(params: SamplingParams, eos_token_ids: Iterable[int]) -> list[int]:

@@ -7,34 +7,13 @@ for sampled rows, temperature, ``min_p``, ``top_k``, ``top_p`` and a draw from t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-
 import torch
 
 from kvfence.engine.kernels import argmax_rows
 from kvfence.engine.layers.penalties import apply_logit_bias, apply_penalties
-from kvfence.engine.sampling.sampling_params import SamplingParams
+from kvfence.engine.sampling.sample_rows import SampledToken, SampleRow
 
 __all__ = ["SampleRow", "SampledToken", "inverse_cdf_draw", "sample"]
-
-
-@dataclass
-class SampleRow:
-    """What the sampler needs to know about one sequence of the batch."""
-
-    params: SamplingParams
-    generator: torch.Generator | None  # per-request when a seed was given (reproducible)
-    num_generated: int
-    banned_until_min_tokens: list[int]  # EOS / stop ids that may not end it before min_tokens
-    output_token_ids: Sequence[int] = ()  # generated so far (logits processors, penalties)
-    prompt_token_ids: Sequence[int] = ()  # the prompt (repetition penalty); may be empty when unused
-
-
-@dataclass
-class SampledToken:
-    token_id: int
-    logprobs: dict[int, float] | None  # chosen token first, then the top-n alternatives
 
 
 @torch.inference_mode()

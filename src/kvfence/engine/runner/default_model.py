@@ -14,12 +14,14 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
 from kvfence.engine.config import kvfence_home
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["DEFAULT_MODEL_NAME", "ensure_default_model"]
 
@@ -116,10 +118,14 @@ def _build(out: Path) -> None:
         "clean_up_tokenization_spaces": False,
     }
     (out / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2) + "\n", encoding="utf-8")
+    from safetensors.torch import save_file  # torch only to build it, once: serving it needs no torch
+
     save_file(_random_weights(vocab_size), str(out / "model.safetensors"), metadata={"format": "pt"})
 
 
 def _random_weights(vocab_size: int) -> dict[str, torch.Tensor]:
+    import torch
+
     gen = torch.Generator().manual_seed(_SEED)
     hidden, inter = _SHAPE["hidden_size"], _SHAPE["intermediate_size"]
     head_dim = hidden // _SHAPE["num_attention_heads"]

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from kvfence.engine.core.outputs import Logprob, PromptLogprobs
 from kvfence.engine.core.sequence import Sequence
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["PromptScores", "append_prompt_logprobs", "positions_to_score", "score_positions"]
 
@@ -45,7 +47,6 @@ def positions_to_score(seq: Sequence, start: int, num_new_tokens: int) -> range:
     return range(first, max(first, last))
 
 
-@torch.inference_mode()
 def score_positions(
     compute_logits: Callable[[torch.Tensor], torch.Tensor],
     hidden: torch.Tensor,
@@ -53,32 +54,36 @@ def score_positions(
     num_top: int,
     first_index: int,
 ) -> PromptScores:
-    """Score ``target_ids`` (one per row of ``hidden`` [R, D]) under the LM head: log_softmax in float32."""
-    dev = hidden.device
-    targets = torch.tensor(target_ids, dtype=torch.long, device=dev)
-    own: list[torch.Tensor] = []
-    ranks: list[torch.Tensor] = []
-    top_values: list[torch.Tensor] = []
-    top_ids: list[torch.Tensor] = []
-    for lo in range(0, hidden.shape[0], _ROWS_PER_SLICE):
-        hi = min(lo + _ROWS_PER_SLICE, hidden.shape[0])
-        logprobs = torch.log_softmax(compute_logits(hidden[lo:hi]).float(), dim=-1)  # [r, V]
-        target = logprobs.gather(1, targets[lo:hi, None])  # [r, 1]
-        own.append(target.squeeze(1))
-        ranks.append((logprobs > target).sum(dim=1) + 1)
-        if num_top > 0:
-            values, ids = logprobs.topk(min(num_top, logprobs.shape[-1]), dim=-1)
-            top_values.append(values)
-            top_ids.append(ids)
-    rows = len(target_ids)
-    return PromptScores(
-        first_index=first_index,
-        token_ids=list(target_ids),
-        logprobs=torch.cat(own).tolist(),
-        ranks=torch.cat(ranks).tolist(),
-        top_ids=torch.cat(top_ids).tolist() if top_ids else [[] for _ in range(rows)],
-        top_logprobs=torch.cat(top_values).tolist() if top_values else [[] for _ in range(rows)],
-    )
+    """Score ``target_ids`` (one per row of ``hidden`` [R, D]) under the LM head: log_softmax in float32.
+    The torch runtime's (the native one refuses ``prompt_logprobs``): torch is imported here, not above."""
+    import torch
+
+    with torch.inference_mode():
+        dev = hidden.device
+        targets = torch.tensor(target_ids, dtype=torch.long, device=dev)
+        own: list[torch.Tensor] = []
+        ranks: list[torch.Tensor] = []
+        top_values: list[torch.Tensor] = []
+        top_ids: list[torch.Tensor] = []
+        for lo in range(0, hidden.shape[0], _ROWS_PER_SLICE):
+            hi = min(lo + _ROWS_PER_SLICE, hidden.shape[0])
+            logprobs = torch.log_softmax(compute_logits(hidden[lo:hi]).float(), dim=-1)  # [r, V]
+            target = logprobs.gather(1, targets[lo:hi, None])  # [r, 1]
+            own.append(target.squeeze(1))
+            ranks.append((logprobs > target).sum(dim=1) + 1)
+            if num_top > 0:
+                values, ids = logprobs.topk(min(num_top, logprobs.shape[-1]), dim=-1)
+                top_values.append(values)
+                top_ids.append(ids)
+        rows = len(target_ids)
+        return PromptScores(
+            first_index=first_index,
+            token_ids=list(target_ids),
+            logprobs=torch.cat(own).tolist(),
+            ranks=torch.cat(ranks).tolist(),
+            top_ids=torch.cat(top_ids).tolist() if top_ids else [[] for _ in range(rows)],
+            top_logprobs=torch.cat(top_values).tolist() if top_values else [[] for _ in range(rows)],
+        )
 
 
 def append_prompt_logprobs(entries: PromptLogprobs, scores: PromptScores, decode: Callable[[int], str]) -> None:

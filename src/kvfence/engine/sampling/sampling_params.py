@@ -34,8 +34,9 @@ _SEED_RANGE = (-(2**63), 2**64 - 1)
 class LogitsProcessor(Protocol):
     """Changes one sequence's next-token logits before sampling (constraints, biases).
 
-    Called with the tokens generated so far and the float32 logits row ``[V]`` of that sequence; it
-    returns the logits to sample from (it may change the row in place and return it). It must be a
+    Called with the tokens generated so far and the float32 logits row ``[V]`` of that sequence (a
+    ``torch.Tensor`` under the torch runtime, a NumPy array under the native one); it returns the
+    logits to sample from (it may change the row in place and return it). It must be a
     function of its arguments: the engine may call it again for the same position (preemption
     recomputes), and one :class:`SamplingParams` may serve several sequences.
     """

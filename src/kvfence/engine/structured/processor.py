@@ -11,6 +11,9 @@ prefix (advancing it in place when it is a strict prefix, the usual step), or co
 a state that diverged (``n > 1`` sequences of one request share the processor), or starts over. So
 a repeated call for the same position (preemption recomputes) and sequences that branch from one
 prompt all see the state their own tokens lead to. It is driven by the engine thread alone.
+
+Masks are NumPy; a row is a ``torch.Tensor`` under the torch runtime and a NumPy array under the
+native one (which has no torch in its process), and either is masked in place.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from kvfence.engine.structured.compiler import CompiledGrammar
 
@@ -37,7 +39,7 @@ DEFAULT_MAX_STATES = 64
 @dataclass
 class _State:
     matcher: Any  # llguidance.LLMatcher after consuming the key's tokens
-    disallowed: torch.Tensor | None = None  # bool [vocabulary size], computed on first use
+    disallowed: np.ndarray | None = None  # bool [vocabulary size], computed on first use
 
 
 class GrammarLogitsProcessor:
@@ -58,29 +60,33 @@ class GrammarLogitsProcessor:
         vocab = grammar.vocabulary
         self._size = vocab.size
         self._eos_ids = [t for t in vocab.eos_token_ids if t < vocab.size]
-        self._only_eos = torch.ones(self._size, dtype=torch.bool)
+        self._only_eos = np.ones(self._size, dtype=bool)
         self._only_eos[self._eos_ids] = False
         self._states: OrderedDict[tuple[int, ...], _State] = OrderedDict()
         self._warned = False
 
-    def __call__(self, output_token_ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
-        # logits: [V]; V may exceed the tokenizer's vocabulary (padded embeddings): those never win.
+    def __call__(self, output_token_ids: Sequence[int], logits: Any) -> Any:
+        # logits: [V], torch or NumPy; V may exceed the tokenizer's vocabulary (padded embeddings): those never win.
         state = self._state_for(tuple(output_token_ids))
         if state.disallowed is None:
             state.disallowed = self._disallowed(state.matcher)
         n = min(self._size, logits.shape[-1])
-        disallowed = state.disallowed if logits.device.type == "cpu" else state.disallowed.to(logits.device)
-        logits[:n].masked_fill_(disallowed[:n], float("-inf"))
+        if isinstance(logits, np.ndarray):
+            logits[:n][state.disallowed[:n]] = -np.inf
+        else:
+            import torch  # the torch runtime's row: torch is loaded already
+
+            logits[:n].masked_fill_(torch.from_numpy(state.disallowed[:n]).to(logits.device), float("-inf"))
         if logits.shape[-1] > n:
             logits[n:] = float("-inf")
         return logits
 
     def allowed_token_ids(self, output_token_ids: Sequence[int]) -> list[int]:
         """The tokens the grammar allows after ``output_token_ids`` (for tests and debugging)."""
-        row = self(output_token_ids, torch.zeros(self._size))
-        return torch.isfinite(row).nonzero().flatten().tolist()
+        row = self(output_token_ids, np.zeros(self._size, dtype=np.float32))
+        return [int(t) for t in np.flatnonzero(np.isfinite(row))]
 
-    def _disallowed(self, matcher: Any) -> torch.Tensor:
+    def _disallowed(self, matcher: Any) -> np.ndarray:
         if matcher.is_error():
             # Only reachable when something after this processor forced a token the grammar
             # refuses (or the grammar hit a resource limit): end the answer rather than go on.
@@ -92,7 +98,7 @@ class GrammarLogitsProcessor:
         if matcher.is_stopped():
             return self._only_eos
         # Bit i of the bitmask (little-endian within each byte) says whether token i is allowed;
-        # the work stays in numpy until the final tensor, which is cheaper than torch ops this small.
+        # NumPy throughout, cheaper than torch ops this small.
         bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
         bits = bits[: self._size]
         if self.ignore_eos and self._eos_ids:
@@ -102,7 +108,7 @@ class GrammarLogitsProcessor:
                 bits = held
         if not bits.any():  # nothing allowed: a grammar that ended without saying so
             return self._only_eos
-        return torch.from_numpy(bits == 0)
+        return bits == 0
 
     def _state_for(self, tokens: tuple[int, ...]) -> _State:
         found = self._states.get(tokens)

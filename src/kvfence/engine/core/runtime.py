@@ -1,0 +1,96 @@
+"""What runs the model: the array library under :class:`~kvfence.engine.core.engine_core.EngineCore`.
+
+The engine's isolation core (page ledger, prefix index, scheduler, the step) is plain Python; what
+computes over the pool is a *runtime*:
+
+- ``torch`` (default): :class:`~kvfence.engine.runner.model_runner.ModelRunner` on PyTorch, CPU or
+  CUDA, every model family and sampling option;
+- ``native``: :class:`~kvfence.engine.native.runner.NativeRunner`, the CPU kernels driven from
+  NumPy with no PyTorch in the process (about 220 MB less resident memory), the Llama-family models
+  the kernels run, and every sampling option but custom logits processors, structured outputs and
+  prompt log-probabilities.
+
+Each runtime supplies the runner, the random generators and the sampler, so the engine never
+imports an array library itself. Invariant I2 stays the runner's: every runner zero-fills the page
+ledger's scrub list inside each call that reads or writes the pool.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from kvfence.engine.sampling.sample_rows import Generator, SampledToken, SampleRow
+
+if TYPE_CHECKING:
+    from kvfence.engine.config import EngineConfig, ModelConfig
+    from kvfence.engine.core.scheduler import ScheduledSeq
+    from kvfence.engine.kv.page_ledger import PageLedger
+    from kvfence.engine.sampling.prompt_logprobs import PromptScores
+    from kvfence.engine.sampling.sampling_params import SamplingParams
+
+__all__ = ["RUNTIMES", "Runner", "Runtime", "host_pool_memory", "load_runtime"]
+
+RUNTIMES = ("torch", "native")
+
+
+class Runner(Protocol):
+    """What the engine calls on its model runner (both runners have these)."""
+
+    @property
+    def device(self) -> Any: ...
+
+    def execute(
+        self, items: list[ScheduledSeq], prompt_scores: dict[str, PromptScores] | None = None
+    ) -> tuple[list[ScheduledSeq], Any]: ...
+
+    def scrub_released(self) -> None: ...
+
+    def pages_are_zero(self, pages: list[int]) -> bool: ...
+
+
+class Runtime(Protocol):
+    """One array library's runner, generators and sampler, built from the engine's config."""
+
+    name: str
+    device_name: str  # "cpu", "cuda:0" ...
+    kv_element_size: int  # bytes of one K or V element in the pool
+
+    def pool_memory(self, model_dir: Path) -> int:
+        """Bytes the KV pool may take by default."""
+        ...
+
+    def runner(
+        self, model_dir: Path, model_config: ModelConfig, *, max_len: int, num_pages: int, page_size: int,
+        ledger: PageLedger,
+    ) -> Runner: ...
+
+    def generator(self, seed: int) -> Generator: ...
+
+    def sample(self, logits: Any, rows: list[SampleRow], default_generator: Generator) -> list[SampledToken]: ...
+
+    def check_params(self, params: SamplingParams) -> None:
+        """Raise :class:`~kvfence.errors.InvalidParameterError` for what this runtime cannot sample."""
+        ...
+
+
+def load_runtime(config: EngineConfig) -> Runtime:
+    """The runtime ``config.runtime`` names; only the one chosen is imported."""
+    if config.runtime == "native":
+        from kvfence.engine.native.runtime import NativeRuntime
+
+        return NativeRuntime(config)
+    from kvfence.engine.runner.torch_runtime import TorchRuntime
+
+    return TorchRuntime(config)
+
+
+def host_pool_memory() -> int:
+    """The default KV pool on the CPU: a quarter of the machine's RAM."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        total = 8 << 30
+    return total // 4
+
