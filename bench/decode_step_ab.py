@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kvfence.engine.config import kvfence_home
 from kvfence.engine.kernels.decode_step import DecodeStepKernel
 from throughput import build_model
-from vs_llamacpp import DECODE_TOKENS, kvfence_decode, kvfence_llm
+from kvfence_runs import DECODE_TOKENS, kvfence_decode, kvfence_llm
 
 
 def main() -> int:

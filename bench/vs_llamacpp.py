@@ -6,6 +6,8 @@ For each thread count and weight dtype (float32, bfloat16, float16), alternated 
   * batch-1 decode tok/s (and its fraction of the roofline), prefill pp128 / pp512 tok/s,
     batched decode B=8 / B=32 tok/s (prompts of 32 tokens);
   * peak RSS of a process serving 32 sequences over an 8,192-token pool (one child process each).
+kvfence runs once per runtime (``--runtimes torch,native``: PyTorch, and the CPU kernels from NumPy
+with no torch in the process), each its own column, alternated with the others and llama.cpp.
 KV cache: float16 in both by default (llama.cpp's default, and llama-bench takes no f32 cache; kvfence's
 ``kv_cache_dtype="float16"``); ``--kv-cache-dtype auto`` gives kvfence the model's dtype instead (a
 float32 pool for float32 weights: twice llama.cpp's KV bytes).
@@ -16,6 +18,7 @@ With ``--llama-cpp`` llama.cpp is built from the llama-cpp-python sdist (``pip d
 skipped with the reason. Without it only kvfence and the roofline run.
 
     python bench/vs_llamacpp.py [--llama-cpp] [--threads 1,2] [--dtypes float32,bfloat16,float16] [--repeats 3]
+                                [--runtimes torch,native]
 """
 
 from __future__ import annotations
@@ -35,49 +38,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kvfence.engine.config import kvfence_home
-from kvfence.engine.llm import LLM
-from kvfence.engine.sampling.sampling_params import SamplingParams
+from kvfence_runs import DECODE_TOKENS, POOL_TOKENS, PROMPT_LEN, kvfence_decode, kvfence_llm, kvfence_prefill
 from throughput import build_model, measure_bandwidth
 
 SDIST = "llama-cpp-python"
-PROMPT_LEN, DECODE_TOKENS, POOL_TOKENS = 32, 48, 8192
 LLAMA_KV = "f16"  # llama-bench takes no f32 KV cache: its default f16 for every weight dtype
 GGUF_TYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 WEIGHT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
-# ---- kvfence ---------------------------------------------------------------------------------------
-
-
-def kvfence_llm(model_dir: Path, dtype: str, kv_cache_dtype: str = "float16") -> LLM:
-    return LLM(model=str(model_dir), dtype=dtype, device="cpu", kv_cache_tokens=POOL_TOKENS,  # type: ignore[arg-type]
-               kv_cache_dtype=kv_cache_dtype, max_num_batched_tokens=2048, max_prefill_chunk=512)  # type: ignore[arg-type]
-
-
-def kvfence_decode(llm: LLM, batch: int, tokens: int = DECODE_TOKENS) -> float:
-    """Generated tok/s of ``batch`` sequences decoding together (their prefill not timed)."""
-    engine = llm.engine
-    params = SamplingParams(max_tokens=tokens + 1, temperature=0, ignore_eos=True)
-    for i in range(batch):
-        prompt = [(7 * i + j) % 200 + 10 for j in range(PROMPT_LEN)]
-        engine.add_request(f"d{i}", prompt, params, b"b" * 32)
-    while any(len(o.token_ids) == 0 for o in engine.step()):  # every prefill done
-        pass
-    start, generated = time.perf_counter(), 0
-    while engine.has_unfinished_requests():
-        generated += len(engine.step())
-    return generated / (time.perf_counter() - start)
-
-
-def kvfence_prefill(llm: LLM, length: int) -> float:
-    """Prompt tok/s of one ``length``-token prefill (one step: chunk and batch limits above it)."""
-    engine = llm.engine
-    prompt = [j % 200 + 10 for j in range(length)]
-    engine.add_request("p", prompt, SamplingParams(max_tokens=1, temperature=0, ignore_eos=True), os.urandom(32))
-    start = time.perf_counter()
-    while engine.has_unfinished_requests():
-        engine.step()
-    return length / (time.perf_counter() - start)
 
 
 # ---- llama.cpp -------------------------------------------------------------------------------------
@@ -215,11 +182,6 @@ def peak_rss_mb(cmd: list[str]) -> float:
     return int(done.stdout.split()[-1]) / 1024
 
 
-def _rss_child(model_dir: Path, dtype: str, threads: int, kv_cache_dtype: str) -> None:
-    torch.set_num_threads(threads)
-    kvfence_decode(kvfence_llm(model_dir, dtype, kv_cache_dtype), 32, tokens=8)
-
-
 # ---- the run -------------------------------------------------------------------------------------
 
 
@@ -238,65 +200,81 @@ def main() -> int:
                     help="kvfence's KV pool (default float16, llama.cpp's f16; auto: the model's dtype)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-rss", action="store_true", help="skip the peak-RSS child processes")
-    ap.add_argument("--rss-child", nargs=4, metavar=("MODEL", "DTYPE", "THREADS", "KV"), help=argparse.SUPPRESS)
+    ap.add_argument("--runtimes", default="torch,native",
+                    help="kvfence's runtimes, one column each (torch; native: no torch in the process)")
     args = ap.parse_args()
-    if args.rss_child:
-        _rss_child(Path(args.rss_child[0]), args.rss_child[1], int(args.rss_child[2]), args.rss_child[3])
-        return 0
+    runtimes = args.runtimes.split(",")
     started = time.perf_counter()
     model_dir = build_model(kvfence_home() / "bench" / "models")
     params = _param_count(model_dir)
     tree, why = build_llama_cpp(args.llama_cpp_dir) if args.llama_cpp else (None, "not asked (--llama-cpp)")
     print(f"llama.cpp: {why if tree is None else tree}")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {params / 1e6:.1f}M parameters; "
-          f"KV cache kvfence {args.kv_cache_dtype}, llama.cpp {LLAMA_KV}")
+          f"KV cache kvfence {args.kv_cache_dtype}, llama.cpp {LLAMA_KV}; kvfence runtimes {', '.join(runtimes)}")
     workloads = ("decode_b1", "pp128", "pp512", "decode_b8", "decode_b32")
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)
         for dtype in args.dtypes.split(","):
-            llm = kvfence_llm(model_dir, dtype, args.kv_cache_dtype)
+            llms = {r: kvfence_llm(model_dir, dtype, args.kv_cache_dtype, runtime=r, threads=threads) for r in runtimes}
             gguf_path = write_gguf(tree, model_dir, dtype) if tree is not None else None
-            ours: dict[str, list[float]] = {w: [] for w in workloads}
+            ours: dict[str, dict[str, list[float]]] = {r: {w: [] for w in workloads} for r in runtimes}
             theirs: dict[str, list[float]] = {w: [] for w in workloads}
             roof: list[float] = []
-            for _ in range(args.repeats):
+            for _ in range(args.repeats):  # every engine once per repeat, alternated
                 roof.append(measure_bandwidth(repeats=3) / (params * WEIGHT_BYTES[dtype]))
-                ours["decode_b1"].append(kvfence_decode(llm, 1))
+                for r, llm in llms.items():
+                    ours[r]["decode_b1"].append(kvfence_decode(llm, 1))
                 if gguf_path is not None and tree is not None:
                     for k, v in llama_bench(tree, gguf_path, threads).items():
                         theirs[k].append(v)
-                ours["pp128"].append(kvfence_prefill(llm, 128))
-                ours["pp512"].append(kvfence_prefill(llm, 512))
+                for r, llm in llms.items():
+                    ours[r]["pp128"].append(kvfence_prefill(llm, 128))
+                    ours[r]["pp512"].append(kvfence_prefill(llm, 512))
                 for b in (8, 32):
-                    ours[f"decode_b{b}"].append(kvfence_decode(llm, b))
+                    for r, llm in llms.items():
+                        ours[r][f"decode_b{b}"].append(kvfence_decode(llm, b))
                     if gguf_path is not None and tree is not None:
                         theirs[f"decode_b{b}"].append(llama_batched(tree, gguf_path, threads, b))
             print(f"\n{dtype} weights, {threads} thread(s); roofline {statistics.median(roof):.1f} tok/s "
                   f"(min {min(roof):.1f}); tok/s as min / median of {args.repeats}")
-            print(f"  {'':11} {'kvfence':>15} {'llama.cpp':>15}   ratio(median)")
+            heads = "".join(f" {'kvfence ' + r:>15}" for r in runtimes)
+            print(f"  {'':11}{heads} {'llama.cpp':>15}   ratio(median) to llama.cpp")
             for w in workloads:
-                ratio = statistics.median(ours[w]) / statistics.median(theirs[w]) if theirs[w] else None
-                extra = f"   {ratio:.2f}x" if ratio else ""
-                if w == "decode_b1":
-                    extra += f"   kvfence {statistics.median(ours[w]) / statistics.median(roof):.0%} of roofline"
+                extra = ""
+                for r in runtimes:
                     if theirs[w]:
-                        extra += f", llama.cpp {statistics.median(theirs[w]) / statistics.median(roof):.0%}"
-                print(f"  {w:11} {_fmt(ours[w])} {_fmt(theirs[w])}{extra}")
+                        extra += f"   {r} {statistics.median(ours[r][w]) / statistics.median(theirs[w]):.2f}x"
+                if w == "decode_b1":
+                    shares = [f"{r} {statistics.median(ours[r][w]) / statistics.median(roof):.0%}" for r in runtimes]
+                    if theirs[w]:
+                        shares.append(f"llama.cpp {statistics.median(theirs[w]) / statistics.median(roof):.0%}")
+                    extra += "   of roofline: " + ", ".join(shares)
+                cells = "".join(f" {_fmt(ours[r][w])}" for r in runtimes)
+                print(f"  {w:11}{cells} {_fmt(theirs[w])}{extra}")
+            del llms
             if not args.no_rss:
-                rss_ours = peak_rss_mb([sys.executable, __file__, "--rss-child", str(model_dir), dtype, str(threads),
-                                        args.kv_cache_dtype])
-                line = f"  peak RSS, B=32 over {POOL_TOKENS} tokens: kvfence {rss_ours:.0f} MB"
-                if gguf_path is not None and tree is not None:
-                    kv = LLAMA_KV
-                    rss_theirs = peak_rss_mb([str(tree / "build" / "bin" / "llama-batched-bench"), "-m", str(gguf_path),
-                                              "-t", str(threads), "-c", str(POOL_TOKENS), "-npp", str(PROMPT_LEN),
-                                              "-ntg", "8", "-npl", "32", "-ctk", kv, "-ctv", kv])
-                    line += f", llama.cpp {rss_theirs:.0f} MB ({rss_ours / rss_theirs:.2f}x)"
-                floor = peak_rss_mb([sys.executable, "-c", "import torch, kvfence.engine.llm"])
-                print(line + f"; of kvfence's, {floor:.0f} MB is importing torch and the engine")
-            del llm
+                _print_rss(model_dir, dtype, threads, args.kv_cache_dtype, runtimes, tree, gguf_path)
     print(f"\n(run took {time.perf_counter() - started:.0f} s)")
     return 0
+
+
+def _print_rss(model_dir: Path, dtype: str, threads: int, kv_cache_dtype: str, runtimes: list[str],
+               tree: Path | None, gguf_path: Path | None) -> None:
+    """Peak RSS of one process per engine serving B=32 over the pool, and of importing each runtime."""
+    theirs = None
+    if gguf_path is not None and tree is not None:
+        kv = LLAMA_KV
+        theirs = peak_rss_mb([str(tree / "build" / "bin" / "llama-batched-bench"), "-m", str(gguf_path),
+                              "-t", str(threads), "-c", str(POOL_TOKENS), "-npp", str(PROMPT_LEN),
+                              "-ntg", "8", "-npl", "32", "-ctk", kv, "-ctv", kv])
+        print(f"  peak RSS, B=32 over {POOL_TOKENS} tokens: llama.cpp {theirs:.0f} MB")
+    child = str(Path(__file__).with_name("kvfence_runs.py"))
+    for r in runtimes:
+        ours = peak_rss_mb([sys.executable, child, str(model_dir), dtype, str(threads), kv_cache_dtype, r])
+        floor = peak_rss_mb([sys.executable, "-c", "import kvfence.engine.llm" + (", torch" if r == "torch" else "")])
+        ratio = f" ({ours / theirs:.2f}x llama.cpp)" if theirs else ""
+        print(f"  peak RSS, B=32 over {POOL_TOKENS} tokens: kvfence {r} {ours:.0f} MB{ratio}; "
+              f"{floor:.0f} MB of it is importing the engine{' and torch' if r == 'torch' else ''}")
 
 
 def _param_count(model_dir: Path) -> int:
