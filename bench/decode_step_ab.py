@@ -21,8 +21,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kvfence.engine.config import kvfence_home
 from kvfence.engine.kernels.decode_step import DecodeStepKernel
-from throughput import build_model
 from kvfence_runs import DECODE_TOKENS, kvfence_decode, kvfence_llm
+from throughput import build_model
 
 
 def main() -> int:

@@ -81,7 +81,7 @@ def test_numpy_sampler_draws_the_torch_samplers_tokens(params: list[SamplingPara
     for g, w in zip(got, want, strict=True):
         assert (g.logprobs is None) == (w.logprobs is None)
         if w.logprobs is not None:
-            assert list(g.logprobs)[0] == list(w.logprobs)[0]  # the chosen token first
+            assert next(iter(g.logprobs)) == next(iter(w.logprobs))  # the chosen token first
             assert g.logprobs.keys() == w.logprobs.keys() or ties
             for token, value in w.logprobs.items():
                 if token in g.logprobs:

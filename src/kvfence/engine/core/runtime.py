@@ -49,6 +49,16 @@ class Runner(Protocol):
 
     def pages_are_zero(self, pages: list[int]) -> bool: ...
 
+    # page bytes, for the disaggregated handoff (I4)
+    @property
+    def page_nbytes(self) -> int: ...
+
+    def kv_layout(self) -> dict[str, int | str]: ...
+
+    def read_pages(self, page_ids: list[int]) -> list[memoryview]: ...
+
+    def write_page(self, page_id: int, payload: bytes) -> None: ...
+
 
 class Runtime(Protocol):
     """One array library's runner, generators and sampler, built from the engine's config."""

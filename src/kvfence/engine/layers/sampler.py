@@ -7,6 +7,8 @@ for sampled rows, temperature, ``min_p``, ``top_k``, ``top_p`` and a draw from t
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 from kvfence.engine.kernels import argmax_rows
@@ -83,7 +85,8 @@ def _sample_rows(
         drop = (probs.cumsum(dim=-1) - probs) >= top_p[:, None]
         x = torch.empty_like(x).scatter_(1, order, ordered.masked_fill(drop, float("-inf")))
     uniforms = torch.cat([
-        torch.rand(1, generator=rows[i].generator or default_generator, dtype=torch.float64, device=dev)
+        torch.rand(1, generator=cast(torch.Generator, rows[i].generator or default_generator), dtype=torch.float64,
+                   device=dev)
         for i in sampled
     ])
     return inverse_cdf_draw(x.softmax(dim=-1), uniforms).tolist()  # one device sync for the batch
