@@ -56,7 +56,7 @@ def build_llama_cpp(root: Path) -> tuple[Path | None, str]:
     root.mkdir(parents=True, exist_ok=True)
     trees = sorted(root.glob("llama_cpp_python-*/vendor/llama.cpp"))
     if not trees:
-        done = subprocess.run([sys.executable, "-m", "pip", "download", SDIST, "--no-deps", "--no-binary", ":all:",
+        done = subprocess.run([sys.executable, "-m", "pip", "download", SDIST, "--no-deps", "--no-binary", SDIST,
                                "-d", str(root)], capture_output=True, text=True, check=False)
         sdists = sorted(root.glob("llama_cpp_python-*.tar.gz"))
         if not sdists:
