@@ -116,8 +116,8 @@ class NativeRunner:
         self._lib = self._kernels.lib
         self.weights = load_weights(model_dir, cfg, dtype)
         layers, heads, kv, d = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        # calloc'd: pages the step never writes are never resident
-        self.kv_pool = np.zeros((layers, 2, num_pages + 1, page_size, kv, d), dtype=STORAGE[kv_dtype])
+        self.kv_pool = np.empty((layers, 2, num_pages + 1, page_size, kv, d), dtype=STORAGE[kv_dtype])
+        self.kv_pool.fill(0)  # written now, as the torch runner's: a server that starts holds its whole pool
         self.null_page = num_pages
         self.scrubbed_pages = 0  # pages zero-filled so far (I2), and the time it took: the cost of isolation
         self.scrub_seconds = 0.0
