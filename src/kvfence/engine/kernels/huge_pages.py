@@ -18,53 +18,18 @@ torch's. Anywhere else (another OS, THP ``never``, a failed ``madvise``, a non-C
 
 from __future__ import annotations
 
-import ctypes
-import logging
-import os
-import sys
-from functools import cache
-from pathlib import Path
-from typing import Any
-
 import torch
 from torch import nn
 
+from kvfence.engine.kernels.huge_page_advice import (
+    ALIGN,
+    HUGE_PAGE_BYTES,
+    advise_huge_pages,
+    huge_page_span,
+    huge_pages_available,
+)
+
 __all__ = ["HUGE_PAGE_BYTES", "huge_page_empty", "huge_page_zeros", "huge_pages_available", "place_on_huge_pages"]
-
-log = logging.getLogger(__name__)
-
-HUGE_PAGE_BYTES = 2 << 20
-_MADV_HUGEPAGE = 14  # <sys/mman.h> on Linux, every architecture
-_ALIGN = 64  # bytes between tensors packed into one buffer: a cache line, so AVX loads never split one
-_THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-_OFF_VALUES = {"0", "false", "off", "no"}
-
-
-@cache
-def _madvise() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-def huge_pages_available() -> bool:
-    """Whether tensors here are put on huge pages: Linux with THP not ``never``, and not turned off
-    by ``KVFENCE_HUGE_PAGES=0``."""
-    if os.environ.get("KVFENCE_HUGE_PAGES", "").strip().lower() in _OFF_VALUES:
-        return False
-    if _madvise() is None:
-        return False
-    try:
-        mode = _THP_MODE.read_text()
-    except OSError:
-        return False
-    return "[never]" not in mode
 
 
 def _advised_bytes(nbytes: int) -> torch.Tensor | None:
@@ -72,15 +37,11 @@ def _advised_bytes(nbytes: int) -> torch.Tensor | None:
     pages; ``None`` when that is not possible here."""
     if not huge_pages_available():
         return None
-    length = -(-nbytes // HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES  # whole huge pages
+    length = huge_page_span(nbytes)
     raw = torch.empty(length + HUGE_PAGE_BYTES, dtype=torch.uint8)  # large: mmap'd, not yet touched
     start = -raw.data_ptr() % HUGE_PAGE_BYTES  # the slack before and after is never touched
     buffer = raw[start : start + nbytes]
-    madvise = _madvise()
-    if madvise is None or madvise(buffer.data_ptr(), length, _MADV_HUGEPAGE) != 0:
-        log.debug("madvise(MADV_HUGEPAGE) failed (errno %d): plain pages", ctypes.get_errno())
-        return None
-    return buffer
+    return buffer if advise_huge_pages(buffer.data_ptr(), length) else None
 
 
 def huge_page_empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -117,7 +78,7 @@ def place_on_huge_pages(module: nn.Module) -> int:
         offsets, total = [], 0
         for param in params:
             offsets.append(total)
-            total += -(-param.numel() * size // _ALIGN) * _ALIGN
+            total += -(-param.numel() * size // ALIGN) * ALIGN
         if total < HUGE_PAGE_BYTES:
             continue
         buffer = _advised_bytes(total)

@@ -7,6 +7,7 @@ of :mod:`kvfence.engine.kernels` through ctypes), for a smaller resident memory 
   and gate/up fused; what the runtime does not run is a :class:`~kvfence.errors.ConfigError`;
 - ``rope.py``: RoPE's cos/sin rows, as :mod:`kvfence.engine.layers.rotary` computes them;
 - ``kernels.py``: the kernel library, built and self-checked without torch;
+- ``memory.py``: the weights and the pool on transparent huge pages, as the torch runtime places them;
 - ``dtypes.py``: float32 / bfloat16 / float16 as numpy stores them, rounded as torch rounds.
 
 No module here imports torch.

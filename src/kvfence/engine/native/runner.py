@@ -40,6 +40,7 @@ from kvfence.engine.kernels.loading import (
 )
 from kvfence.engine.native.dtypes import STORAGE, widen
 from kvfence.engine.native.kernels import native_kernels, ptr
+from kvfence.engine.native.memory import packed_empty
 from kvfence.engine.native.rope import inverse_frequencies, rope_rows
 from kvfence.engine.native.weights import load_weights, unsupported
 from kvfence.engine.runner.scrub import ScrubLedger, page_runs, scrub_released
@@ -116,7 +117,7 @@ class NativeRunner:
         self._lib = self._kernels.lib
         self.weights = load_weights(model_dir, cfg, dtype)
         layers, heads, kv, d = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.kv_pool = np.empty((layers, 2, num_pages + 1, page_size, kv, d), dtype=STORAGE[kv_dtype])
+        (self.kv_pool,) = packed_empty([((layers, 2, num_pages + 1, page_size, kv, d), STORAGE[kv_dtype])])
         self.kv_pool.fill(0)  # written now, as the torch runner's: a server that starts holds its whole pool
         self.null_page = num_pages
         self.scrubbed_pages = 0  # pages zero-filled so far (I2), and the time it took: the cost of isolation

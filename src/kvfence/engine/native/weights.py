@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,7 @@ import numpy as np
 
 from kvfence.engine.config import ModelConfig
 from kvfence.engine.native.dtypes import STORAGE, to_dtype
+from kvfence.engine.native.memory import packed_empty
 from kvfence.engine.native.rope import unsupported_rope
 from kvfence.engine.runner.checkpoint import SafetensorsFile, checkpoint_files
 from kvfence.errors import ModelLoadError
@@ -99,8 +101,12 @@ class ModelWeights:
         return self.embed if self.lm_head is None else self.lm_head
 
 
-def _allocate(cfg: ModelConfig, dtype: str) -> tuple[ModelWeights, dict[str, tuple[np.ndarray, int, str]]]:
-    """Every array, and checkpoint name -> (destination, first row, the destination's dtype name)."""
+Empty = Callable[[tuple[int, ...], type[np.generic]], np.ndarray]
+
+
+def _allocate(cfg: ModelConfig, dtype: str, empty: Empty) -> tuple[ModelWeights, dict[str, tuple[np.ndarray, int, str]]]:
+    """Every array (from ``empty``, in a fixed order), and checkpoint name -> (destination, first row,
+    the destination's dtype name)."""
     wd = STORAGE[dtype]
     hidden, inter, vocab = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
     heads, kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
@@ -108,10 +114,10 @@ def _allocate(cfg: ModelConfig, dtype: str) -> tuple[ModelWeights, dict[str, tup
     o_bias = cfg.attention_bias and cfg.architecture != "Qwen2ForCausalLM"  # as models/llama.py
 
     def mat(*shape: int) -> np.ndarray:
-        return np.empty(shape, dtype=wd)
+        return empty(shape, wd)
 
     def f32(*shape: int) -> np.ndarray:
-        return np.empty(shape, dtype=np.float32)
+        return empty(shape, np.float32)
 
     model = ModelWeights(dtype, mat(vocab, hidden), f32(hidden), [],
                          None if cfg.tie_word_embeddings else mat(vocab, hidden))
@@ -167,7 +173,15 @@ def load_weights(model_dir: Path, cfg: ModelConfig, dtype: str) -> ModelWeights:
     """Every weight of the checkpoint in ``model_dir`` in its array (``dtype``: the model dtype name);
     :class:`ModelLoadError` for a missing tensor, a wrong shape, a ``.bin`` checkpoint or a tensor dtype
     other than F32, BF16 or F16."""
-    model, targets = _allocate(cfg, dtype)
+    specs: list[tuple[tuple[int, ...], type[np.generic]]] = []
+
+    def record(shape: tuple[int, ...], dt: type[np.generic]) -> np.ndarray:
+        specs.append((shape, dt))
+        return np.lib.stride_tricks.as_strided(np.empty(1, dtype=dt), shape, (0,) * len(shape))  # no memory
+
+    _allocate(cfg, dtype, record)  # a first pass sizes the one buffer (on huge pages) they all live in
+    arrays = iter(packed_empty(specs))
+    model, targets = _allocate(cfg, dtype, lambda shape, dt: next(arrays))
     loaded: set[str] = set()
     for path in checkpoint_files(model_dir):
         if path.suffix != ".safetensors":
