@@ -345,3 +345,34 @@ def test_a_cpu_without_the_needed_flags_is_a_config_error(monkeypatch: pytest.Mo
     monkeypatch.setattr(kernels, "cpu_flags", lambda: {"sse2", "avx", "fma"})
     with pytest.raises(ConfigError, match=r"lacks avx2, f16c .*--runtime torch"):
         kernels._load()
+
+
+# ---- checkpoints ----------------------------------------------------------------------------------
+
+
+def test_a_sharded_checkpoint_loads_as_the_single_file(tmp_path: Path, model_dirs: dict[str, Path]) -> None:
+    import shutil
+
+    import transformers
+
+    sharded = tmp_path / "sharded"
+    transformers.AutoModelForCausalLM.from_pretrained(model_dirs["qwen2"]).save_pretrained(sharded,
+                                                                                          max_shard_size="60KB")
+    assert (sharded / "model.safetensors.index.json").is_file()
+    shutil.copy(model_dirs["qwen2"] / "config.json", sharded / "config.json")
+    items = [ScheduledSeq(sequences()["A"], 0, 10, True)]
+    got, want = native(sharded).execute(items)[1], native(model_dirs["qwen2"]).execute(items)[1]
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("checkpoint_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_a_half_checkpoint_is_converted_as_torch_converts_it(tmp_path: Path, checkpoint_dtype: torch.dtype,
+                                                             dtype: str) -> None:
+    model_dir = build_tiny_model(tmp_path / "m", "qwen3", seed=2, dtype=checkpoint_dtype)
+    a, b = native(model_dir, dtype), torch_runner(model_dir, dtype)
+    for w_native, w_torch in ((a.weights.layers[1].gate_up, b.model.model.layers[1].mlp.gate_up_proj.weight),
+                              (a.weights.layers[0].q_norm, b.model.model.layers[0].self_attn.q_norm.weight)):
+        want = w_torch.view(torch.int16).numpy().view(np.uint16) if w_torch.dtype == torch.bfloat16 else w_torch.numpy()
+        assert w_native.dtype == want.dtype and np.array_equal(w_native, want)
+    run_both(a, b, schedules()["chunked"], *TOLERANCE[dtype])
