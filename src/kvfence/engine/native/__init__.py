@@ -1,6 +1,8 @@
 """The native runtime: the engine's forward pass on the CPU without torch (numpy and the C++ kernels
 of :mod:`kvfence.engine.kernels` through ctypes), for a smaller resident memory than torch's.
 
+- ``runtime.py``: :class:`~.runtime.NativeRuntime`, what the engine builds the runner, generators and
+  sampler from (``runtime="native"``); ``sampler.py``: the NumPy sampler;
 - ``runner.py``: :class:`NativeRunner`, the surface of :class:`~kvfence.engine.runner.model_runner.ModelRunner`
   the engine loop uses: the KV pool, its scrubbing (I2) and one step's forward pass;
 - ``weights.py``: a safetensors checkpoint read straight into numpy arrays in the model dtype, q/k/v
