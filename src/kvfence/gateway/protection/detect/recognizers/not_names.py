@@ -7,7 +7,8 @@
 - ``PRODUCTS``: software, languages, products and firms named like a person (Jenkins, Kafka, Julia):
   never a person alone; part of a name only next to a known name that is no word ("Julia Roberts");
 - ``NOT_ALONE``: given names that are, alone and without a cue, as often a place, a brand, a product
-  or a god (Santiago, Lexus, Apollo): a lone one needs a cue ("Hi Carmen", "Carmen said");
+  or a god (Santiago, Lexus, Apollo), or a word of another language ("Ville", the French town: "Hôtel
+  de Ville"): a lone one needs a cue ("Hi Carmen", "Carmen said");
 - ``COMMON_WORD_SURNAMES``: common surnames that are also English words (Brown, Smith, Hopper):
   after a given name that is itself a word ("Mark Brown", "Grace Hopper") they make a name.
 
@@ -46,6 +47,8 @@ st louis, saint louis, st helena, saint helena, st paul, saint paul, st john, ja
 jackson hole, lake louise, prince edward, prince george, prince albert, king george, queen elizabeth,
 elizabeth line, victoria line, jordan valley, amber alert, grace period, mark down, will power,
 johns hopkins, carnegie mellon, van gogh museum, anne frank house, georgia tech, virginia tech,
+santiago de compostela, santiago de chile, santiago de cuba, domingo de ramos, domingo de resurrección,
+domingo de pascua,
 """.replace("\n", " ").split(",") if s.strip())
 
 
@@ -132,6 +135,7 @@ manila bali melbourne hobart atlanta reno columbus richmond raleigh tijuana asun
 miro maya okta eliza cody devin apollo minerva orion artemis hera thor odin freya isis venus luna
 gaia juno atlas mercury diana athena hermes europa asia africa america oceania lucia helena elizabeth
 louisiana maryland georgia victoria florida nevada sierra santa santo san christchurch kingston
+ville
 """)
 
 COMMON_WORD_SURNAMES = _words("""

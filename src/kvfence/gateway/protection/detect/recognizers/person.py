@@ -122,6 +122,7 @@ _LABEL_BEFORE = re.compile(r"(?:^|\n|\s)([A-Za-zÀ-ÿ-]{1,14})\s?:[ \t]*$")
 _MAIL_HEADERS = frozenset(["from", "to", "sent", "reply-to", "de", "à", "a", "an", "von", "para", "da", "van", "aan", "envoyé"])
 _LIST_LABELS = frozenset(["cc", "bcc", "attendees", "participants", "present", "présents", "teilnehmer", "asistentes",
                           "partecipanti", "aanwezig"])
+_OF_PLACE = frozenset(["de", "del", "da", "do", "di", "du"])  # "Ville de Lyon", "Santiago de Chile": a town's
 _LIST_WORDS = frozenset(["and", "und", "et", "y", "e", "en", "or", "oder", "ou", "o", "of"])
 _KOREAN_GIVEN = re.compile(r" [A-Z][a-z]{1,3}-[a-z]{2,4}\b")  # "In Ji-won", "Um Tae-ho": a surname before it
 _ARABIC_PARTICLE = re.compile(r"^(?:al|el|ul|bin|ibn|abu|abd)-[A-Z][a-z]")
@@ -336,17 +337,19 @@ class _Finder:
     def thing_run(self, i: int, j: int) -> bool:
         """A capitalised run that names a firm, a place or a thing: it holds a firm or place word
         ("Kennedy Space Center", "Carnegie Hall", "Brooks Brothers"), a street word is before it ("Via
-        Giuseppe Garibaldi", "Avenue Victor Hugo"), "Jr." and such a word follow ("Martin Luther King
+        Giuseppe Garibaldi", "Avenue Victor Hugo") or starts it, "Jr." and such a word follow ("Martin Luther King
         Jr. Day"), an article is before it ("the Louis Vuitton store"), or "its" follows ("Ford Smith
         cut its forecast": a firm, not a person)."""
         toks = self.toks
         if any(toks[k].low in _ORG_AFTER for k in range(i + 1, j)) and not self.org_word_surname(i, j):
             return True
-        if j - i >= 3 and toks[i].low in _PLACES and toks[j - 1].low in _PLACES:
-            return True  # "France Edge Germany": a place at each end
+        if j - i >= 3 and toks[j - 1].low in _PLACES and (toks[i].low in _PLACES or toks[j - 2].low in _OF_PLACE):
+            return True  # "France Edge Germany": a place at each end; "Ville de Lyon", "Santiago de Chile"
         prev = _word_right_before(self.before(i, 16))
         if prev in _STREET_WORDS or prev in _ARTICLES:
             return True
+        if toks[i].low in _STREET_WORDS and not self.g.is_given(toks[i].low):
+            return True  # the street word capitalised, first: "Carrer Antoni Gaudí", "Avenida Getúlio Vargas"
         after = self.text[toks[j - 1].end:toks[j - 1].end + 40]
         m = _SUFFIX_THEN.match(after)
         if m is not None and m.group(1).lower() in _ORG_AFTER:

@@ -40,13 +40,14 @@ según para sobre entre hacia desde hasta por unos unas nuestro nuestra este est
 secondo senza sulla anche il gli questo questa nostro nostra ogni presso verso dopo circa
 volgens voor zonder naar onder door tegen maar ook met tot sinds tijdens een onze ons jullie deze dit
 """.split())  # noqa: SIM905
-_TITLES = frozenset(["mr", "mrs", "ms", "mx", "miss", "dr", "prof", "sir", "dame", "lord", "lady", "herr", "frau", "fr", "hr", "m", "mme", "mlle", "madame", "monsieur", "mademoiselle", "sr", "sra", "srta", "señor", "señora", "señorita", "don", "doña", "dott", "dottssa", "dott.ssa", "sig", "sigra", "sig.ra", "signor", "signora", "signore", "dhr", "mevr", "mw", "mej", "heer", "mevrouw", "meneer", "mijnheer", "herrn", "docteur", "professeur", "maître", "maitre", "doctor", "doctora", "professor", "professora", "dra", "lic", "avv", "arch", "drs", "ir", "me", "ing", "rev", "capt", "col", "gen", "sgt", "insp", "det", "judge"])
-# Only with a cue word: "M." is also an initial, "Fr." also Friday/Father.
+_TITLES = frozenset(["mr", "mrs", "ms", "mx", "miss", "dr", "prof", "sir", "dame", "lord", "lady", "herr", "frau", "fr", "hr", "m", "mme", "mlle", "madame", "monsieur", "mademoiselle", "sr", "sra", "srta", "señor", "señora", "señorita", "don", "doña", "dña", "d", "dott", "dottssa", "dott.ssa", "sig", "sigra", "sig.ra", "signor", "signora", "signore", "dhr", "mevr", "mw", "mej", "heer", "mevrouw", "meneer", "mijnheer", "herrn", "docteur", "professeur", "maître", "maitre", "doctor", "doctora", "professor", "professora", "dra", "lic", "avv", "arch", "drs", "ir", "me", "ing", "rev", "capt", "col", "gen", "sgt", "insp", "det", "judge"])
+# Only with a cue word: "M." is also an initial, "Fr." also Friday/Father; "D." is the Spanish and
+# Portuguese Don / Dom / Dona ("D. Antonio Ruiz", "Sr. D. Manuel Ortiz"), and an initial too.
 _TITLE_RE = re.compile(
     r"(?<![\w.])(?:(?i:Mr|Mrs|Ms|Mx|Miss|Dr|Prof|Sir|Dame|Herr|Frau|Hr|Mme|Mlle|Madame|Monsieur|Mademoiselle"
-    r"|Sr|Sra|Srta|Señor|Señora|Señorita|Doña|Dott|Dott\.ssa|Dottssa|Sig|Sig\.ra|Signor|Signora|Dhr|Mevr|Heer|Mevrouw"
+    r"|Sr|Sra|Srta|Señor|Señora|Señorita|Doña|Dña|Dott|Dott\.ssa|Dottssa|Sig|Sig\.ra|Signor|Signora|Dhr|Mevr|Heer|Mevrouw"
     r"|Meneer|Mijnheer|Herrn|Docteur|Professeur|Ma[iî]tre|Doctora?|Professora?|Dra|Lic|Avv|Arch|Drs"
-    r"|Mw|Ing|Rev|Capt|Insp|Judge|Prof\.\s?Dr)|M|Me|Ir|Fr|Don)\.?\s{1,2}$")
+    r"|Mw|Ing|Rev|Capt|Insp|Judge|Prof\.\s?Dr)|M|Me|Ir|Fr|Don|D(?=\.))\.?\s{1,2}$")
 _TITLE_LAST = frozenset(w.split(".")[-1] for w in _TITLES) | {"m", "fr", "don", "ssa", "ra", "dr"}
 
 
@@ -66,7 +67,9 @@ _STREET_WORDS = frozenset("via viale piazza corso calle avenida plaza paseo rue 
                           # the other street words of French, Italian, Spanish, Catalan, German and Dutch
                           # addresses ("allée Marie Curie", "quai Jean Moulin", "Vicolo Giuseppe Verdi")
                           "allée quai impasse chemin square esplanade parvis vicolo largo lungomare travessa "
-                          "carrer rambla avinguda allee gasse ufer damm straat laan plein gracht kade".split())
+                          "carrer rambla avinguda allee gasse ufer damm straat laan plein gracht kade "
+                          # and of Spanish, Catalan and Portuguese ones ("Plaça Francesc Macià", "Praça Marquês de Pombal")
+                          "plaça praça passeig travesía travessera glorieta carretera estrada calçada ladeira bulevar".split())
 # Greetings of other languages: before a name, never a closing ("Merhaba Mehmet", "Shalom Yael", "Xin chào Lan")
 _OTHER_GREETINGS = frozenset(c.strip() for c in """
 merhaba, selam, salaam, shalom, namaste, namaskar, vanakkam, marhaba, ahlan, jambo, habari, sawubona, kumusta,
@@ -279,7 +282,8 @@ def _word_right_before(before: str) -> str | None:
     """The word that ends one space before a name ("in", "the", "via"), lower-cased; none when a
     number or punctuation stands between ("a las 9:14, Lucía")."""
     m = _LAST_WORD.search(before[-24:])
-    return m.group(1).lower().replace("’", "'") if m is not None else None
+    # an elided article is no word of its own: "l'Avinguda Josep Tarradellas" reads "avinguda"
+    return m.group(1).lower().replace("’", "'").rsplit("'", 1)[-1] if m is not None else None
 
 
 def _title_parts(word: str) -> bool:
