@@ -28,13 +28,14 @@ _HEADER_WORDS = re.compile(
     r"|patient(?:[ _-]?name)?|employee(?:[ _-]?name)?|recipient(?:[ _-]?name)?|sender(?:[ _-]?name)?"
     r"|owner|assignee|reporter|author|tenant|holder|cardholder|account[ _-]?holder|signatory|person"
     r"|vorname|nachname|familienname|kunde|kundenname|ansprechpartner(?:in)?|empfänger|mitarbeiter(?:in)?"
-    r"|nom|prénom|prenom|nom[ _-]complet|destinataire|titulaire|client|nombre|apellidos?|nombre[ _-]completo"
+    r"|nom|prénom|prenom|nom[ _-]complet|destinataire|titulaire|client|nombre|apellidos?[12]?|nombre[ _-]completo"
+    r"|cognoms?|primer[ _-]cognom|segon[ _-]cognom|nom[ _-]i[ _-]cognoms|sobrenome|apelidos?|nome[ _-]completo"
     r"|destinatario|titular|cognome|nome|nominativo|intestatario|voornaam|achternaam|naam|volledige[ _-]naam"
     r"|klant|ontvanger|contactpersoon)$")
 # headers that say "this is a name part" outright; a bare "name" or "owner" column may hold products,
 # hosts or teams, so its cells must look like a person's name (``person.py`` decides)
 _STRONG_HEADER = re.compile(r"(?i)first|last|given|family|middle|sur|full|fore|christian|vorname|nachname|familienname|pr[ée]nom"
-                            r"|apellido|cognome|voornaam|achternaam|customer|client|patient|employee|contact|kunde"
+                            r"|apellido|cognom|sobrenome|apelido|cognome|voornaam|achternaam|customer|client|patient|employee|contact|kunde"
                             r"|mitarbeiter|klant|recipient|sender|cardholder|holder|tenant|signatory")
 _CELL_OK = re.compile(r"^[^\W\d_][^\W\d_ .,'’-]*(?:[ .,'’-]{1,2}[^\W\d_]+){0,5}\.?$")
 _DELIMS = (",", ";", "\t", "|")

@@ -60,6 +60,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _BUSINESS_BEFORE,
     _CHAT_CUES,
     _CHINESE_SURNAMES,
+    _CLAUSE_BEFORE,
     _CUES,
     _FROM_TEAM,
     _FUNCTION_WORDS,
@@ -86,6 +87,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _PLACE_BEFORE,
     _REQUEST_AFTER,
     _RISKY_CUES,
+    _ROMANCE_VERBS_AFTER,
     _SAY_AFTER,
     _SAYS_AS_A_PLACE,
     _SENTENCE_END,
@@ -120,7 +122,7 @@ _BULLET_BEFORE = re.compile(r"(?:^|\n)[ \t]*[-*•][ \t]+$")
 # the label of a field right before a value: "To: ", "cc: ", "Attendees: "
 _LABEL_BEFORE = re.compile(r"(?:^|\n|\s)([A-Za-zÀ-ÿ-]{1,14})\s?:[ \t]*$")
 _MAIL_HEADERS = frozenset(["from", "to", "sent", "reply-to", "de", "à", "a", "an", "von", "para", "da", "van", "aan", "envoyé"])
-_LIST_LABELS = frozenset(["cc", "bcc", "attendees", "participants", "present", "présents", "teilnehmer", "asistentes",
+_LIST_LABELS = frozenset(["cc", "bcc", "attendees", "participants", "present", "présents", "teilnehmer", "asistentes", "assistents",
                           "partecipanti", "aanwezig"])
 _OF_PLACE = frozenset(["de", "del", "da", "do", "di", "du"])  # "Ville de Lyon", "Santiago de Chile": a town's
 _LIST_WORDS = frozenset(["and", "und", "et", "y", "e", "en", "or", "oder", "ou", "o", "of"])
@@ -160,6 +162,12 @@ def _tokens(text: str, g: Gazetteer) -> list[_Tok]:
     given, surnames = g.given, g.surnames
     for m in _WORD.finditer(text):
         word = m.group()
+        if word[0] in "dl" and word[1:2] in ("'", "’") and word[2:3].isupper():
+            # an elided "d'" / "l'" is no part of the name after it ("le dossier d'Amélie", "M. Louis
+            # d'Aubigné", "l'Arnau"): the name is a word of its own, and a run goes on over " d'"
+            word = word[2:]
+            toks.append(_Tok(m.start() + 2, m.end(), word, word.lower().replace("’", "'")))
+            continue
         if word[0].isupper():
             if word.lower() in _FUNCTION_WORDS and _KOREAN_GIVEN.match(text, m.end()) is None:
                 continue  # "In Amman", "Goods In": a run holds no function word (but "In Ji-won")
@@ -209,7 +217,9 @@ class _Finder:
 
     def gap_ok(self, a: _Tok, b: _Tok) -> bool:
         gap = self.text[a.end:b.start]
-        return gap == " " or (len(a.text) == 1 and gap in (". ", ".")) or (a.low in ("d", "l") and gap in ("'", "’"))
+        return gap == " " or (len(a.text) == 1 and gap in (". ", ".")) or (a.low in ("d", "l") and gap in ("'", "’")) \
+            or (gap in (" d'", " d’") and self.g.is_given(a.low)  # "Louis d'Aubigné", "M. Bertrand d'Estienne"
+                and (self.g.is_name(b.low) or _after_title(self.text[max(0, a.start - 40):a.start])))  # not "Val d'Isère"
 
     def run(self, i: int, upper: bool = False) -> int:
         """Index past the run of name-shaped tokens starting at ``i`` (capitalised or all-caps)."""
@@ -221,7 +231,8 @@ class _Finder:
             if not shaped:
                 if j > i and t.low in _PARTICLES and j + 1 < len(toks) and self.gap_ok(toks[j - 1], t) \
                         and self.gap_ok(t, toks[j + 1]) \
-                        and (toks[j + 1].cap or toks[j + 1].upper or toks[j + 1].low in _PARTICLES):
+                        and (toks[j + 1].cap or toks[j + 1].upper or toks[j + 1].low in _PARTICLES) \
+                        and (t.low != "do" or not self.g.is_ordinary(toks[j + 1].low)):  # "Marcos do Nascimento", not "Tom do Yoga"
                     j += 1
                     continue
                 break
@@ -791,8 +802,8 @@ class _Finder:
                 and not re.match(r"\s(?:and|or|the|a|an|to|of|in|on|at|for|you|it)\b", after):
             return True  # "can tunde review this", "did maria send the deck"
         m = _LOWER_VERB_AFTER.match(after)
-        if m is None:
-            return False
+        if m is None or (m.group(1) in _ROMANCE_VERBS_AFTER and _CLAUSE_BEFORE.search(self.before(i, 12)) is None):
+            return False  # "y jaime está ...", but "el vestido rosa está agotado" is a colour
         if len(t.text) < 4 and (m.group(1) in _LOWER_SHORT_AFTER or not m.group(1)):
             return False  # "sam needs me", "mia takes the train", but not "mia a", "ana e"
         if m.group(1) in ("and", "&", "or", "und", "et", "y", "e", "en"):

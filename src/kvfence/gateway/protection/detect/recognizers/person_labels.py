@@ -32,7 +32,8 @@ _FIELD = re.compile(
       |patient(?:[\s_-]?name)?|employee(?:[\s_-]?name)?|recipient|sender|attn|owner|assignee|reporter
       |requester|author|signatory|tenant|landlord|holder|cardholder|account[\s_-]?holder|user[\s_-]?name
       |vorname|nachname|familienname|kunde|ansprechpartner(?:in)?|empfänger|absender|mieter|vermieter
-      |nome?|prénom|prenom|destinataire|expéditeur|titulaire|locataire|nombre|apellidos?|destinatario|remitente
+      |nome?|prénom|prenom|destinataire|expéditeur|titulaire|locataire|nombre|apellidos?[12]?|destinatario|remitente
+      |cognoms?|sobrenome|apelidos?|nome[\s_-]completo
       |titular|cognome|mittente|intestatario|voornaam|achternaam|naam|ontvanger|afzender|huurder|klant)
     (?:\(s\))?(?:[ \t]?\([^()\n]{1,30}\))?  # "Given name(s)", "Family name (as in passport)"
     ["']?\s{0,3}[:=]\s{0,3}["']?
@@ -82,7 +83,7 @@ def thing_header(cell: str) -> bool:
 
 # keys that hold nothing but a name part: their value needs no gazetteer
 _STRONG_KEY = re.compile(r"(?i)first|last|given|family|middle|sur|full|vorname|nachname|familienname|pr[ée]nom"
-                         r"|apellido|cognome|voornaam|achternaam")
+                         r"|apellido|cognom|sobrenome|apelido|voornaam|achternaam")
 _NAME_KEYS = frozenset(["name", "nom", "nome", "nombre", "naam"])
 # values that say no one is named (a field's, a name column's cell): "Vacant", "To be hired", "TBD"
 NOT_VALUES = frozenset(["null", "none", "unknown", "n/a", "na", "nil", "undefined", "true", "false", "test", "example",
@@ -132,6 +133,7 @@ _LIST_LABEL = re.compile(
     r"(?im)(?:^|(?<=[\s(]))(?:attendees|participants|present|apologies|absent|invitees|speakers|panelists"
     r"|teilnehmer(?:innen)?|anwesend|entschuldigt|abwesend|participants|présents|presents|excusés|invités"
     r"|asistentes|participantes|presentes|ausentes|invitados|partecipanti|presenti|assenti|invitati"
+    r"|assistents|absents|excusats|convidats"
     r"|aanwezig|afwezig|deelnemers|genodigden|cc|bcc"
     # the roles of minutes and events: "Chair: Adaora Nwachukwu-Eze", "Follow-ups: Tendai (budget)"
     r"|chairs?|chairperson|scribe|facilitators?|hosts?|moderators?|timekeeper|presenters?|note[ -]?takers?"

@@ -22,7 +22,7 @@ _PEOPLE_FIRST = frozenset(["hugo", "pascal", "julia", "ada", "luigi"])
 
 
 _WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]{2,}|-[^\W\d_]+)*")
-_PARTICLES = frozenset(["van", "von", "der", "den", "de", "del", "della", "dello", "degli", "di", "da", "das", "dos", "du", "le", "la", "bin", "binti", "bint", "binte", "ibn", "los", "las", "dela", "delos", "af", "ap", "al", "el", "ter", "ten", "zu", "zur", "vom", "d'", "st"])
+_PARTICLES = frozenset(["van", "von", "der", "den", "de", "del", "della", "dello", "degli", "di", "da", "das", "do", "dos", "du", "le", "la", "bin", "binti", "bint", "binte", "ibn", "los", "las", "dela", "delos", "af", "ap", "al", "el", "ter", "ten", "zu", "zur", "vom", "d'", "st"])
 # Function words of the six languages (prepositions, conjunctions, articles, determiners), capitalised
 # at a sentence start or in a Title Case headline: never part of a name ("In Amman", "Goods In", "Laut
 # Jonas Weber", "Jordan And Georgia"). Not here: particles ("De", "Van", "La", "Ten"), words that start or
@@ -90,6 +90,7 @@ je m'appelle, me llamo, soy, mi chiamo, sono, ik ben, mijn naam is, ik heet, fra
 chiedi a, vraag, witness, attendees, attendee, participants, present, speaker, author, authors, owner,
 assignee, signatory, guarantor, seller, buyer, lessor, lessee, tenant, employer, contractor, zeuge, zeugin,
 teilnehmer, témoin, participants, testigo, asistentes, testimone, partecipanti, getuige, aanwezig, @, met, mit, avec, con, per, via, from, by, and, to, for, und,
+amb, com, assistents, testimoni, testemunha, viu a, viste a, dicho a,
 sentito, visto, vu, croisé, chiamato, appelé,
 loop in, looping in, looped in, looping, according to, thanks to, merci à, grazie a, gracias a, danke an, dank aan,
 shoutout to, shout out to, kudos to, congrats, congratulations, félicitations, bravo, glückwunsch, felicidades,
@@ -104,8 +105,9 @@ reply to, pass it to, hand it to, bises à, bisous à, sag, dile a, digli
 # Of these, the weak ones ("to", "and") only with a name that is no word or place.
 # "hai sentito davide", "t'as vu mathilde": chat verbs of meeting someone, weak as well
 # "according to" names a firm, an analyst or a paper as often as a person ("according to Gartner")
-_WEAK_CUES = frozenset(["with", "met", "mit", "avec", "con", "per", "via", "from", "by", "and", "to", "for", "und",
-                        "sentito", "visto", "vu", "croisé", "chiamato", "appelé", "according to"])
+_WEAK_CUES = frozenset(["with", "met", "mit", "avec", "con", "amb", "com", "per", "via", "from", "by", "and", "to", "for", "und",
+                        "sentito", "visto", "vu", "croisé", "chiamato", "appelé", "according to", "viu a", "viste a",
+                        "dicho a"])
 _CUE_WORDS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?|@|(?<=c)/(?=o)")
 
 
@@ -116,7 +118,8 @@ _GREETINGS = _OTHER_GREETINGS | frozenset(c.strip() for c in """
 hi, hey, hello, hallo, hola, ciao, salut, bonjour, bonsoir, buongiorno, moin, servus, dear, dearest, liebe, hoi, hej, olá, salve,
 lieber, sehr geehrte, sehr geehrter, cher, chère, estimado, estimada, querido, querida, caro, cara, gentile,
 beste, geachte, coucou, hiya, howdy, good morning, good afternoon, good evening, guten morgen, guten tag,
-buenos días, buenas tardes, buenas, goedemorgen, goedemiddag
+buenos días, buenas tardes, buenas, goedemorgen, goedemiddag,
+bon dia, bona tarda, bona nit, benvolgut, benvolguda, estimat, prezado, prezada, oye
 """.replace("\n", " ").split(","))
 _STRONG_CUES = _GREETINGS | frozenset(c.strip() for c in """
 thanks, thank you, cheers, regards, best, best regards, kind regards, warm regards,
@@ -145,7 +148,9 @@ destinatario, ontvanger, z. hd, zhd,
 pozdrawiam, z poważaniem, s pozdravem, üdvözlettel, saygılarımla, selamlar, hälsningar, med vänlig hälsning,
 vänliga hälsningar, mvh, vennlig hilsen, hilsen, med venlig hilsen, terveisin, ystävällisin terveisin, atenciosamente,
 abraço, abraços, cumprimentos, salam hangat, hormat saya, salam, shukran, shukriya, dhanyavaad, dziękuję, děkuji,
-köszönöm, teşekkürler, tack, takk, kiitos, spasibo, hvala, toda, toda raba
+köszönöm, teşekkürler, tack, takk, kiitos, spasibo, hvala, toda, toda raba,
+beijos, beijo, beijinhos, bjs, um abraço, grande abraço, até logo, até breve, até amanhã, cordialment, atentament,
+salutacions, salutacions cordials, una abraçada, abraçades, petons, fins aviat, fins demà
 """.replace("\n", " ").split(","))
 _ROLE_WORDS = frozenset(c.strip() for c in """
 sister, brother, wife, husband, son, daughter, mother, father, mum, mom, dad, aunt, uncle, cousin, niece, nephew,
@@ -161,7 +166,7 @@ _SIGN_OFFS = frozenset(c for c in _STRONG_CUES if c not in _GREETINGS and c not 
 # Before a given name that is also a word, a month or a place, only these make it a person: a
 # greeting, thanks, a copy or a mention ("Hi Will,", "Thanks again Summer!", "cc Grace", "@Jordan")
 _RISKY_CUES = _GREETINGS | frozenset(["thanks", "thank you", "thx", "thanks again", "many thanks", "merci", "danke",
-                                      "gracias", "grazie", "bedankt", "cc", "@"])
+                                      "gracias", "grazie", "bedankt", "gràcies", "obrigado", "obrigada", "cc", "@"])
 _MAIL_AFTER = re.compile(r"[ \t]{0,2}[<(\[][ \t]?(?:mailto:)?[\w.+'-]{1,64}@[\w-]+\.[\w.-]+")
 _GROUP_WORDS = frozenset(["team", "all", "everyone", "everybody", "folks", "guys", "there", "world", "customer", "customers", "colleagues", "equipo", "squadra", "ploeg", "kollegen", "kolleginnen", "kunden", "kundinnen", "freunde", "damen", "herren", "mitglieder", "leute", "alle", "zusammen", "équipe", "equipe", "tous", "todos", "todas", "tutti", "amici", "amigos", "compañeros", "colleghi", "collègues", "collega's", "allemaal", "iedereen", "support", "sales", "admin", "admins", "user", "users", "sir", "madam", "management", "dirección", "direction", "direzione", "directie", "geschäftsleitung", "geschäftsführung", "secretariaat", "secretaría", "segreteria", "secrétariat", "sekretariat", "redaktion", "rédaction", "redacción", "redazione", "redactie", "administration", "verwaltung", "administración", "amministrazione", "administratie", "buchhaltung", "contabilidad", "contabilità", "boekhouding", "comptabilité", "personal", "personalabteilung", "facturación", "fatturazione", "facturation", "kundenservice", "klantenservice", "servicio", "servizio", "service", "grüße", "gruß", "grüsse", "groeten", "groet", "saluti", "saludos", "salutations", "regards", "wishes", "greetings"])
 
@@ -170,7 +175,8 @@ _GROUP_WORDS = frozenset(["team", "all", "everyone", "everybody", "folks", "guys
 # "chiedi a Mariapia", "vraag Jorien"), when it is no word, group, department or product.
 _ASK_CUES = frozenset(c.strip() for c in """
 ask, tell, ping, frag, fragen sie, demande à, demandez à, pregunta a, pregúntale a, chiedi a, chiedete a, vraag,
-merci, merci beaucoup, danke, gracias, grazie, grazie mille, mille grazie, bedankt, dank je, dank u, obrigado, obrigada
+merci, merci beaucoup, danke, gracias, grazie, grazie mille, mille grazie, bedankt, dank je, dank u, obrigado, obrigada,
+gràcies, moltes gràcies, muito obrigado, muito obrigada, pergunta a, pergunte a, pregunta-li a
 """.replace("\n", " ").split(","))
 # Role labels: before two name-shaped words the lists lack ("Assigned to Rangi Parata")
 _LABEL_CUES = frozenset(c.strip() for c in """
@@ -187,7 +193,8 @@ sponsored by, minutes by, prepared by, reviewed by, submitted by
 _CLOSING_LAST = frozenset("""best regards yours sincerely grüße gruß cordialement saludos atentamente saluti groeten
 groet groetjes journée soirée bises bisous amicalement bientôt saluto abbraccio presto giornata serata baci
 cordiali soon care wishes warmly love salutations semaine weekend week-end embrasse demain bald dann pronto
-dopo domani snel morgen liefs vous toi""".split())  # noqa: SIM905
+dopo domani snel morgen liefs vous toi beijos beijo beijinhos bjs abraço cordialment atentament salutacions
+abraçada abraçades petons aviat demà breve logo amanhã""".split())  # noqa: SIM905
 _CUE_LAST = frozenset(p.split()[-1] for p in _CUES | _STRONG_CUES | _ASK_CUES | _LABEL_CUES)
 
 
@@ -281,6 +288,8 @@ _LAST_WORD = re.compile(r"(?<![\w'’])([^\W\d_]+(?:['’][^\W\d_]+)?) $")
 def _word_right_before(before: str) -> str | None:
     """The word that ends one space before a name ("in", "the", "via"), lower-cased; none when a
     number or punctuation stands between ("a las 9:14, Lucía")."""
+    if before.endswith(("d'", "l'", "d’", "l’")) and before[-3:-2].isspace():
+        before = before[:-2]  # "rue d'Alésia", "à l'Olivier": the word before the elision
     m = _LAST_WORD.search(before[-24:])
     # an elided article is no word of its own: "l'Avinguda Josep Tarradellas" reads "avinguda"
     return m.group(1).lower().replace("’", "'").rsplit("'", 1)[-1] if m is not None else None
@@ -348,7 +357,14 @@ _LOWER_VERB_AFTER = re.compile(
     r"wrote|merged|reviewed|fixed|pushed|thinks|wants|wanted|needs|needed|asked|told|agreed|approved|sent|knows|"
     r"ist|hat|war|sagt|est|a|dit|es|ha|dice|heeft|zegt|and|&|or|und|et|y|e|en|"
     r"takes|took|gets|got|goes|went|left|joined|called|texted|messaged|replied|booked|paid|arrived|arrives|comes|"
-    r"came|starts|started|finished|brought|mentioned|might|must|can't|won't|doesn't|didn't|isn't|wasn't|hasn't)\b)")
+    r"came|starts|started|finished|brought|mentioned|might|must|can't|won't|doesn't|didn't|isn't|wasn't|hasn't|"
+    # Spanish, Portuguese and Catalan chat ("y jaime está con lo del servidor"): only after a line start,
+    # punctuation or a conjunction (_CLAUSE_BEFORE), since many of their words are given names ("rosa", "clara")
+    r"está|estaba|tiene|viene|dijo|quiere|puede|sabe|ya|tem|vai|foi|disse|quer|pode|chegou|mandou|falou|já|"
+    r"diu|té|vol|pot|ja)(?!\w))")
+_ROMANCE_VERBS_AFTER = frozenset("""está estaba tiene viene dijo quiere puede sabe ya tem vai foi disse quer pode chegou
+mandou falou já diu té vol pot ja""".split())  # noqa: SIM905
+_CLAUSE_BEFORE = re.compile(r"(?:^|[\n,.;:!?¿¡]\s*|\s(?:y|e|i|que|pero|mas|però|porque|perquè)\s)$")
 # the short verbs and the words of a list: after a three-letter name they say too little ("mia a", "ana e")
 _LOWER_SHORT_AFTER = frozenset(["a", "es", "ha", "e", "y", "en", "et", "and", "&", "or", "und", "est"])
 # "can tunde review this", "did maria send it": a question's auxiliary right before a lower-case name
