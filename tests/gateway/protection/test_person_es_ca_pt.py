@@ -54,3 +54,19 @@ def test_d_is_a_title_before_a_spanish_or_portuguese_name(text: str, name: str) 
 def test_dna_is_a_title_not_a_name() -> None:
     assert values("Saludos cordiales,\nDña. Elvira Soto Cuesta\nDirectora") == ["Elvira Soto Cuesta"]
     assert values("Firma: Dña. Remedios") == ["Remedios"]
+
+
+@pytest.mark.parametrize("text", [
+    "Rua Direita e Rua Nova estão em obras.",
+    "Station de métro Franklin D. Roosevelt, sortie 2.",
+    "Bajamos en el metro Antón Martín.",
+])
+def test_a_street_word_that_is_a_given_name_and_a_metro_station(text: str) -> None:
+    assert values(text) == []
+
+
+def test_a_city_of_two_words_keeps_its_second_word_a_given_name() -> None:
+    # "São Paulo" is a city as a whole run: "Paulo" alone, or in a handle, is a person
+    assert values("Vou para São Paulo na sexta-feira.") == []
+    assert values("Falei com o Paulo ontem.") == ["Paulo"]
+    assert values("pedido criado por paulo.mendes hoje") == ["paulo.mendes"]

@@ -47,7 +47,7 @@ st louis, saint louis, st helena, saint helena, st paul, saint paul, st john, ja
 jackson hole, lake louise, prince edward, prince george, prince albert, king george, queen elizabeth,
 elizabeth line, victoria line, jordan valley, amber alert, grace period, mark down, will power,
 johns hopkins, carnegie mellon, van gogh museum, anne frank house, georgia tech, virginia tech,
-santiago de compostela, santiago de chile, santiago de cuba, domingo de ramos, domingo de resurrección,
+são paulo, sao paulo, santiago de compostela, santiago de chile, santiago de cuba, domingo de ramos, domingo de resurrección,
 domingo de pascua,
 """.replace("\n", " ").split(",") if s.strip())
 
@@ -154,7 +154,9 @@ sparks summers sweet thorne tower wade walls watts wild wilde wren york
 """)
 
 # Countries, regions, large cities and languages (English and local spellings): a greeting or
-# sign-off before one ("Hello Berlin!", "Translate to German") and a lone one are no person.
+# sign-off before one ("Hello Berlin!", "Translate to German") and a lone one are no person. One word
+# each: a city of two words whose second is a given name is a whole run of FIRMS ("são paulo": Paulo
+# alone is a person).
 PLACES = _words("""
 afghanistan albania algeria andorra angola argentina armenia australia austria azerbaijan bahamas bahrain
 bangladesh barbados belarus belgium belize benin bhutan bolivia bosnia botswana brazil brasil brunei bulgaria
@@ -186,7 +188,7 @@ dhaka kathmandu colombo bangkok hanoi jakarta manila singapore kuala lumpur beij
 hong kong taipei seoul tokyo osaka kyoto sydney melbourne brisbane perth auckland wellington toronto
 montreal montréal vancouver ottawa chicago boston seattle denver dallas houston atlanta miami detroit
 philadelphia phoenix portland austin nashville orleans vegas mexico bogotá bogota lima quito caracas
-santiago buenos aires montevideo são paulo sao paulo rio brasília lyon marseille toulouse nice nantes
+santiago buenos aires montevideo rio brasília lyon marseille toulouse nice nantes
 strasbourg bordeaux lille stuttgart düsseldorf dresden leipzig hannover bremen nuremberg nürnberg
 english german french spanish italian dutch portuguese chinese japanese korean russian arabic hindi turkish
 polish swedish danish norwegian finnish greek hebrew czech hungarian romanian ukrainian thai vietnamese

@@ -359,8 +359,8 @@ class _Finder:
         prev = _word_right_before(self.before(i, 16))
         if prev in _STREET_WORDS or prev in _ARTICLES:
             return True
-        if toks[i].low in _STREET_WORDS and not self.g.is_given(toks[i].low):
-            return True  # the street word capitalised, first: "Carrer Antoni Gaudí", "Avenida Getúlio Vargas"
+        if toks[i].low in _STREET_WORDS:
+            return True  # the street word capitalised, first: "Carrer Antoni Gaudí", "Avenida Getúlio Vargas", "Rua Nova"
         after = self.text[toks[j - 1].end:toks[j - 1].end + 40]
         m = _SUFFIX_THEN.match(after)
         if m is not None and m.group(1).lower() in _ORG_AFTER:

@@ -74,7 +74,7 @@ project projekt projet proyecto progetto programme programma programa operation 
 operatie codename mission missione misión missie
 día jour giorno fête fiesta festa feast noche nuit notte
 sant estádio estadi escola institut instituto liceu universidade universitat museu teatre aeroport estação
-estació ponte puente palau palacio palácio puerta diada semana
+estació ponte puente palau palacio palácio puerta diada semana métro metro metrô
 """.split())  # noqa: SIM905
 # shops, in six languages: a firm's word before or after a surname ("Bäckerei Schulz", "Müller Drogerie",
 # "Pharmacie Dupont", "Farmacia Rossi", "Slagerij Jansen")
