@@ -376,3 +376,24 @@ def test_a_half_checkpoint_is_converted_as_torch_converts_it(tmp_path: Path, che
         want = w_torch.view(torch.int16).numpy().view(np.uint16) if w_torch.dtype == torch.bfloat16 else w_torch.numpy()
         assert w_native.dtype == want.dtype and np.array_equal(w_native, want)
     run_both(a, b, schedules()["chunked"], *TOLERANCE[dtype])
+
+
+def test_a_step_runs_on_num_threads_in_whichever_thread_calls_it(model_dirs: dict[str, Path]) -> None:
+    import os
+    import threading
+
+    from kvfence.engine.native.kernels import native_kernels
+
+    if not native_kernels().openmp or (os.cpu_count() or 1) < 2:
+        pytest.skip("the kernels share no threads here")
+    a = native(model_dirs["llama"], num_threads=1)
+    seen: list[int] = []
+
+    def step() -> None:  # OpenMP keeps its thread count per thread: a server steps in its own thread
+        a.execute([ScheduledSeq(sequences()["A"], 0, 4, True)])
+        seen.append(ctypes.CDLL("libgomp.so.1").omp_get_max_threads())
+
+    worker = threading.Thread(target=step)
+    worker.start()
+    worker.join()
+    assert seen == [1]

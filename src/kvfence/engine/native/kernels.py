@@ -13,7 +13,9 @@ import ctypes
 import platform
 import sys
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -53,10 +55,18 @@ class NativeKernels:
     openmp: bool
 
     def set_threads(self, threads: int) -> None:
-        """Run the attention kernels (which share rows over OpenMP's threads) on ``threads`` threads;
-        the products take their count per call."""
+        """Run the attention kernels (which share rows over OpenMP's threads) on ``threads`` threads
+        when called from this thread (OpenMP keeps the count per thread: call it in the thread that
+        runs the step); the products take their count per call."""
         if self.openmp:
-            ctypes.CDLL("libgomp.so.1").omp_set_num_threads(ctypes.c_int(threads))  # the library's own libgomp
+            _omp_set_num_threads()(threads)
+
+
+@cache
+def _omp_set_num_threads() -> Any:
+    fn = ctypes.CDLL("libgomp.so.1").omp_set_num_threads  # already loaded: the library's own libgomp
+    fn.argtypes, fn.restype = [ctypes.c_int], None
+    return fn
 
 
 class _State:

@@ -113,7 +113,6 @@ class NativeRunner:
         self.num_pages = num_pages
         self.num_threads = num_threads
         self._kernels = native_kernels()
-        self._kernels.set_threads(num_threads)
         self._lib = self._kernels.lib
         self.weights = load_weights(model_dir, cfg, dtype)
         layers, heads, kv, d = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
@@ -223,6 +222,7 @@ class NativeRunner:
             raise InvalidParameterError("prompt_logprobs is not supported by the native runtime (kvfence serve "
                                         "--runtime torch computes them)", param="prompt_logprobs")
         self.scrub_released()
+        self._kernels.set_threads(self.num_threads)  # OpenMP's count is per thread: this step's thread
         ordered = [it for it in items if it.num_new_tokens == 1] + [it for it in items if it.num_new_tokens != 1]
         sampled = [it for it in ordered if it.samples]
         if not ordered:
