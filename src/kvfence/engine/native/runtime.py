@@ -16,10 +16,9 @@ from kvfence.engine.native.sampler import NumpyGenerator
 from kvfence.errors import InvalidParameterError
 
 if TYPE_CHECKING:
-    from kvfence.engine.native.runner import NativeRunner
-
     from kvfence.engine.config import EngineConfig, ModelConfig
     from kvfence.engine.kv.page_ledger import PageLedger
+    from kvfence.engine.native.runner import NativeRunner
     from kvfence.engine.sampling.sample_rows import Generator, SampledToken, SampleRow
     from kvfence.engine.sampling.sampling_params import SamplingParams
 

@@ -9,7 +9,7 @@ import torch
 
 from kvfence.engine.core.runtime import host_pool_memory
 from kvfence.engine.layers.sampler import sample
-from kvfence.engine.runner.loader import checkpoint_files
+from kvfence.engine.runner.checkpoint import checkpoint_files
 from kvfence.engine.runner.model_runner import ModelRunner, resolve_device, torch_dtype
 
 if TYPE_CHECKING:
