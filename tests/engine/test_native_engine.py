@@ -3,16 +3,18 @@
 ``LLM(runtime="native")`` and ``LLM(runtime="torch")`` over the same checkpoint and pool run the
 same continuous batches: mixed prefill and decode steps, prompts chunked across steps, prefix-cache
 hits of one tenant, and a pool so small that requests are preempted and recomputed. Their greedy
-tokens must be equal, and every freed page zero afterwards (I2), in both.
+tokens must be equal, and every freed page zero afterwards (I2), in both; so must their prompt
+log-probabilities (values, ranks and top ids).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from kvfence.engine.llm import LLM
+from kvfence.engine.llm import LLM, CompletionOutput
 from kvfence.engine.sampling.sampling_params import SamplingParams
-from kvfence.errors import ConfigError, InvalidParameterError
+from kvfence.errors import ConfigError
 from kvfence.scope import TenantIdentity
 
 PROMPTS = [
@@ -50,12 +52,42 @@ def test_greedy_tokens_equal_the_torch_runtimes(pool: dict[str, int]) -> None:
         assert native.engine.core.stats().num_preemptions > 0
 
 
+def _prompt_scores(runtime: str) -> tuple[list[CompletionOutput], LLM, int]:
+    llm = LLM(runtime=runtime, device="cpu", kv_cache_tokens=4096, max_prefill_chunk=16,  # type: ignore[arg-type]
+              max_num_batched_tokens=48)
+    acme = TenantIdentity(organization="acme")
+    plain = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
+    llm.generate(PROMPTS, plain, tenant=acme)
+    hits = sum(llm.engine.core.stats().prefix_hit_tokens_by_scope.values())
+    scored = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True, prompt_logprobs=2)
+    # in one batch with prefix-cache hits (the plain ones; a scored prompt computes every position)
+    outs = llm.generate(PROMPTS + PROMPTS[:3], [scored] * len(PROMPTS) + [plain] * 3, tenant=acme)
+    return outs, llm, sum(llm.engine.core.stats().prefix_hit_tokens_by_scope.values()) - hits
+
+
+def test_prompt_logprobs_equal_the_torch_runtimes() -> None:
+    got, native, hits = _prompt_scores("native")
+    want, _, _ = _prompt_scores("torch")
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+    assert hits > 0  # the plain prompts of the scored batch mapped cached pages
+    assert native.engine.core.pool_is_zero()
+    longest = max(len(o.prompt_token_ids) for o in got)
+    assert longest > 16  # scored across prefill chunks
+    for g, w in zip(got[: len(PROMPTS)], want[: len(PROMPTS)], strict=True):
+        assert g.prompt_logprobs is not None and w.prompt_logprobs is not None
+        assert len(g.prompt_logprobs) == len(w.prompt_logprobs) == len(g.prompt_token_ids)
+        assert g.prompt_logprobs[0] is None and w.prompt_logprobs[0] is None
+        for g_entry, w_entry in zip(g.prompt_logprobs[1:], w.prompt_logprobs[1:], strict=True):
+            assert g_entry is not None and w_entry is not None
+            assert list(g_entry) == list(w_entry)  # the prompt's token, then the top ids in order
+            assert [lp.rank for lp in g_entry.values()] == [lp.rank for lp in w_entry.values()]
+            np.testing.assert_allclose([lp.logprob for lp in g_entry.values()],
+                                       [lp.logprob for lp in w_entry.values()], rtol=1e-4, atol=1e-4)
+    assert all(o.prompt_logprobs is None for o in got[len(PROMPTS):])
+
+
 def test_what_the_native_runtime_cannot_do_is_refused_by_name() -> None:
     with pytest.raises(ConfigError, match="CPU only"):
         LLM(runtime="native", device="cuda")
     with pytest.raises(ConfigError, match="runtime must be one of"):
         LLM(runtime="jax")  # type: ignore[arg-type]
-    llm = LLM(runtime="native", kv_cache_tokens=512, max_model_len=256)
-    with pytest.raises(InvalidParameterError, match="prompt_logprobs"):
-        llm.generate(["x"], SamplingParams(max_tokens=1, prompt_logprobs=1))
-    assert llm.generate(["still works"], SamplingParams(max_tokens=2, temperature=0))[0].token_ids

@@ -23,7 +23,10 @@ from kvfence.engine.core.scheduler import ScheduledSeq
 from kvfence.engine.core.sequence import Sequence
 from kvfence.engine.native.runner import MAX_ROWS_PER_CALL, NativeRunner
 from kvfence.engine.runner.model_runner import ModelRunner
-from kvfence.errors import ConfigError, InvalidParameterError, IsolationViolation
+from kvfence.engine.sampling import prompt_logprobs
+from kvfence.engine.sampling.prompt_logprobs import PromptScores
+from kvfence.engine.sampling.sampling_params import SamplingParams
+from kvfence.errors import ConfigError, IsolationViolation
 from tests.engine.kernel_marks import needs_kernels
 from tests.engine.tiny_models import build_tiny_model
 
@@ -147,6 +150,35 @@ def test_logits_and_pool_equal_the_torch_runner_at_float32(model_dirs: dict[str,
     assert not a.kv_pool[:, :, a.null_page].any()
 
 
+@pytest.mark.parametrize("model", ["llama", "qwen2", "mistral"])
+@pytest.mark.parametrize("schedule", list(schedules()))
+def test_prompt_scores_equal_the_torch_runners(model_dirs: dict[str, Path], model: str, schedule: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prompt_logprobs, "_ROWS_PER_SLICE", 4)  # chunks of up to 13 rows: several slices
+    a, b = native(model_dirs[model]), torch_runner(model_dirs[model])
+    seqs = sequences()
+    for name in ("A", "C"):  # B does not ask: its rows are not scored
+        s = seqs[name]
+        seqs[name] = Sequence(name, s.token_ids, b"scope", SamplingParams(prompt_logprobs=3))
+        seqs[name].block_table = s.block_table
+    scored = 0
+    for step in schedules()[schedule]:
+        items = [ScheduledSeq(seqs[name], start, n, samples) for name, start, n, samples in step]
+        got: dict[str, PromptScores] = {}
+        want: dict[str, PromptScores] = {}
+        a.execute(items, got)
+        b.execute(items, want)
+        assert got.keys() == want.keys()
+        scored += sum(len(g.token_ids) for g in got.values())
+        for rid, w in want.items():
+            g = got[rid]
+            assert (g.first_index, g.token_ids, g.ranks, g.top_ids) == (w.first_index, w.token_ids, w.ranks, w.top_ids)
+            np.testing.assert_allclose(g.logprobs, w.logprobs, rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(g.top_logprobs, w.top_logprobs, rtol=1e-4, atol=1e-4)
+            assert all(len(top) == 3 for top in g.top_ids)
+    assert scored >= 8
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("kv_dtype", ["float32", "same"])
 @pytest.mark.parametrize("model", ["llama", "qwen3", "mistral"])
@@ -265,8 +297,6 @@ def test_unsupported_models_and_options_are_config_errors(tmp_path: Path, model_
     longrope = build_tiny_model(tmp_path / "d", "llama", rope_scaling={"rope_type": "dynamic", "factor": 2.0})
     with pytest.raises(ConfigError, match="rope scaling type 'dynamic'"):
         native(longrope)
-    with pytest.raises(InvalidParameterError, match="prompt_logprobs"):
-        native(model_dirs["llama"]).execute([ScheduledSeq(sequences()["A"], 0, 4, True)], {})
 
 
 def test_a_block_table_outside_the_pool_is_refused_before_anything_is_written(model_dirs: dict[str, Path]) -> None:

@@ -1,8 +1,8 @@
 """`kvfence serve --runtime native` as a user runs it: a server process with no PyTorch in it.
 
 The server is a real subprocess on loopback, driven with the official ``openai`` client: chat
-(streamed and not), a JSON-schema structured output, a seeded sample repeated, and a request for
-what this runtime does not do (prompt log-probabilities), which is a clear 400. The process's
+(streamed and not), a JSON-schema structured output, a seeded sample repeated, and prompt
+log-probabilities on completions, equal to the torch runtime's (computed in this test's process). The process's
 memory map must hold no libtorch: the point of the runtime is the memory torch would take.
 """
 
@@ -19,6 +19,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from kvfence.engine.llm import LLM
+from kvfence.engine.sampling.sampling_params import SamplingParams
 from tests.netutil import free_port
 
 KVFENCE = str(Path(sys.executable).parent / "kvfence")
@@ -95,13 +97,19 @@ def test_structured_output_runs_on_numpy_rows(native_server: tuple[str, subproce
     assert json.loads(out.choices[0].message.content or "") in schema["enum"]
 
 
-def test_prompt_logprobs_is_a_clear_400_and_the_server_goes_on(native_server: tuple[str, subprocess.Popen[bytes], Path]) -> None:
+def test_prompt_logprobs_over_http_equal_the_torch_runtimes(native_server: tuple[str, subprocess.Popen[bytes], Path]) -> None:
     base, _, log = native_server
-    client = _client(base)
-    with pytest.raises(openai.BadRequestError) as err:
-        client.completions.create(model="kvfence-builtin-random-llama", prompt="score me", max_tokens=1,
-                                  extra_body={"prompt_logprobs": 1})
-    assert "prompt_logprobs" in str(err.value) and "--runtime torch" in str(err.value)
+    torch_llm = LLM(runtime="torch", device="cpu", kv_cache_tokens=512, max_model_len=256)
+    (want_out,) = torch_llm.generate(["Scrubbed pages are zero before reuse"],
+                                     SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=2))
+    prompt, want = want_out.prompt_token_ids, want_out.prompt_logprobs
+    out = _client(base).completions.create(model="kvfence-builtin-random-llama", prompt=prompt, max_tokens=1,
+                                           temperature=0, extra_body={"prompt_logprobs": 2})
+    got = out.choices[0].prompt_logprobs  # type: ignore[attr-defined]
+    assert want is not None and len(got) == len(want) == len(prompt) and got[0] is None
+    for g, w in zip(got[1:], want[1:], strict=True):
+        assert g is not None and w is not None
+        assert list(g) == [str(t) for t in w]  # the prompt's token, then the top two
+        assert [v["rank"] for v in g.values()] == [lp.rank for lp in w.values()]
+        assert [v["logprob"] for v in g.values()] == pytest.approx([lp.logprob for lp in w.values()], abs=1e-4)
     assert "Traceback" not in log.read_text()
-    ok = client.completions.create(model="kvfence-builtin-random-llama", prompt="still here", max_tokens=2)
-    assert ok.choices[0].text is not None

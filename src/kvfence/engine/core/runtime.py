@@ -7,8 +7,7 @@ computes over the pool is a *runtime*:
   CUDA, every model family and sampling option;
 - ``native``: :class:`~kvfence.engine.native.runner.NativeRunner`, the CPU kernels driven from
   NumPy with no PyTorch in the process (about 220 MB less resident memory), the Llama-family models
-  the kernels run, and every sampling option but custom logits processors, structured outputs and
-  prompt log-probabilities.
+  the kernels run, and every sampling option (prompt log-probabilities included).
 
 Each runtime supplies the runner, the random generators and the sampler, so the engine never
 imports an array library itself. Invariant I2 stays the runner's: every runner zero-fills the page

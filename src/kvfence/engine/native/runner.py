@@ -13,7 +13,8 @@ writes all the step's K/V rows into the pool before any row attends, so a prefil
 too, row ``t`` of a chunk from position ``p`` attending to the slots of positions ``[begin, p + t + 1)``
 of its own block table (I1); ``begin`` is 0 or the sliding window's start. Every row of a sequence
 reads one copy of that sequence's slots (the view's row stride is 0, each row's bounds are offsets
-into the step's slot list). The final norm and the LM head run for the rows that sample only.
+into the step's slot list). The final norm and the LM head run for the rows that sample, and for the
+prompt rows of requests that ask for prompt log-probabilities (a slice of rows at a time).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ from kvfence.engine.native.memory import packed_empty
 from kvfence.engine.native.rope import inverse_frequencies, rope_rows
 from kvfence.engine.native.weights import load_weights, unsupported
 from kvfence.engine.runner.scrub import ScrubLedger, page_runs, scrub_released
-from kvfence.errors import ConfigError, InvalidParameterError
+from kvfence.engine.sampling.prompt_logprobs import positions_to_score, score_positions_numpy
+from kvfence.errors import ConfigError
 
 if TYPE_CHECKING:
     from kvfence.engine.sampling.prompt_logprobs import PromptScores
@@ -216,26 +218,30 @@ class NativeRunner:
     ) -> tuple[list[ScheduledSeq], np.ndarray]:
         """Run one mixed batch; return the items that sample and their float32 logits [N, vocab].
 
-        The pages on the ledger's scrub list are zero-filled first (I2). Prompt log-probabilities
-        (``prompt_scores``) are not computed here: :class:`InvalidParameterError`, before anything runs."""
-        if prompt_scores is not None:
-            raise InvalidParameterError("prompt_logprobs is not supported by the native runtime (kvfence serve "
-                                        "--runtime torch computes them)", param="prompt_logprobs")
+        With ``prompt_scores`` given, the prompt positions of requests that ask for prompt
+        log-probabilities are scored too (:func:`~kvfence.engine.sampling.prompt_logprobs.score_positions_numpy`),
+        keyed by request id. The pages on the ledger's scrub list are zero-filled first (I2)."""
         self.scrub_released()
         self._kernels.set_threads(self.num_threads)  # OpenMP's count is per thread: this step's thread
         ordered = [it for it in items if it.num_new_tokens == 1] + [it for it in items if it.num_new_tokens != 1]
         sampled = [it for it in ordered if it.samples]
         if not ordered:
             return sampled, np.empty((0, self.cfg.vocab_size), dtype=np.float32)
-        batch = self._batch(ordered)
+        batch = self._batch(ordered, scores=prompt_scores is not None)
         hidden = self._layers_forward(batch)
+        if prompt_scores is not None:
+            for it, row, span in batch.to_score:
+                prompt_scores[it.seq.request_id] = score_positions_numpy(
+                    self._logits, hidden[row : row + len(span)], it.seq, span
+                )
         if not sampled:
             return sampled, np.empty((0, self.cfg.vocab_size), dtype=np.float32)
         return sampled, self._logits(np.ascontiguousarray(hidden[batch.sample_rows]))
 
-    def _batch(self, ordered: list[ScheduledSeq]) -> _Batch:
+    def _batch(self, ordered: list[ScheduledSeq], *, scores: bool) -> _Batch:
         ps, window = self.page_size, self._window
         ids, positions, mapping, sample_rows = [], [], [], []
+        to_score: list[tuple[ScheduledSeq, int, range]] = []  # item, its first scored row, positions
         slot_lists, begins, begins_full, ends = [], [], [], []
         offset = rows = 0
         for it in ordered:
@@ -257,13 +263,15 @@ class NativeRunner:
             begins_full.append(np.full(n, offset, dtype=np.int64))
             begins.append(offset + np.maximum(pos + 1 - window, 0) if window is not None else begins_full[-1])
             offset += context
+            if scores and (span := positions_to_score(it.seq, start, n)):
+                to_score.append((it, rows + span.start - start, span))
             rows += n
             if it.samples:
                 sample_rows.append(rows - 1)
         return _Batch(
             np.asarray(ids, dtype=np.int64), np.concatenate(positions), np.concatenate(mapping),
             np.concatenate(slot_lists), np.concatenate(begins), np.concatenate(begins_full), np.concatenate(ends),
-            sample_rows,
+            sample_rows, to_score,
         )
 
     def _layers_forward(self, batch: _Batch) -> np.ndarray:
@@ -292,6 +300,7 @@ class NativeRunner:
 
     def _logits(self, hidden: np.ndarray) -> np.ndarray:
         """Final RMSNorm, then the LM head (the embedding where tied): float32 [N, vocab]."""
+        hidden = np.ascontiguousarray(hidden)
         n, dim = hidden.shape
         normed = np.empty_like(hidden)
         self._lib.kvfence_rms_norm_f32(ptr(hidden), n, dim, dim, ptr(self.weights.norm), self.cfg.rms_norm_eps,
@@ -316,3 +325,4 @@ class _Batch:
     begin_full: np.ndarray
     end: np.ndarray
     sample_rows: list[int]
+    to_score: list[tuple[ScheduledSeq, int, range]]  # prompt log-probabilities: item, first row, positions

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from kvfence.engine.core.runtime import host_pool_memory
 from kvfence.engine.native import sampler
 from kvfence.engine.native.sampler import NumpyGenerator
-from kvfence.errors import InvalidParameterError
 
 if TYPE_CHECKING:
     from kvfence.engine.config import EngineConfig, ModelConfig
@@ -60,12 +59,7 @@ class NativeRuntime:
         return sampler.sample(logits, rows, default_generator)
 
     def check_params(self, params: SamplingParams) -> None:
-        """Prompt log-probabilities are the torch runtime's only."""
-        if params.prompt_logprobs is not None:
-            raise InvalidParameterError(
-                "prompt_logprobs is not available on this server's runtime (native); it needs --runtime torch",
-                param="prompt_logprobs",
-            )
+        """Every sampling parameter the engine takes runs here."""
 
 
 def _default_threads() -> int:

@@ -252,10 +252,8 @@ class ModelRunner:
         )
         if prompt_scores is not None:
             for it, row, span in to_score:
-                targets = it.seq.token_ids[span.start + 1 : span.stop + 1]
                 prompt_scores[it.seq.request_id] = score_positions(
-                    self.model.compute_logits, hidden[row : row + len(span)], targets,
-                    it.seq.params.prompt_logprobs or 0, span.start + 1,
+                    self.model.compute_logits, hidden[row : row + len(span)], it.seq, span
                 )
         if not sampled:
             return sampled, torch.empty(0, self.cfg.vocab_size, device=dev)
