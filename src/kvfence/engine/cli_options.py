@@ -79,7 +79,7 @@ _OPTIONS = [
     click.option("--runtime", type=click.Choice(list(SUPPORTED_RUNTIMES)), default="torch", show_default=True,
                  help="What computes: torch (PyTorch, CPU or CUDA, every model family) or native (kvfence's CPU "
                       "kernels from NumPy, no PyTorch in the process: about 220 MB less memory; Llama, Qwen2, "
-                      "Mistral, Qwen3; no custom logits processors, structured outputs or prompt logprobs)."),
+                      "Mistral, Qwen3; every sampling option)."),
     click.option("--max-num-seqs", type=int, default=64, show_default=True,
                  help="Most sequences decoded together in one batch."),
     click.option("--max-num-batched-tokens", type=int, default=2048, show_default=True,
