@@ -61,6 +61,8 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _CHAT_CUES,
     _CHINESE_SURNAMES,
     _CLAUSE_BEFORE,
+    _CLEFT_AFTER,
+    _CLEFT_BEFORE,
     _CUES,
     _FROM_TEAM,
     _FUNCTION_WORDS,
@@ -576,6 +578,13 @@ class _Finder:
             # god's, place's or brand's name only in a stamped chat line ("- Apollo: load tests" is a project)
             self.add(i, i + 1, "person_speaker", 0.65)
             return True
+        if j == i + 1 and self.word_name(t) and not g.is_ordinary(t.low) and not g.risky_given(t.low) \
+                and _CLEFT_AFTER.match(after) and _CLEFT_BEFORE.search(before):
+            self.add(i, i + 1, "person_cue", 0.65)  # "C'est Baptiste qui gère les accès" (not "C'est Paris qui")
+            return True
+        if j == i + 1 and self.signature(i):
+            self.add(i, i + 1, "person_cue", 0.6)  # "Bonjour Sophie,\n...\nAmandine": signed without a closing
+            return True
         if self.word_name(t) and (_MARKER_AFTER.match(after) or _AND_I_AFTER.match(after)
                                   or _WITH_I_BEFORE.search(before)
                                   or (_LINE_START.search(before) and _REQUEST_AFTER.match(after))
@@ -616,6 +625,18 @@ class _Finder:
             self.add(i, i + 1, "person_given", 0.55)
             return True
         return False
+
+    def signature(self, i: int) -> bool:
+        """A known given name alone on the last line of a text that opens with a greeting: a message
+        signed without a closing ("Hola Marta,\nte mando el contrato.\nValentín")."""
+        t, g = self.toks[i], self.g
+        line_start = self.text.rfind("\n", 0, t.start) + 1
+        if line_start == 0 or self.text[line_start:t.start].strip() or self.text[t.end:].strip(" \t\r\n.!") \
+                or not self.word_name(t) or g.is_ordinary(t.low) or g.risky_given(t.low):
+            return False
+        first = self.text[:self.text.find("\n")].lower()
+        words = _WORD.findall(first)[:2]
+        return bool(words) and (words[0] in _GREETINGS or " ".join(words) in _GREETINGS) and len(words) > 1
 
     def word_name(self, t: _Tok) -> bool:
         """A known given name, also a word or one that the lists find risky ("Grace", "Will", "Hope",

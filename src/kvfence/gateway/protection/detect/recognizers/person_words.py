@@ -373,7 +373,12 @@ _AUX_BEFORE = re.compile(r"(?:^|[\n.!?,;]\s*|\s)(?:can|could|did|does|has|have|i
 _EXPORT_STAMP = r"\d{1,2}[/.]\d{1,2}[/.]\d{2,4},?[ \t]+\d{1,2}:\d{2}(?::\d{2})?(?:[ \t]?[AaPp][Mm])?[ \t]+[-–][ \t]+"
 _STAMPED_LINE = re.compile(r"(?:^|\n)[ \t]*(?:\[[^\]\n]{1,24}\]|\d{1,2}:\d{2}(?::\d{2})?)[ \t]*(?:<)?$"
                            rf"|(?:^|\n)[ \t]*{_EXPORT_STAMP}$")
-_VOCATIVE_AFTER = re.compile(r"^(?:,\s|\s(?:can|could|would|pls|plz|please|are|r|u|do|did|have)\s)")
+_VOCATIVE_AFTER = re.compile(r"^(?:,\s|\s(?:can|could|would|pls|plz|please|are|r|u|do|did|have)\s"
+                             # "maëlys tu peux ...", "corentin t'as fini ?", "lorena tú sabes", "adrián ¿me pasas"
+                             r"|\s(?:tu|tú|você|vc)\s|\st['’][a-zé]|\s¿)")
+# a cleft names who does it: "C'est Baptiste qui gère", "Es Rubén quien lleva", "Foi o Leandro que abriu"
+_CLEFT_BEFORE = re.compile(r"(?:^|[\s,.;:!?¿¡])(?i:c['’]est|es|fue|era|foi|é|és|è|it's|it is|it was)(?:\s(?:o|a|la|el|en))?\s$")
+_CLEFT_AFTER = re.compile(r"^\s(?:qui|quien|que|quem|who|che)\s")
 _CHINESE_SURNAMES = frozenset("""wang li zhang liu chen yang huang zhao wu zhou xu sun ma zhu hu guo he gao lin luo
 zheng liang xie song tang han feng deng cao peng zeng xiao tian dong yuan pan cai jiang yu du ye cheng wei su lü
 ding ren shen yao lu cui zhong tan fan jin shi liao jia xia fu fang bai zou meng xiong qin qiu yin xue yan duan
