@@ -12,6 +12,7 @@ from torch import nn
 
 from kvfence.engine.kernels import try_rope_
 from kvfence.engine.layers.rope_lengths import rope_length_threshold
+from kvfence.engine.layers.yarn import yarn_attention_factor, yarn_factor, yarn_ramp
 
 __all__ = ["RotaryEmbedding", "rope_inverse_frequencies"]
 
@@ -29,16 +30,13 @@ def rope_inverse_frequencies(
         return inv_freq, 1.0
     if rope_type == "longrope":
         return _longrope(head_dim, theta, scaling, max_position_embeddings, "short_factor")
-    if scaling.get("factor") is None and rope_type == "yarn":  # as transformers: the stretch the config states
-        original = int(scaling.get("original_max_position_embeddings") or max_position_embeddings)
-        scaling = {**scaling, "factor": max_position_embeddings / original}
+    if rope_type == "yarn":
+        return _yarn(head_dim, theta, scaling, yarn_factor(scaling, max_position_embeddings), max_position_embeddings)
     factor = float(scaling.get("factor", 1.0))
     if rope_type == "linear":
         return inv_freq / factor, 1.0
     if rope_type == "llama3":
         return _llama3(inv_freq, scaling, factor), 1.0
-    if rope_type == "yarn":
-        return _yarn(head_dim, theta, scaling, factor, max_position_embeddings)
     raise ValueError(f"unsupported rope type {rope_type!r}")  # config.py rejects these earlier
 
 
@@ -85,35 +83,13 @@ def _llama3(inv_freq: torch.Tensor, scaling: dict[str, Any], factor: float) -> t
 def _yarn(
     head_dim: int, theta: float, scaling: dict[str, Any], factor: float, max_position_embeddings: int
 ) -> tuple[torch.Tensor, float]:
-    original = int(scaling.get("original_max_position_embeddings") or max_position_embeddings)
-
-    def mscale(scale: float, m: float = 1.0) -> float:
-        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
-
-    attention_factor = scaling.get("attention_factor")
-    if attention_factor is None:
-        if scaling.get("mscale") and scaling.get("mscale_all_dim"):
-            attention_factor = mscale(factor, scaling["mscale"]) / mscale(factor, scaling["mscale_all_dim"])
-        else:
-            attention_factor = mscale(factor)
-    beta_fast = float(scaling.get("beta_fast") or 32)
-    beta_slow = float(scaling.get("beta_slow") or 1)
-
-    def correction_dim(num_rotations: float) -> float:
-        return (head_dim * math.log(original / (num_rotations * 2 * math.pi))) / (2 * math.log(theta))
-
-    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
-    if scaling.get("truncate", True):
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, head_dim - 1)
-    if low == high:
-        high += 0.001
+    low, high = yarn_ramp(head_dim, theta, scaling, max_position_embeddings)
     ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
     pos_freqs = theta ** (torch.arange(0, head_dim, 2).float() / head_dim)
     extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
     extrapolation_weight = 1 - ramp
     inv_freq = interpolation * (1 - extrapolation_weight) + extrapolation * extrapolation_weight
-    return inv_freq, float(attention_factor)
+    return inv_freq, yarn_attention_factor(scaling, factor)
 
 
 class RotaryEmbedding(nn.Module):
