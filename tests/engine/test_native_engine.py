@@ -9,6 +9,8 @@ log-probabilities (values, ranks and top ids).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,7 @@ from kvfence.engine.llm import LLM, CompletionOutput
 from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import ConfigError
 from kvfence.scope import TenantIdentity
+from tests.engine.tiny_models import build_tiny_model
 
 PROMPTS = [
     "The isolation contract says that one tenant's prompt",
@@ -84,6 +87,25 @@ def test_prompt_logprobs_equal_the_torch_runtimes() -> None:
             np.testing.assert_allclose([lp.logprob for lp in g_entry.values()],
                                        [lp.logprob for lp in w_entry.values()], rtol=1e-4, atol=1e-4)
     assert all(o.prompt_logprobs is None for o in got[len(PROMPTS):])
+
+
+@pytest.mark.parametrize("rope", [
+    {"rope_type": "dynamic", "factor": 4.0},  # past max_position_embeddings (32): rotated for each length
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32},
+], ids=["dynamic", "yarn"])
+def test_scaled_rope_gives_the_torch_runtimes_tokens(rope: dict[str, object], tmp_path: Path) -> None:
+    model_dir = build_tiny_model(tmp_path / "m", "llama", max_position_embeddings=32,
+                                 rope_parameters={"rope_theta": 10000.0, **rope})
+    rng = np.random.default_rng(5)
+    prompts = [rng.integers(3, 250, n).tolist() for n in (20, 29, 45)]  # under, across and past 32 tokens
+    params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+
+    def tokens(runtime: str) -> list[list[int]]:
+        llm = LLM(model=str(model_dir), runtime=runtime, device="cpu", max_model_len=128,  # type: ignore[arg-type]
+                  kv_cache_tokens=1024, page_size=8, max_prefill_chunk=7, max_num_batched_tokens=12)
+        return [o.token_ids for o in llm.generate(prompts, params)]
+
+    assert tokens("native") == tokens("torch")
 
 
 def test_what_the_native_runtime_cannot_do_is_refused_by_name() -> None:

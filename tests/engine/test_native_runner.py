@@ -47,6 +47,15 @@ MODELS: dict[str, dict[str, Any]] = {
     "mistral": {"sliding_window": 6},
     "qwen2-mixed": {"use_sliding_window": True, "sliding_window": 6, "max_window_layers": 1},
     "phi3": {},  # fused qkv / gate_up in the checkpoint
+    # YaRN: frequencies ramped between extrapolated and interpolated, cos/sin scaled by the attention factor
+    "llama-yarn": {"max_position_embeddings": 128, "rope_parameters": {
+        "rope_theta": 10000.0, "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}},
+    "qwen2-yarn-mscale": {"max_position_embeddings": 128, "rope_parameters": {
+        "rope_theta": 1e6, "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32,
+        "beta_fast": 16, "beta_slow": 2, "truncate": False, "mscale": 1.0, "mscale_all_dim": 0.5}},
+    # dynamic NTK past max_position_embeddings (8): the 16-token sequences below are rotated for their length
+    "llama-dynamic": {"max_position_embeddings": 8, "rope_parameters": {
+        "rope_theta": 10000.0, "rope_type": "dynamic", "factor": 4.0}},
 }
 
 
@@ -129,8 +138,8 @@ def sequences() -> dict[str, Sequence]:
 
 
 def run_both(native_runner: NativeRunner, torch_r: ModelRunner, steps: list[list[tuple[str, int, int, bool]]],
-             rtol: float, atol: float) -> None:
-    seqs = sequences()
+             rtol: float, atol: float, seqs: dict[str, Sequence] | None = None) -> None:
+    seqs = seqs or sequences()
     for i, step in enumerate(steps):
         items = [ScheduledSeq(seqs[name], start, n, samples) for name, start, n, samples in step]
         got_items, got = native_runner.execute(items)
@@ -148,6 +157,20 @@ def test_logits_and_pool_equal_the_torch_runner_at_float32(model_dirs: dict[str,
     run_both(a, b, schedules()[schedule], *TOLERANCE["float32"])
     np.testing.assert_allclose(a.kv_pool, pool_of(b), rtol=1e-4, atol=1e-5)
     assert not a.kv_pool[:, :, a.null_page].any()
+
+
+@pytest.mark.parametrize("rope_length", [5, 9, 16])
+@pytest.mark.parametrize("schedule", ["prefill-decode", "chunked", "mixed"])
+def test_dynamic_rope_rotates_each_row_for_its_sequences_length(model_dirs: dict[str, Path], schedule: str,
+                                                                 rope_length: int) -> None:
+    """A rope length under the threshold (8) rotates by position up to it and by length past it; decodes
+    past the rope length are rotated for ``p + 1``, one length per row (as the torch runner)."""
+    seqs = sequences()
+    for s in seqs.values():
+        s.rope_length = rope_length
+    a, b = native(model_dirs["llama-dynamic"]), torch_runner(model_dirs["llama-dynamic"])
+    run_both(a, b, schedules()[schedule], *TOLERANCE["float32"], seqs=seqs)
+    np.testing.assert_allclose(a.kv_pool, pool_of(b), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("model", ["llama", "qwen2", "mistral"])
@@ -294,8 +317,10 @@ def test_unsupported_models_and_options_are_config_errors(tmp_path: Path, model_
     gemma = build_tiny_model(tmp_path / "g", "gemma3")
     with pytest.raises(ConfigError, match=r"Gemma3ForCausalLM.*--runtime torch"):
         native(gemma)
-    longrope = build_tiny_model(tmp_path / "d", "llama", rope_scaling={"rope_type": "dynamic", "factor": 2.0})
-    with pytest.raises(ConfigError, match="rope scaling type 'dynamic'"):
+    longrope = build_tiny_model(tmp_path / "d", "llama", max_position_embeddings=128, rope_parameters={
+        "rope_theta": 10000.0, "rope_type": "longrope", "original_max_position_embeddings": 32,
+        "short_factor": [1.0] * 8, "long_factor": [4.0] * 8})
+    with pytest.raises(ConfigError, match="rope scaling type 'longrope'"):
         native(longrope)
 
 

@@ -39,10 +39,11 @@ from kvfence.engine.kernels.loading import (
     KvLayerAttention,
     KvLinear,
 )
+from kvfence.engine.layers.rope_lengths import rope_lengths
 from kvfence.engine.native.dtypes import STORAGE, widen
 from kvfence.engine.native.kernels import native_kernels, ptr
 from kvfence.engine.native.memory import packed_empty
-from kvfence.engine.native.rope import inverse_frequencies, rope_rows
+from kvfence.engine.native.rope import Rope
 from kvfence.engine.native.weights import load_weights, unsupported
 from kvfence.engine.runner.scrub import ScrubLedger, page_runs, scrub_released
 from kvfence.engine.sampling.prompt_logprobs import positions_to_score, score_positions_numpy
@@ -123,7 +124,7 @@ class NativeRunner:
         self.null_page = num_pages
         self.scrubbed_pages = 0  # pages zero-filled so far (I2), and the time it took: the cost of isolation
         self.scrub_seconds = 0.0
-        self._inv_freq = inverse_frequencies(d, cfg.rope_theta, cfg.rope_scaling)
+        self._rope = Rope(d, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings)
         self._window = cfg.sliding_window
         self._full_layers = cfg.full_attention_layers if cfg.sliding_window is not None else frozenset()
         kind = WEIGHT_KINDS[dtype]
@@ -242,6 +243,8 @@ class NativeRunner:
         ps, window = self.page_size, self._window
         ids, positions, mapping, sample_rows = [], [], [], []
         to_score: list[tuple[ScheduledSeq, int, range]] = []  # item, its first scored row, positions
+        by_length = self._rope.length_threshold is not None  # dynamic NTK: rotated for the sequence's length
+        rope_lens: list[int] = []
         slot_lists, begins, begins_full, ends = [], [], [], []
         offset = rows = 0
         for it in ordered:
@@ -263,6 +266,8 @@ class NativeRunner:
             begins_full.append(np.full(n, offset, dtype=np.int64))
             begins.append(offset + np.maximum(pos + 1 - window, 0) if window is not None else begins_full[-1])
             offset += context
+            if by_length:
+                rope_lens.extend(rope_lengths(it.seq.rope_length, start, context))
             if scores and (span := positions_to_score(it.seq, start, n)):
                 to_score.append((it, rows + span.start - start, span))
             rows += n
@@ -271,14 +276,14 @@ class NativeRunner:
         return _Batch(
             np.asarray(ids, dtype=np.int64), np.concatenate(positions), np.concatenate(mapping),
             np.concatenate(slot_lists), np.concatenate(begins), np.concatenate(begins_full), np.concatenate(ends),
-            sample_rows, to_score,
+            np.asarray(rope_lens, dtype=np.int64) if by_length else None, sample_rows, to_score,
         )
 
     def _layers_forward(self, batch: _Batch) -> np.ndarray:
         """Hidden states [T, hidden] after every layer, the step's K/V written into the pool."""
         w = self.weights
         x = widen(w.embed[batch.ids])  # [T, hidden] float32
-        cos, sin = rope_rows(batch.positions, self._inv_freq)
+        cos, sin = self._rope.rows(batch.positions, batch.rope_lens)
         rows = x.shape[0]
         out = np.empty_like(x)
         views = (KvDecodeView * 2)()
@@ -324,5 +329,6 @@ class _Batch:
     begin: np.ndarray
     begin_full: np.ndarray
     end: np.ndarray
+    rope_lens: np.ndarray | None  # the sequence length each row is rotated for, where RoPE depends on it
     sample_rows: list[int]
     to_score: list[tuple[ScheduledSeq, int, range]]  # prompt log-probabilities: item, first row, positions

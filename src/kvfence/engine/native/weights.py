@@ -12,7 +12,7 @@ The matrix weights and the token embedding are stored in the model dtype (float3
 under the torch runtime on the CPU (:mod:`kvfence.engine.kernels.half_weights`).
 
 :func:`unsupported` names what this runtime does not run (other families, partial rotary, other
-activations, length-dependent RoPE ...); the runner raises it as a :class:`ConfigError`.
+activations, LongRoPE ...); the runner raises it as a :class:`ConfigError`.
 """
 
 from __future__ import annotations
