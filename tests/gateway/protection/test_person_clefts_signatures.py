@@ -47,3 +47,13 @@ def test_a_message_signed_with_a_lone_given_name_after_a_greeting() -> None:
     assert values("Voici le planning.\nLudivine") == []
     assert values("Bonjour,\nvoici le devis.\nMerci") == []
     assert values("Hola Iván,\nya está hecho.\nGracias") == ["Iván"]
+
+
+def test_a_safe_given_name_and_a_surname_that_is_a_word_after_a_list_label() -> None:
+    assert values("Présents : Gérald Carré, Yvette Pinson") == ["Gérald Carré", "Yvette Pinson"]
+    assert values("Attendees: Sydney Office, Paris Team") == []
+
+
+def test_a_lower_case_name_after_a_french_verb_of_warning_someone() -> None:
+    assert values("t'as prévenu ludivine pour demain ?") == ["ludivine"]
+    assert values("j'ai relancé Orange hier") == []

@@ -13,6 +13,7 @@ import re
 from kvfence.gateway.protection.detect.findings import Category, Finding
 from kvfence.gateway.protection.detect.recognizers.gazetteer import Gazetteer
 from kvfence.gateway.protection.detect.recognizers.not_names import FIRMS as _NOT_PEOPLE
+from kvfence.gateway.protection.detect.recognizers.not_names import NOT_ALONE as _NOT_ALONE
 from kvfence.gateway.protection.detect.recognizers.not_names import ORG_WORDS as _ORG_AFTER
 from kvfence.gateway.protection.detect.recognizers.not_names import PLACES as _PLACES
 from kvfence.gateway.protection.detect.recognizers.person_words import (
@@ -169,7 +170,11 @@ def list_values(text: str, g: Gazetteer) -> list[Finding]:
                 continue
             if not any(_known(g, w, False) for w in lows) and any(g.is_ordinary(w) for w in lows):
                 continue
-            if any(w in _PLACES or g.is_not_name(w) or (g.is_ordinary(w) and not g.is_name(w)) for w in lows):
+            # a safe given name before a surname the lists lack that is also a word: "Présents : Lionel Carré"
+            given_first = len(plain) == 2 and g.is_given(lows[0]) and not g.is_ordinary(lows[0]) \
+                and not g.risky_given(lows[0]) and lows[0] not in _NOT_ALONE and plain[1][1:].islower()
+            if any(w in _PLACES or g.is_not_name(w) or (g.is_ordinary(w) and not g.is_name(w)
+                                                        and not (given_first and w == lows[1])) for w in lows):
                 continue  # "Lagos office", "Events Committee", "Security Guild": a place, a word, a department
             if len(plain) == 1 and (len(plain[0]) < 3 or not _known(g, lows[0], False) or plain[0].isupper()):
                 continue  # "Safaricom", "UNICEF", "TBC": one word is a name only when the lists know it

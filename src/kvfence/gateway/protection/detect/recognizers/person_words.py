@@ -90,7 +90,7 @@ je m'appelle, me llamo, soy, mi chiamo, sono, ik ben, mijn naam is, ik heet, fra
 chiedi a, vraag, witness, attendees, attendee, participants, present, speaker, author, authors, owner,
 assignee, signatory, guarantor, seller, buyer, lessor, lessee, tenant, employer, contractor, zeuge, zeugin,
 teilnehmer, témoin, participants, testigo, asistentes, testimone, partecipanti, getuige, aanwezig, @, met, mit, avec, con, per, via, from, by, and, to, for, und,
-amb, com, assistents, testimoni, testemunha, viu a, viste a, dicho a,
+amb, com, assistents, testimoni, testemunha, viu a, viste a, dicho a, prévenu, préviens, prévenez, relancé, relance,
 sentito, visto, vu, croisé, chiamato, appelé,
 loop in, looping in, looped in, looping, according to, thanks to, merci à, grazie a, gracias a, danke an, dank aan,
 shoutout to, shout out to, kudos to, congrats, congratulations, félicitations, bravo, glückwunsch, felicidades,
@@ -107,7 +107,7 @@ reply to, pass it to, hand it to, bises à, bisous à, sag, dile a, digli
 # "according to" names a firm, an analyst or a paper as often as a person ("according to Gartner")
 _WEAK_CUES = frozenset(["with", "met", "mit", "avec", "con", "amb", "com", "per", "via", "from", "by", "and", "to", "for", "und",
                         "sentito", "visto", "vu", "croisé", "chiamato", "appelé", "according to", "viu a", "viste a",
-                        "dicho a"])
+                        "dicho a", "prévenu", "préviens", "prévenez", "relancé", "relance"])
 _CUE_WORDS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?|@|(?<=c)/(?=o)")
 
 
