@@ -19,7 +19,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-import torch
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
@@ -93,8 +92,6 @@ class DisaggregatedEngine:
         if isinstance(config, EngineConfig):
             config = DisaggConfig(engine=config)
         self.config = config
-        if config.engine.runtime != "torch":  # the handoff carries torch generator states and pool bytes
-            raise ConfigError("--disagg runs on --runtime torch only")
         # The decode pool: the model runner, its page ledger and scheduler, and the step every engine runs.
         self.core = EngineCore(config.engine)
         self.runner = self.core.runner
@@ -479,10 +476,9 @@ class DisaggregatedEngine:
         seq.num_computed_tokens = seq.num_prompt_tokens
         seq.append_token(manifest.first_token)
         if req.generator is not None and manifest.generator_state is not None:
-            state = torch.frombuffer(bytearray(manifest.generator_state), dtype=torch.uint8)
             try:
-                req.generator.set_state(state)
-            except RuntimeError:
+                self.core.runtime.set_generator_state(req.generator, manifest.generator_state)
+            except ValueError:
                 log.warning("seeded sampler state of %s not transferable; reseeded", seq.request_id)
         if req.logprobs is not None and manifest.first_logprobs is not None:
             req.logprobs.append(manifest.first_logprobs)

@@ -21,7 +21,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 import zmq
 
 from kvfence.disagg.handoff import SentPage, build_manifest
@@ -34,7 +33,7 @@ from kvfence.engine.core.requests import banned_until_min_tokens
 from kvfence.engine.core.scheduler import Scheduler
 from kvfence.engine.core.sequence import Sequence
 from kvfence.engine.kv.block_manager import PageState
-from kvfence.engine.layers.sampler import SampledToken, SampleRow
+from kvfence.engine.sampling.sample_rows import Generator, SampledToken, SampleRow
 from kvfence.engine.sampling.sampling_params import SamplingParams
 from kvfence.errors import ConfigError, InvalidParameterError, IsolationViolation, RequestError
 
@@ -52,7 +51,7 @@ class _Job:
     prompt: list[int]
     params: SamplingParams  # the client's real parameters (the scheduler sees max_tokens=1)
     scope_key: bytes
-    generator: torch.Generator | None
+    generator: Generator | None
     banned_until_min_tokens: list[int]
     logprobs: None = None  # the first token's logprobs travel in the manifest, not on the job
 
@@ -227,7 +226,7 @@ class PrefillWorker:
             raise InvalidParameterError("scope_key must be a non-empty hex string", param="scope_key")
         generator = None
         if params.seed is not None:
-            generator = torch.Generator(device=self.runner.device).manual_seed(params.seed)
+            generator = self.core.runtime.generator(params.seed)
         banned = banned_until_min_tokens(params, self.core.tokenizer.eos_token_ids)
         return _Job(identity, request_id, list(prompt), params, scope_key, generator, banned)
 
@@ -274,7 +273,7 @@ class PrefillWorker:
             SentPage(page_id=i.page_id, generation=i.generation, shared=i.state is PageState.CACHED, payload=data)
             for i, data in zip(infos, payloads, strict=True)
         ]
-        state = None if job.generator is None else bytes(job.generator.get_state().numpy().tobytes())
+        state = None if job.generator is None else self.core.runtime.generator_state(job.generator)
         manifest = build_manifest(
             request_id=job.request_id, sender_id=self.instance_id, prompt_token_ids=job.prompt,
             scope_key=job.scope_key, page_size=self.block_manager.page_size, pages=pages,

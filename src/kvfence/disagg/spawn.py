@@ -33,7 +33,7 @@ def engine_config_args(config: EngineConfig) -> list[str]:
         args += ["--kv-cache-memory", str(config.kv_cache_memory)]
     args += [
         "--page-size", str(config.page_size), "--dtype", config.dtype, "--kv-cache-dtype", config.kv_cache_dtype,
-        "--device", config.device,
+        "--device", config.device, "--runtime", config.runtime,
         "--max-num-seqs", str(config.max_num_seqs), "--max-num-batched-tokens", str(config.max_num_batched_tokens),
         "--max-prefill-chunk", str(config.max_prefill_chunk), "--seed", str(config.seed),
     ]

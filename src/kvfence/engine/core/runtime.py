@@ -77,6 +77,14 @@ class Runtime(Protocol):
 
     def generator(self, seed: int) -> Generator: ...
 
+    def generator_state(self, generator: Generator) -> bytes:
+        """``generator``'s state as bytes (the disaggregated handoff carries a seeded request's)."""
+        ...
+
+    def set_generator_state(self, generator: Generator, state: bytes) -> None:
+        """Restore a state :meth:`generator_state` gave; ``ValueError`` for bytes that are not one."""
+        ...
+
     def sample(self, logits: Any, rows: list[SampleRow], default_generator: Generator) -> list[SampledToken]: ...
 
     def check_params(self, params: SamplingParams) -> None:

@@ -6,6 +6,7 @@ Nothing here imports torch: a process that serves with ``runtime="native"`` neve
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,15 @@ class NativeRuntime:
 
     def generator(self, seed: int) -> NumpyGenerator:
         return NumpyGenerator(seed)
+
+    def generator_state(self, generator: Generator) -> bytes:
+        return json.dumps(generator.get_state(), sort_keys=True).encode()
+
+    def set_generator_state(self, generator: Generator, state: bytes) -> None:
+        try:
+            generator.set_state(json.loads(state))
+        except (ValueError, TypeError, KeyError) as exc:  # JSON that is not a PCG64 state
+            raise ValueError(f"not a NumPy PCG64 state: {exc}") from exc
 
     def sample(self, logits: Any, rows: list[SampleRow], default_generator: Generator) -> list[SampledToken]:
         return sampler.sample(logits, rows, default_generator)

@@ -55,6 +55,15 @@ class TorchRuntime:
     def generator(self, seed: int) -> torch.Generator:
         return torch.Generator(device=self.device).manual_seed(seed)
 
+    def generator_state(self, generator: Generator) -> bytes:
+        return bytes(cast(torch.Generator, generator).get_state().numpy().tobytes())
+
+    def set_generator_state(self, generator: Generator, state: bytes) -> None:
+        try:
+            cast(torch.Generator, generator).set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
+        except RuntimeError as exc:
+            raise ValueError(f"not a torch generator state: {exc}") from exc
+
     def sample(self, logits: Any, rows: list[SampleRow], default_generator: Generator) -> list[SampledToken]:
         return sample(logits, rows, cast(torch.Generator, default_generator))
 
