@@ -629,13 +629,14 @@ class _Finder:
     def signature(self, i: int) -> bool:
         """A known given name alone on the last line of a text that opens with a greeting: a message
         signed without a closing ("Hola Marta,\nte mando el contrato.\nValentín")."""
-        t, g = self.toks[i], self.g
-        line_start = self.text.rfind("\n", 0, t.start) + 1
-        if line_start == 0 or self.text[line_start:t.start].strip() or self.text[t.end:].strip(" \t\r\n.!") \
+        t, g, text = self.toks[i], self.g, self.text
+        # the text's last word, alone on its line (checked on a few characters: most words stop here)
+        if len(text) - t.end > 4 or text[t.end:].strip(" \t\r\n.!") \
+                or text[max(0, t.start - 8):t.start].rstrip(" \t")[-1:] != "\n" \
                 or not self.word_name(t) or g.is_ordinary(t.low) or g.risky_given(t.low):
             return False
-        first = self.text[:self.text.find("\n")].lower()
-        words = _WORD.findall(first)[:2]
+        end = text.find("\n", 0, 60)
+        words = _WORD.findall(text[:end if end >= 0 else 0].lower())[:2]
         return bool(words) and (words[0] in _GREETINGS or " ".join(words) in _GREETINGS) and len(words) > 1
 
     def word_name(self, t: _Tok) -> bool:
