@@ -23,7 +23,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvfence.engine.config import EngineConfig
-from kvfence.engine.core import engine_core
 from kvfence.engine.core.fault_isolation import isolate_failures, retry_budget
 from kvfence.engine.core.llm_engine import LLMEngine
 from kvfence.engine.sampling.sampling_params import SamplingParams
@@ -127,7 +126,8 @@ def test_a_fault_in_the_sampler_aborts_only_its_request(default_model_dir: Path)
     requests = {"a": 1, "b": 2, "c": 3}
     undisturbed, _ = _run_all(_engine(default_model_dir), requests)
     engine = _engine(default_model_dir)
-    real_sample = engine_core.sample
+    runtime = engine.core.runtime
+    real_sample = runtime.sample
     culprit: list[Any] = []  # the sampler sees rows, not ids: it fails when b's generator is in the batch
 
     def sample(logits: Any, rows: list[Any], generator: Any) -> Any:
@@ -136,7 +136,7 @@ def test_a_fault_in_the_sampler_aborts_only_its_request(default_model_dir: Path)
             raise RuntimeError("test: sampler fault")
         return out
 
-    engine_core.sample = sample
+    runtime.sample = sample  # type: ignore[method-assign]  # this engine's sampler only
     try:
         _add_all(engine, requests)
         for _ in range(3):  # b decodes a few tokens, then starts failing
@@ -144,7 +144,7 @@ def test_a_fault_in_the_sampler_aborts_only_its_request(default_model_dir: Path)
         culprit.append(engine._requests["b"].generator)
         done, failed = _finish(engine)
     finally:
-        engine_core.sample = real_sample
+        runtime.sample = real_sample  # type: ignore[method-assign]
     assert failed == ["b"]
     assert done == {rid: undisturbed[rid] for rid in ("a", "c")}
     assert engine.pool_is_zero()

@@ -10,6 +10,7 @@ import click
 
 from kvfence.engine.cli_options import engine_config as build_engine_config
 from kvfence.engine.cli_options import engine_options, generation_config_option, parse_size
+from kvfence.engine.core.runtime import runtime_class
 from kvfence.engine.runner.model_path import resolve_model_dir
 from kvfence.errors import ConfigError
 from kvfence.http.server import HttpConfig
@@ -103,6 +104,9 @@ def serve(**opts: Any) -> None:
                         graceful_timeout_s=5.0),
     )
     engine_config = build_engine_config(opts, seed=opts["seed"])
+    # The runtime's array library is imported here, before the port is bound and the model loads in
+    # the background: a missing one (torch without the engine extra) is one error line, exit code 2.
+    runtime_class(engine_config.runtime)
     if opts["model"] is not None and not resolve_model_dir(str(opts["model"])).is_dir():
         raise ConfigError(f"--model {opts['model']} is not a directory")
     disagg_config = None

@@ -17,6 +17,7 @@ ledger's scrub list inside each call that reads or writes the pool.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,9 +30,8 @@ if TYPE_CHECKING:
     from kvfence.engine.sampling.prompt_logprobs import PromptScores
     from kvfence.engine.sampling.sampling_params import SamplingParams
 
-__all__ = ["RUNTIMES", "Runner", "Runtime", "host_pool_memory", "load_runtime"]
+__all__ = ["Runner", "Runtime", "host_pool_memory", "load_runtime", "runtime_class"]
 
-RUNTIMES = ("torch", "native")
 
 
 class Runner(Protocol):
@@ -92,15 +92,21 @@ class Runtime(Protocol):
         ...
 
 
-def load_runtime(config: EngineConfig) -> Runtime:
-    """The runtime ``config.runtime`` names; only the one chosen is imported."""
-    if config.runtime == "native":
+def runtime_class(name: str) -> Callable[[EngineConfig], Runtime]:
+    """The runtime called ``name``, its array library imported now (only the one chosen): a missing one
+    is the ``ModuleNotFoundError`` that the CLI turns into a line naming the extra to install."""
+    if name == "native":
         from kvfence.engine.native.runtime import NativeRuntime
 
-        return NativeRuntime(config)
+        return NativeRuntime
     from kvfence.engine.runner.torch_runtime import TorchRuntime
 
-    return TorchRuntime(config)
+    return TorchRuntime
+
+
+def load_runtime(config: EngineConfig) -> Runtime:
+    """The runtime ``config.runtime`` names, built from ``config``."""
+    return runtime_class(config.runtime)(config)
 
 
 def host_pool_memory() -> int:
