@@ -11,8 +11,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from kvfence.engine.core.runtime import host_pool_memory
 from kvfence.engine.native import sampler
+from kvfence.engine.native.dtypes import STORAGE
 from kvfence.engine.native.sampler import NumpyGenerator
 
 if TYPE_CHECKING:
@@ -24,9 +27,6 @@ if TYPE_CHECKING:
 
 __all__ = ["NativeRuntime"]
 
-_ELEMENT_SIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
 class NativeRuntime:
     """The CPU, weights in ``config.dtype`` (float32 or 2-byte), the pool in the resolved KV dtype."""
 
@@ -36,7 +36,7 @@ class NativeRuntime:
     def __init__(self, config: EngineConfig) -> None:
         self.dtype = config.dtype
         self.kv_dtype = config.resolved_kv_cache_dtype
-        self.kv_element_size = _ELEMENT_SIZE[self.kv_dtype]
+        self.kv_element_size = np.dtype(STORAGE[self.kv_dtype]).itemsize
         self.num_threads = config.num_threads or _default_threads()
 
     def pool_memory(self, model_dir: Path) -> int:

@@ -120,10 +120,7 @@ def _draw(logits: np.ndarray, row: SampleRow, generator: Generator) -> int:
         drop = (np.cumsum(probs) - probs) >= np.float32(params.top_p)  # keeps the first always
         x = np.empty_like(x)
         x[order] = np.where(drop, np.float32(-np.inf), ordered)
+    if not isinstance(generator, NumpyGenerator):
+        raise TypeError(f"the native sampler draws from a NumpyGenerator, got {type(generator).__name__}")
     cdf = np.cumsum(softmax(x).astype(np.float64))
-    uniform = generator.uniform() if isinstance(generator, NumpyGenerator) else _foreign(generator)
-    return int(min(np.searchsorted(cdf, uniform * cdf[-1], side="right"), vocab - 1))
-
-
-def _foreign(generator: Generator) -> float:
-    raise TypeError(f"the native sampler draws from a NumpyGenerator, got {type(generator).__name__}")
+    return int(min(np.searchsorted(cdf, generator.uniform() * cdf[-1], side="right"), vocab - 1))
