@@ -70,7 +70,10 @@ workshop conference summit festival expo forum galeries galerie galleria galerí
 airport terminal boulevard blvd highway freeway expressway tunnel pier harbour harbor port
 market markets bazaar souk mall temple mosque pagoda shrine palace tomb mausoleum monastery
 gate gata gatan gade vej vei veien vägen katu utca caddesi sokak marg chowk
-""")
+institut instituut istituto instituto zentrum centrum centro klinik kliniek clinique clinica klinikum
+hochschule universiteit gesellschaft verein vereniging pokal trofeo
+""")  # the institutes, centres, clinics, societies and cups of the other five languages: "Max Planck Institut",
+# "Erasmus Medisch Centrum", "Robert Koch Institut" (no word here is a surname: "Schaal", "Coppa", "Beker" are)
 
 FIRMS = FIRMS | _phrases("""
 jones day, davis polk, sullivan cromwell, latham watkins, kirkland ellis, skadden arps, simpson thacher,

@@ -541,8 +541,8 @@ class _Finder:
         j = i
         while j < len(self.toks) and self.toks[j].low in _PARTICLES and j - i < 3:
             j += 1
-        if j < len(self.toks) and self.toks[j].cap and all(self.gap_ok(self.toks[k], self.toks[k + 1])
-                                                           for k in range(i, j)):
+        if j < len(self.toks) and self.toks[j].cap and self.toks[j].low not in _BRAND_TITLES \
+                and all(self.gap_ok(self.toks[k], self.toks[k + 1]) for k in range(i, j)):  # "Monsieur le Président"
             self.add(i, j + 1, "person_title", 0.85)
 
     # --- one word: a title, a cue before it or a verb of saying after it ---

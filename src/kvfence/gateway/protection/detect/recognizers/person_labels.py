@@ -57,7 +57,8 @@ département departement departamento reparto afdeling project projekt projet pr
 titre título titulo titolo flavour flavor geschmack saveur sabor gusto smaak model modell modèle modele modelo
 modello category kategorie catégorie categorie categoría categoria publisher verlag éditeur editeur editorial
 editore uitgever carrier spediteur transporteur transportista vettore vervoerder bank school hospital campaign
-course genre dish drink wine beer menu
+course genre dish drink wine beer menu colour color farbe couleur colore kleur finish ship vessel schiff navire
+barco nave schip
 """.split())  # noqa: SIM905
 _KEY_SUFFIXES = frozenset(["name", "names", "title", "label"])
 _KEY_WORDS = "|".join(sorted(_THING_WORDS, key=len, reverse=True))
@@ -90,7 +91,7 @@ _NAME_KEYS = frozenset(["name", "nom", "nome", "nombre", "naam"])
 NOT_VALUES = frozenset(["null", "none", "unknown", "n/a", "na", "nil", "undefined", "true", "false", "test", "example",
                         "sample", "vacant", "vacancy", "tbd", "tba", "tbc", "to be hired", "to be confirmed",
                         "to be announced", "to be appointed", "open position", "hiring", "anonymous", "redacted",
-                        "withheld", "various"])
+                        "withheld", "various", "required", "optional", "mandatory"])  # the last: a form template's row
 
 
 def field_values(text: str, g: Gazetteer) -> list[Finding]:

@@ -28,7 +28,9 @@ dropped when
 - a street word ("Viale", "Rue", "Avenida") stands inside it after one word: a firm and its address
   ("Esselunga Viale Piave"); after two or more the name keeps its part before ("Mario Rossi Viale Monza");
 - a legal form is its last word or follows it ("Beiersdorf AG", "Otto Group", "Gleiss Lutz GmbH"), or
-  a firm's word starts it ("Kanzlei Hengeler Mueller");
+  a firm's or premises word starts it or is right before it ("Kanzlei Hengeler Mueller", "Magasin Louis
+  Pasteur", "Paketzentrum Frankfurt");
+- it is the module of an import statement in code ("from kalman import KalmanFilter");
 - its words are, elsewhere in the same text, a thing by the rules above or by the PERSON rules' own ("the Douglas Peucker
   simplification", then "Ramer Douglas Peucker");
 - it is the value of a key or label that names a thing (``"brand": "Cherry Garcia"``, "Ville : Alba",
@@ -61,7 +63,7 @@ __all__ = ["drop_things", "noun_after"]
 # A capitalised first word, or a word right before: the run after it is named after a person, or is a
 # project's or a holiday's name ("Project Athena", "projet Apollon", "Día de Reyes", "Fête de Jeanne").
 _DEDICATION = frozenset("""
-fort port mount mt lake cape bay san santa santo são sankt saint ste hurricane storm typhoon cyclone
+fort port mount mt lake cape bay san santa santo são sankt saint ste sint hurricane storm typhoon cyclone
 tropical ouragan tempête huracán tormenta uragano tempesta orkaan sturm airport aeropuerto aeroporto
 aéroport flughafen luchthaven stadium stadio estadio stade stadion station gare stazione estación bahnhof
 hauptbahnhof hospital ospedale hôpital krankenhaus ziekenhuis klinikum policlinico lycée liceo colegio
@@ -84,12 +86,20 @@ farmacia panadería carnicería pastelería librería ferretería floristería p
 libreria ferramenta gelateria fioreria apotheek bakkerij slagerij boekhandel bloemist drogisterij kapsalon
 banketbakkerij""".split()  # noqa: SIM905
 # a firm's word right before: "les laboratoires Pierre Fabre", "die Firma Otto", "el grupo ..."
+# premises, in six languages: a warehouse, depot, branch, shop or room named after a person, or a firm's
+# site ("Lager Gottlieb Daimler", "Magasin Louis Pasteur", "Negozio Vittorio Emanuele", "Winkel Albert Heijn",
+# "Salle Pierre Curie"); English "room", "store" and "shop" are left out ("the room Maria booked")
+_PREMISES = """warehouse depot lager filiale magasin entrepôt dépôt agence succursale salle almacén tienda sucursal
+magazzino negozio deposito sala magazijn winkel filiaal vestiging zaal""".split()  # noqa: SIM905
+# the same as the last part of a German or Dutch compound: "Paketzentrum Frankfurt", "Zentrallager Hamm",
+# "Distributiecentrum Tilburg"
+_PREMISES_SUFFIXES = ("zentrum", "centrum", "lager", "depot", "filiale", "magazijn")
 _FIRM_BEFORE = frozenset("""
 laboratoires laboratorios laboratori laboratorium labs groupe gruppo grupo gruppe société sociedad società
 empresa azienda bedrijf cabinet bufete kanzlei bodegas bodega maison casa verlag editorial éditions edizioni
 uitgeverij brand label firm retailer chain carmaker winery distillery brewery brasserie ristorante trattoria
 pizzeria bistrot hotel hôtel albergo hostal restaurant restaurante
-""".split()) | frozenset(_SHOP_WORDS)  # noqa: SIM905
+""".split()) | frozenset(_SHOP_WORDS) | frozenset(_PREMISES)  # noqa: SIM905
 _RIGHT_BEFORE = _DEDICATION | _FIRM_BEFORE
 # an illness or a prize may name its person after a preposition: "maladie de Parkinson", "ziekte van Lyme"
 _OF_WORDS = frozenset("""syndrome sindrome síndrome syndrom syndroom disease maladie enfermedad morbo malattia
@@ -169,6 +179,8 @@ _FIRM_BEFORE_RE = re.compile(
     r"(?:\b(?:shares|stock|shareholders|investors|analysts)\s+(?:of|in|at)|\bspokes(?:person|man|woman)\s+(?:for|at)"
     r"|\brepresentative\s+for|\bporte-parole\s+de|\bportavoce\s+di|\bazioni\s+di|\bactions\s+de)\s+$")
 _AT_WE = re.compile(r"(?:^|[.!?\n]\s*)(?:At|Chez|Presso|Bei|Bij|En)\s+$")
+# an import statement of code: the word after it is a module ("from kalman import", "import dijkstra")
+_IMPORT_BEFORE = re.compile(r"(?:^|\n)[ \t]{0,12}(?:import[ \t]+(?:[\w.]{1,40},[ \t]*){0,3}|from[ \t]+[\w.]{0,40}\.?)$")
 _POSSESSIVE_CAP = re.compile(r"['’]s\s+([A-Z][a-z]+)\b")
 # an English verb and "a"/"an" before: a product ("is a Russell Hobbs", "won an Oscar")
 _A_VERBS = frozenset("""is was it's it’s bought buy buying got get own owns drive drives drove wear wears wore
@@ -350,6 +362,11 @@ def _is_thing(text: str, start: int, end: int, g: Gazetteer, things: set[str]) -
         return True  # "Tea Blend" of "Summer Rose Tea Blend": a product's title-case name, a noun first
     if (core[0] in _DEDICATION or core[0] in _FIRM_BEFORE) and len(core) > 1:
         return True  # "Fort William", "Storm Ciara", "Flughafen Franz Josef Strauß", "Kanzlei Hengeler Mueller"
+    if len(core) > 1 and core[0].endswith(_PREMISES_SUFFIXES) and len(core[0]) >= 9 and not g.is_name(core[0]):
+        return True  # "Paketzentrum Frankfurt": a premises word glued into a compound
+    m = _IMPORT_BEFORE.search(text, max(0, start - 60), start)
+    if m is not None and (m.group().lstrip().startswith("import") or text.startswith(" import ", end)):
+        return True  # "from kalman import KalmanFilter", "import dijkstra": a module in code
     before = text[max(0, start - 40):start]
     if before[-1:].isspace():
         prev = [w.rsplit("'", 1)[-1].rsplit("’", 1)[-1].lstrip("\"“(") for w in before.lower().split()[-4:]]

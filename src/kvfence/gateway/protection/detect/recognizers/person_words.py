@@ -60,7 +60,17 @@ def _after_title(before: str) -> bool:
     return last in _TITLE_LAST and _TITLE_RE.search(before) is not None
 
 
-_BRAND_TITLES = frozenset("pepper dre seuss clean bean robot".split())  # noqa: SIM905
+# after a title, a brand or character ("Dr. Pepper", "Mr. Clean"), or an office addressed by its title in
+# six languages ("Herr Ober", "Frau Doktor", "Mr. President", "Madam Chair", "Señor Alcalde", "Signor
+# Sindaco"): no name
+_BRAND_TITLES = frozenset("""pepper dre seuss clean bean robot
+ober doktor professor professorin pfarrer kollege kollegin nachbar nachbarin direktor direktorin präsident
+präsidentin minister ministerin bürgermeister bürgermeisterin kommissar wachtmeister vorsitzender vorsitzende
+president chair chairman chairwoman speaker mayor secretary ambassador governor senator
+directeur directrice président présidente ministre maire docteur professeur
+alcalde presidente presidenta ministro ministra director directora juez jueza doctor doctora profesor profesora
+sindaco giudice dottore dottoressa direttore direttrice professore professoressa
+burgemeester voorzitter minister directeur dokter professor""".split())  # noqa: SIM905
 # Words before a capitalised word that make it a street, not a person ("Via Roma", "Calle Mayor").
 _STREET_WORDS = frozenset("via viale piazza corso calle avenida plaza paseo rue avenue boulevard place rua "  # noqa: SIM905
                           "street road lane straße strasse platz weg "
