@@ -26,6 +26,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
 #include <vector>
 
@@ -96,24 +97,19 @@ void rows_by(const float* x, long ldx, long batch, const typename W::T* w, long 
 // One batch row: one weight row at a time, read as a single sequential stream (which the hardware
 // prefetcher follows best: measured 10-25 % faster than 4 interleaved rows), with 4 independent
 // accumulators so the FMA latency does not bound it. The rows of a range are one contiguous run of
-// memory, and each step also prefetches the two cache lines kPrefetchBytes ahead (into the next
-// rows at a row's end): the hardware prefetcher alone kept too few lines in flight for one core to
-// reach its bandwidth. Measured on the bench model's decode products, one thread, CPU time (Xeon
-// with AVX-512, 2026-12-02, load 8 on 2 cores, 15-25 alternated runs, median GB/s): bfloat16
-// 6.6 -> 8.0, a plain streaming read of the same bytes 7.4; float32 8.6 -> 9.2. 1-2 KiB ahead
-// were best; 512 B and 4 KiB gained less. Prefetches never fault: those past the weights are harmless.
-constexpr long kPrefetchBytes = 1536;
-
-// The two cache lines kPrefetchBytes after p, into L1.
+// memory, and each step may also prefetch the two cache lines `ahead` bytes further on (into the next
+// rows at a row's end; prefetches never fault: those past the weights are harmless). Whether that
+// helps depends on the CPU, so the distance is chosen by timing (PrefetchTuner below).
 template <class T>
-inline void prefetch_two_lines(const T* p) {
-    const char* ahead = reinterpret_cast<const char*>(p) + kPrefetchBytes;
-    _mm_prefetch(ahead, _MM_HINT_T0);
-    _mm_prefetch(ahead + 64, _MM_HINT_T0);
+inline void prefetch_two_lines(const T* p, long ahead) {
+    const char* line = reinterpret_cast<const char*>(p) + ahead;
+    _mm_prefetch(line, _MM_HINT_T0);
+    _mm_prefetch(line + 64, _MM_HINT_T0);
 }
 
-template <class W>
-void rows_single(const float* x, const typename W::T* w, long in, const float* bias, float* y, long row_begin, long row_end) {
+template <class W, bool Prefetch>
+void rows_single(const float* x, const typename W::T* w, long in, const float* bias, float* y, long row_begin,
+                 long row_end, long ahead) {
     for (long o = row_begin; o < row_end; ++o) {
         const typename W::T* wr = w + o * in;
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
@@ -122,7 +118,7 @@ void rows_single(const float* x, const typename W::T* w, long in, const float* b
             // half weights: 64 per iteration (two cache lines, as float32's 32), eight accumulators
             __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
             for (; i + 64 <= in; i += 64) {
-                prefetch_two_lines(wr + i);
+                if constexpr (Prefetch) prefetch_two_lines(wr + i, ahead);
                 a0 = _mm256_fmadd_ps(W::load8(wr + i), _mm256_loadu_ps(x + i), a0);
                 a1 = _mm256_fmadd_ps(W::load8(wr + i + 8), _mm256_loadu_ps(x + i + 8), a1);
                 a2 = _mm256_fmadd_ps(W::load8(wr + i + 16), _mm256_loadu_ps(x + i + 16), a2);
@@ -138,7 +134,7 @@ void rows_single(const float* x, const typename W::T* w, long in, const float* b
             a3 = _mm256_add_ps(a3, b3);
         }
         for (; i + 32 <= in; i += 32) {
-            if constexpr (W::kind == 0) prefetch_two_lines(wr + i);  // 32 floats: two lines
+            if constexpr (W::kind == 0 && Prefetch) prefetch_two_lines(wr + i, ahead);  // 32 floats: two lines
             a0 = _mm256_fmadd_ps(W::load8(wr + i), _mm256_loadu_ps(x + i), a0);
             a1 = _mm256_fmadd_ps(W::load8(wr + i + 8), _mm256_loadu_ps(x + i + 8), a1);
             a2 = _mm256_fmadd_ps(W::load8(wr + i + 16), _mm256_loadu_ps(x + i + 16), a2);
@@ -151,13 +147,18 @@ void rows_single(const float* x, const typename W::T* w, long in, const float* b
     }
 }
 
-// Rows [row_begin, row_end) of y for every batch row. Blocks of 4 weight rows for two batch rows,
-// of 2 beyond: R * min(batch, 4) accumulators plus the inputs must fit the 16 AVX registers.
+// Rows [row_begin, row_end) of y for every batch row (`ahead`: batch-1's prefetch distance, 0 none).
+// Blocks of 4 weight rows for two batch rows, of 2 beyond: R * min(batch, 4) accumulators plus the
+// inputs must fit the 16 AVX registers.
 template <class W>
 void rows(const float* x, long ldx, long batch, const typename W::T* w, long in, const float* bias, float* y, long ldy,
-          long row_begin, long row_end) {
+          long row_begin, long row_end, long ahead) {
     if (batch == 1) {
-        rows_single<W>(x, w, in, bias, y, row_begin, row_end);
+        if (ahead > 0) {
+            rows_single<W, true>(x, w, in, bias, y, row_begin, row_end, ahead);
+        } else {
+            rows_single<W, false>(x, w, in, bias, y, row_begin, row_end, 0);
+        }
     } else if (batch == 2) {
         rows_by<W, 4>(x, ldx, batch, w, in, bias, y, ldy, row_begin, row_end);
     } else {
@@ -182,10 +183,9 @@ void rows(const float* x, long ldx, long batch, const typename W::T* w, long in,
 // about one token at one thread's speed, not tens: a fixed 4096 products had made batch-1 decode
 // swing between 55 and 70 % of the roofline from run to run on an idle machine.
 
-#ifdef _OPENMP
 using Clock = std::chrono::steady_clock;
 
-// Products of one batch size, timed together.
+// Products of one batch size (or of one kind of run: PrefetchTuner), timed together.
 struct Window {
     long jobs = 0;
     long rows = 0;
@@ -202,6 +202,8 @@ struct Window {
     }
     double ns_per_weight() const { return std::chrono::duration<double, std::nano>(total).count() / weights; }
 };
+
+#ifdef _OPENMP
 
 struct ShareState {
     std::mutex mutex;
@@ -258,6 +260,86 @@ void account_shared(long batch, double weights, Clock::duration total, Clock::du
 }
 #endif
 
+// ---- batch-1's prefetch distance, chosen by timing the model's own products --------------------
+//
+// Whether prefetching ahead of the one weight stream helps depends on the CPU. Measured over a
+// 30-layer decode step's products (538 MB fp32): on a Xeon with AVX-512 (2026-12-02, one thread,
+// 15-25 alternated runs) 1536 B ahead took float32 from 8.6 to 9.2 GB/s and bfloat16 from 6.6 to
+// 8.0 (the hardware prefetcher alone kept too few lines in flight); on an AMD EPYC (Zen 3, AVX2,
+// 2026-12-02, 7 alternated runs, median) the same prefetch cost float32 22 % (9.8 -> 7.7 GB/s on one
+// core, 16.3 -> 12.6 on two; 768 B: 8.7, 14.4) and moved bfloat16 by under 5 %. No one distance
+// suits both, so each weight kind tries kAheadCandidates in turn on its first batch-1 products, a
+// window of kWindowJobs products each, and keeps the distance whose fastest window ran fastest, once
+// every candidate has kTuneRounds windows under one kind of run (the caller alone, or sharing the
+// rows with other threads: their paces differ, so they are compared only among themselves). The
+// fastest window, not the mean: a busy machine only ever slows a window down. That takes some 10 decode
+// steps of a 30-layer model, up to a third of them slower than the best. The distance moves no bit
+// (prefetches change no sum). KVFENCE_PREFETCH_BYTES=N fixes it to N bytes (0: none).
+constexpr long kAheadCandidates[] = {0, 768, 1536};
+constexpr long kNumAhead = sizeof(kAheadCandidates) / sizeof(kAheadCandidates[0]);
+constexpr long kTuneJobs = 64;  // products per window: about half a decode step of a 30-layer model
+constexpr long kTuneRounds = 3;
+
+struct PrefetchTuner {
+    std::mutex mutex;
+    long chosen = -1;  // the distance in bytes once chosen (or fixed), -1 while trying
+    long trying = 0;   // index into kAheadCandidates
+    Window window;
+    double best[2][kNumAhead] = {};  // [shared][candidate]: ns per weight of the fastest window
+    long windows[2][kNumAhead] = {};
+
+    long ahead() {
+        std::lock_guard<std::mutex> lock(mutex);
+        return chosen >= 0 ? chosen : kAheadCandidates[trying];
+    }
+
+    // Counts one batch-1 product run with `ahead` (shared: over several threads).
+    void record(long ahead, bool shared, double weights, Clock::duration total) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (chosen >= 0 || ahead != kAheadCandidates[trying]) return;
+        window.add(shared ? 2 : 1, weights, total, Clock::duration::zero());
+        if (window.jobs < kTuneJobs) return;
+        const int mode = shared ? 1 : 0;
+        const double pace = window.ns_per_weight();
+        if (windows[mode][trying] == 0 || pace < best[mode][trying]) best[mode][trying] = pace;
+        ++windows[mode][trying];
+        window = Window{};
+        trying = (trying + 1) % kNumAhead;
+        if (!std::all_of(windows[mode], windows[mode] + kNumAhead, [](long n) { return n >= kTuneRounds; })) return;
+        chosen = kAheadCandidates[std::min_element(best[mode], best[mode] + kNumAhead) - best[mode]];
+    }
+
+    // Fixes the distance (bytes >= 0), or starts trying again (bytes < 0).
+    void set(long bytes) {
+        std::lock_guard<std::mutex> lock(mutex);
+        std::fill(&best[0][0], &best[0][0] + 2 * kNumAhead, 0.0);
+        std::fill(&windows[0][0], &windows[0][0] + 2 * kNumAhead, 0L);
+        window = Window{};
+        trying = 0;
+        chosen = bytes;
+    }
+};
+
+// KVFENCE_PREFETCH_BYTES as a distance, or -1 (choose by timing) when unset or not a number >= 0.
+long fixed_ahead_from_env() {
+    const char* text = std::getenv("KVFENCE_PREFETCH_BYTES");
+    if (text == nullptr || *text == '\0') return -1;
+    char* end = nullptr;
+    const long bytes = std::strtol(text, &end, 10);
+    return (*end == '\0' && bytes >= 0) ? bytes : -1;
+}
+
+// One tuner per weight kind (0 float32, 1 bfloat16, 2 float16).
+PrefetchTuner& prefetch_tuner(long kind) {
+    static PrefetchTuner* tuners = [] {
+        auto* made = new PrefetchTuner[3];  // never destroyed (may be used until exit)
+        const long fixed = fixed_ahead_from_env();
+        for (int k = 0; k < 3; ++k) made[k].chosen = fixed;
+        return made;
+    }();
+    return tuners[std::max(0L, std::min(kind, 2L))];
+}
+
 // x: [batch, in] with row stride ldx; w: [out, in] contiguous; bias: [out] or null; y: [batch, out]
 // contiguous; packed: w as packed_gemm.h's panels ([ceil(out / 16)][in][16]), or null. With
 // threads > 1 and at least min_parallel_weights weights, `threads` OpenMP threads share the rows in
@@ -280,21 +362,30 @@ void linear_w(const float* x, long batch, long ldx, const typename W::T* w, long
         kvfence_gemm::pack_transposed(x, batch, ldx, in, packed.data());
         xt = packed.data();
     }
+    // batch 1 runs the dot form with the tuner's prefetch distance, and times itself for the tuner
+    PrefetchTuner* tuner = batch == 1 ? &prefetch_tuner(W::kind) : nullptr;
+    const long ahead = tuner != nullptr ? tuner->ahead() : 0;
     auto run_rows = [&](long begin, long end, long then_begin = 0, long then_end = 0) {
         if (panels) {
             kvfence_packed::rows_packed(x, batch, ldx, packed, in, bias, y, out, begin, end, then_begin, then_end);
         } else if (tiled) {
             kvfence_gemm::rows_broadcast<W>(xt, batch, in, w, bias, y, out, begin, end, then_begin, then_end);
         } else {
-            rows<W>(x, ldx, batch, w, in, bias, y, out, begin, end);
+            rows<W>(x, ldx, batch, w, in, bias, y, out, begin, end, ahead);
         }
+    };
+    const double weights = static_cast<double>(out * in);
+    auto run_alone_timed = [&] {
+        const auto start = Clock::now();
+        run_rows(0, out);
+        const auto total = Clock::now() - start;
+        if (tuner != nullptr) tuner->record(ahead, false, weights, total);
+        return total;
     };
 #ifdef _OPENMP
     const bool shareable = threads > 1 && out * in >= min_parallel_weights && !omp_in_parallel();
     if (shareable && run_alone()) {
-        const auto start = Clock::now();
-        run_rows(0, out);
-        account_alone(batch, static_cast<double>(out * in), Clock::now() - start);
+        account_alone(batch, weights, run_alone_timed());
         return;
     }
     if (shareable) {
@@ -323,14 +414,19 @@ void linear_w(const float* x, long batch, long ldx, const typename W::T* w, long
             if (omp_get_thread_num() == 0) caller_done = Clock::now();
         }
         const auto end = Clock::now();
-        account_shared(batch, static_cast<double>(out * in), end - start, end - caller_done);
+        account_shared(batch, weights, end - start, end - caller_done);
+        if (tuner != nullptr) tuner->record(ahead, true, weights, end - start);
         return;
     }
 #else
     (void)min_parallel_weights;
     (void)threads;
 #endif
-    run_rows(0, out);
+    if (tuner != nullptr) {
+        run_alone_timed();
+    } else {
+        run_rows(0, out);
+    }
 }
 
 void linear_f32(const float* x, long batch, long ldx, const float* w, long out, long in, const float* bias, float* y,
@@ -609,6 +705,16 @@ void kvfence_rope_f32(float* x, long tokens, long token_stride, long heads, long
 // only asks.
 long kvfence_gemm_isa(long wanted) {
     return wanted < 0 ? kvfence_gemm::isa() : kvfence_gemm::set_isa(static_cast<int>(wanted));
+}
+
+// Batch-1 products' prefetch distance for weight kind `kind` (0 float32, 1 bfloat16, 2 float16):
+// `bytes` >= 0 fixes it, -1 starts choosing it again by timing, -2 only asks. Returns the distance
+// in use, or -1 while it is still being chosen.
+long kvfence_prefetch_bytes(long kind, long bytes) {
+    PrefetchTuner& tuner = prefetch_tuner(kind);
+    if (bytes >= -1) tuner.set(bytes);
+    std::lock_guard<std::mutex> lock(tuner.mutex);
+    return tuner.chosen;
 }
 
 void kvfence_argmax_f32(const float* x, long rows, long ld, long cols, long* out) {

@@ -8,6 +8,11 @@ callers in :mod:`.ops` use torch. ``KVFENCE_CPU_KERNELS=0`` turns it off.
 The library is built for AVX2; on a CPU with AVX-512F its register-tiled products (batches of 16
 rows and more) run a zmm tile chosen at run time, which gives the AVX2 tile's bits (checked at load:
 where they differ the AVX2 tile is kept). ``KVFENCE_CPU_ISA=avx2`` keeps the AVX2 tile anyway.
+
+Batch-1 products choose how far ahead of their weight stream to prefetch by timing themselves on
+the model's first decode steps (it helps on some CPUs and costs a fifth on others:
+``decode_f32.cpp``'s ``PrefetchTuner``); ``KVFENCE_PREFETCH_BYTES=N`` fixes it (0: none), for both
+runtimes.
 """
 
 from __future__ import annotations

@@ -71,10 +71,13 @@ _SIGNATURES: dict[str, list[type]] = {
     "kvfence_decode_step_f32": [_p, _p, _long, _p, _p, _long, _long, _p, _p, _long, _p, _p, _long],
     # wanted level (negative: only ask); returns the level
     "kvfence_gemm_isa": [_long],
+    # weight kind, bytes (>= 0 fix, -1 choose again by timing, -2 only ask); returns the distance or -1
+    "kvfence_prefetch_bytes": [_long, _long],
 }
 _RESTYPES: dict[str, type | None] = {
     "kvfence_decode_step_f32": ctypes.c_int,  # 0, or a code the caller turns into an exception
     "kvfence_gemm_isa": ctypes.c_long,
+    "kvfence_prefetch_bytes": ctypes.c_long,
 }
 
 
