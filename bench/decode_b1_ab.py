@@ -57,7 +57,14 @@ for _ in range(int(sys.argv[4])):
     cpu = time.process_time()
     rates.append(decode(48))
     per_cpu.append(48 / (time.process_time() - cpu))
-print(json.dumps({"tok_s": statistics.median(rates), "tok_per_cpu_s": statistics.median(per_cpu)}))
+from kvfence.engine.kernels.library import cpu_kernels
+lib = cpu_kernels()
+kind = {"float32": 0, "bfloat16": 1, "float16": 2}[sys.argv[3]]
+try:  # batch-1's prefetch distance, chosen by timing (trees from 2026-12-02 on)
+    ahead = lib.kvfence_prefetch_bytes(kind, -2) if lib is not None else None
+except AttributeError:
+    ahead = None
+print(json.dumps({"tok_s": statistics.median(rates), "tok_per_cpu_s": statistics.median(per_cpu), "prefetch": ahead}))
 """
 
 
@@ -94,6 +101,7 @@ def main() -> int:
     for threads in (int(t) for t in args.threads.split(",")):
         sides: dict[str, list[float]] = {"new": [], "old": [], "llama.cpp": [], "roof": []}
         cpu: dict[str, list[float]] = {"new": [], "old": []}
+        prefetch: dict[str, list[object]] = {"new": [], "old": []}
         loads = []
         for i in range(args.repeats):
             order = ["new", "old", "llama.cpp"] if i % 2 == 0 else ["llama.cpp", "old", "new"]
@@ -104,6 +112,7 @@ def main() -> int:
                         continue
                     got = kvfence_run(src, model_dir, args.dtype, threads, args.runs)
                     sides[side].append(got["tok_s"])
+                    prefetch[side].append(got.get("prefetch"))
                     cpu[side].append(got["tok_per_cpu_s"])
                 elif tree is not None and gguf is not None:
                     sides[side].append(llama_bench(tree, gguf, threads)["decode_b1"])
@@ -119,6 +128,8 @@ def main() -> int:
             line = f"  {side:10} {_fmt(sides[side])}  {statistics.median(sides[side]) / roof:4.0%} of roofline"
             if cpu.get(side):
                 line += f"; {statistics.median(cpu[side]):.1f} tokens per CPU-second"
+            if any(p is not None for p in prefetch.get(side, [])):
+                line += f"; prefetch chosen {prefetch[side]} B"
             if side != "llama.cpp" and sides["llama.cpp"]:
                 line += f"; {statistics.median(sides[side]) / statistics.median(sides['llama.cpp']):.2f}x llama.cpp"
             print(line)

@@ -38,6 +38,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kvfence.engine.config import kvfence_home
+from kvfence.engine.kernels.library import cpu_kernels
+from kvfence.engine.kernels.loading import WEIGHT_KINDS
 from kvfence_runs import DECODE_TOKENS, POOL_TOKENS, PROMPT_LEN, kvfence_decode, kvfence_llm, kvfence_prefill
 from throughput import build_model, measure_bandwidth
 
@@ -251,6 +253,9 @@ def main() -> int:
                     extra += "   of roofline: " + ", ".join(shares)
                 cells = "".join(f" {_fmt(ours[r][w])}" for r in runtimes)
                 print(f"  {w:11}{cells} {_fmt(theirs[w])}{extra}")
+            lib = cpu_kernels()
+            if lib is not None:  # chosen by timing on the first batch-1 products (decode_f32.cpp's PrefetchTuner)
+                print(f"  batch-1 prefetch distance: {lib.kvfence_prefetch_bytes(WEIGHT_KINDS[dtype], -2)} B (-1: not chosen)")
             del llms
             if not args.no_rss:
                 _print_rss(model_dir, dtype, threads, args.kv_cache_dtype, runtimes, tree, gguf_path)
