@@ -101,6 +101,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _STRONG_CUES,
     _SUFFIX_THEN,
     _TITLES,
+    _TRANSCRIPT_SPEAKER,
     _VOCATIVE_AFTER,
     _VOCATIVES,
     _WEAK_CUES,
@@ -123,6 +124,7 @@ _VOUCHING_CUES = _ASK_CUES | _LABEL_CUES
 _BULLET_BEFORE = re.compile(r"(?:^|\n)[ \t]*[-*•][ \t]+$")
 # the label of a field right before a value: "To: ", "cc: ", "Attendees: "
 _LABEL_BEFORE = re.compile(r"(?:^|\n|\s)([A-Za-zÀ-ÿ-]{1,14})\s?:[ \t]*$")
+_LABEL_START = re.compile(r"[ \t]*([A-Za-zÀ-ÿ-]{1,14})[ \t]?:")
 _MAIL_HEADERS = frozenset(["from", "to", "sent", "reply-to", "de", "à", "a", "an", "von", "para", "da", "van", "aan", "envoyé"])
 _LIST_LABELS = frozenset(["cc", "bcc", "attendees", "participants", "present", "présents", "teilnehmer", "asistentes", "assistents",
                           "partecipanti", "aanwezig"])
@@ -723,11 +725,21 @@ class _Finder:
                 starts.add(t.start)
 
     def listed(self, i: int) -> bool:
-        """A known given name that is no word, place or product, alone, next to a name in a list."""
+        """A known given name that is no word, place, product or closing ("Ta,\nGemma"), alone, next to a
+        name in a list."""
         t, g = self.toks[i], self.g
         return g.is_given(t.low) and not g.risky_given(t.low) and not _not_a_person(t.low) and t.low not in _PLACES \
-            and not self.org_after(i + 1) and not (i + 1 < len(self.toks) and self.toks[i + 1].cap
+            and t.low not in _SIGN_OFFS and not self.org_after(i + 1) and not (i + 1 < len(self.toks) and self.toks[i + 1].cap
                                                    and self.gap_ok(t, self.toks[i + 1]))
+
+    def list_label(self, pos: int) -> bool:
+        """Whether the line of ``pos`` (its last 200 characters) starts with a list label ("cc:",
+        "Attendees:", "Participants :")."""
+        start = self.text.rfind("\n", max(0, pos - 200), pos) + 1
+        if start == 0 and pos > 200:
+            return False
+        m = _LABEL_START.match(self.text, start, pos)
+        return m is not None and m.group(1).lower() in _LIST_LABELS
 
     # --- "Raman, Priya" ---
     def surname_comma_given(self) -> None:
@@ -756,8 +768,10 @@ class _Finder:
                     or (g.is_ordinary(a.low) and not risky_ok) \
                     or (g.risky_given(b.low) and not risky_ok) or g.risky_given(a.low):
                 continue
-            if label is not None and label.group(1).lower() in _LIST_LABELS and g.is_given(a.low):
-                continue  # "cc: Emma, Liam", "Attendees: Thomas, Anna": a list of given names
+            if g.is_given(a.low) and not g.is_surname(a.low):
+                continue  # "To: Arash, Leyla": two people, the first no surname
+            if g.is_given(a.low) and self.list_label(toks[first].start):
+                continue  # "cc: Emma, Liam", "Attendees: Chloé, Mamadou, Thi Lan": a list of given names
             end = i + 2
             if end < len(toks) and toks[end].cap and self.gap_ok(b, toks[end]) and g.is_given(toks[end].low):
                 end += 1
@@ -810,6 +824,30 @@ class _Finder:
                 self.add(i, i + 1, "person_lowercase_cue", 0.6)
             elif not _not_a_person(t.low) and t.low not in _PLACES and self.lower_acts(i):
                 self.add(i, i + 1, "person_lowercase_acts", 0.55)
+
+    def transcript(self) -> None:
+        """In a chat transcript, two speakers or more of which one is already a person, the other
+        speakers are people too, a known given name that is also a word included ("liz: ...\nbob: on it",
+        "Yaw: done\nAbena: thx!"); not a label, a place, a month or a group ("Note:", "Paris:", "Team:")."""
+        if self.text.count(":") < 2:
+            return
+        spans = [m.span(1) for m in _TRANSCRIPT_SPEAKER.finditer(self.text)]
+        if len(spans) < 2:
+            return
+        found = {(f.start, f.end) for f in self.found}
+        if not any(span in found for span in spans):
+            return
+        g = self.g
+        at = {t.start: k for k, t in enumerate(self.toks)}
+        for start, end in spans:
+            k = at.get(start)
+            if k is None or k in self.taken or self.toks[k].end != end:
+                continue
+            t = self.toks[k]
+            if t.upper or not g.is_given(t.low) or g.month_or_day(t.low) or _not_a_person(t.low) or t.low in _PLACES \
+                    or t.low in _GROUP_WORDS or g.is_not_name(t.low) or t.low in _NOT_ALONE:
+                continue
+            self.add(k, k + 1, "person_speaker", 0.6)
 
     def lower_acts(self, i: int) -> bool:
         """A lower-case given name as a chat speaker ("[09:14] kofi: ...") or before a verb ("jorge
@@ -900,6 +938,7 @@ def find_persons(text: str, *, cells: bool = True) -> list[Finding]:
     f.scan_runs()
     f.continue_lists()
     f.lowercase()
+    f.transcript()
     f.found.extend(field_values(text, f.g))
     if "." in text or "_" in text:
         f.found.extend(_handles(text, f.g))

@@ -110,14 +110,16 @@ perdona, happy birthday, joyeux anniversaire, feliz cumpleaños, buon compleanno
 talk to, speak to, spoke to, rappelle, rappelez, appelle, appelez, contacte, contactez, écris à, dis à, dites à,
 llama a, chiama, frag mal, ruf, vraag even, vraag aan, vraag even aan, adding, add, added, ty, tysm, thnx, tnx, np,
 forward to, forward this to, forward it to, send to, send this to, send it to, sent to, sent it to, write to,
-reply to, pass it to, hand it to, bises à, bisous à, sag, dile a, digli
+reply to, pass it to, hand it to, bises à, bisous à, sag, dile a, digli, morning, afternoon, evening
 """.replace("\n", " ").split(","))
 # Of these, the weak ones ("to", "and") only with a name that is no word or place.
 # "hai sentito davide", "t'as vu mathilde": chat verbs of meeting someone, weak as well
 # "according to" names a firm, an analyst or a paper as often as a person ("according to Gartner")
 _WEAK_CUES = frozenset(["with", "met", "mit", "avec", "con", "amb", "com", "per", "via", "from", "by", "and", "to", "for", "und",
                         "sentito", "visto", "vu", "croisé", "chiamato", "appelé", "according to", "viu a", "viste a",
-                        "dicho a", "prévenu", "préviens", "prévenez", "relancé", "relance"])
+                        "dicho a", "prévenu", "préviens", "prévenez", "relancé", "relance",
+                        # "Morning Tendai,": a greeting, but "Sunday morning" is a time too
+                        "morning", "afternoon", "evening"])
 _CUE_WORDS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?|@|(?<=c)/(?=o)")
 
 
@@ -139,7 +141,7 @@ bonne journée, bonne soirée, bonne fin de journée, bises, bisous, amicalement
 un caro saluto, a presto, buona giornata, buona serata, baci, saluti cordiali,
 groeten, met vriendelijke groet, hartelijke groet, groetjes, signed, witness, attendees,
 talk soon, speak soon, take care, all the best, best wishes, warm wishes, warmly, love, lots of love, xoxo, xo, hugs,
-many thanks, thanks again, thanks in advance, with thanks, à plus, à demain, bonne semaine, bon week-end,
+many thanks, thanks again, thanks in advance, with thanks, thanks all, thanks everyone, thank you all, ta, br, à plus, à demain, bonne semaine, bon week-end,
 bon weekend, belle journée, bonne fin de semaine, je t'embrasse, grosses bises, bisou, bien cordialement,
 très cordialement, sincères salutations, salutations, liebe grüße, lg, schöne grüße, herzliche grüße, bis bald,
 bis dann, besos, un beso, abrazos, un abrazo, saludos cordiales, hasta pronto, un bacio, bacioni, a dopo, a domani,
@@ -204,7 +206,7 @@ _CLOSING_LAST = frozenset("""best regards yours sincerely grüße gruß cordiale
 groet groetjes journée soirée bises bisous amicalement bientôt saluto abbraccio presto giornata serata baci
 cordiali soon care wishes warmly love salutations semaine weekend week-end embrasse demain bald dann pronto
 dopo domani snel morgen liefs vous toi beijos beijo beijinhos bjs abraço cordialment atentament salutacions
-abraçada abraçades petons aviat demà breve logo amanhã""".split())  # noqa: SIM905
+abraçada abraçades petons aviat demà breve logo amanhã ta br all everyone""".split())  # noqa: SIM905
 _CUE_LAST = frozenset(p.split()[-1] for p in _CUES | _STRONG_CUES | _ASK_CUES | _LABEL_CUES)
 
 
@@ -225,10 +227,12 @@ def _cue_before(before: str) -> str | None:
         # a signature after "-- " on its own line, or after a sentence: "Happy to help! - Tony"
         rest = tail.rstrip("-–—")
         dashes = len(tail) - len(rest)
-        if (newline and dashes == 2 and rest.endswith("\n")) \
+        if (newline and dashes == 2 and rest.endswith("\n")) or (not newline and dashes == 2 and rest[-1:] in ("", "\n")) \
                 or (not newline and dashes == 1 and rest.endswith(("! ", ". ", "? ", ") "))):
             return "-"
         return None
+    if tail[-2:].lower() == "w/" and not tail[-3:-2].isalnum():
+        return "with"  # "lunch w/ Ahmed"
     last = tail[-12:].rsplit(None, 1)[-1].lower().lstrip("\"'“‘«(„[")
     if last != "@" and last.replace("’", "'") not in _CUE_LAST:
         return None  # the common case, decided without a regex
@@ -410,7 +414,13 @@ _ORG_SHAPE = re.compile(r"(?:bank|kasse|versicherung|werke?|gruppe|markt|logisti
 _HANDLE = re.compile(r"(?<![\w.@/:+-])([a-z]{3,20})[._]([a-z]{3,20})(?![\w@]|\.[a-z]|-)")
 _LINE_START = re.compile(r"(?:^|\n)[ \t]*(?:\[[^\]\n]{1,24}\][ \t]*|\d{1,2}:\d{2}(?::\d{2})?[ \t]+|[-*•>][ \t]*"
                          rf"|{_EXPORT_STAMP}|<)?$")  # "<" of an IRC log's "<kofi> lol"
-_SPEAKER_AFTER = re.compile(r"^(?::(?:[ \t]|$)|,[ \t][a-zà-ÿ]|>[ \t])")  # "Priya: ok", "Priya, can you", "<Priya> ok"
+# "Priya: ok", "Priya, can you", "<Priya> ok", French spacing before a lower-case message ("Yanis : je suis en
+# retard"; "Signé : Dominique Lebrun" is a label and its value)
+_SPEAKER_AFTER = re.compile(r"^(?::(?:[ \t]|$)|[ \t]:[ \t][a-zà-ÿ]|,[ \t][a-zà-ÿ]|>[ \t])")
+# a transcript's speaker: one word at a line start (after a chat stamp) or after a sentence of the line
+# before it, then ": " ("bob: on it", "[10:03] Obi: fixed", "Kate: merged. Sasha: nice")
+_TRANSCRIPT_SPEAKER = re.compile(r"(?:^|\n|[.!?][ \t])[ \t]*(?:\[[^\]\n]{1,24}\][ \t]*|\d{1,2}:\d{2}(?::\d{2})?[ \t]+)?"
+                                 r"([^\W\d_][\w'-]{1,24})[ \t]?:[ \t]")
 _LIST_GAP = re.compile(r"^(?:,[ \t]?| (?:and|und|et|y|e|en|&|or|oder|ou|o|of) |, (?:and|und|et|y|e|en) |/ ?)$")
 # the same, a preposition allowed after it: "Enel e di Leonardo", "Airbus et de Dassault"
 _LIST_GAP_OF = re.compile(r"^(?:,[ \t]?| (?:and|und|et|y|e|en|&|or|oder|ou|o) |, (?:and|und|et|y|e|en) |/ ?)"
