@@ -419,7 +419,7 @@ _LINE_START = re.compile(r"(?:^|\n)[ \t]*(?:\[[^\]\n]{1,24}\][ \t]*|\d{1,2}:\d{2
 _SPEAKER_AFTER = re.compile(r"^(?::(?:[ \t]|$)|[ \t]:[ \t][a-zà-ÿ]|,[ \t][a-zà-ÿ]|>[ \t])")
 # a transcript's speaker: one word at a line start (after a chat stamp) or after a sentence of the line
 # before it, then ": " ("bob: on it", "[10:03] Obi: fixed", "Kate: merged. Sasha: nice")
-_TRANSCRIPT_SPEAKER = re.compile(r"(?:^|\n|[.!?][ \t])[ \t]*(?:\[[^\]\n]{1,24}\][ \t]*|\d{1,2}:\d{2}(?::\d{2})?[ \t]+)?"
+_TRANSCRIPT_SPEAKER = re.compile(r"(?:^|\n|[.!?][ \t])[ \t]{0,8}(?:\[[^\]\n]{1,24}\][ \t]{0,4}|\d{1,2}:\d{2}(?::\d{2})?[ \t]{1,4})?"
                                  r"([^\W\d_][\w'-]{1,24})[ \t]?:[ \t]")
 _LIST_GAP = re.compile(r"^(?:,[ \t]?| (?:and|und|et|y|e|en|&|or|oder|ou|o|of) |, (?:and|und|et|y|e|en) |/ ?)$")
 # the same, a preposition allowed after it: "Enel e di Leonardo", "Airbus et de Dassault"
