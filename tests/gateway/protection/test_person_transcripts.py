@@ -1,8 +1,9 @@
 """PERSON, issue #19 (N12): names in chat transcripts, e-mail closings and lists. The other speakers of
 a transcript once one of them is a person, French spacing before a speaker's colon, "w/", a signature
 on the "-- " line, short closings ("Ta,", "BR,", "Thanks all,") and "Morning"; a "Surname, Given" pair is
-no pair when its first word is no surname or its line is a list. Each next to the texts that stay as
-they were."""
+no pair when its first word is no surname or its line is a list; chat interjections ("lol", "omg", "yes")
+and "dm" before a name that is no word, "nisha here", closings with "!" or a blank line before the name. Each
+next to the texts that stay as they were."""
 
 from __future__ import annotations
 
@@ -38,6 +39,30 @@ def test_a_speaker_of_a_transcript_or_a_signed_name_is_found(text: str, names: l
     assert values(text) == names
 
 
+# chat interjections and "dm" before a name that is no word, a writer naming themself, closings with "!" or a
+# blank line before the name, "Rgds" and "Thx", "Assigned:", and given names the lists lacked
+CHAT = [
+    ("omg sunil that's amazing", ["sunil"]),
+    ("haha yes deepak, agreed", ["deepak"]),
+    ("dm'd fatou about it", ["fatou"]),
+    ("np olu, anytime", ["olu"]),
+    ("hey guys, nisha here, i'll be late", ["nisha"]),
+    ("Good morning all, Ritu here.", ["Ritu"]),
+    ("Many thanks,\n\nHiroko", ["Hiroko"]),
+    ("Thank you!\nAriana", ["Ariana"]),
+    ("Rgds,\nFaisal", ["Faisal"]),
+    ("Thx,\nPriyanka", ["Priyanka"]),
+    ("Assigned: Priya", ["Priya"]),
+    ("Owner: Sizwe | Due: 12/12", ["Sizwe"]),
+    ("Vusi mentioned the client wants a discount", ["Vusi"]),
+]
+
+
+@pytest.mark.parametrize(("text", "names"), CHAT, ids=[t[:30] for t, _ in CHAT])
+def test_a_name_after_a_chat_interjection_or_a_closing_is_found(text: str, names: list[str]) -> None:
+    assert values(text) == names
+
+
 # a "Surname, Given" pair read where there are two people (before: one wrong span over both)
 LISTS = [
     ("To: Arash, Leyla\nSubject: offsite dates", ["Arash", "Leyla"]),
@@ -64,6 +89,18 @@ NONE = [
     "Sunday morning: release freeze",
     "Ta, that's great!",
     "the bill came to 40 quid w/ tip",
+    "lol Docker is down again",
+    "omg Kafka again",
+    "ok Mercedes is parked outside",
+    "yes Paris was great",
+    "ok will do",
+    "yes mark it as done",
+    "hey guys, support here",
+    "dm me when free",
+    "Thanks,\n\nThe Team",
+    "Thank you!\nQ3 numbers below",
+    "Thanks!\n\nMay",
+    "Assigned: Platform Team",
 ]
 
 

@@ -69,6 +69,7 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _GREETINGS,
     _GROUP_WORDS,
     _HANDLE,
+    _HERE_AFTER,
     _INTRO_CUES,
     _ITS_AFTER,
     _LABEL_CUES,
@@ -858,6 +859,8 @@ class _Finder:
         if _LINE_START.search(before) and (after.startswith((": ", ":\n")) or _VOCATIVE_AFTER.match(after)
                                            or (before.endswith("<") and after.startswith("> "))):
             return True  # "kofi: on it", "kofi, can you ...", "kofi pls check", "<kofi> lol"
+        if _HERE_AFTER.match(after) and (_LINE_START.search(before) or before.endswith(", ")):
+            return True  # "hey guys, nisha here"
         if _AUX_BEFORE.search(self.before(i, 12)) and re.match(r"\s[a-z]{3,}\b", after) \
                 and not re.match(r"\s(?:and|or|the|a|an|to|of|in|on|at|for|you|it)\b", after):
             return True  # "can tunde review this", "did maria send the deck"

@@ -110,7 +110,8 @@ perdona, happy birthday, joyeux anniversaire, feliz cumpleaños, buon compleanno
 talk to, speak to, spoke to, rappelle, rappelez, appelle, appelez, contacte, contactez, écris à, dis à, dites à,
 llama a, chiama, frag mal, ruf, vraag even, vraag aan, vraag even aan, adding, add, added, ty, tysm, thnx, tnx, np,
 forward to, forward this to, forward it to, send to, send this to, send it to, sent to, sent it to, write to,
-reply to, pass it to, hand it to, bises à, bisous à, sag, dile a, digli, morning, afternoon, evening
+reply to, pass it to, hand it to, bises à, bisous à, sag, dile a, digli, morning, afternoon, evening,
+lol, lmao, haha, hahaha, omg, yes, yeah, yep, nope, ok, okay, tks, thks, thnks, yo, dm, dm'd, dmed, dming
 """.replace("\n", " ").split(","))
 # Of these, the weak ones ("to", "and") only with a name that is no word or place.
 # "hai sentito davide", "t'as vu mathilde": chat verbs of meeting someone, weak as well
@@ -119,7 +120,10 @@ _WEAK_CUES = frozenset(["with", "met", "mit", "avec", "con", "amb", "com", "per"
                         "sentito", "visto", "vu", "croisé", "chiamato", "appelé", "according to", "viu a", "viste a",
                         "dicho a", "prévenu", "préviens", "prévenez", "relancé", "relance",
                         # "Morning Tendai,": a greeting, but "Sunday morning" is a time too
-                        "morning", "afternoon", "evening"])
+                        "morning", "afternoon", "evening",
+                        # chat interjections and "dm": before a name that is no word ("lol raj", "yes Shreya", "dm fatou")
+                        "lol", "lmao", "haha", "hahaha", "omg", "yes", "yeah", "yep", "nope", "ok", "okay", "tks", "thks",
+                        "thnks", "yo", "dm", "dm'd", "dmed", "dming"])
 _CUE_WORDS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?|@|(?<=c)/(?=o)")
 
 
@@ -141,7 +145,7 @@ bonne journée, bonne soirée, bonne fin de journée, bises, bisous, amicalement
 un caro saluto, a presto, buona giornata, buona serata, baci, saluti cordiali,
 groeten, met vriendelijke groet, hartelijke groet, groetjes, signed, witness, attendees,
 talk soon, speak soon, take care, all the best, best wishes, warm wishes, warmly, love, lots of love, xoxo, xo, hugs,
-many thanks, thanks again, thanks in advance, with thanks, thanks all, thanks everyone, thank you all, ta, br, à plus, à demain, bonne semaine, bon week-end,
+many thanks, thanks again, thanks in advance, with thanks, thx, tks, thnx, tnx, rgds, thanks all, thanks everyone, thank you all, ta, br, à plus, à demain, bonne semaine, bon week-end,
 bon weekend, belle journée, bonne fin de semaine, je t'embrasse, grosses bises, bisou, bien cordialement,
 très cordialement, sincères salutations, salutations, liebe grüße, lg, schöne grüße, herzliche grüße, bis bald,
 bis dann, besos, un beso, abrazos, un abrazo, saludos cordiales, hasta pronto, un bacio, bacioni, a dopo, a domani,
@@ -192,7 +196,7 @@ gràcies, moltes gràcies, muito obrigado, muito obrigada, pergunta a, pergunte 
 """.replace("\n", " ").split(","))
 # Role labels: before two name-shaped words the lists lack ("Assigned to Rangi Parata")
 _LABEL_CUES = frozenset(c.strip() for c in """
-assigned to, assignee, reviewer, reporter, approver, approved by, reported by, requested by, signed by, author,
+assigned to, assigned, assignee, reviewer, reporter, approver, approved by, reported by, requested by, signed by, author,
 signatory, witness, tenant, landlord, patient, applicant, candidate, guarantor, lessor, lessee, zeuge, zeugin,
 témoin, testigo, testimone, getuige, owner, contact, attn, attention, locataire, propriétaire, bailleur,
 signataire, mieter, mieterin, vermieter, vermieterin, inquilino, inquilina, arrendador, arrendatario,
@@ -206,7 +210,7 @@ _CLOSING_LAST = frozenset("""best regards yours sincerely grüße gruß cordiale
 groet groetjes journée soirée bises bisous amicalement bientôt saluto abbraccio presto giornata serata baci
 cordiali soon care wishes warmly love salutations semaine weekend week-end embrasse demain bald dann pronto
 dopo domani snel morgen liefs vous toi beijos beijo beijinhos bjs abraço cordialment atentament salutacions
-abraçada abraçades petons aviat demà breve logo amanhã ta br all everyone""".split())  # noqa: SIM905
+abraçada abraçades petons aviat demà breve logo amanhã ta br all everyone rgds""".split())  # noqa: SIM905
 _CUE_LAST = frozenset(p.split()[-1] for p in _CUES | _STRONG_CUES | _ASK_CUES | _LABEL_CUES)
 
 
@@ -217,11 +221,14 @@ def _cue_before(before: str) -> str | None:
     """The cue phrase (one to three words) that ends just before a name, if any; a sign-off may end
     the line before ("Best regards,\n")."""
     tail = before.rstrip(" ,:\t\r\n")
+    if tail.endswith("!") and "\n" in before[len(tail):]:
+        tail = tail.rstrip("!")  # "Thank you!\nAriana"
     if not tail:
         return None
     gap = before[len(tail):]
     newline = "\n" in gap
-    if (len(gap) > 3 and not newline) or gap.count("\n") > 1:
+    # a closing, then the name on the next line or after one blank line ("Many thanks,\n\nHiroko")
+    if (len(gap) > 3 and not newline) or gap.count("\n") > 2 or (gap.count("\n") == 2 and "\n\n" not in gap.replace(" ", "")):
         return None
     if tail[-1] in "-–—":
         # a signature after "-- " on its own line, or after a sentence: "Happy to help! - Tony"
@@ -378,6 +385,8 @@ _LOWER_VERB_AFTER = re.compile(
     r"diu|té|vol|pot|ja)(?!\w))")
 _ROMANCE_VERBS_AFTER = frozenset("""está estaba tiene viene dijo quiere puede sabe ya tem vai foi disse quer pode chegou
 mandou falou já diu té vol pot ja""".split())  # noqa: SIM905
+# a writer names themself: "hey guys, nisha here", "Morning all, Ritu here." (after a line start or a comma)
+_HERE_AFTER = re.compile(r"^ here(?:[,.!:;]|[ \t]*(?:\n|$)| (?:from|with|again|too)\b)")
 _CLAUSE_BEFORE = re.compile(r"(?:^|[\n,.;:!?¿¡]\s*|\s(?:y|e|i|que|pero|mas|però|porque|perquè)\s)$")
 # the short verbs and the words of a list: after a three-letter name they say too little ("mia a", "ana e")
 _LOWER_SHORT_AFTER = frozenset(["a", "es", "ha", "e", "y", "en", "et", "and", "&", "or", "und", "est"])
