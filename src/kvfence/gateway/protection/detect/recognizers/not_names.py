@@ -46,6 +46,7 @@ monte carlo, victoria falls, alice springs, george town, port louis, san jose, l
 st louis, saint louis, st helena, saint helena, st paul, saint paul, st john, james bay, charles river,
 jackson hole, lake louise, prince edward, prince george, prince albert, king george, queen elizabeth,
 elizabeth line, victoria line, jordan valley, amber alert, grace period, mark down, will power,
+will call, bill to, ship to, sold to, remit to, grace days, rose gold, sterling silver, pat down,
 johns hopkins, carnegie mellon, van gogh museum, anne frank house, georgia tech, virginia tech,
 são paulo, sao paulo, santiago de compostela, santiago de chile, santiago de cuba, domingo de ramos, domingo de resurrección,
 domingo de pascua,
@@ -72,8 +73,13 @@ market markets bazaar souk mall temple mosque pagoda shrine palace tomb mausoleu
 gate gata gatan gade vej vei veien vägen katu utca caddesi sokak marg chowk
 institut instituut istituto instituto zentrum centrum centro klinik kliniek clinique clinica klinikum
 hochschule universiteit gesellschaft verein vereniging pokal trofeo
+room suite lounge auditorium boardroom
+quartet quintet sextet septet octet orchestra ensemble choir quartett quintett orchester chor orchestre chœur
+orquesta coro kwartet kwintet orkest koor
 """)  # the institutes, centres, clinics, societies and cups of the other five languages: "Max Planck Institut",
-# "Erasmus Medisch Centrum", "Robert Koch Institut" (no word here is a surname: "Schaal", "Coppa", "Beker" are)
+# "Erasmus Medisch Centrum", "Robert Koch Institut" (no word here is a surname: "Schaal", "Coppa", "Beker" are);
+# meeting rooms named after people ("the Alan Turing room", "Marie Curie Room", "Ada Lovelace suite"); ensembles
+# named after their leader, six languages ("Miles Davis Quintet", "Glenn Miller Orchestra"; "Trio", "Band" are surnames)
 
 FIRMS = FIRMS | _phrases("""
 jones day, davis polk, sullivan cromwell, latham watkins, kirkland ellis, skadden arps, simpson thacher,

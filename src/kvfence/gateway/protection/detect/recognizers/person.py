@@ -544,6 +544,8 @@ class _Finder:
         j = i
         while j < len(self.toks) and self.toks[j].low in _PARTICLES and j - i < 3:
             j += 1
+        if j == i + 1 and self.toks[i].low in ("der", "des"):
+            return  # a German genitive after "Herr" / "Frau": "Herr der Ringe", "Frau des Hauses"
         if j < len(self.toks) and self.toks[j].cap and self.toks[j].low not in _BRAND_TITLES \
                 and all(self.gap_ok(self.toks[k], self.toks[k + 1]) for k in range(i, j)):  # "Monsieur le Président"
             self.add(i, j + 1, "person_title", 0.85)

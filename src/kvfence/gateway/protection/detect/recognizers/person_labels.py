@@ -58,14 +58,15 @@ titre título titulo titolo flavour flavor geschmack saveur sabor gusto smaak mo
 modello category kategorie catégorie categorie categoría categoria publisher verlag éditeur editeur editorial
 editore uitgever carrier spediteur transporteur transportista vettore vervoerder bank school hospital campaign
 course genre dish drink wine beer menu colour color farbe couleur colore kleur finish ship vessel schiff navire
-barco nave schip
+barco nave schip room raum salle sala zaal courier forwarder haulier spedition
 """.split())  # noqa: SIM905
 _KEY_SUFFIXES = frozenset(["name", "names", "title", "label"])
 _KEY_WORDS = "|".join(sorted(_THING_WORDS, key=len, reverse=True))
 # at a line's start (after a bullet), in JSON or a table: a label, not prose ("our supplier: Anna Keller")
 _THING_KEY_BEFORE = re.compile(
     rf"""(?i)(?:^|(?<=[\n{{,;"'(\[|\t]))[ \t]{{0,3}}(?:[-*•][ \t]{{1,3}})?["']?(?:[^\W\d_]+[_ -])?(?:{_KEY_WORDS})"""
-    r"""(?:[_ -]?(?:name|names|title|label))?["']?[ \t]{0,3}[:=][ \t]{0,3}["']?$""")
+    r"""(?:[_ -]?(?:name|names|title|label))?["']?[ \t]{0,3}[:=][ \t]{0,3}["']?$"""
+    rf"""|(?<= )(?:{_KEY_WORDS})=["']?$""")  # logfmt: "status=ok courier=Eddie Stobart"
 
 
 def thing_key_before(text: str, start: int) -> bool:

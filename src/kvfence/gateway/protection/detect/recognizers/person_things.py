@@ -88,9 +88,10 @@ banketbakkerij""".split()  # noqa: SIM905
 # a firm's word right before: "les laboratoires Pierre Fabre", "die Firma Otto", "el grupo ..."
 # premises, in six languages: a warehouse, depot, branch, shop or room named after a person, or a firm's
 # site ("Lager Gottlieb Daimler", "Magasin Louis Pasteur", "Negozio Vittorio Emanuele", "Winkel Albert Heijn",
-# "Salle Pierre Curie"); English "room", "store" and "shop" are left out ("the room Maria booked")
+# "Salle Pierre Curie", "Raum Konrad Zuse"); English "room", "store" and "shop" are left out ("the room Maria
+# booked"; "the Alan Turing room" is a room by the word after it, not_names.py)
 _PREMISES = """warehouse depot lager filiale magasin entrepôt dépôt agence succursale salle almacén tienda sucursal
-magazzino negozio deposito sala magazijn winkel filiaal vestiging zaal""".split()  # noqa: SIM905
+magazzino negozio deposito sala magazijn winkel filiaal vestiging zaal raum saal aula""".split()  # noqa: SIM905
 # the same as the last part of a German or Dutch compound: "Paketzentrum Frankfurt", "Zentrallager Hamm",
 # "Distributiecentrum Tilburg"
 _PREMISES_SUFFIXES = ("zentrum", "centrum", "lager", "depot", "filiale", "magazijn")
@@ -119,7 +120,7 @@ franchise foundations models escape_room algorithm simplification decomposition 
 coefficient polynomial polynomials splines tea pizza pasta salad sauce sponge cake pie cocktail cocktails
 terrier terriers spaniel spaniels retriever retrievers charity beer beers lager cider boats yachts sandwiches
 magazine pharmacy pharmacies restaurants cookware cafe café bakery bread recipes grill burgers coffee chocolate
-chocolates cookies biscuits ice_cream shampoo guitars pianos furniture sofas mattress mattresses bikes
+chocolates cookies biscuits ice_cream wine wines restaurant machine machines cartoon shampoo guitars pianos furniture sofas mattress mattresses bikes
 motorcycles tractors tyres tires lenses cameras headphones laptops collection underwear swimwear eyewear
 sunglasses knives cutlery stationery toys sarcoma lymphoma tumour tumor carcinoma leukaemia leukemia
 catheter maneuver manoeuvre procedure reflex triad phenomenon
@@ -142,16 +143,16 @@ _STREET_SUFFIXES = ("straat", "straße", "strasse", "gracht", "plein", "kade", "
 _STREET_INSIDE = frozenset("viale avenida paseo rue rua travessa vicolo strada straße strasse chaussée".split())  # noqa: SIM905
 _CAPITALISED_BEFORE = re.compile(r"[A-Z][^\W\d_]+ $")
 _ARTICLE_FIRST = frozenset("les los las het gli die das".split())  # noqa: SIM905
-# "..., a cocktail", "... is the highest mountain in Britain", "... are the two beers on tap": the
-# sentence says what the run is, and it is a thing
+# "..., a cocktail", "... is the highest mountain in Britain", "... are the two beers on tap", "Dr. House is
+# a TV show": the sentence says what the run is, and it is a thing
 _IS_A_THING = re.compile(
     r"(?:\s+(?:and|&|or)\s+[A-Z][^\W\d_]*(?:\s+[A-Z][^\W\d_]*)*)?"
-    r"(?:,\s+|\s+(?:is|was|are|were)\s+)(?:a|an|the|one of the|two|three|our|their)\s+(?:[a-z]+\s+){0,2}"
+    r"(?:,\s+|\s+(?:is|was|are|were)\s+)(?:a|an|the|one of the|two|three|our|their)\s+(?:(?:[a-z]+|TV)\s+){0,2}"
     r"(?:mountain|peak|hill|river|lake|island|capital|city|town|village|county|province|region|district|suburb|"
     r"airport|station|stadium|brand|brands|company|firm|bank|retailer|chain|label|cocktail|cocktails|drink|"
     r"drinks|dish|beer|beers|wine|whisky|restaurant|hotel|charity|band|ship|software|library|framework|"
     r"language|tool|app|product|products|car|cars|search engine|engine|website|site|platform|assistants?|"
-    r"chatbot|bot)"
+    r"chatbot|bot|film|movie|show|series|sitcom|musical|cartoon|game|novel|play)"
     r"(?=\s*(?:[.,;:!?)]|$)|\s+(?:in|of|on|at|for|with|from|near|by|and|that|which|since)\b)"
     r"|(?:\s+(?:and|&|or)\s+[A-Z][^\W\d_]*(?:\s+[A-Z][^\W\d_]*)*)?\s+(?:is|are)\s+(?:on the (?:[a-z]+\s+)?menu|on tap)\b")
 _IS_A_START = (",", " is ", " was ", " are ", " were ", " and ", " & ", " or ")
