@@ -1,5 +1,5 @@
 """PERSON, issue #19 (N12): names in chat transcripts, e-mail closings and lists. The other speakers of
-a transcript once one of them is a person, French spacing before a speaker's colon, "w/", a signature
+a transcript once one of them is a person, French spacing before a speaker's colon, a dash after a speaker, "w/", a signature
 on the "-- " line, short closings ("Ta,", "BR,", "Thanks all,") and "Morning"; a "Surname, Given" pair is
 no pair when its first word is no surname or its line is a list; chat interjections ("lol", "omg", "yes")
 and "dm" before a name that is no word, "nisha here", closings with "!" or a blank line before the name. Each
@@ -25,6 +25,8 @@ TRANSCRIPTS = [
 ]
 CLOSINGS = [
     ("Yanis : je suis en retard, commencez sans moi", ["Yanis"]),
+    ("Mateus — in 10", ["Mateus"]),
+    ("Bilal - can you take this one?", ["Bilal"]),
     ("lunch w/ Ahmed and then the review", ["Ahmed"]),
     ("See you there.\n\n-- Haruki", ["Haruki"]),
     ("Can you send the PO?\n\nTa,\nGemma", ["Gemma"]),
@@ -101,6 +103,12 @@ NONE = [
     "Thank you!\nQ3 numbers below",
     "Thanks!\n\nMay",
     "Assigned: Platform Team",
+    "Paris - london flights are cheap",
+    "Jordan - overview of the region",
+    "Summary - the build is red",
+    "Apollo - load tests pending",
+    "Hugo - the static site generator",
+    "Mercedes - new model out",
 ]
 
 

@@ -424,8 +424,8 @@ _HANDLE = re.compile(r"(?<![\w.@/:+-])([a-z]{3,20})[._]([a-z]{3,20})(?![\w@]|\.[
 _LINE_START = re.compile(r"(?:^|\n)[ \t]*(?:\[[^\]\n]{1,24}\][ \t]*|\d{1,2}:\d{2}(?::\d{2})?[ \t]+|[-*•>][ \t]*"
                          rf"|{_EXPORT_STAMP}|<)?$")  # "<" of an IRC log's "<kofi> lol"
 # "Priya: ok", "Priya, can you", "<Priya> ok", French spacing before a lower-case message ("Yanis : je suis en
-# retard"; "Signé : Dominique Lebrun" is a label and its value)
-_SPEAKER_AFTER = re.compile(r"^(?::(?:[ \t]|$)|[ \t]:[ \t][a-zà-ÿ]|,[ \t][a-zà-ÿ]|>[ \t])")
+# retard"; "Signé : Dominique Lebrun" is a label and its value), a dash before one ("Lucia - done", "Mateus — in 10")
+_SPEAKER_AFTER = re.compile(r"^(?::(?:[ \t]|$)|[ \t]:[ \t][a-zà-ÿ]|,[ \t][a-zà-ÿ]|>[ \t]|[ \t][-–—][ \t][a-zà-ÿ])")
 # a transcript's speaker: one word at a line start (after a chat stamp) or after a sentence of the line
 # before it, then ": " ("bob: on it", "[10:03] Obi: fixed", "Kate: merged. Sasha: nice")
 _TRANSCRIPT_SPEAKER = re.compile(r"(?:^|\n|[.!?][ \t])[ \t]{0,8}(?:\[[^\]\n]{1,24}\][ \t]{0,4}|\d{1,2}:\d{2}(?::\d{2})?[ \t]{1,4})?"
