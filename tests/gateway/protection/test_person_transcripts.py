@@ -69,10 +69,13 @@ def test_a_name_after_a_chat_interjection_or_a_closing_is_found(text: str, names
 LISTS = [
     ("To: Arash, Leyla\nSubject: offsite dates", ["Arash", "Leyla"]),
     ("Participants : Chloé, Mamadou, Thi Lan", ["Chloé", "Mamadou", "Thi Lan"]),
+    ("Panel: Ravi, Chen, Ingrid", ["Ravi", "Chen", "Ingrid"]),
+    ("Chair: Priya | Scribe: Ingrid", ["Priya", "Ingrid"]),  # a "|" ends a list label's items
 ]
 PAIRS = [
     ("To: Smith, Will", ["Smith, Will"]),
     ("Raman, Priya", ["Raman, Priya"]),
+    ("Attendees: Okafor, Chidi; Raman, Priya", ["Okafor, Chidi", "Raman, Priya"]),
 ]
 
 

@@ -44,6 +44,7 @@ from kvfence.gateway.protection.detect.recognizers.person_labels import (
     action_owners,
     field_values,
     list_values,
+    starts_list,
     ticket_names,
 )
 from kvfence.gateway.protection.detect.recognizers.person_mentions import link_mentions
@@ -125,7 +126,6 @@ _VOUCHING_CUES = _ASK_CUES | _LABEL_CUES
 _BULLET_BEFORE = re.compile(r"(?:^|\n)[ \t]*[-*•][ \t]+$")
 # the label of a field right before a value: "To: ", "cc: ", "Attendees: "
 _LABEL_BEFORE = re.compile(r"(?:^|\n|\s)([A-Za-zÀ-ÿ-]{1,14})\s?:[ \t]*$")
-_LABEL_START = re.compile(r"[ \t]*([A-Za-zÀ-ÿ-]{1,14})[ \t]?:")
 _MAIL_HEADERS = frozenset(["from", "to", "sent", "reply-to", "de", "à", "a", "an", "von", "para", "da", "van", "aan", "envoyé"])
 _LIST_LABELS = frozenset(["cc", "bcc", "attendees", "participants", "present", "présents", "teilnehmer", "asistentes", "assistents",
                           "partecipanti", "aanwezig"])
@@ -735,14 +735,14 @@ class _Finder:
             and t.low not in _SIGN_OFFS and not self.org_after(i + 1) and not (i + 1 < len(self.toks) and self.toks[i + 1].cap
                                                    and self.gap_ok(t, self.toks[i + 1]))
 
-    def list_label(self, pos: int) -> bool:
-        """Whether the line of ``pos`` (its last 200 characters) starts with a list label ("cc:",
-        "Attendees:", "Participants :")."""
+    def list_line(self, pos: int) -> str | None:
+        """The line of ``pos`` (200 characters each side at most) when it starts with a list label ("cc:",
+        "Attendees:", "Participants :", "Panel:")."""
         start = self.text.rfind("\n", max(0, pos - 200), pos) + 1
-        if start == 0 and pos > 200:
-            return False
-        m = _LABEL_START.match(self.text, start, pos)
-        return m is not None and m.group(1).lower() in _LIST_LABELS
+        if (start == 0 and pos > 200) or not starts_list(self.text, start):
+            return None
+        end = self.text.find("\n", pos, pos + 200)
+        return self.text[start:end if end >= 0 else pos + 200]
 
     # --- "Raman, Priya" ---
     def surname_comma_given(self) -> None:
@@ -773,8 +773,11 @@ class _Finder:
                 continue
             if g.is_given(a.low) and not g.is_surname(a.low):
                 continue  # "To: Arash, Leyla": two people, the first no surname
-            if g.is_given(a.low) and self.list_label(toks[first].start):
-                continue  # "cc: Emma, Liam", "Attendees: Chloé, Mamadou, Thi Lan": a list of given names
+            line = self.list_line(toks[first].start)
+            if line is not None and (g.is_given(a.low) or (";" not in line and line.count(",") >= 2)):
+                # "cc: Emma, Liam", "Attendees: Chloé, Mamadou, Thi Lan", "Panel: Ravi, Chen, Ingrid": a list of
+                # people, not one (but "cc: Smith, John", "To: Okafor, Chidi; Raman, Priya")
+                continue
             end = i + 2
             if end < len(toks) and toks[end].cap and self.gap_ok(b, toks[end]) and g.is_given(toks[end].low):
                 end += 1

@@ -142,9 +142,15 @@ _LIST_LABEL = re.compile(
     r"|chairs?|chairperson|scribe|facilitators?|hosts?|moderators?|timekeeper|presenters?|note[ -]?takers?"
     r"|minute[ -]?takers?|organi[sz]ers?|sponsors?|mentors?|mentees?|drivers?|co-drivers?|interviewers?|reviewers?"
     r"|approvers?|follow[ -]ups?|regrets|guests|also[ \t]present|in[ \t]attendance|on[ -]call(?:[ \t]this[ \t]week)?"
-    r"|trainers?|coordinators?|secretary|treasurer|rapporteur|convenor)[ \t]*:[ \t]*(?P<items>[^\n]{1,400})")
+    r"|trainers?|coordinators?|secretary|treasurer|rapporteur|convenor|panel)[ \t]*:[ \t]*"
+    r"(?P<items>[^\n|]{1,400})")  # a "|" ends the items: "Host: Akira | Scribe: Leilani"
 _LIST_SPLIT = re.compile(r"\s*(?:[,;/]|\band\b|\bund\b|\bet\b|\by\b|\be\b|\ben\b|&)\s*")
 _LIST_ITEM = re.compile(r"^[^\W\d_][\w'’.-]*(?:\s+[^\W\d_][\w'’.-]*){0,4}$")
+
+
+def starts_list(text: str, line_start: int) -> bool:
+    """Whether the line at ``line_start`` opens with a list label ("Attendees:", "Panel:", "cc:")."""
+    return _LIST_LABEL.match(text, line_start) is not None
 
 
 def list_values(text: str, g: Gazetteer) -> list[Finding]:
