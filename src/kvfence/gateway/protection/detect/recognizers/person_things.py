@@ -180,6 +180,10 @@ _FIRM_BEFORE_RE = re.compile(
     r"(?:\b(?:shares|stock|shareholders|investors|analysts)\s+(?:of|in|at)|\bspokes(?:person|man|woman)\s+(?:for|at)"
     r"|\brepresentative\s+for|\bporte-parole\s+de|\bportavoce\s+di|\bazioni\s+di|\bactions\s+de)\s+$")
 _AT_WE = re.compile(r"(?:^|[.!?\n]\s*)(?:At|Chez|Presso|Bei|Bij|En)\s+$")
+# a group noun right after one word: a team, office or branch named after a place, firm or project ("Hi
+# Jordan team,", "Thanks Lincoln team!", "Hello Austin crew"); not a person's role ("Tom, team lead")
+_GROUP_AFTER = re.compile(r" (?:team|office|crew|squad|branch|staff|folks|Team|Office|Crew|Squad|Branch)\b"
+                          r"(?! (?:lead|leads|leader|leaders|member|members|mate|mates|manager|managers)\b)")
 # an import statement of code: the word after it is a module ("from kalman import", "import dijkstra")
 _IMPORT_BEFORE = re.compile(r"(?:^|\n)[ \t]{0,12}(?:import[ \t]+(?:[\w.]{1,40},[ \t]*){0,3}|from[ \t]+[\w.]{0,40}\.?)$")
 _POSSESSIVE_CAP = re.compile(r"['’]s\s+([A-Z][a-z]+)\b")
@@ -365,6 +369,8 @@ def _is_thing(text: str, start: int, end: int, g: Gazetteer, things: set[str]) -
         return True  # "Fort William", "Storm Ciara", "Flughafen Franz Josef Strauß", "Kanzlei Hengeler Mueller"
     if len(core) > 1 and core[0].endswith(_PREMISES_SUFFIXES) and len(core[0]) >= 9 and not g.is_name(core[0]):
         return True  # "Paketzentrum Frankfurt": a premises word glued into a compound
+    if len(words) == 1 and _GROUP_AFTER.match(text, end, end + 24) is not None:
+        return True  # "Hi Jordan team,": the team of a place or firm
     m = _IMPORT_BEFORE.search(text, max(0, start - 60), start)
     if m is not None and (m.group().lstrip().startswith("import") or text.startswith(" import ", end)):
         return True  # "from kalman import KalmanFilter", "import dijkstra": a module in code
