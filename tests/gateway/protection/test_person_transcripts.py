@@ -57,6 +57,10 @@ CHAT = [
     ("Assigned: Priya", ["Priya"]),
     ("Owner: Sizwe | Due: 12/12", ["Sizwe"]),
     ("Vusi mentioned the client wants a discount", ["Vusi"]),
+    ("let me know if Thembi needs a copy", ["Thembi"]),
+    ("Nkosana said he would call", ["Nkosana"]),
+    ("is tomorrow ok for you nikhil?", ["nikhil"]),
+    ("thanks a lot ruslan!", ["ruslan"]),
 ]
 
 
@@ -112,6 +116,10 @@ NONE = [
     "Apollo - load tests pending",
     "Hugo - the static site generator",
     "Mercedes - new model out",
+    "is it on staging, kafka?",
+    "are you sure, will?",
+    "ok for you, paris?",
+    "have you seen the build yet, jenkins?",
 ]
 
 

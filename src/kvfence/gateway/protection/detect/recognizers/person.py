@@ -65,6 +65,8 @@ from kvfence.gateway.protection.detect.recognizers.person_words import (
     _CLEFT_AFTER,
     _CLEFT_BEFORE,
     _CUES,
+    _END_VOCATIVE_AFTER,
+    _END_VOCATIVE_BEFORE,
     _FROM_TEAM,
     _FUNCTION_WORDS,
     _GREETINGS,
@@ -866,6 +868,8 @@ class _Finder:
             return True  # "kofi: on it", "kofi, can you ...", "kofi pls check", "<kofi> lol"
         if _HERE_AFTER.match(after) and (_LINE_START.search(before) or before.endswith(", ")):
             return True  # "hey guys, nisha here"
+        if len(t.text) >= 4 and _END_VOCATIVE_AFTER.match(after) and _END_VOCATIVE_BEFORE.search(before):
+            return True  # "is tomorrow ok for you nikhil?"
         if _AUX_BEFORE.search(self.before(i, 12)) and re.match(r"\s[a-z]{3,}\b", after) \
                 and not re.match(r"\s(?:and|or|the|a|an|to|of|in|on|at|for|you|it)\b", after):
             return True  # "can tunde review this", "did maria send the deck"

@@ -385,6 +385,9 @@ _LOWER_VERB_AFTER = re.compile(
     r"diu|té|vol|pot|ja)(?!\w))")
 _ROMANCE_VERBS_AFTER = frozenset("""está estaba tiene viene dijo quiere puede sabe ya tem vai foi disse quer pode chegou
 mandou falou já diu té vol pot ja""".split())  # noqa: SIM905
+# a lower-case vocative ending a question or an exclamation: "is tomorrow ok for you, nikhil?", "thanks a lot ruslan!"
+_END_VOCATIVE_BEFORE = re.compile(r"(?:,|\b(?:you|ok|okay|right|yet|lot|then))[ \t]$")
+_END_VOCATIVE_AFTER = re.compile(r"^[?!]+[ \t]*(?:\n|$)")
 # a writer names themself: "hey guys, nisha here", "Morning all, Ritu here." (after a line start or a comma)
 _HERE_AFTER = re.compile(r"^ here(?:[,.!:;]|[ \t]*(?:\n|$)| (?:from|with|again|too)\b)")
 _CLAUSE_BEFORE = re.compile(r"(?:^|[\n,.;:!?¿¡]\s*|\s(?:y|e|i|que|pero|mas|però|porque|perquè)\s)$")
