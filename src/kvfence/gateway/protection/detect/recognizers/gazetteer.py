@@ -6,7 +6,8 @@ marking names that are ordinary words; the provenance and checksums are in ``dat
 ``data/names_not_words.txt`` takes back from the ordinary words a few given names that a word list
 holds in lower case ("wouter", "maarten"); ``data/words_not_names.txt`` takes from the names the service
 words, greetings, vocatives and departments of the six languages that Faker's lists hold ("danke",
-"gracias", "posso", "Legal"): they are ordinary words, never a given name. ``data/given_supplement.txt`` adds romanised given names of cultures those lists miss (South
+"gracias", "posso", "Legal"): they are ordinary words, never a given name; ``data/ordinary_supplement.txt``
+marks as ordinary words a few given names that technical chat writes in lower case ("dev", "siem", "lan"). ``data/given_supplement.txt`` adds romanised given names of cultures those lists miss (South
 Asian, West/East/Southern African, Central Asian, Gaelic, Pacific ...), ``data/given_short_forms.txt``
 short forms and nicknames of the six languages ("kev", "Becca", "fede"), written for this detector, and
 ``data/surname_supplement.txt`` surnames of the cultures the lists miss (Sinhala, Arabic with its article, Yoruba ...).
@@ -148,6 +149,6 @@ def gazetteer() -> Gazetteer:
     not_names = _supplement("words_not_names.txt")
     given = (_read("given_names.txt.gz") | _supplement("given_supplement.txt")
              | _supplement("given_short_forms.txt")) - not_names
-    ordinary = (_read("ordinary.txt.gz") - _supplement("names_not_words.txt")) | not_names
+    ordinary = (_read("ordinary.txt.gz") - _supplement("names_not_words.txt")) | not_names | _supplement("ordinary_supplement.txt")
     surnames = _read("surnames.txt.gz") | _supplement("surname_supplement.txt")
     return Gazetteer(given, surnames, ordinary, not_names)
