@@ -22,6 +22,10 @@ CANDIDATES = (0, 768, 1536)  # decode_f32.cpp's kAheadCandidates
 WINDOW, ROUNDS = 64, 3  # its kTuneJobs, kTuneRounds
 
 
+def _kind(dtype: torch.dtype) -> int:
+    return WEIGHT_KINDS[str(dtype).removeprefix("torch.")]
+
+
 def _lib() -> ctypes.CDLL:
     lib = cpu_kernels()
     assert lib is not None
@@ -38,8 +42,7 @@ def choose_again_after() -> Iterator[None]:
 def _product(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, threads: int = 1) -> torch.Tensor:
     """One product through the kernel, batch-1 dot form (no threads below 2^30 weights unless asked)."""
     y = torch.full((x.shape[0], w.shape[0]), float("nan"))
-    kind = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[w.dtype]
-    _lib().kvfence_linear_typed(x.data_ptr(), x.shape[0], x.stride(0), w.data_ptr(), kind, w.shape[0], w.shape[1],
+    _lib().kvfence_linear_typed(x.data_ptr(), x.shape[0], x.stride(0), w.data_ptr(), _kind(w.dtype), w.shape[0], w.shape[1],
                                 None if b is None else b.data_ptr(), y.data_ptr(), 1 if threads > 1 else 1 << 30,
                                 threads, 1 << 20, None)
     return y
@@ -48,7 +51,7 @@ def _product(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, threads: 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_every_distance_gives_the_same_bits(dtype: torch.dtype, threads: int) -> None:
-    kind = WEIGHT_KINDS[str(dtype).removeprefix("torch.")]
+    kind = _kind(dtype)
     g = torch.Generator().manual_seed(kind)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -70,7 +73,7 @@ def test_every_distance_gives_the_same_bits(dtype: torch.dtype, threads: int) ->
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_distance_is_chosen_once_every_candidate_had_its_windows(dtype: torch.dtype) -> None:
-    kind = WEIGHT_KINDS[str(dtype).removeprefix("torch.")]
+    kind = _kind(dtype)
     assert _lib().kvfence_prefetch_bytes(kind, CHOOSE) == -1
     g = torch.Generator().manual_seed(3)
     x = torch.randn(1, 576, generator=g)

@@ -269,7 +269,7 @@ void account_shared(long batch, double weights, Clock::duration total, Clock::du
 // 2026-12-02, 7 alternated runs, median) the same prefetch cost float32 22 % (9.8 -> 7.7 GB/s on one
 // core, 16.3 -> 12.6 on two; 768 B: 8.7, 14.4) and moved bfloat16 by under 5 %. No one distance
 // suits both, so each weight kind tries kAheadCandidates in turn on its first batch-1 products, a
-// window of kWindowJobs products each, and keeps the distance whose fastest window ran fastest, once
+// window of kTuneJobs products each, and keeps the distance whose fastest window ran fastest, once
 // every candidate has kTuneRounds windows under one kind of run (the caller alone, or sharing the
 // rows with other threads: their paces differ, so they are compared only among themselves). The
 // fastest window, not the mean: a busy machine only ever slows a window down. That takes some 10 decode

@@ -129,8 +129,6 @@ _BULLET_BEFORE = re.compile(r"(?:^|\n)[ \t]*[-*•][ \t]+$")
 # the label of a field right before a value: "To: ", "cc: ", "Attendees: "
 _LABEL_BEFORE = re.compile(r"(?:^|\n|\s)([A-Za-zÀ-ÿ-]{1,14})\s?:[ \t]*$")
 _MAIL_HEADERS = frozenset(["from", "to", "sent", "reply-to", "de", "à", "a", "an", "von", "para", "da", "van", "aan", "envoyé"])
-_LIST_LABELS = frozenset(["cc", "bcc", "attendees", "participants", "present", "présents", "teilnehmer", "asistentes", "assistents",
-                          "partecipanti", "aanwezig"])
 _OF_PLACE = frozenset(["de", "del", "da", "do", "di", "du"])  # "Ville de Lyon", "Santiago de Chile": a town's
 _LIST_WORDS = frozenset(["and", "und", "et", "y", "e", "en", "or", "oder", "ou", "o", "of"])
 _KOREAN_GIVEN = re.compile(r" [A-Z][a-z]{1,3}-[a-z]{2,4}\b")  # "In Ji-won", "Um Tae-ho": a surname before it
